@@ -1,0 +1,38 @@
+"""labprobe's instruments. The registry below is the one table of probe names.
+
+Modules are imported on demand so that `labprobe probe padding` does not pay for torch; an
+ImportError inside a probe module propagates as itself, never as "probe not found".
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from probes.result import Check, InputError, ProbeResult
+
+__all__ = ["REGISTRY", "Check", "InputError", "ProbeResult", "get", "run"]
+
+# name -> (module, what it settles)
+REGISTRY: dict[str, tuple[str, str]] = {
+    "mask": ("probes.mask", "per-layer attention masks: SDPA fast path, sliding band, packed leaks (config only)"),
+    "padding": ("probes.padding", "length distribution, padding waste per batching strategy, CE chunk sizing"),
+    "bucket": ("probes.bucket", "length-bucketing gain over a bucket-size sweep, source diversity per batch"),
+    "profile": ("probes.profile", "step-time scaling fit, padding penalty, CE wall clock, kernel table (GPU)"),
+    "carrier": ("probes.carrier", "training throughput of a model family: params, s/step, tok/s, MFU (GPU)"),
+}
+
+# Probes that need a GPU to give real numbers; the runner places these on idle GPU hosts.
+GPU_PROBES = frozenset({"profile", "carrier"})
+
+
+def get(name: str) -> ModuleType:
+    if name not in REGISTRY:
+        raise InputError(f"unknown probe {name!r} (known: {', '.join(REGISTRY)})")
+    return importlib.import_module(REGISTRY[name][0])
+
+
+def run(name: str, **fields) -> ProbeResult:
+    """Build the probe's Config from keyword fields and run it inline."""
+    module = get(name)
+    return module.run(module.Config(**fields))

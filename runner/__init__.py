@@ -1,0 +1,1 @@
+"""Everything that is not measurement: CLI, cluster file, plans, launchers, store, reports."""
