@@ -61,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"labprobe {name}: error: {exc}", file=sys.stderr)
         return 2
+    except SystemExit as exc:  # argparse's --help (0) and usage errors (2), as a return code
+        return exc.code if isinstance(exc.code, int) else 2
     except KeyboardInterrupt:
         print(f"labprobe {name}: interrupted", file=sys.stderr)
         return 130

@@ -1,0 +1,356 @@
+"""`mask`: what each attention layer really receives, from the config alone (no weights, no GPU).
+
+It runs the model's own forward, built from the checkpoint's config at reduced width (same layer
+types, sliding window and attention implementation; random weights; CPU), through a recording
+attention function registered in both `AttentionInterface` and `AttentionMaskInterface`. So it
+sees exactly what this transformers version builds for these inputs and keyword arguments.
+
+Settles, per layer (table `layers`): whether the attention call gets no mask (SDPA `is_causal`
+fast path) or an explicit tensor, whether it is flash-eligible by torch's SDPA rules, the
+expected SDPA backend, the sliding band (keys a real query can see, `keys_min`/`keys_max`,
+against `window`), and whether a query sees a key of another packed sequence.
+
+Checks: `band_matches_window` (sliding layers: each real query at in-sequence position p sees
+exactly min(window, p + 1) keys), `no_cross_sequence`, `fast_path_kept` (with no padding, every
+full-attention layer keeps the maskless fast path). Exit 1 when one fails: a pre-flight check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from probes.result import Check, InputError, ProbeResult, require
+
+# Reduced width: masks do not depend on widths, only on layer types, window and inputs.
+_TINY = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2,
+         "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 256}
+_RECORDER = "labprobe_record"
+_HALF = {"bfloat16", "float16"}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config:
+    checkpoint: Path
+    """Checkpoint directory holding config.json, or the config.json itself (no weights needed)."""
+    seq_len: int = 4096
+    """Tokens per row of the probe batch."""
+    batch_size: int = 1
+    """Rows in the probe batch."""
+    padding: Literal["none", "right", "packed"] = "none"
+    """none: every row full; right: rows shrink to half length, right-padded; packed: each row holds
+    several sequences with restarting position_ids, as DataCollatorWithFlattening produces."""
+    num_packed: int = 3
+    """Sequences per row when --padding packed (unequal lengths: 1/2, 1/3, 1/6 of the row, ...)."""
+    use_cache: bool | None = None
+    """The use_cache keyword the harness passes to the forward; unset: what the config says."""
+    attention_mask: bool | None = None
+    """Whether the harness passes a 2D attention_mask; unset: as the collator would (yes for none and
+    right, no for packed, whose collator returns position_ids only)."""
+    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+    """The attention implementation the training run uses."""
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    """Training dtype: flash attention needs fp16/bf16."""
+
+    def __post_init__(self) -> None:
+        require(self.seq_len >= 2, f"--seq-len must be >= 2, got {self.seq_len}")
+        require(self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}")
+        require(self.num_packed >= 1, f"--num-packed must be >= 1, got {self.num_packed}")
+        require(self.padding != "packed" or self.seq_len >= self.num_packed,
+                f"--seq-len {self.seq_len} cannot hold --num-packed {self.num_packed} sequences")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LayerRow:
+    layer: int
+    layer_type: str
+    mask: str
+    is_causal: bool
+    fast_path: bool
+    backend: str
+    window: int | None
+    keys_min: int
+    keys_max: int
+    band_ok: bool
+    cross_sequence: bool
+
+
+def load_text_config(checkpoint: Path):
+    """The decoder's config from a checkpoint dir or config.json; multimodal -> its text part."""
+    from transformers import AutoConfig
+
+    path = checkpoint / "config.json" if checkpoint.is_dir() else checkpoint
+    if not path.is_file():
+        raise InputError(f"{path}: no such config file")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: malformed config: {exc}") from None
+    if not isinstance(raw, dict) or "model_type" not in raw:
+        raise InputError(f"{path}: field 'model_type' is missing")
+    model_type = raw.pop("model_type")
+    try:
+        config = AutoConfig.for_model(model_type, **raw)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{path}: field 'model_type' {model_type!r}: {exc}") from None
+    return config.get_text_config()
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    kwargs: dict[str, Any]
+    real: torch.Tensor  # (b, s) bool: a real token, not padding
+    seq_id: torch.Tensor  # (b, s) int: which packed sequence a token belongs to (-1: padding)
+    position: torch.Tensor  # (b, s) int: position within its own sequence
+
+
+def _row_lengths(config: Config) -> list[int]:
+    if config.padding != "right":
+        return [config.seq_len] * config.batch_size
+    half = config.seq_len // 2
+    if config.batch_size == 1:
+        return [half]
+    step = (config.seq_len - half) / (config.batch_size - 1)
+    return [config.seq_len - round(i * step) for i in range(config.batch_size)]
+
+
+def _packed_lengths(seq_len: int, num: int) -> list[int]:
+    """Unequal parts (1/2, 1/3, ... of what is left) so a leak cannot hide behind symmetry."""
+    parts, left = [], seq_len
+    for i in range(num - 1):
+        part = max(1, min(left - (num - 1 - i), left // 2))
+        parts.append(part)
+        left -= part
+    return parts + [left]
+
+
+def build_batch(config: Config, vocab_size: int) -> Batch:
+    b, s = config.batch_size, config.seq_len
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(1, vocab_size, (b, s), generator=generator)
+    position = torch.arange(s).expand(b, s).clone()
+    seq_id = torch.zeros(b, s, dtype=torch.long)
+    lengths = _row_lengths(config)
+    real = torch.arange(s).expand(b, s) < torch.tensor(lengths)[:, None]
+    if config.padding == "packed":
+        starts = 0
+        for i, n in enumerate(_packed_lengths(s, config.num_packed)):
+            position[:, starts:starts + n] = torch.arange(n)
+            seq_id[:, starts:starts + n] = i
+            starts += n
+    seq_id[~real] = -1
+    kwargs: dict[str, Any] = {"input_ids": input_ids}
+    pass_mask = config.attention_mask if config.attention_mask is not None else config.padding != "packed"
+    if pass_mask:
+        kwargs["attention_mask"] = real.long()
+    if config.padding == "packed":
+        kwargs["position_ids"] = position
+    return Batch(kwargs=kwargs, real=real, seq_id=seq_id, position=position)
+
+
+@dataclasses.dataclass
+class Call:
+    layer: int
+    window: int | None
+    mask: torch.Tensor | None
+    is_causal: bool
+    q_len: int
+    kv_len: int
+
+
+def _recorder(calls: list[Call], inner):
+    """An attention function that notes what the layer receives, then runs the real one."""
+
+    checked: dict[tuple, tuple[torch.Tensor | None, torch.Tensor]] = {}
+
+    def record(module, query, key, value, attention_mask, **kwargs):
+        is_causal = kwargs.get("is_causal")
+        is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+        q_len, kv_len = query.shape[2], key.shape[2]
+        calls.append(Call(layer=module.layer_idx, window=getattr(module, "sliding_window", None),
+                          mask=attention_mask, q_len=q_len, kv_len=kv_len,
+                          # exactly the expression sdpa_attention_forward passes to torch
+                          is_causal=bool(q_len > 1 and attention_mask is None and is_causal)))
+        # Run the real attention once per distinct mask (proof that it accepts what it gets);
+        # later layers reuse its output: values never feed back into the masks, which are built
+        # once per forward, and skipping 30 quadratic CPU attentions keeps the probe at seconds.
+        cache_key = (id(attention_mask), q_len, kv_len, query.shape[1])
+        if cache_key not in checked:
+            checked[cache_key] = (attention_mask, inner(module, query, key, value, attention_mask, **kwargs)[0])
+        return checked[cache_key][1], None
+
+    return record
+
+
+def record_forward(config: Config, text_config) -> tuple[list[Call], Batch]:
+    """Run the reduced-width model's own forward and return every attention call, in order."""
+    from transformers import AttentionInterface, AutoModelForCausalLM
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    calls: list[Call] = []
+    impl = config.attn_implementation
+    inner = ALL_ATTENTION_FUNCTIONS[impl] if impl != "eager" else None
+    if inner is None:  # eager is each model's own function, not in the global table
+        inner = _eager_of(text_config)
+    AttentionInterface.register(_RECORDER, _recorder(calls, inner))
+    # Without this second registration, padding masks silently arrive as None (NOTES.md).
+    AttentionMaskInterface.register(_RECORDER, ALL_MASK_ATTENTION_FUNCTIONS[impl])
+    tiny = text_config.__class__(**{**text_config.to_dict(), **_TINY, "pad_token_id": 0})
+    tiny._attn_implementation = _RECORDER
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(tiny, attn_implementation=_RECORDER)
+    model.train()  # as in training; the mask code also looks at the cache, not at the mode
+    batch = build_batch(config, tiny.vocab_size)
+    use_cache = config.use_cache if config.use_cache is not None else bool(text_config.use_cache)
+    with torch.no_grad():
+        model(**batch.kwargs, use_cache=use_cache)
+    return calls, batch
+
+
+def _eager_of(text_config):
+    import importlib
+
+    module = importlib.import_module(f"transformers.models.{text_config.model_type.replace('_text', '')}"
+                                     f".modeling_{text_config.model_type.replace('_text', '')}")
+    return module.eager_attention_forward
+
+
+def allowed_matrix(call: Call) -> torch.Tensor:
+    """(batch, q, kv) bool: which keys each query attends to, whatever the mask's form."""
+    if call.mask is None:
+        if not call.is_causal:
+            return torch.ones(1, call.q_len, call.kv_len, dtype=torch.bool)
+        return torch.ones(call.q_len, call.kv_len, dtype=torch.bool).tril(call.kv_len - call.q_len)[None]
+    mask = call.mask
+    allowed = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    return allowed.any(dim=1)  # over the head dimension (1 or heads)
+
+
+@dataclasses.dataclass(frozen=True)
+class Seen:
+    keys_min: int
+    keys_max: int
+    band_ok: bool
+    cross_sequence: bool
+
+
+def analyse(allowed: torch.Tensor, batch: Batch, window: int | None) -> Seen:
+    assert allowed.shape[-1] == allowed.shape[-2] == batch.real.shape[1], "kv must align with q"
+    allowed = allowed.expand(batch.real.shape[0], -1, -1)
+    keys = allowed.sum(-1)
+    real_keys = keys[batch.real]
+    expected = batch.position + 1
+    if window is not None:
+        expected = expected.clamp(max=window)
+    other = batch.seq_id[:, :, None] != batch.seq_id[:, None, :]
+    real_pair = batch.real[:, :, None] & batch.real[:, None, :]
+    return Seen(keys_min=int(real_keys.min()), keys_max=int(real_keys.max()),
+                band_ok=bool((keys == expected)[batch.real].all()),
+                cross_sequence=bool((allowed & other & real_pair).any()))
+
+
+def flash_eligible(call: Call, config: Config, head_dim: int, num_heads: int, num_kv: int) -> bool:
+    """Flash-eligible by torch's SDPA rules at the real widths; torch's own check where CUDA exists."""
+    if config.attn_implementation != "sdpa" or call.mask is not None or not call.is_causal:
+        return False
+    if torch.cuda.is_available():
+        return _torch_flash_check(config.dtype, head_dim, num_heads, num_kv)
+    # sdp_utils.cpp: no explicit mask, fp16/bf16, head_dim <= 256, is_causal only with q == kv.
+    return config.dtype in _HALF and head_dim <= 256 and call.q_len == call.kv_len
+
+
+def _torch_flash_check(dtype: str, head_dim: int, num_heads: int, num_kv: int) -> bool:
+    dt = getattr(torch, dtype)
+    q = torch.empty(1, num_heads, 128, head_dim, device="cuda", dtype=dt)
+    kv = torch.empty(1, num_kv, 128, head_dim, device="cuda", dtype=dt)
+    params = torch.backends.cuda.SDPAParams(q, kv, kv, None, 0.0, True, num_heads != num_kv)
+    return bool(torch.backends.cuda.can_use_flash_attention(params, False))
+
+
+def expected_backend(call: Call, config: Config, fast_path: bool) -> str:
+    if config.attn_implementation == "eager":
+        return "eager"
+    if fast_path:
+        return "flash"  # on sm90 with a recent cuDNN, cuDNN's flash kernel may be picked first
+    return "efficient" if call.mask is not None or config.dtype not in _HALF else "math"
+
+
+def layer_rows(config: Config, text_config, calls: list[Call], batch: Batch) -> list[LayerRow]:
+    layer_types = getattr(text_config, "layer_types", None)
+    head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
+    num_kv = getattr(text_config, "num_key_value_heads", None) or text_config.num_attention_heads
+    seen_cache: dict[tuple, tuple[Any, Seen]] = {}
+    rows = []
+    for call in calls:
+        # Layers of one type share one mask object: analyse each distinct mask once.
+        key = (id(call.mask), call.is_causal, call.window)
+        if key not in seen_cache:
+            seen_cache[key] = (call.mask, analyse(allowed_matrix(call), batch, call.window))
+        seen = seen_cache[key][1]
+        fast = flash_eligible(call, config, head_dim, text_config.num_attention_heads, num_kv)
+        rows.append(LayerRow(
+            layer=call.layer, layer_type=layer_types[call.layer] if layer_types else "full_attention",
+            mask="none" if call.mask is None else "tensor", is_causal=call.is_causal,
+            fast_path=fast, backend=expected_backend(call, config, fast), window=call.window,
+            keys_min=seen.keys_min, keys_max=seen.keys_max, band_ok=seen.band_ok,
+            cross_sequence=seen.cross_sequence))
+    return rows
+
+
+def checks(config: Config, rows: list[LayerRow]) -> list[Check]:
+    sliding = [r for r in rows if r.window is not None]
+    bad_band = [r.layer for r in sliding if not r.band_ok]
+    leaks = [r.layer for r in rows if r.cross_sequence]
+    full = [r for r in rows if r.window is None]
+    slow = [r.layer for r in full if not r.fast_path]
+    out = [
+        Check(name="band_matches_window", ok=not bad_band, detail=(
+            f"layers {bad_band} see other than min(window, position+1) keys" if bad_band else
+            f"{len(sliding)} sliding layers see min(window, position+1) keys" if sliding else
+            "no sliding layers")),
+        Check(name="no_cross_sequence", ok=not leaks, detail=(
+            f"layers {leaks} attend across packed sequences" + _leak_hint(config) if leaks else
+            "no query sees another sequence's keys")),
+    ]
+    if config.padding == "none":
+        out.append(Check(name="fast_path_kept", ok=not slow, detail=(
+            f"full-attention layers {slow} lose the is_causal fast path" if slow else
+            f"all {len(full)} full-attention layers keep the is_causal fast path")))
+    else:
+        out.append(Check(name="fast_path_kept", ok=True, detail=(
+            f"not applicable with --padding {config.padding}: the batch needs an explicit mask; "
+            f"{len(slow)} of {len(full)} full-attention layers get one")))
+    return out
+
+
+def _leak_hint(config: Config) -> str:
+    if config.padding != "packed":
+        return ""
+    return (" (packing is detected only with no attention_mask and no cache: "
+            "pass use_cache=False and no all-ones attention_mask)")
+
+
+def run(config: Config) -> ProbeResult:
+    import transformers
+
+    text_config = load_text_config(config.checkpoint)
+    calls, batch = record_forward(config, text_config)
+    if not calls:
+        raise InputError(f"{config.checkpoint}: the model made no attention call")
+    rows = layer_rows(config, text_config, calls, batch)
+    use_cache = config.use_cache if config.use_cache is not None else bool(text_config.use_cache)
+    summary = {
+        "model_type": text_config.model_type, "num_layers": len(rows),
+        "layers_fast_path": sum(r.fast_path for r in rows),
+        "layers_tensor_mask": sum(r.mask == "tensor" for r in rows),
+        "layers_cross_sequence": sum(r.cross_sequence for r in rows),
+        "use_cache": use_cache, "attention_mask_passed": "attention_mask" in batch.kwargs,
+        "transformers": transformers.__version__, "torch": torch.__version__,
+    }
+    return ProbeResult(probe="mask", config=config, tables={"layers": rows}, summary=summary,
+                       checks=checks(config, rows))
