@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 
 # Tests run on one machine with throwaway clusters; the product keeps Ray's token auth on.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+# GPU idleness in tests comes from JSON files `<dir>/<host>.json` instead of NVML (runner/idle.py).
+# Set before the cluster starts so every node's workers inherit it; tests rewrite the files.
+FAKE_NVML_DIR = Path(tempfile.mkdtemp(prefix="labprobe-fake-nvml-"))
+os.environ["LABPROBE_FAKE_NVML_DIR"] = str(FAKE_NVML_DIR)
 
 HOST_LABEL = "labprobe.host"
 
@@ -32,3 +38,21 @@ def ray_cluster():
     yield cluster
     ray.shutdown()
     cluster.shutdown()
+
+
+@pytest.fixture
+def fake_nvml_dir() -> Path:
+    """The directory the nodes read fake NVML readings from (`<host>.json`); emptied after the test."""
+    yield FAKE_NVML_DIR
+    for path in FAKE_NVML_DIR.glob("*.json"):
+        path.unlink()
+
+
+def pytest_runtest_setup(item) -> None:
+    """Ray workers cannot import test modules (pytest puts their folder on the driver's path only):
+    ship functions defined in a test module by value, so tests can run them as Ray tasks."""
+    from ray import cloudpickle
+
+    module = getattr(item, "module", None)
+    if module is not None and module.__name__ not in cloudpickle.cloudpickle._PICKLE_BY_VALUE_MODULES:
+        cloudpickle.register_pickle_by_value(module)

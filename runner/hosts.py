@@ -1,0 +1,104 @@
+"""The lab's hosts as Ray nodes: connecting, pinning a task to a host, running a function on hosts.
+
+A host is a Ray node carrying the label `labprobe.host=<name>` (`ray start --labels ...`). Tasks
+are pinned with `label_selector`. A selector that matches no alive node leaves a task pending
+forever with no error (NOTES.md), so every helper here checks the live labels first and waits
+with a timeout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable
+
+HOST_LABEL = "labprobe.host"
+
+
+@dataclasses.dataclass(frozen=True)
+class HostFailure:
+    """A host that gave no answer: no alive node carries its label, the task failed or timed out."""
+
+    host: str
+    reason: str
+
+
+def connect(address: str | None = None, *, num_cpus: int | None = None,
+            labels: dict[str, str] | None = None) -> None:
+    """Join the lab's Ray cluster at `address`, or start an embedded local Ray when None.
+
+    Does nothing when Ray is already initialised (the tests' shared cluster, a second call).
+    """
+    import ray
+
+    if ray.is_initialized():
+        return
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                              "configure_logging": False}
+    if address is None:
+        kwargs.update(num_cpus=num_cpus, labels=labels)
+    ray.init(address=address, **kwargs)
+
+
+def pinned(host: str) -> dict[str, Any]:
+    """Ray `.options(...)` keyword arguments that pin a task to `host`'s node."""
+    return {"label_selector": {HOST_LABEL: host}}
+
+
+def live_hosts() -> dict[str, list[str]]:
+    """Host label -> node ids of the alive nodes that carry it."""
+    import ray
+
+    hosts: dict[str, list[str]] = {}
+    for node in ray.nodes():
+        label = (node.get("Labels") or {}).get(HOST_LABEL)
+        if node.get("Alive") and label:
+            hosts.setdefault(label, []).append(node["NodeID"])
+    return hosts
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: Ray wraps remote errors in multi-line tracebacks."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        exc = cause
+    text = str(exc).strip().splitlines()
+    last = text[-1].strip() if text else ""
+    return f"{type(exc).__name__}: {last}" if last else type(exc).__name__
+
+
+def run_on_hosts(fn: Callable[..., Any], hosts: list[str], *args: Any, timeout_s: float = 60.0,
+                 num_cpus: float = 0.1, **kwargs: Any) -> dict[str, Any]:
+    """Run `fn(*args, **kwargs)` once on each host, in parallel; host -> result or HostFailure.
+
+    A host that no alive node carries fails at once; a task still running at `timeout_s` is
+    cancelled and reported as a timeout. Never hangs.
+    """
+    import ray
+
+    remote = ray.remote(max_retries=0)(fn)
+    live = live_hosts()
+    results: dict[str, Any] = {}
+    pending: dict[Any, str] = {}
+    for host in hosts:
+        if host not in live:
+            results[host] = HostFailure(host, f"no alive Ray node carries {HOST_LABEL}={host}")
+            continue
+        ref = remote.options(num_cpus=num_cpus, **pinned(host)).remote(*args, **kwargs)
+        pending[ref] = host
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        left = deadline - time.monotonic()
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, left))
+        if not done:
+            break
+        ref = done[0]
+        host = pending.pop(ref)
+        try:
+            results[host] = ray.get(ref)
+        except Exception as exc:  # a remote error of any kind is this host's answer
+            results[host] = HostFailure(host, one_line(exc))
+    for ref, host in pending.items():
+        ray.cancel(ref, force=True)
+        results[host] = HostFailure(host, f"timeout: no answer within {timeout_s:g} s")
+    return {host: results[host] for host in hosts}
