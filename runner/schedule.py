@@ -1,0 +1,184 @@
+"""`labprobe schedule install|remove|show`: the overnight sweep's crontab entry.
+
+One tagged entry per (cluster file, plan), edited with python-crontab, never by hand: installing
+again replaces the entry (idempotent), `remove` deletes it, `show` lists every labprobe entry.
+cron runs commands with a bare environment from the user's home directory, so the entry carries
+what the sweep needs: it changes to the cluster file's directory, sets PATH (and
+RAY_AUTH_TOKEN_PATH when set here, never a token itself), runs the `labprobe` of this very
+environment by absolute path, and appends stdout and stderr to a log file.
+
+`--crontab-file F` edits F (created if absent) instead of the user's crontab: for tests, and for
+labs that deploy cron files (`crontab F` installs one). Defaults come from the cluster file's
+`schedule` section; the flags override them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from crontab import CronItem, CronSlices, CronTab
+
+from probes.result import InputError
+from runner.cluster import Cluster, load_cluster
+
+TAG = "labprobe-sweep"
+"""Every entry's comment starts with this; the rest names the plan and the cluster file."""
+DEADLINE = re.compile(r"([01]\d|2[0-3]):[0-5]\d")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    install = actions.add_parser("install", help="add or replace the sweep's entry")
+    remove = actions.add_parser("remove", help="delete the sweep's entry (one plan, or all of a cluster file)")
+    show = actions.add_parser("show", help="list labprobe's entries")
+    for sub in (install, remove, show):
+        sub.add_argument("--crontab-file", type=Path, metavar="F",
+                         help="edit this file instead of the user's crontab (created if absent)")
+    for sub in (install, remove):
+        sub.add_argument("--cluster", type=Path, default=Path("cluster.yaml"), metavar="F",
+                         help="the cluster file (default: ./cluster.yaml)")
+        sub.add_argument("--plan", metavar="P", help="the sweep plan (default: the schedule section's)")
+    install.add_argument("--cron", metavar="EXPR",
+                         help="when to run, a cron expression such as '0 1 * * *' (default: the schedule section's)")
+    install.add_argument("--deadline", metavar="HH:MM",
+                         help="no job starts after this time of day (default: the schedule section's)")
+    install.add_argument("--log", type=Path, metavar="F",
+                         help="append the sweep's output here (default: the schedule section's, "
+                              "else <store>/logs/sweep-<plan>.log)")
+    remove.add_argument("--all", action="store_true", help="remove every labprobe entry, of any cluster file")
+
+
+def main(args: argparse.Namespace) -> int:
+    tab = read_crontab(args.crontab_file)
+    if args.action == "install":
+        cluster = load_cluster(args.cluster)
+        entry = install(tab, cluster, plan=args.plan, cron=args.cron, deadline=args.deadline, log=args.log)
+        write_crontab(tab, args.crontab_file)
+        print(f"installed: {entry.slices} {entry.command}")
+    elif args.action == "remove":
+        cluster_path = args.cluster.resolve()
+        num_removed = remove(tab, cluster_path=None if args.all else cluster_path, plan=args.plan)
+        write_crontab(tab, args.crontab_file)
+        print(f"removed {num_removed} entr{'y' if num_removed == 1 else 'ies'}")
+    else:
+        entries = labprobe_entries(tab)
+        for entry in entries:
+            print(f"{entry.slices}  {entry.comment}\n    {entry.command}")
+        if not entries:
+            print("no labprobe entries")
+    return 0
+
+
+# -- the crontab ------------------------------------------------------------------------------
+def read_crontab(path: Path | None) -> CronTab:
+    if path is None:
+        try:
+            return CronTab(user=True)
+        except OSError as exc:  # no `crontab` program here: point at the file option
+            raise InputError(f"cannot read the user's crontab ({exc}); use --crontab-file F") from None
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, expected a crontab file")
+    if not path.exists():
+        return CronTab(tab="")
+    try:
+        return CronTab(tab=path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"{path}: not a readable crontab ({exc})") from None
+
+
+def write_crontab(tab: CronTab, path: Path | None) -> None:
+    if path is None:
+        try:
+            tab.write_to_user(user=True)
+        except OSError as exc:
+            raise InputError(f"cannot write the user's crontab ({exc}); use --crontab-file F") from None
+        return
+    # Atomic, so cron never reads half a file.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    tmp.write_text(tab.render().lstrip("\n"), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def tag(plan: str, cluster_path: Path) -> str:
+    return f"{TAG} plan={plan} cluster={cluster_path}"
+
+
+def labprobe_entries(tab: CronTab) -> list[CronItem]:
+    return [job for job in tab if job.comment.startswith(TAG + " ")]
+
+
+def install(tab: CronTab, cluster: Cluster, *, plan: str | None = None, cron: str | None = None,
+            deadline: str | None = None, log: Path | None = None) -> CronItem:
+    """Add the plan's entry, replacing one already there for the same plan and cluster file."""
+    defaults = cluster.spec.schedule
+    plan = plan or (defaults.plan if defaults else None)
+    cron = cron or (defaults.cron if defaults else None)
+    deadline = deadline or (defaults.deadline if defaults else None)
+    if plan is None or cron is None:
+        missing = "--plan" if plan is None else "--cron"
+        raise InputError(f"{missing}: not given, and {cluster.path.name} has no schedule section to default from")
+    if plan not in cluster.spec.plans:
+        raise InputError(f"--plan: unknown plan {plan!r} in {cluster.path.name} "
+                         f"(plans: {', '.join(cluster.spec.plans) or 'none'})")
+    if not CronSlices.is_valid(cron):
+        raise InputError(f"--cron: invalid cron expression {cron!r} (expected e.g. '0 1 * * *' or '@daily')")
+    if deadline is not None and not DEADLINE.fullmatch(deadline):
+        raise InputError(f"--deadline: expected HH:MM (24-hour), got {deadline!r}")
+    log_path = _log_path(cluster, plan, log)
+    log_path.parent.mkdir(parents=True, exist_ok=True)  # `>>` cannot create a folder
+    remove(tab, cluster_path=cluster.path, plan=plan)
+    entry = tab.new(command=sweep_command(cluster.path, plan, deadline, log_path),
+                    comment=tag(plan, cluster.path))
+    entry.setall(cron)
+    return entry
+
+
+def remove(tab: CronTab, *, cluster_path: Path | None, plan: str | None) -> int:
+    """Delete labprobe entries: of one plan, or every plan of a cluster file, or (both None) all."""
+    doomed = [job for job in labprobe_entries(tab)
+              if (cluster_path is None or job.comment.endswith(f" cluster={cluster_path}"))
+              and (plan is None or job.comment.startswith(f"{TAG} plan={plan} "))]
+    for job in doomed:
+        tab.remove(job)
+    return len(doomed)
+
+
+# -- the command cron runs --------------------------------------------------------------------
+def labprobe_command() -> list[str]:
+    """This environment's `labprobe`, by absolute path (cron's PATH knows no venv)."""
+    # The venv's bin folder, without resolving the python symlink out of the venv.
+    script = Path(sys.executable).parent / "labprobe"
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script.absolute())]
+    return [str(Path(sys.executable).absolute()), "-m", "runner.cli"]
+
+
+def sweep_command(cluster_path: Path, plan: str, deadline: str | None, log: Path) -> str:
+    """`{ stamp; cd DIR && ENV labprobe sweep ...; } >> LOG 2>&1`: everything lands in the log."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    if os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        env["RAY_AUTH_TOKEN_PATH"] = str(Path(os.environ["RAY_AUTH_TOKEN_PATH"]).absolute())
+    sweep = labprobe_command() + ["sweep", "--cluster", str(cluster_path), "--plan", plan, "--report"]
+    if deadline:
+        sweep += ["--deadline", deadline]
+    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    q = shlex.quote
+    return (f"{{ echo \"== labprobe sweep {q(plan)} $(date -u -Iseconds)\"; "
+            f"cd {q(str(cluster_path.parent))} && {assignments} {shlex.join(sweep)}; }} "
+            f">> {q(str(log))} 2>&1")
+
+
+def _log_path(cluster: Cluster, plan: str, log: Path | None) -> Path:
+    if log is not None:
+        return log.absolute()
+    configured = cluster.spec.schedule.log if cluster.spec.schedule else None
+    if configured:
+        path = Path(configured).expanduser()
+        return path if path.is_absolute() else (cluster.base / path).resolve()
+    return cluster.store_root() / "logs" / f"sweep-{plan}.log"
