@@ -1,0 +1,459 @@
+"""GPU idleness, observed on the GPU itself: is anything (or anyone) using this card right now?
+
+Ray counts GPUs logically, so a card busy with a training run Ray did not start looks free to it,
+and matching process names fails (a wrapper's own command line carries the pattern). So a GPU
+reads `busy` from what NVML and the file system show:
+
+- a compute process on the card that is not labprobe's own (this process, its ancestors and
+  descendants: inside a Ray worker that is the worker and the raylet above it, never a sibling
+  worker, which may be another job on the same card);
+- memory used (less what our own processes hold) at or above `Thresholds.mem_used_bytes` at any
+  sample: this also catches runs whose pids NVML cannot show (other PID namespaces, containers);
+- utilisation at or above `Thresholds.util_pct` in any sample over `window_s`;
+- when the host names a runs directory, a file under it modified within `runs_fresh_min`.
+
+A host without nvidia-ml-py, the NVML library or a GPU reads as one `no-gpu` row, never an
+error. With env LABPROBE_FAKE_NVML_DIR set, readings come from `<dir>/<host>.json` (tests):
+
+    [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-...", "mem_used_bytes": 0,
+      "mem_total_bytes": 150000000000, "util_pct": [0, 3, 0],
+      "processes": [{"pid": 4242, "mem_used_bytes": 8000000000}]}]
+
+Never imports Ray at module import time: the GPU box runs this standalone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from probes.result import InputError
+
+FAKE_ENV = "LABPROBE_FAKE_NVML_DIR"
+GIB = 1024**3
+
+
+class GpuBusyError(RuntimeError):
+    """A GPU job refusing to start on a busy card; str(e) is the reason."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    util_pct: float = 10.0
+    """Busy at or above this utilisation in any sample. Idle cards read 0; a training step 50-100."""
+    mem_used_bytes: int = 1 * GIB
+    """Busy at or above this much memory used by others. An idle H200 reads well under 0.1 GiB (NVML
+    v2, reserved memory excluded); a bare CUDA context is ~0.5 GiB, any training run holds several GiB."""
+    window_s: float = 3.0
+    """Utilisation is sampled over this window: a training loop between steps (data loading,
+    checkpointing) can read 0% for a moment, rarely for seconds."""
+    sample_hz: float = 5.0
+    """Samples per second. NVML's own utilisation period is 1/6-1 s, so 5 Hz misses no period."""
+    runs_fresh_min: float = 10.0
+    """A file under the runs directory changed within this many minutes means a run is live:
+    training runs write logs or metrics at least every few minutes."""
+
+    @classmethod
+    def from_cluster(cls, idle: Any | None) -> Thresholds:
+        """From a cluster.yaml host's `idle:` overrides (runner.cluster.IdleThresholds); None: defaults."""
+        if idle is None:
+            return cls()
+        mapping = {"max_util_pct": ("util_pct", float), "window_s": ("window_s", float),
+                   "runs_quiet_min": ("runs_fresh_min", float),
+                   "max_mem_used_mib": ("mem_used_bytes", lambda mib: int(mib * 1024**2))}
+        values = {mine: conv(getattr(idle, theirs)) for theirs, (mine, conv) in mapping.items()
+                  if getattr(idle, theirs, None) is not None}
+        return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuSample:
+    """What NVML (or the fake file) showed for one GPU over the window: the verdict's input."""
+    index: int
+    name: str
+    uuid: str = ""
+    mem_used_bytes: tuple[int, ...] = ()
+    """Memory used at each sample."""
+    mem_total_bytes: int | None = None
+    util_pct: tuple[float, ...] = ()
+    """Utilisation at each sample."""
+    processes: tuple[tuple[int, int | None], ...] = ()
+    """(pid, memory used or None where NVML cannot tell) of every compute process seen in the window."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FileAge:
+    path: str
+    age_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuReading:
+    host: str
+    index: int
+    name: str
+    verdict: str
+    """idle | busy | no-gpu"""
+    reason: str
+    uuid: str = ""
+    mem_used_bytes: int | None = None
+    """The most memory used seen in the window (all processes)."""
+    mem_total_bytes: int | None = None
+    util_max_pct: float | None = None
+    num_samples: int = 0
+    pids: tuple[int, ...] = ()
+    """Foreign compute processes on the card."""
+    own_pids: tuple[int, ...] = ()
+    """labprobe's own compute processes on the card (not counted)."""
+    newest_file: str = ""
+    newest_file_age_s: float | None = None
+    node_host: str = ""
+    """The host label of the Ray node that took the reading; empty outside Ray."""
+    reader_pid: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# -- the verdict (pure) ---------------------------------------------------------------------------
+
+def verdict(sample: GpuSample, *, own_pids: frozenset[int] | set[int] = frozenset(),
+            newest: FileAge | None = None, runs_dir: str | None = None,
+            thresholds: Thresholds | None = None) -> tuple[str, str]:
+    """("idle" | "busy", reason) from one GPU's samples, our pids and the runs directory's newest file.
+
+    A busy reason lists every cause found; an idle reason says what was seen, so either can be
+    checked by a person reading `labprobe idle`.
+    """
+    t = thresholds or Thresholds()
+    causes: list[str] = []
+    foreign = [(pid, mem) for pid, mem in sample.processes if pid not in own_pids]
+    for pid, mem in foreign:
+        causes.append(f"pid {pid} computes on it ({_gib(mem)})" if mem is not None
+                      else f"pid {pid} computes on it")
+    own_mem = sum(mem or 0 for pid, mem in sample.processes if pid in own_pids)
+    mem_others = max(sample.mem_used_bytes, default=0) - own_mem
+    if mem_others >= t.mem_used_bytes:
+        ours = f", ours {_gib(own_mem)} excluded" if own_mem else ""
+        causes.append(f"memory used {_gib(mem_others)} >= {_gib(t.mem_used_bytes)}{ours}")
+    hot = [u for u in sample.util_pct if u >= t.util_pct]
+    if hot:
+        causes.append(f"utilisation >= {t.util_pct:g}% in {len(hot)} of {len(sample.util_pct)} "
+                      f"samples over {t.window_s:g} s (max {max(hot):g}%)")
+    fresh_s = t.runs_fresh_min * 60
+    if newest is not None and newest.age_s < fresh_s:
+        causes.append(f"{newest.path} changed {_ago(newest.age_s)} ago "
+                      f"(< {t.runs_fresh_min:g} min: a run is writing)")
+    if causes:
+        return "busy", "; ".join(causes)
+    seen = [f"no foreign process, {_gib(mem_others)} used",
+            f"util max {max(sample.util_pct, default=0):g}% over {len(sample.util_pct)} samples"]
+    if newest is not None:
+        seen.append(f"newest file under {runs_dir or 'the runs dir'} {_ago(newest.age_s)} old")
+    elif runs_dir:
+        seen.append(f"no file under {runs_dir}")
+    return "idle", ", ".join(seen)
+
+
+def _gib(num_bytes: int | float | None) -> str:
+    return "? GiB" if num_bytes is None else f"{num_bytes / GIB:.2f} GiB"
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+# -- what counts as ours, and the runs directory ---------------------------------------------------
+
+def _ppid(pid: int) -> int:
+    """Parent pid from /proc/<pid>/stat (the command name may hold spaces and parentheses)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def own_pids(pid: int | None = None) -> frozenset[int]:
+    """This process, its ancestors (short of init) and its descendants.
+
+    In a Ray worker the ancestors are the raylet (and, for an embedded Ray, the driver that started
+    it); sibling workers are not ours: one may be another GPU job on the same card. A process
+    started apart from this one (another person's run, a separate session) is never ours.
+    """
+    pid = os.getpid() if pid is None else pid
+    ours = {pid}
+    parent = _ppid(pid) if Path("/proc").is_dir() else os.getppid()
+    while parent > 1 and parent not in ours:
+        ours.add(parent)
+        parent = _ppid(parent)
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        entries = []
+    for child in entries:
+        children.setdefault(_ppid(child), []).append(child)
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in ours:
+                ours.add(child)
+                todo.append(child)
+    return frozenset(ours)
+
+
+def newest_file(root: str, *, fresh_s: float, now: float | None = None) -> FileAge | None:
+    """The newest file under `root`, stopping at the first one younger than `fresh_s`.
+
+    One scandir pass, one stat per file, symlinks not followed (no loops, no leaving the tree);
+    unreadable folders are skipped. None when the tree holds no file or `root` does not exist.
+    """
+    now = time.time() if now is None else now
+    best: FileAge | None = None
+    stack = [root]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    elif entry.is_file(follow_symlinks=False):
+                        age = now - entry.stat(follow_symlinks=False).st_mtime
+                        if best is None or age < best.age_s:
+                            best = FileAge(entry.path, age)
+                            if age < fresh_s:
+                                return best
+        except OSError:
+            continue
+    return best
+
+
+# -- readings: NVML or the fake file ---------------------------------------------------------------
+
+def _read_fake(directory: str, host: str) -> list[GpuSample] | str:
+    """Samples from `<directory>/<host>.json`; a reason string when there is no such file."""
+    path = Path(directory) / f"{host}.json"
+    if not path.is_file():
+        return f"no GPU: no fake NVML file {path}"
+    try:
+        gpus = json.loads(path.read_text())
+        return [GpuSample(
+            index=int(g["index"]), name=str(g.get("name", "")), uuid=str(g.get("uuid", "")),
+            mem_used_bytes=(int(g.get("mem_used_bytes", 0)),),
+            mem_total_bytes=g.get("mem_total_bytes"),
+            util_pct=tuple(float(u) for u in g.get("util_pct", [0.0])),
+            processes=tuple((int(p["pid"]), p.get("mem_used_bytes")) for p in g.get("processes", [])),
+        ) for g in gpus]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{path}: malformed fake NVML reading: {exc}") from None
+
+
+def _nvml_memory_used(pynvml: Any, handle: Any) -> int:
+    """Memory used without the driver's reserved part (NVML v2) where the driver offers it."""
+    try:
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2).used)
+    except Exception:  # older drivers or bindings: v1 counts reserved memory as used
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+
+
+def _nvml_processes(pynvml: Any, handle: Any) -> list[tuple[int, int | None]]:
+    procs = list(pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
+    try:
+        procs += list(pynvml.nvmlDeviceGetMPSComputeRunningProcesses(handle))
+    except Exception:  # MPS queries are unsupported on many drivers
+        pass
+    # usedGpuMemory is None where NVML cannot tell (NVML_VALUE_NOT_AVAILABLE, some containers)
+    return [(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory)) for p in procs]
+
+
+def _read_nvml(t: Thresholds) -> list[GpuSample] | str:
+    """Sample every GPU together for `t.window_s`; a reason string when NVML or GPUs are missing."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception as exc:  # ImportError, NVMLError_LibraryNotFound, driver not loaded ...
+        return f"no GPU: NVML unavailable ({type(exc).__name__}: {exc})"
+    try:
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        if not handles:
+            return "no GPU: NVML sees no device"
+        num_samples = max(2, round(t.window_s * t.sample_hz))
+        mems: list[list[int]] = [[] for _ in handles]
+        utils: list[list[float]] = [[] for _ in handles]
+        procs: list[dict[int, int | None]] = [{} for _ in handles]
+        start = time.monotonic()
+        for k in range(num_samples):
+            for i, h in enumerate(handles):
+                utils[i].append(float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
+                mems[i].append(_nvml_memory_used(pynvml, h))
+                for pid, mem in _nvml_processes(pynvml, h):
+                    old = procs[i].get(pid)
+                    procs[i][pid] = mem if old is None else max(old, mem or 0)
+            if k + 1 < num_samples:
+                time.sleep(max(0.0, start + (k + 1) * t.window_s / (num_samples - 1) - time.monotonic()))
+        return [GpuSample(
+            index=i, name=_text(pynvml.nvmlDeviceGetName(h)), uuid=_text(pynvml.nvmlDeviceGetUUID(h)),
+            mem_used_bytes=tuple(mems[i]), mem_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
+            util_pct=tuple(utils[i]), processes=tuple(sorted(procs[i].items())),
+        ) for i, h in enumerate(handles)]
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _node_host() -> str:
+    """The labprobe.host label of the Ray node running this, if inside Ray (never imports Ray)."""
+    ray = sys.modules.get("ray")
+    try:
+        if ray is not None and ray.is_initialized():
+            return ray.get_runtime_context().get_node_labels().get("labprobe.host", "")
+    except Exception:  # a half-initialised Ray: the label is only informative
+        pass
+    return ""
+
+
+def read_local(host: str, *, runs_dir: str | None = None,
+               thresholds: Thresholds | None = None) -> list[GpuReading]:
+    """Read every GPU of this machine (run it on `host`: a pinned Ray task, or inline there)."""
+    t = thresholds or Thresholds()
+    fake = os.environ.get(FAKE_ENV)
+    samples = _read_fake(fake, host) if fake else _read_nvml(t)
+    node, reader = _node_host(), os.getpid()
+    if isinstance(samples, str):
+        return [GpuReading(host=host, index=-1, name="", verdict="no-gpu", reason=samples,
+                           node_host=node, reader_pid=reader)]
+    ours = own_pids()
+    newest = newest_file(runs_dir, fresh_s=t.runs_fresh_min * 60) if runs_dir else None
+    readings = []
+    for s in samples:
+        word, reason = verdict(s, own_pids=ours, newest=newest, runs_dir=runs_dir, thresholds=t)
+        readings.append(GpuReading(
+            host=host, index=s.index, name=s.name, verdict=word, reason=reason, uuid=s.uuid,
+            mem_used_bytes=max(s.mem_used_bytes, default=None), mem_total_bytes=s.mem_total_bytes,
+            util_max_pct=max(s.util_pct, default=None), num_samples=len(s.util_pct),
+            pids=tuple(p for p, _ in s.processes if p not in ours),
+            own_pids=tuple(p for p, _ in s.processes if p in ours),
+            newest_file=newest.path if newest else "", newest_file_age_s=newest.age_s if newest else None,
+            node_host=node, reader_pid=reader))
+    return readings
+
+
+def read_pinned(per_host: dict[str, tuple[str | None, Thresholds]]) -> list[GpuReading]:
+    """read_local for the host whose node this runs on (run_on_hosts passes one argument to all)."""
+    host = _node_host()
+    if host not in per_host:
+        raise RuntimeError(f"node label labprobe.host={host!r} is not one of {sorted(per_host)}")
+    runs_dir, thresholds = per_host[host]
+    return read_local(host, runs_dir=runs_dir, thresholds=thresholds)
+
+
+# -- the job-side check ------------------------------------------------------------------------------
+
+def _visible(readings: list[GpuReading]) -> list[GpuReading] | None:
+    """The GPUs named by CUDA_VISIBLE_DEVICES (NVML indices or UUIDs); None when it is unset."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is None:
+        return None
+    wanted = [w.strip() for w in env.split(",") if w.strip()]
+    return [r for r in readings if str(r.index) in wanted or (r.uuid and r.uuid in wanted)]
+
+
+def guard(host: str, *, runs_dir: str | None = None, thresholds: Thresholds | None = None) -> None:
+    """A GPU job's first call: raise GpuBusyError unless the card it will use reads idle.
+
+    With CUDA_VISIBLE_DEVICES set (Ray sets it for num_gpus tasks) every visible GPU must read idle.
+    Unset, some GPU must, and the job is pointed at the first idle one (CUDA_VISIBLE_DEVICES=<uuid>)
+    so it does not land on a busy GPU 0; call this before anything initialises CUDA.
+    """
+    readings = read_local(host, runs_dir=runs_dir, thresholds=thresholds)
+    gpus = [r for r in readings if r.verdict != "no-gpu"]
+    if not gpus:
+        raise GpuBusyError(describe(host, readings))
+    visible = _visible(gpus)
+    if visible is not None:
+        if not visible:
+            raise GpuBusyError(f"{host}: CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r} "
+                               f"names no GPU that NVML sees")
+        busy = [r for r in visible if r.verdict != "idle"]
+        if busy:
+            raise GpuBusyError(describe(host, busy))
+        return
+    idle = [r for r in gpus if r.verdict == "idle"]
+    if not idle:
+        raise GpuBusyError(describe(host, gpus))
+    os.environ["CUDA_VISIBLE_DEVICES"] = idle[0].uuid or str(idle[0].index)
+
+
+def describe(host: str, readings: list[GpuReading]) -> str:
+    """One line for a host's non-idle GPUs: why no job should start there."""
+    return f"{host}: " + "; ".join(
+        f"GPU {r.index} {r.verdict}: {r.reason}" if r.index >= 0 else f"{r.verdict}: {r.reason}"
+        for r in readings)
+
+
+# -- `labprobe idle` ----------------------------------------------------------------------------------
+
+def read_hosts(per_host: dict[str, tuple[str | None, Thresholds]], *,
+               timeout_s: float) -> dict[str, list[GpuReading] | Any]:
+    """Every host at once, one pinned task each: host -> its readings, or a HostFailure."""
+    from runner.hosts import run_on_hosts
+
+    window_s = max((t.window_s for _, t in per_host.values()), default=0.0)
+    # num_cpus=0: a reading must not queue behind the jobs that fill a host's CPUs.
+    return run_on_hosts(read_pinned, list(per_host), per_host, timeout_s=timeout_s + window_s, num_cpus=0)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Read every GPU of the lab through NVML, all hosts at once: idle or busy, and "
+                          "why. Exit 0 when no GPU reads busy and every host answered, else 1.")
+    parser.add_argument("--cluster", default="cluster.yaml", help="the lab's cluster file")
+    parser.add_argument("--address", default=None,
+                        help="Ray address (default: the cluster file's ray.address; unset there: an "
+                             "embedded local Ray standing for the head host)")
+    parser.add_argument("--json", action="store_true", help="print a JSON list of readings")
+    parser.add_argument("--timeout-s", type=float, default=30.0,
+                        help="seconds to wait for a host, on top of the sampling window")
+
+
+def main(args: argparse.Namespace) -> int:
+    from runner.cluster import load_cluster
+    from runner.hosts import HOST_LABEL, HostFailure, connect
+
+    if not args.timeout_s > 0:
+        raise InputError(f"--timeout-s: must be > 0 (got {args.timeout_s})")
+    cluster = load_cluster(args.cluster)
+    per_host = {name: (cluster.runs_dir(name), Thresholds.from_cluster(h.idle))
+                for name, h in cluster.hosts.items()}
+    address = args.address or cluster.spec.ray.address
+    connect(address, labels=None if address else {HOST_LABEL: cluster.head().name})
+    results = read_hosts(per_host, timeout_s=args.timeout_s)
+    rows: list[dict[str, Any]] = []
+    for host, got in results.items():
+        if isinstance(got, HostFailure):
+            rows.append({"host": host, "gpu": None, "name": "", "verdict": "unreachable",
+                         "reason": got.reason})
+        else:
+            rows += [r.to_dict() | {"gpu": r.index if r.index >= 0 else None} for r in got]
+    if args.json:
+        json.dump(rows, sys.stdout, indent=1)
+        print()
+    else:
+        from runner.tables import format_table
+
+        print(format_table([{k: r[k] for k in ("host", "gpu", "name", "verdict", "reason")} for r in rows]))
+    return 0 if all(r["verdict"] in ("idle", "no-gpu") for r in rows) else 1
