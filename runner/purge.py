@@ -1,0 +1,273 @@
+"""`labprobe purge`: remove the intermediate `checkpoints/` of training runs across the lab's hosts.
+
+Each host's runs root (`runs_root` in cluster.yaml) is scanned by a Ray task pinned to that host
+(runner/purge_fs.py does the filesystem work). Without `--yes` only the plan is printed: each
+`checkpoints/` to remove with its size, and each run refused with the reasons. With `--yes` the
+adapters are digested, the approved directories deleted with every refusal re-checked at the
+moment of deletion, the digests verified, and the space each filesystem got back measured.
+
+Every invocation, dry or not, is stored: tables `purge.actions` (the plan, phase "plan", and with
+--yes the outcome, phase "outcome") and `purge.filesystems`, one file per host under
+`checkpoint=-` (a purge acts on runs, not on one model checkpoint; the run is a column), then a
+`jobs` row per host. Exit 0 when everything approved was removed and every adapter verified
+(refusals are the tool working), 1 when a host, a deletion or a digest failed, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import socket
+import sys
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from probes.result import InputError
+from runner import purge_fs
+from runner.hosts import HOST_LABEL, HostFailure, connect, run_on_hosts
+from runner.tables import format_table
+
+PROBE = "purge"
+NO_CHECKPOINT = "-"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cluster", default="cluster.yaml", metavar="F",
+                        help="the lab's cluster file: hosts and their runs_root, the store (default: %(default)s)")
+    parser.add_argument("--host", action="append", metavar="H",
+                        help="only this host (repeatable); default: every host with a runs_root")
+    parser.add_argument("--run", default="*", metavar="GLOB",
+                        help="only runs whose directory name matches GLOB (default: every run)")
+    parser.add_argument("--yes", action="store_true",
+                        help="delete; without it only the plan is printed and stored")
+    parser.add_argument("--store", metavar="D", help="store root (default: the cluster file's)")
+    parser.add_argument("--address", metavar="A", help="Ray address (default: the cluster file's)")
+    parser.add_argument("--timeout-s", type=float, default=3600.0, metavar="S",
+                        help="give up on a host after S seconds (default: %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+
+
+@dataclasses.dataclass(kw_only=True)
+class Report:
+    """What a purge found and did, over all hosts."""
+
+    yes: bool
+    roots: dict[str, str]
+    run_glob: str
+    plan: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
+    outcome: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
+    filesystems: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
+    failures: dict[str, str] = dataclasses.field(default_factory=dict)
+    envs: dict[str, dict] = dataclasses.field(default_factory=dict)
+    started_at: datetime = dataclasses.field(default_factory=lambda: datetime.now(timezone.utc))
+    wall_s: float = 0.0
+
+    def host_ok(self, host: str) -> bool:
+        rows = self.outcome.get(host, [])
+        return host not in self.failures and not any(
+            r["action"] == "failed" or r["adapter_digests_verified"] is False for r in rows)
+
+    @property
+    def ok(self) -> bool:
+        return all(self.host_ok(h) for h in self.roots)
+
+
+def runs_roots(cluster: Any, hosts: list[str] | None) -> dict[str, str]:
+    """Host -> runs root from the cluster file; unknown hosts and hosts without one are bad input."""
+    known = cluster.hosts
+    for host in hosts or []:
+        if host not in known:
+            raise InputError(f"unknown host {host!r} (hosts in {cluster.path.name}: {', '.join(known)})")
+    chosen = hosts or [h for h in known if cluster.runs_dir(h)]
+    missing = [h for h in chosen if not cluster.runs_dir(h)]
+    if missing:
+        raise InputError(f"{cluster.path.name}: hosts.{missing[0]}.runs_root is not set")
+    if not chosen:
+        raise InputError(f"{cluster.path.name}: no host has a runs_root")
+    return {h: cluster.runs_dir(h) for h in dict.fromkeys(chosen)}
+
+
+def check_glob(run_glob: str) -> str:
+    if not run_glob or "/" in run_glob:
+        raise InputError(f"--run {run_glob!r}: a run directory name pattern, without '/'")
+    return run_glob
+
+
+# -- on each host (a pinned Ray task) -----------------------------------------------------------
+def _on_host(roots: dict[str, str], run_glob: str, planned: dict[str, list[str]] | None) -> dict:
+    """Plan (planned None) or execute on the host this task landed on, told by its own label.
+    Bad input on the host (no runs root) comes back as a value, not an error, so the driver can
+    stop everything before any host deletes anything."""
+    import ray
+
+    host = ray.get_runtime_context().get_node_labels().get(HOST_LABEL, "")
+    env = {"hostname": socket.gethostname(), "python": platform.python_version(),
+           "platform": platform.platform()}
+    try:
+        if planned is None:
+            rows = purge_fs.scan_root(roots[host], run_glob, host)
+            fs = purge_fs.filesystems([r for r in rows if r.action == "remove"], host, {})
+            return {"actions": [dataclasses.asdict(r) for r in rows],
+                    "filesystems": [dataclasses.asdict(f) for f in fs], "env": env}
+        return {**purge_fs.execute(roots[host], run_glob, planned.get(host, []), host), "env": env}
+    except InputError as exc:
+        return {"bad_input": f"{host}: {exc}"}
+
+
+def purge(roots: dict[str, str], run_glob: str = "*", *, yes: bool = False,
+          timeout_s: float = 3600.0) -> Report:
+    """Plan on every host; with `yes`, execute the plan on every host that answered."""
+    start = time.monotonic()
+    report = Report(yes=yes, roots=roots, run_glob=check_glob(run_glob))
+    answers = run_on_hosts(_on_host, list(roots), roots, run_glob, None, timeout_s=timeout_s)
+    bad = [a["bad_input"] for a in answers.values() if isinstance(a, dict) and "bad_input" in a]
+    if bad:
+        raise InputError(bad[0])
+    for host, answer in answers.items():
+        if isinstance(answer, HostFailure):
+            report.failures[host] = answer.reason
+            continue
+        report.plan[host], report.envs[host] = answer["actions"], answer["env"]
+        report.filesystems[host] = answer["filesystems"]
+    if yes:
+        _execute(report, timeout_s)
+    report.wall_s = time.monotonic() - start
+    return report
+
+
+def _execute(report: Report, timeout_s: float) -> None:
+    planned = {h: [r["path"] for r in rows if r["action"] == "remove"] for h, rows in report.plan.items()}
+    hosts = [h for h in report.plan if planned[h] or report.plan[h]]
+    answers = run_on_hosts(_on_host, hosts, report.roots, report.run_glob, planned, timeout_s=timeout_s)
+    for host, answer in answers.items():
+        if isinstance(answer, HostFailure):
+            report.failures[host] = (f"{answer.reason}; the purge may have stopped part way: "
+                                     "run the dry run again to see what remains")
+        elif "bad_input" in answer:
+            report.failures[host] = answer["bad_input"]
+        else:
+            report.outcome[host], report.filesystems[host] = answer["actions"], answer["filesystems"]
+
+
+# -- the store ----------------------------------------------------------------------------------
+_INTERNAL = ("host", "dev", "ino")  # host is the partition; dev/ino are st_dev/st_ino for joins here
+
+
+def store_report(store: Any, report: Report) -> str:
+    """Per host: purge.actions, purge.filesystems, then the jobs row last. Returns the run id."""
+    from runner.jobenv import code_version
+    from runner.store import JobKey
+
+    run_id = f"{report.started_at:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+    finished = datetime.now(timezone.utc)
+    for host, root in report.roots.items():
+        config = {"host": host, "runs_root": root, "run_glob": report.run_glob, "yes": report.yes}
+        digest = _hash(config)
+        key = JobKey(run_id=run_id, job_id=f"purge-{digest}", probe=PROBE, host=host,
+                     checkpoint=NO_CHECKPOINT, checkpoint_fp=NO_CHECKPOINT, config_hash=digest,
+                     code_version=code_version(), finished_at=finished)
+        freed = {f["fs"]: f["freed_bytes"] for f in report.filesystems.get(host, [])}
+        rows = report.plan.get(host, []) + report.outcome.get(host, [])
+        actions = [{**{k: v for k, v in r.items() if k not in _INTERNAL},
+                    "fs_freed_bytes": freed.get(r["fs"]) if r["phase"] == "outcome" else None}
+                   for r in rows]
+        store.write_table(key, "actions", actions)
+        store.write_table(key, "filesystems", [{k: v for k, v in f.items() if k != "host"}
+                                               for f in report.filesystems.get(host, [])])
+        status = "ok" if report.host_ok(host) else "failed"
+        store.write_job(key, status=status, reason=_host_reason(report, host),
+                        started_at=report.started_at, wall_s=report.wall_s,
+                        summary=host_summary(report, host), config=config,
+                        env=report.envs.get(host, {}))
+    return run_id
+
+
+def _hash(config: dict) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _host_reason(report: Report, host: str) -> str:
+    if host in report.failures:
+        return report.failures[host]
+    bad = [r for r in report.outcome.get(host, [])
+           if r["action"] == "failed" or r["adapter_digests_verified"] is False]
+    return "; ".join(f"{r['run']}: {r['reason'] or 'adapter digest changed'}" for r in bad)
+
+
+def host_summary(report: Report, host: str) -> dict[str, Any]:
+    plan, outcome = report.plan.get(host, []), report.outcome.get(host, [])
+    count = lambda rows, action: sum(1 for r in rows if r["action"] == action)  # noqa: E731
+    fs = report.filesystems.get(host, [])
+    return {"mode": "purge" if report.yes else "dry-run",
+            "num_remove_planned": count(plan, "remove"), "num_refused": count(plan, "refuse"),
+            "planned_bytes": sum(r["alloc_bytes"] for r in plan if r["action"] == "remove"),
+            "num_removed": count(outcome, "removed"), "num_failed": count(outcome, "failed"),
+            "num_refused_at_deletion": sum(1 for r in outcome if r["reason"].startswith("at deletion")),
+            "freed_bytes": sum(f["freed_bytes"] or 0 for f in fs) if report.yes else None,
+            "adapters_verified": all(r["adapter_digests_verified"] is not False for r in outcome)}
+
+
+# -- presentation -------------------------------------------------------------------------------
+def human(num_bytes: int | None) -> str:
+    if num_bytes is None:
+        return "?"
+    size, sign = float(abs(num_bytes)), "-" if num_bytes < 0 else ""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{sign}{size:.0f} {unit}" if unit == "B" else f"{sign}{size:.1f} {unit}"
+        size /= 1024
+    return f"{num_bytes} B"
+
+
+def render(report: Report) -> str:
+    rows = report.outcome if report.yes else report.plan
+    table = [{"host": h, "run": r["run"], "action": r["action"], "size": human(r["alloc_bytes"]),
+              "files": r["num_files"],
+              **({"adapter": _verified(r["adapter_digests_verified"])} if report.yes else {}),
+              "path / reason": r["path"] if r["action"] in ("remove", "removed") else r["reason"]}
+             for h, host_rows in rows.items() for r in host_rows]
+    title = "== purge outcome" if report.yes else (
+        "== purge plan (dry run: nothing deleted; --yes deletes each `remove`)")
+    parts = [format_table(table, title=title)]
+    fs = [{"host": h, "fs": f["fs"], "fstype": f["fstype"], "mount": f["mount"],
+           "planned": human(f["planned_bytes"]),
+           **({"removed": human(f["removed_bytes"]), "freed": human(f["freed_bytes"])} if report.yes else {}),
+           "note": f["note"]} for h, host_fs in report.filesystems.items() for f in host_fs]
+    if fs:
+        parts.append(format_table(fs, title="== filesystems"))
+    if report.failures:
+        parts.append("== hosts that failed\n" + "\n".join(f"  {h}: {why}" for h, why in report.failures.items()))
+    return "\n\n".join(parts)
+
+
+def _verified(value: bool | None) -> str:
+    return {True: "verified", False: "CHANGED", None: "-"}[value]
+
+
+def main(args: argparse.Namespace) -> int:
+    from runner.cluster import load_cluster
+    from runner.store import Store
+
+    cluster = load_cluster(args.cluster)
+    roots = runs_roots(cluster, args.host)
+    check_glob(args.run)
+    store = Store(args.store or cluster.store_root())
+    connect(args.address or cluster.spec.ray.address)
+    report = purge(roots, args.run, yes=args.yes, timeout_s=args.timeout_s)
+    run_id = store_report(store, report)
+    if args.json:
+        json.dump({"yes": report.yes, "plan": report.plan, "outcome": report.outcome,
+                   "filesystems": report.filesystems, "failures": report.failures,
+                   "summary": {h: host_summary(report, h) for h in report.roots},
+                   "store": str(store.root), "run_id": run_id}, sys.stdout, indent=1, default=str)
+        print()
+    else:
+        print(render(report))
+        print(f"\nstored: {store.root}/purge.actions (run_id {run_id})")
+    return 0 if report.ok else 1

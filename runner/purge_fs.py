@@ -1,0 +1,455 @@
+"""The filesystem side of `labprobe purge`: runs on each host (in a pinned Ray task), no Ray here.
+
+A run is a directory directly under the host's runs root holding an intermediate `checkpoints/`
+and a final `adapter/`. `scan_root` plans: each `checkpoints/` to remove, or the run refused with
+its reasons. `execute` deletes: adapters' sha256 first, every planned `checkpoints/` re-checked at
+the moment of deletion and removed by a walk that never follows a symlink nor crosses into another
+filesystem, the sha256 again, and the space each filesystem got back (statvfs before and after).
+Nothing but `checkpoints/` directories is ever touched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import hashlib
+import os
+import re
+import stat
+from typing import Any
+
+from probes.result import InputError
+
+ADAPTER = "adapter"
+CHECKPOINTS = "checkpoints"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+_MAX_LISTED = 3  # offending paths named per reason; the rest are counted
+
+
+@dataclasses.dataclass(kw_only=True)
+class ActionRow:
+    """One run's `checkpoints/` in a plan (remove|refuse) or an outcome (removed|refuse|failed)."""
+
+    host: str
+    run: str
+    path: str
+    bytes: int
+    """Apparent size of the distinct files under checkpoints/ (hard links counted once)."""
+    alloc_bytes: int
+    """Blocks allocated to them (st_blocks * 512): what deleting can give back at most."""
+    num_files: int
+    action: str
+    reason: str = ""
+    num_adapter_files: int = 0
+    adapter_digests_verified: bool | None = None
+    """With --yes: every adapter file's sha256 equal before and after the purge. None in a plan."""
+    fs: str = ""
+    """The filesystem: "major:minor" of st_dev (joins purge.filesystems)."""
+    phase: str = "plan"
+    dev: int = dataclasses.field(default=0, repr=False)
+    ino: int = dataclasses.field(default=0, repr=False)
+
+
+@dataclasses.dataclass
+class Tree:
+    """What a no-follow walk of one directory found."""
+
+    files: dict[tuple[int, int], str] = dataclasses.field(default_factory=dict)
+    dirs: set[tuple[int, int]] = dataclasses.field(default_factory=set)
+    num_files: int = 0
+    bytes: int = 0
+    alloc_bytes: int = 0
+    symlinks: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    """(relative path, link text) of each symlink met."""
+    mounts: list[str] = dataclasses.field(default_factory=list)
+    errors: list[str] = dataclasses.field(default_factory=list)
+
+
+def walk_tree(top: str, label: str) -> Tree:
+    """Walk `top` with lstat only: symlinks are recorded, never followed; other filesystems are
+    recorded, never entered. Paths are reported as `label/relative`."""
+    tree = Tree()
+    top_st = os.lstat(top)
+    tree.dirs.add((top_st.st_dev, top_st.st_ino))
+    stack = [(top, label)]
+    while stack:
+        path, shown = stack.pop()
+        try:
+            with os.scandir(path) as entries:
+                found = list(entries)
+        except OSError as exc:
+            tree.errors.append(f"cannot list {shown}: {exc.strerror}")
+            continue
+        for entry in found:
+            rel = f"{shown}/{entry.name}"
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError as exc:
+                tree.errors.append(f"cannot stat {rel}: {exc.strerror}")
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                tree.symlinks.append((rel, os.readlink(entry.path)))
+            elif stat.S_ISDIR(st.st_mode):
+                if st.st_dev != top_st.st_dev:
+                    tree.mounts.append(rel)
+                    continue
+                tree.dirs.add((st.st_dev, st.st_ino))
+                stack.append((entry.path, rel))
+            else:
+                tree.num_files += 1
+                if (st.st_dev, st.st_ino) not in tree.files:
+                    tree.files[(st.st_dev, st.st_ino)] = rel
+                    tree.bytes += st.st_size
+                    tree.alloc_bytes += st.st_blocks * 512
+    return tree
+
+
+def _listed(items: list[str]) -> str:
+    shown = ", ".join(sorted(items)[:_MAX_LISTED])
+    more = len(items) - _MAX_LISTED
+    return f"{shown} (+{more} more)" if more > 0 else shown
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _symlink_reason(what: str, link: str, root: str, checkpoints: str) -> str:
+    target = os.path.realpath(link)
+    if _inside(target, checkpoints):
+        where = "into checkpoints/"
+    elif not _inside(target, root):
+        where = "resolving outside the runs root"
+    else:
+        where = "(never followed)"
+    return f"{what} is a symlink {where} (-> {os.readlink(link)})"
+
+
+def resolve_root(runs_root: str) -> str:
+    """The runs root as a real absolute path; a missing or non-directory root is bad input."""
+    if not os.path.isdir(runs_root):
+        raise InputError(f"runs root {runs_root} does not exist or is not a directory")
+    return os.path.realpath(runs_root)
+
+
+def scan_run(root: str, run: str, host: str = "") -> ActionRow | None:
+    """Plan one run: remove its checkpoints/, or refuse with every reason found. None when the
+    entry is not a run with a checkpoints/ (nothing to purge)."""
+    run_path = os.path.join(root, run)
+    ckpt = os.path.join(run_path, CHECKPOINTS)
+    row = ActionRow(host=host, run=run, path=ckpt, bytes=0, alloc_bytes=0, num_files=0,
+                    action="remove")
+    try:
+        run_st = os.lstat(run_path)
+    except FileNotFoundError:  # gone since the listing
+        return None
+    if stat.S_ISLNK(run_st.st_mode):
+        if not os.path.isdir(os.path.join(run_path, CHECKPOINTS)):
+            return None
+        return _refuse(row, [_symlink_reason("run directory", run_path, root, ckpt)], run_st)
+    if not stat.S_ISDIR(run_st.st_mode):
+        return None
+    try:
+        ckpt_st = os.lstat(ckpt)
+    except FileNotFoundError:
+        return None
+    reasons: list[str] = []
+    if stat.S_ISLNK(ckpt_st.st_mode):
+        return _refuse(row, [_symlink_reason("checkpoints/", ckpt, root, ckpt)], ckpt_st)
+    if not stat.S_ISDIR(ckpt_st.st_mode):
+        return _refuse(row, ["checkpoints is not a directory"], ckpt_st)
+    if ckpt_st.st_dev != run_st.st_dev:
+        reasons.append("checkpoints/ is another filesystem's mount point")
+    if not _inside(os.path.realpath(ckpt), root):
+        reasons.append("checkpoints/ resolves outside the runs root")
+    tree = walk_tree(ckpt, CHECKPOINTS)
+    row.bytes, row.alloc_bytes, row.num_files = tree.bytes, tree.alloc_bytes, tree.num_files
+    if tree.symlinks:
+        links = [f"{rel} -> {target}" for rel, target in tree.symlinks]
+        reasons.append(f"symlink inside checkpoints/ (never followed): {_listed(links)}")
+    if tree.mounts:
+        reasons.append(f"another filesystem mounted inside checkpoints/: {_listed(tree.mounts)}")
+    reasons += tree.errors[:_MAX_LISTED]
+    adapter_reasons, row.num_adapter_files = _adapter_reasons(root, run_path, ckpt, tree)
+    return _refuse(row, reasons + adapter_reasons, ckpt_st)
+
+
+def _adapter_reasons(root: str, run_path: str, ckpt: str, ckpt_tree: Tree) -> tuple[list[str], int]:
+    """Why the final adapter does not stand on its own (empty when it does), and its file count."""
+    adapter = os.path.join(run_path, ADAPTER)
+    try:
+        st = os.lstat(adapter)
+    except FileNotFoundError:
+        return ["final adapter missing (no adapter/)"], 0
+    if stat.S_ISLNK(st.st_mode):
+        return [_symlink_reason("final adapter", adapter, root, ckpt)], 0
+    if not stat.S_ISDIR(st.st_mode):
+        return ["final adapter is not a directory"], 0
+    tree = walk_tree(adapter, ADAPTER)
+    reasons = list(tree.errors[:_MAX_LISTED])
+    if not _inside(os.path.realpath(adapter), root):
+        reasons.append("final adapter resolves outside the runs root")
+    if (st.st_dev, st.st_ino) in ckpt_tree.dirs:
+        reasons.append("final adapter is the same directory as one under checkpoints/ (bind mount)")
+    if tree.num_files == 0:
+        reasons.append("final adapter has no files")
+    # An adapter must be real files: a symlink in it could lead into checkpoints/ or anywhere.
+    links = [_symlink_reason(rel, os.path.join(run_path, rel), root, ckpt)
+             for rel, _ in tree.symlinks]
+    if links:
+        reasons.append(_listed(links))
+    shared = [f"{rel} shares an inode with {ckpt_tree.files[key]}"
+              for key, rel in tree.files.items() if key in ckpt_tree.files]
+    if shared:
+        reasons.append(f"hard link between adapter and checkpoints: {_listed(shared)}")
+    if tree.mounts:
+        reasons.append(f"another filesystem mounted inside adapter/: {_listed(tree.mounts)}")
+    return reasons, tree.num_files
+
+
+def _refuse(row: ActionRow, reasons: list[str], st: os.stat_result) -> ActionRow:
+    row.dev, row.ino = st.st_dev, st.st_ino
+    row.fs = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    if reasons:
+        row.action, row.reason = "refuse", "; ".join(reasons)
+    return row
+
+
+def scan_root(runs_root: str, run_glob: str = "*", host: str = "") -> list[ActionRow]:
+    """The plan for every run under the runs root whose name matches `run_glob`."""
+    root = resolve_root(runs_root)
+    rows = []
+    for name in sorted(os.listdir(root)):
+        if fnmatch.fnmatchcase(name, run_glob):
+            row = scan_run(root, name, host)
+            if row is not None:
+                rows.append(row)
+    return rows
+
+
+def adapter_digests(run_path: str) -> dict[str, str] | None:
+    """sha256 of every file of the run's adapter (relative path -> hex), read without following a
+    symlink; None when the adapter is not a real directory (such runs are refused anyway)."""
+    adapter = os.path.join(run_path, ADAPTER)
+    if not os.path.isdir(adapter) or os.path.islink(adapter):
+        return None
+    digests = {}
+    for folder, dirs, files in os.walk(adapter, followlinks=False):
+        for name in files:
+            path = os.path.join(folder, name)
+            if os.path.islink(path):
+                digests[os.path.relpath(path, adapter)] = "symlink:" + os.readlink(path)
+                continue
+            digests[os.path.relpath(path, adapter)] = _sha256(path)
+    return digests
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def remove_tree(name: str, parent_fd: int, expect: tuple[int, int] | None = None) -> None:
+    """Delete directory `name` under `parent_fd` bottom-up through directory fds opened with
+    O_NOFOLLOW: a symlink is unlinked, never followed; a directory on another device is an error
+    (never descended); a directory swapped since it was checked (`expect`: dev, ino) is an error."""
+    st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(f"{name} is no longer a directory")
+    fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    try:
+        opened = os.fstat(fd)
+        if not os.path.samestat(st, opened) or (expect and expect != (opened.st_dev, opened.st_ino)):
+            raise OSError(f"{name} changed while it was being removed")
+        with os.scandir(fd) as entries:
+            found = list(entries)
+        for entry in found:
+            if entry.is_dir(follow_symlinks=False):
+                child = entry.stat(follow_symlinks=False)
+                if child.st_dev != opened.st_dev:
+                    raise OSError(f"{entry.name} is another filesystem's mount point")
+                remove_tree(entry.name, fd, (child.st_dev, child.st_ino))
+            else:
+                os.unlink(entry.name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent_fd)
+
+
+# -- deleting -----------------------------------------------------------------------------------
+def execute(runs_root: str, run_glob: str, planned: list[str], host: str = "", *,
+            mountinfo: str = "/proc/self/mountinfo", zfs: str = "zfs") -> dict[str, list[dict]]:
+    """Delete the planned `checkpoints/` (paths from the plan the operator saw) and report.
+
+    Adapters are digested before anything is deleted and again after; a run is re-scanned right
+    before its deletion and refused then if anything changed for the worse; a run that became
+    removable since the plan was shown is left alone (it was not approved).
+    """
+    root = resolve_root(runs_root)
+    rows = scan_root(root, run_glob, host)
+    approved = set(planned)
+    digests = {r.run: adapter_digests(os.path.join(root, r.run)) for r in rows}
+    todo = [r for r in rows if r.path in approved and r.action == "remove"]
+    avail_before = _avail_by_dev(root, todo)
+    outcome = []
+    root_fd = os.open(root, _DIR_FLAGS)
+    try:
+        for row in rows:
+            if row.path not in approved:
+                reason = row.reason or "not in the plan that was shown (appeared since): left alone"
+                outcome.append(dataclasses.replace(row, action="refuse", reason=reason))
+            elif row.action != "remove":
+                outcome.append(dataclasses.replace(row, reason=f"at deletion: {row.reason}"))
+            else:
+                outcome.append(_delete_checked(root, root_fd, row))
+    finally:
+        os.close(root_fd)
+    gone = approved - {r.path for r in rows}
+    outcome += [ActionRow(host=host, run=os.path.basename(os.path.dirname(p)), path=p, bytes=0,
+                          alloc_bytes=0, num_files=0, action="refuse",
+                          reason="at deletion: no longer found") for p in sorted(gone)]
+    for row in outcome:
+        row.phase = "outcome"
+        before = digests.get(row.run)
+        if before is not None:
+            row.adapter_digests_verified = adapter_digests(os.path.join(root, row.run)) == before
+    avail_after = _avail_by_dev(root, todo)
+    fs = filesystems(todo, host, avail_before, avail_after, outcome, mountinfo=mountinfo, zfs=zfs)
+    return {"actions": [dataclasses.asdict(r) for r in outcome],
+            "filesystems": [dataclasses.asdict(f) for f in fs]}
+
+
+def _delete_checked(root: str, root_fd: int, row: ActionRow) -> ActionRow:
+    """Re-check one run at the moment of deletion, then remove its checkpoints/ through fds."""
+    again = scan_run(root, row.run, row.host)
+    if again is None or again.action != "remove":
+        why = again.reason if again else "checkpoints/ no longer found"
+        return dataclasses.replace(row, action="refuse", reason=f"at deletion: {why}")
+    try:
+        run_fd = os.open(row.run, _DIR_FLAGS, dir_fd=root_fd)
+        try:
+            remove_tree(CHECKPOINTS, run_fd, (again.dev, again.ino))
+        finally:
+            os.close(run_fd)
+    except OSError as exc:
+        detail = exc.strerror and f"{exc.strerror}: {exc.filename}" or str(exc)
+        return dataclasses.replace(again, action="failed",
+                                   reason=f"removal stopped ({detail}); checkpoints/ may be partly removed")
+    return dataclasses.replace(again, action="removed")
+
+
+# -- filesystems --------------------------------------------------------------------------------
+@dataclasses.dataclass(kw_only=True)
+class FsRow:
+    """One filesystem holding planned checkpoints/ on one host."""
+
+    host: str
+    fs: str
+    fstype: str
+    mount: str
+    source: str
+    planned_bytes: int
+    """Allocated bytes of the checkpoints/ planned for removal on this filesystem."""
+    removed_bytes: int = 0
+    """Allocated bytes of the checkpoints/ actually removed."""
+    avail_before_bytes: int | None = None
+    avail_after_bytes: int | None = None
+    freed_bytes: int | None = None
+    """Measured: available bytes after minus before (other writers on the filesystem blur it)."""
+    zfs_snapshots: int | None = None
+    note: str = ""
+
+
+def _avail_by_dev(root: str, rows: list[ActionRow]) -> dict[int, int]:
+    """Bytes available to users on each filesystem holding one of `rows`, measured now."""
+    os.sync()  # flush pending frees so the figure is the filesystem's, not the page cache's
+    paths = {r.dev: os.path.join(root, r.run) for r in rows}
+    out = {}
+    for dev, path in paths.items():
+        vfs = os.statvfs(path)
+        out[dev] = vfs.f_bavail * vfs.f_frsize
+    return out
+
+
+def filesystems(rows: list[ActionRow], host: str, before: dict[int, int],
+                after: dict[int, int] | None = None, outcome: list[ActionRow] | None = None, *,
+                mountinfo: str = "/proc/self/mountinfo", zfs: str = "zfs") -> list[FsRow]:
+    """Per filesystem: planned and removed bytes, space measured before/after, and the ZFS
+    snapshots that would keep the space held."""
+    mounts = read_mounts(mountinfo)
+    out = []
+    for dev in sorted({r.dev for r in rows}):
+        mine = [r for r in rows if r.dev == dev]
+        mount = mount_of(mine[0].path, dev, mounts)
+        fs = FsRow(host=host, fs=mine[0].fs, fstype=mount.get("fstype", "?"),
+                   mount=mount.get("mount", "?"), source=mount.get("source", "?"),
+                   planned_bytes=sum(r.alloc_bytes for r in mine), avail_before_bytes=before.get(dev))
+        if outcome is not None:
+            fs.removed_bytes = sum(r.alloc_bytes for r in outcome
+                                   if r.dev == dev and r.action == "removed")
+        if after is not None and dev in after and dev in before:
+            fs.avail_after_bytes = after[dev]
+            fs.freed_bytes = after[dev] - before[dev]
+        if fs.fstype == "zfs":
+            fs.zfs_snapshots, fs.note = zfs_snapshot_note(fs.source, zfs)
+        out.append(fs)
+    return out
+
+
+def read_mounts(mountinfo: str = "/proc/self/mountinfo") -> list[dict[str, str]]:
+    """Mounts from mountinfo: major:minor, mount point, fstype, source (a ZFS dataset's name)."""
+    try:
+        with open(mountinfo, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return []
+    mounts = []
+    for line in lines:
+        fields = line.split()
+        if "-" not in fields[6:]:
+            continue
+        sep = fields.index("-", 6)
+        mounts.append({"dev": fields[2], "mount": _unescape(fields[4]),
+                       "fstype": fields[sep + 1], "source": _unescape(fields[sep + 2])})
+    return mounts
+
+
+def _unescape(text: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes (\\040)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
+
+
+def mount_of(path: str, dev: int, mounts: list[dict[str, str]]) -> dict[str, str]:
+    """The mount holding `path`: the deepest mount point above it, preferring those whose
+    major:minor is the path's st_dev (btrfs subvolumes report another device)."""
+    real = os.path.realpath(os.path.dirname(path))
+    above = [m for m in mounts if _inside(real, m["mount"])]
+    same_dev = [m for m in above if m["dev"] == f"{os.major(dev)}:{os.minor(dev)}"]
+    candidates = same_dev or above
+    return max(candidates, key=lambda m: len(m["mount"])) if candidates else {}
+
+
+def zfs_snapshot_note(dataset: str, zfs: str = "zfs") -> tuple[int | None, str]:
+    """How many snapshots the dataset has, and what that means for the space purged."""
+    import subprocess
+
+    cmd = [zfs, "list", "-H", "-t", "snapshot", "-o", "name", "-d", "1", dataset]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        return None, ("ZFS, but no `zfs` command on this host: cannot tell whether snapshots "
+                      "hold the purged space")
+    except subprocess.TimeoutExpired:
+        return None, "ZFS: `zfs list` gave no answer within 30 s: snapshots unknown"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        return None, f"ZFS: `zfs list` failed ({last}): snapshots unknown"
+    num = sum(1 for name in done.stdout.splitlines() if name.startswith(f"{dataset}@"))
+    if num == 0:
+        return 0, "ZFS, no snapshots of the dataset: the space is returned (ZFS frees asynchronously)"
+    return num, (f"ZFS dataset {dataset} has {num} snapshot(s): the purged space stays held by "
+                 "them, not returned, until they are destroyed")
