@@ -1,0 +1,263 @@
+"""labprobe purge on real directory trees, on the shared cluster's two labelled hosts.
+
+Each host gets its own runs root (a tmp dir). Expected sizes and digests are recomputed here from
+the bytes the test wrote; "nothing else is gone" is a comparison of full no-follow listings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from runner import purge_fs
+from runner.cli import main
+from runner.purge import purge
+from runner.store import Store
+
+HOSTS = ("gx10", "ana-ml2")
+
+
+def write(path: Path, num_bytes: int, seed: int = 0) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes((seed + i * 7) % 251 for i in range(num_bytes)))
+
+
+def make_run(root: Path, name: str, ckpt_bytes: int = 3000, adapter: bool = True) -> Path:
+    """A run as a trainer leaves it: two intermediate checkpoints, a final adapter, a merged model."""
+    run = root / name
+    write(run / "checkpoints" / "step-100" / "adapter_model.safetensors", ckpt_bytes, 1)
+    write(run / "checkpoints" / "step-100" / "optimizer.pt", 2 * ckpt_bytes, 2)
+    write(run / "checkpoints" / "step-200" / "adapter_model.safetensors", ckpt_bytes, 3)
+    if adapter:
+        write(run / "adapter" / "adapter_model.safetensors", 1000, 4)
+        (run / "adapter" / "adapter_config.json").write_text('{"r": 8}')
+    write(run / "merged" / "model.safetensors", 500, 5)
+    (run / "train.log").write_text("done\n")
+    return run
+
+
+def listing(top: Path) -> dict[str, str]:
+    """Every entry under `top`, never following a symlink: path -> what it is (and its sha256)."""
+    out = {}
+    for folder, dirs, files in os.walk(top, followlinks=False):
+        for name in dirs + files:
+            path = Path(folder) / name
+            rel = str(path.relative_to(top))
+            if path.is_symlink():
+                out[rel] = "link:" + os.readlink(path)
+            elif path.is_dir():
+                out[rel] = "dir"
+            else:
+                out[rel] = "file:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """Two hosts' runs roots with a clean run each and every kind of run that must be refused."""
+    roots = {h: tmp_path / f"runs-{h}" for h in HOSTS}
+    outside = tmp_path / "outside"
+    write(outside / "ckpts" / "step-1" / "weights.bin", 700, 6)
+    write(outside / "elsewhere-run" / "checkpoints" / "step-1" / "w.bin", 600, 7)
+    write(outside / "elsewhere-run" / "adapter" / "adapter_model.safetensors", 100, 8)
+    gx, ana = roots["gx10"], roots["ana-ml2"]
+    make_run(gx, "clean-a", 4000)
+    make_run(ana, "clean-b", 5000)
+    # The adapter is a symlink (to another run's adapter, inside the root).
+    make_run(gx, "adapter-link", adapter=False)
+    (gx / "adapter-link" / "adapter").symlink_to(gx / "clean-a" / "adapter")
+    # The adapter is a symlink into its own checkpoints/.
+    make_run(gx, "adapter-into-ckpt", adapter=False)
+    (gx / "adapter-into-ckpt" / "adapter").symlink_to("checkpoints/step-200")
+    # An adapter file hard-linked with a checkpoint file.
+    run = make_run(gx, "hardlink", adapter=False)
+    (run / "adapter").mkdir()
+    os.link(run / "checkpoints" / "step-200" / "adapter_model.safetensors",
+            run / "adapter" / "adapter_model.safetensors")
+    # A symlink inside checkpoints/ (`latest` pointing at the newest step, as trainers do).
+    make_run(ana, "ckpt-inner-link")
+    (ana / "ckpt-inner-link" / "checkpoints" / "latest").symlink_to("step-200")
+    # checkpoints/ itself a symlink leading outside the runs root.
+    run = make_run(ana, "ckpt-escapes")
+    os.rename(run / "checkpoints", run / "checkpoints.moved")
+    (run / "checkpoints").symlink_to(outside / "ckpts")
+    # The run directory itself is a symlink leading outside the runs root.
+    (ana / "run-escapes").symlink_to(outside / "elsewhere-run")
+    make_run(ana, "no-adapter", adapter=False)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        "store:\n  root: store\nhosts:\n"
+        + "".join(f"  - name: {h}\n    address: 127.0.0.1\n    runs_root: {roots[h]}\n" for h in HOSTS))
+    return {"roots": roots, "outside": outside, "cluster": cluster, "store": tmp_path / "store",
+            "tmp": tmp_path}
+
+
+EXPECTED = {  # run -> (action, a phrase its reason must contain)
+    ("gx10", "clean-a"): ("remove", ""),
+    ("ana-ml2", "clean-b"): ("remove", ""),
+    ("gx10", "adapter-link"): ("refuse", "final adapter is a symlink (never followed)"),
+    ("gx10", "adapter-into-ckpt"): ("refuse", "final adapter is a symlink into checkpoints/"),
+    ("gx10", "hardlink"): ("refuse", "adapter/adapter_model.safetensors shares an inode with "
+                                     "checkpoints/step-200/adapter_model.safetensors"),
+    ("ana-ml2", "ckpt-inner-link"): ("refuse", "symlink inside checkpoints/ (never followed): "
+                                               "checkpoints/latest -> step-200"),
+    ("ana-ml2", "ckpt-escapes"): ("refuse", "checkpoints/ is a symlink resolving outside the runs root"),
+    ("ana-ml2", "run-escapes"): ("refuse", "run directory is a symlink resolving outside the runs root"),
+    ("ana-ml2", "no-adapter"): ("refuse", "final adapter missing"),
+}
+
+
+def ckpt_bytes(run: Path) -> int:
+    """Apparent size of the distinct files under checkpoints/, summed here from the tree."""
+    seen, total = set(), 0
+    for folder, _, files in os.walk(run / "checkpoints", followlinks=False):
+        for name in files:
+            st = os.lstat(Path(folder) / name)
+            if (st.st_dev, st.st_ino) not in seen and not os.path.islink(Path(folder) / name):
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+    return total
+
+
+def snapshot(lab) -> dict[str, dict[str, str]]:
+    return {"tmp": listing(lab["tmp"] / "runs-gx10") | {"ana:" + k: v for k, v in
+                                                       listing(lab["tmp"] / "runs-ana-ml2").items()},
+            "outside": listing(lab["outside"])}
+
+
+def test_plan_refuses_each_unsafe_run_with_its_reason(ray_cluster, lab):
+    report = purge({h: str(r) for h, r in lab["roots"].items()})
+    got = {(h, r["run"]): r for h, rows in report.plan.items() for r in rows}
+    assert set(got) == set(EXPECTED)
+    for key, (action, phrase) in EXPECTED.items():
+        assert got[key]["action"] == action, (key, got[key]["reason"])
+        assert phrase in got[key]["reason"], (key, got[key]["reason"])
+    assert got[("gx10", "clean-a")]["bytes"] == 4 * 4000 == ckpt_bytes(lab["roots"]["gx10"] / "clean-a")
+    assert got[("ana-ml2", "clean-b")]["bytes"] == 4 * 5000
+    # The hard-linked file is counted once.
+    hard = lab["roots"]["gx10"] / "hardlink"
+    assert got[("gx10", "hardlink")]["bytes"] == ckpt_bytes(hard) == 4 * 3000
+    assert report.failures == {} and report.ok
+
+
+def test_dry_run_deletes_nothing_and_is_stored(ray_cluster, lab, capsys):
+    before = snapshot(lab)
+    assert main(["purge", "--cluster", str(lab["cluster"])]) == 0
+    out = capsys.readouterr().out
+    assert snapshot(lab) == before
+    assert "dry run: nothing deleted" in out
+    assert str(lab["roots"]["gx10"] / "clean-a" / "checkpoints") in out
+    assert "final adapter is a symlink into checkpoints/" in out
+    actions = Store(lab["store"]).read("purge.actions")
+    assert set(actions["phase"]) == {"plan"} and len(actions) == len(EXPECTED)
+    assert sorted(actions.loc[actions["action"] == "remove", "run"]) == ["clean-a", "clean-b"]
+    assert set(actions["checkpoint"]) == {"-"} and set(actions["host"]) == set(HOSTS)
+    jobs = Store(lab["store"]).jobs()
+    assert sorted(jobs["host"]) == sorted(HOSTS) and set(jobs["status"]) == {"ok"}
+
+
+def test_purge_removes_only_planned_checkpoints_and_adapters_survive(ray_cluster, lab, capsys):
+    before = snapshot(lab)
+    planned = [lab["roots"]["gx10"] / "clean-a" / "checkpoints",
+               lab["roots"]["ana-ml2"] / "clean-b" / "checkpoints"]
+    assert main(["purge", "--cluster", str(lab["cluster"]), "--yes"]) == 0
+    out = capsys.readouterr().out
+    after = snapshot(lab)
+    # Expected: the listing before, less the planned directories and everything under them.
+    prefixes = ["clean-a/checkpoints", "ana:clean-b/checkpoints"]
+    expected = {k: v for k, v in before["tmp"].items()
+                if not any(k == p or k.startswith(p + "/") for p in prefixes)}
+    assert len(expected) == len(before["tmp"]) - 2 * 6  # 2 dirs x (itself, 2 steps, 3 files)
+    assert after == {"tmp": expected, "outside": before["outside"]}
+    assert not any(p.exists() for p in planned)
+    # Every adapter's digest unchanged (the listing holds each file's sha256).
+    adapters = {k: v for k, v in before["tmp"].items() if "/adapter/" in k and v.startswith("file:")}
+    assert adapters and all(after["tmp"][k] == v for k, v in adapters.items())
+    store = Store(lab["store"])
+    actions = store.read("purge.actions")
+    done = actions[actions["phase"] == "outcome"]
+    removed = done[done["action"] == "removed"]
+    assert sorted(removed["run"]) == ["clean-a", "clean-b"]
+    assert removed["adapter_digests_verified"].tolist() == [True, True]
+    assert removed["fs_freed_bytes"].notna().all()
+    assert set(done.loc[done["action"] != "removed", "action"]) == {"refuse"}
+    fs = store.read("purge.filesystems")
+    assert set(fs["host"]) == set(HOSTS) and fs["freed_bytes"].notna().all()
+    assert sorted(fs["removed_bytes"]) == sorted(int(r) for r in removed["alloc_bytes"])
+    assert set(store.jobs()["status"]) == {"ok"}
+    assert "removed" in out and "verified" in out
+
+
+def test_refusals_are_rechecked_at_the_moment_of_deletion(lab):
+    root = lab["roots"]["gx10"]
+    plan = purge_fs.scan_root(str(root), "clean-*")
+    assert [r.action for r in plan] == ["remove"]
+    # Between the plan and the deletion, a trainer drops a `latest` link into checkpoints/, and a
+    # new run appears that nobody approved.
+    (root / "clean-a" / "checkpoints" / "latest").symlink_to("step-200")
+    make_run(root, "clean-new")
+    before = listing(root)
+    result = purge_fs.execute(str(root), "clean-*", [r.path for r in plan])
+    rows = {r["run"]: r for r in result["actions"]}
+    assert rows["clean-a"]["action"] == "refuse"
+    assert rows["clean-a"]["reason"].startswith("at deletion: symlink inside checkpoints/")
+    assert rows["clean-new"]["action"] == "refuse" and "not in the plan" in rows["clean-new"]["reason"]
+    assert listing(root) == before
+
+
+def test_removal_unlinks_symlinks_without_following_them(tmp_path):
+    """The deletion walk itself, with no scan in front: a link to a directory outside is unlinked,
+    its target kept; the target's files survive."""
+    outside = tmp_path / "outside"
+    write(outside / "precious.bin", 300)
+    victim = tmp_path / "run" / "checkpoints"
+    write(victim / "step-1" / "w.bin", 300)
+    (victim / "step-1" / "escape").symlink_to(outside)
+    (victim / "file-link").symlink_to(outside / "precious.bin")
+    before = listing(outside)
+    fd = os.open(tmp_path / "run", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        purge_fs.remove_tree("checkpoints", fd)
+    finally:
+        os.close(fd)
+    assert not victim.exists() and listing(outside) == before
+
+
+def test_zfs_snapshots_are_reported_as_holding_the_space(tmp_path):
+    run = make_run(tmp_path / "runs", "r")
+    dev = os.lstat(run / "checkpoints").st_dev
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(
+        f"22 1 {os.major(dev)}:{os.minor(dev)} / {tmp_path} rw,relatime shared:1 - zfs tank/lab rw\n"
+        f"23 1 0:99 / /proc rw - proc proc rw\n")
+    zfs = tmp_path / "zfs"  # stands in for the zfs command: prints two snapshots of the dataset
+    zfs.write_text("#!/bin/sh\nprintf 'tank/lab@nightly-1\\ntank/lab@nightly-2\\n'\n")
+    zfs.chmod(0o755)
+    rows = purge_fs.scan_root(str(tmp_path / "runs"))
+    [fs] = purge_fs.filesystems(rows, "gx10", {}, mountinfo=str(mountinfo), zfs=str(zfs))
+    assert (fs.fstype, fs.source, fs.mount, fs.zfs_snapshots) == ("zfs", "tank/lab", str(tmp_path), 2)
+    assert "held by them, not returned" in fs.note
+    [fs] = purge_fs.filesystems(rows, "gx10", {}, mountinfo=str(mountinfo),
+                                zfs=str(tmp_path / "no-zfs-here"))
+    assert fs.zfs_snapshots is None and "no `zfs` command" in fs.note
+
+
+@pytest.mark.parametrize("case", ["unknown host", "missing runs root", "bad glob"])
+def test_bad_input_is_one_line_exit_2_and_stores_nothing(ray_cluster, lab, capsys, case):
+    argv = ["purge", "--cluster", str(lab["cluster"]), "--yes"]
+    if case == "unknown host":
+        argv += ["--host", "nowhere"]
+    elif case == "missing runs root":
+        lab["roots"]["ana-ml2"].rename(lab["tmp"] / "gone")
+    else:
+        argv += ["--run", "a/b"]
+    before = listing(lab["roots"]["gx10"])
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "error" in err
+    assert {"unknown host": "nowhere", "missing runs root": "does not exist",
+            "bad glob": "--run"}[case] in err
+    assert listing(lab["roots"]["gx10"]) == before and not lab["store"].exists()
