@@ -1,0 +1,143 @@
+"""The reference harness, and the harness contract the GPU probes measure through.
+
+A harness is any importable module (named by an import path, e.g. `mytrainer.train`) providing:
+
+- `discover_target_modules(model) -> list[str]`: the module-name suffixes LoRA adapts;
+- `compute_loss(model, batch) -> loss tensor`: the training loss of one batch, a dict holding
+  `input_ids` (b, s), `labels` (b, s; -100 ignored) and optionally `attention_mask`.
+
+Optional: `apply_lora(model, *, rank, alpha, targets)` (else the reference's PEFT one is used), and a
+`chunk_tokens` keyword on `compute_loss` (the probes pass their `--ce-chunk` to it when present).
+The probes import these and never re-implement them: a probe of a re-implementation measures the
+probe. `load_harness(path)` turns a path that does not import or lacks a function into InputError.
+
+This module is the reference: PEFT LoRA (rank, alpha, targets = every linear projection inside the
+decoder layers, for Qwen3/Llama/Gemma q,k,v,o,gate,up,down), bf16 base, and a chunked cross-entropy
+that never holds more than `chunk_tokens` x vocab logits (gradients computed chunk by chunk in the
+forward, as Liger's fused linear CE does, so the backward needs no logits either).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from types import ModuleType
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from probes.result import InputError
+
+REFERENCE = "probes.harness"
+REQUIRED = ("discover_target_modules", "compute_loss")
+CHUNK_TOKENS = 4096
+"""Default cross-entropy chunk: 4,096 tokens x 151,936 (Qwen3 vocab) x 4 B = 2.3 GiB fp32 logits."""
+
+
+def load_harness(path: str) -> ModuleType:
+    """Import the harness module; InputError naming the path or the missing function."""
+    try:
+        module = importlib.import_module(path)
+    except ImportError as exc:
+        raise InputError(f"--harness {path!r} does not import: {exc}") from None
+    missing = [name for name in REQUIRED if not callable(getattr(module, name, None))]
+    if missing:
+        raise InputError(f"--harness {path!r} lacks {', '.join(missing)} (a harness provides "
+                         f"{' and '.join(REQUIRED)})")
+    return module
+
+
+def loss_fn(harness: ModuleType, chunk_tokens: int):
+    """`batch -> loss` through the harness, passing the CE chunk where it takes one."""
+    compute = harness.compute_loss
+    if "chunk_tokens" in inspect.signature(compute).parameters:
+        return lambda model, batch: compute(model, batch, chunk_tokens=chunk_tokens)
+    return compute
+
+
+def lora_fn(harness: ModuleType):
+    return getattr(harness, "apply_lora", apply_lora)
+
+
+def discover_target_modules(model: nn.Module) -> list[str]:
+    """Suffixes of every nn.Linear inside the decoder's layers (not lm_head, not a vision tower)."""
+    layers = _decoder_layers(model)
+    names = {name.rsplit(".", 1)[-1] for layer in layers
+             for name, module in layer.named_modules() if isinstance(module, nn.Linear)}
+    order = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    return sorted(names, key=lambda n: (order.index(n) if n in order else len(order), n))
+
+
+def _decoder_layers(model: nn.Module) -> nn.ModuleList:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder = base.get_decoder() if hasattr(base, "get_decoder") else base.model
+    layers = getattr(decoder, "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise InputError(f"{type(base).__name__}: no decoder layers found to target")
+    return layers
+
+
+def apply_lora(model: nn.Module, *, rank: int, alpha: float, targets: list[str]) -> nn.Module:
+    """PEFT LoRA with its defaults (adapter weights kept in fp32 over a bf16 base)."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0,
+                        bias="none", task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
+
+
+def compute_loss(model: nn.Module, batch: dict[str, torch.Tensor], *,
+                 chunk_tokens: int = CHUNK_TOKENS) -> torch.Tensor:
+    """Mean next-token CE over labelled tokens; chunk_tokens 0 builds the full logits (HF's way)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    kwargs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
+    hidden = base.get_decoder()(**kwargs, use_cache=False).last_hidden_state
+    labels = batch["labels"][:, 1:].reshape(-1)
+    hidden = hidden[:, :-1].reshape(-1, hidden.shape[-1])
+    return cross_entropy(hidden, base.get_output_embeddings().weight, labels, chunk_tokens)
+
+
+def cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
+                  chunk_tokens: int) -> torch.Tensor:
+    """lm_head + mean CE over labels != -100; chunked when 0 < chunk_tokens < tokens."""
+    if chunk_tokens <= 0 or chunk_tokens >= hidden.shape[0]:
+        logits = F.linear(hidden, weight).float()
+        return F.cross_entropy(logits, labels, ignore_index=-100)
+    return _ChunkedLinearCE.apply(hidden, weight, labels, chunk_tokens)
+
+
+class _ChunkedLinearCE(torch.autograd.Function):
+    """Loss and its gradients chunk by chunk in the forward: peak logits = chunk x vocab."""
+
+    @staticmethod
+    def forward(ctx: Any, hidden, weight, labels, chunk_tokens: int):
+        num_labelled = (labels != -100).sum().clamp(min=1)
+        loss = torch.zeros((), device=hidden.device, dtype=torch.float32)
+        grad_hidden = torch.zeros_like(hidden) if hidden.requires_grad else None
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if weight.requires_grad else None
+        for start in range(0, hidden.shape[0], chunk_tokens):
+            h, y = hidden[start:start + chunk_tokens], labels[start:start + chunk_tokens]
+            logits = F.linear(h, weight).float()
+            loss += F.cross_entropy(logits, y, ignore_index=-100, reduction="sum")
+            # d(sum CE)/d logits = softmax - onehot, zero on ignored rows
+            grad = logits.softmax(-1)
+            keep = y != -100
+            grad[keep, y[keep]] -= 1.0
+            grad[~keep] = 0.0
+            grad = (grad / num_labelled).to(hidden.dtype)
+            if grad_hidden is not None:
+                grad_hidden[start:start + chunk_tokens] = grad @ weight
+            if grad_weight is not None:
+                grad_weight += (grad.t() @ h).float()
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.weight_dtype = weight.dtype
+        return loss / num_labelled
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        gh = grad_hidden * grad_loss.to(grad_hidden.dtype) if grad_hidden is not None else None
+        gw = (grad_weight * grad_loss).to(ctx.weight_dtype) if grad_weight is not None else None
+        return gh, gw, None, None

@@ -1,0 +1,121 @@
+"""Models and training steps for the GPU probes, shared by `profile` and `carrier`.
+
+A model loads from a local checkpoint directory (`from_pretrained`, local files only) or, with
+weights "random", is built from the checkpoint's config.json with random weights: the same
+architecture and the same speed, no weight files needed on the host. On the meta device nothing is
+allocated: parameter counts only. LoRA and the loss come from the harness (`probes.harness`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+from pathlib import Path
+from types import ModuleType
+from typing import Literal
+
+import torch
+from torch import nn
+
+from probes import harness as reference
+from probes.mask import load_text_config
+from probes.result import InputError
+
+Weights = Literal["checkpoint", "random"]
+
+
+def pick_device(device: str) -> torch.device:
+    """'auto': the GPU when there is one, else the CPU (tests, CI)."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"--device {device}: no CUDA device on this host")
+    return torch.device(device)
+
+
+def build_model(checkpoint: Path, *, weights: Weights, device: torch.device,
+                dtype: torch.dtype = torch.bfloat16) -> nn.Module:
+    """The causal LM of a checkpoint, in `dtype`, SDPA attention, on `device` (meta: no memory)."""
+    from transformers import AutoModelForCausalLM
+
+    config = load_text_config(checkpoint)  # InputError for a missing or malformed config.json
+    if weights == "random" or device.type == "meta":
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+    else:
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                checkpoint, local_files_only=True, dtype=dtype, attn_implementation="sdpa")
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{checkpoint}: cannot load weights ({exc}); "
+                             f"--weights random builds it from config.json") from None
+        model = model.to(device)
+    model.tie_weights()
+    return model
+
+
+def with_lora(model: nn.Module, harness: ModuleType, *, rank: int, alpha: float) -> nn.Module:
+    targets = list(harness.discover_target_modules(model))
+    if not targets:
+        raise InputError(f"{harness.__name__}.discover_target_modules found no target modules")
+    return reference.lora_fn(harness)(model, rank=rank, alpha=alpha, targets=targets)
+
+
+def count_params(model: nn.Module) -> tuple[int, int]:
+    """(total, trainable); a tied weight counts once (parameters() de-duplicates)."""
+    params = list(model.parameters())
+    return sum(p.numel() for p in params), sum(p.numel() for p in params if p.requires_grad)
+
+
+def make_batch(*, vocab_size: int, batch_size: int, seq_len: int, device: torch.device,
+               real_lengths: list[int] | None = None, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random token ids; with real_lengths, right padding (labels -100) and an explicit mask."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(1, vocab_size, (batch_size, seq_len), generator=generator)
+    batch = {"input_ids": input_ids, "labels": input_ids.clone()}
+    if real_lengths is not None:
+        real = torch.arange(seq_len)[None, :] < torch.tensor(real_lengths)[:, None]
+        batch["input_ids"] = input_ids.masked_fill(~real, 0)
+        batch["labels"] = input_ids.masked_fill(~real, -100)
+        batch["attention_mask"] = real.long()
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+@dataclasses.dataclass
+class TrainStep:
+    """One optimiser step of LoRA training through the harness's compute_loss (AdamW)."""
+
+    model: nn.Module
+    loss_fn: object
+    batch: dict[str, torch.Tensor]
+    optimizer: torch.optim.Optimizer
+
+    def __call__(self) -> torch.Tensor:
+        loss = self.loss_fn(self.model, self.batch)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+
+def train_step(model: nn.Module, harness: ModuleType, batch: dict[str, torch.Tensor], *,
+               chunk_tokens: int) -> TrainStep:
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=1e-4)
+    return TrainStep(model, reference.loss_fn(harness, chunk_tokens), batch, optimizer)
+
+
+def is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def release(device: torch.device) -> None:
+    """Give memory back between measurements (after an OOM, before the next model)."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_mem_bytes(device: torch.device) -> int | None:
+    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None

@@ -1,0 +1,105 @@
+"""The one timing helper: warm-up, CUDA events (GPU) or perf_counter (CPU), raw times kept.
+
+`time_steps(step, ...)` runs `step()` `warmup` times untimed, then times `steps` calls. On a GPU each
+call is bracketed by CUDA events and the end event is waited on before the next call, as a training
+loop that logs its loss every step does: the step time then includes the GPU's idle gaps while the
+host launches kernels, which is what a launch-bound step really costs. On the CPU, perf_counter.
+
+While the spread ((max-min)/median) of the last `steps` timings is above `max_spread`, more steps
+are timed, up to `max_steps` timed steps in all. The statistics are those of the LAST window of
+`steps` timings: earlier timed steps count as extended warm-up (a cold allocator or autotuner
+settles there). Every raw time is kept in `Timings.raw_s`, warm-up included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+MAX_SPREAD = 0.02
+"""Above this spread a median is not yet a number (DESIGN.md's measurement rules)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Timings:
+    raw_s: tuple[float, ...]
+    """Every step's time in seconds, warm-up first, in the order they ran."""
+    num_warmup: int
+    """Leading entries of raw_s not used in the statistics (configured warm-up + extension)."""
+    device: str
+
+    @property
+    def window_s(self) -> tuple[float, ...]:
+        return self.raw_s[self.num_warmup:]
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.window_s)
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.window_s)
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median over the window: a fraction, 0.02 is 2%."""
+        w = self.window_s
+        return (max(w) - min(w)) / self.median_s
+
+    @property
+    def iqr(self) -> float:
+        """Interquartile range over the median: robust to one outlier where the spread is not."""
+        w = self.window_s
+        if len(w) < 2:
+            return 0.0
+        q1, _, q3 = statistics.quantiles(w, n=4, method="inclusive")
+        return (q3 - q1) / self.median_s
+
+    @property
+    def trustworthy(self) -> bool:
+        return self.spread <= MAX_SPREAD
+
+    def to_dict(self) -> dict:
+        return {"device": self.device, "num_warmup": self.num_warmup, "raw_s": list(self.raw_s),
+                "median_s": self.median_s, "spread": self.spread, "iqr": self.iqr}
+
+
+def _timed_call(step: Callable[[], object], device: torch.device) -> float:
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0
+    begin = time.perf_counter()
+    step()
+    return time.perf_counter() - begin
+
+
+def time_steps(step: Callable[[], object], *, device: torch.device | str, warmup: int, steps: int,
+               max_steps: int | None = None, max_spread: float = MAX_SPREAD) -> Timings:
+    """Time `step()`; extend while the last window's spread exceeds max_spread, up to max_steps."""
+    assert steps >= 1 and warmup >= 0
+    device = torch.device(device)
+    max_steps = max(steps, max_steps or steps)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    raw = [_timed_call(step, device) for _ in range(warmup)]
+    timed = [_timed_call(step, device) for _ in range(steps)]
+    while len(timed) < max_steps and _spread(timed[-steps:]) > max_spread:
+        timed.append(_timed_call(step, device))
+    num_warmup = warmup + len(timed) - steps
+    return Timings(raw_s=tuple(raw + timed), num_warmup=num_warmup, device=device.type)
+
+
+def _spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def nan_if_none(value: float | None) -> float:
+    return float("nan") if value is None else value
