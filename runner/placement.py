@@ -40,8 +40,8 @@ class GpuPlacer:
         Asked while the host is still backing off, it answers (False, ...) without reading.
         """
         now = self._clock()
-        if now < self.next_attempt_at(host):
-            return False, (f"{host}: backing off for {self.next_attempt_at(host) - now:.0f} s more "
+        if now < self._next_at.get(host, now):
+            return False, (f"{host}: backing off for {self._next_at[host] - now:.0f} s more "
                            f"(last: {self._reasons.get(host, '')})")
         ok, reason = self._judge(host, runs_dir, thresholds)
         if ok:
