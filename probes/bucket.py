@@ -1,0 +1,219 @@
+"""`bucket`: what length bucketing wins over random batching, and what it costs in source diversity.
+
+The algorithm is the one users run (the HF Trainer's length grouping, `LengthGroupedSampler`):
+a seeded random permutation (seed s: `numpy.random.default_rng(s).permutation`), cut into
+buckets of `bucket_size` samples, each bucket sorted by length descending (stable, so equal
+lengths keep their shuffled order) and cut into batches of `batch_size`, each padded to its
+longest sample. Samples are truncated to `--max-length` first. Sweeping `bucket_size` from the
+batch size (random batching) to the whole corpus (a global sort) shows the trade-off.
+
+Table `sweep`, one row per bucket size: `pad_fraction` (mean, std over seeds), `gain_vs_random`
+(padded tokens of random batching over those of this size), `sources_per_batch` (mean distinct
+sources per batch) and `source_entropy_ratio` (mean per-batch source entropy over the corpus's).
+
+Checks: `sweep_varies` (the rows are not all identical: a sweep that changes nothing is broken),
+`random_at_batch_size` (bucket_size == batch_size matches plain random batching, computed apart,
+within noise) and `global_sort_at_all` (the whole-corpus bucket pads exactly as a global sort).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from probes import corpus as corpus_mod
+from probes.padding import padded_in_order
+from probes.result import Check, ProbeResult, require
+
+_DENSE_CELLS = 1 << 24  # batches x sources below which per-batch source counts use a dense bincount
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config:
+    checkpoint: Path | None = None
+    """Checkpoint directory (or a bare tokenizer.json) whose tokenizer tokenizes --corpus."""
+    corpus: Path | None = None
+    """Corpus, JSONL or Parquet: records with `messages` (chat turns) or `text`, optional `source`."""
+    lengths: Path | None = None
+    """Lengths file instead of a corpus (Parquet or CSV: `length`, optional `source`)."""
+    batch_size: int = 8
+    """Samples per batch."""
+    max_length: int = 4096
+    """Tokens per row: longer samples are truncated before batching."""
+    bucket_sizes: tuple[int, ...] = ()
+    """Bucket sizes to sweep, multiples of --batch-size; unset: --num-sizes sizes spaced geometrically
+    from the batch size to the whole corpus. The batch size and the whole corpus are always swept."""
+    num_sizes: int = 10
+    """Bucket sizes in the default sweep."""
+    seeds: tuple[int, ...] = (0, 1, 2, 3)
+    """Seeds of the random permutations (mean and std over them)."""
+    cache_dir: Path = corpus_mod.DEFAULT_CACHE_DIR
+    """Where token lengths are cached, keyed by corpus and tokenizer content."""
+
+    def __post_init__(self) -> None:
+        corpus_mod.validate_inputs(corpus=self.corpus, lengths=self.lengths, checkpoint=self.checkpoint)
+        require(self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}")
+        require(self.max_length >= 1, f"--max-length must be >= 1, got {self.max_length}")
+        require(self.num_sizes >= 2, f"--num-sizes must be >= 2, got {self.num_sizes}")
+        require(len(self.seeds) >= 1, "--seeds needs at least one seed")
+        bad = [s for s in self.bucket_sizes if s < 1 or s % self.batch_size]
+        require(not bad, f"--bucket-sizes must be multiples of --batch-size {self.batch_size}, got {bad}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SweepRow:
+    bucket_size: int
+    num_batches: int
+    padded_tokens: int
+    """Mean over seeds, rounded."""
+    pad_fraction: float
+    pad_fraction_std: float
+    gain_vs_random: float
+    sources_per_batch: float
+    source_entropy_ratio: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """One (bucket size, seed) run."""
+
+    padded: int
+    num_batches: int
+    sources_per_batch: float
+    entropy: float  # mean per-batch source entropy, nats
+
+
+def bucket_sizes(config: Config, num_samples: int) -> list[int]:
+    b = config.batch_size
+    if config.bucket_sizes:
+        sizes = {min(s, num_samples) for s in config.bucket_sizes}
+    else:
+        # num_sizes - 1 geometric multiples of the batch size below the corpus, then the corpus
+        multiples = np.geomspace(1, max(1.0, num_samples / b), config.num_sizes)[:-1]
+        sizes = {min(int(round(m)) * b, num_samples) for m in multiples}
+    return sorted(sizes | {min(b, num_samples), num_samples})
+
+
+def bucketed(clipped: np.ndarray, codes: np.ndarray, perm: np.ndarray,
+             bucket_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Lengths and source codes in the order the sampler yields them: each bucket sorted descending."""
+    n = clipped.size
+    shuffled = clipped[perm]
+    # One integer key sorts by length descending and keeps the shuffled order among equals.
+    key = (int(clipped.max()) - shuffled) * n + np.arange(n, dtype=np.int64)
+    num_full = n // bucket_size
+    key[:num_full * bucket_size].reshape(num_full, bucket_size).sort(axis=1)
+    key[num_full * bucket_size:].sort()
+    position = key % n
+    return shuffled[position], codes[perm][position]
+
+
+def batch_ids(n: int, bucket_size: int, batch_size: int) -> np.ndarray:
+    """Batch of each position: batches never straddle two buckets."""
+    j = np.arange(n, dtype=np.int64)
+    per_bucket = -(-bucket_size // batch_size)
+    return (j // bucket_size) * per_bucket + (j % bucket_size) // batch_size
+
+
+def outcome(lengths: np.ndarray, codes: np.ndarray, bucket_size: int, batch_size: int,
+            num_sources: int) -> Outcome:
+    ids = batch_ids(lengths.size, bucket_size, batch_size)
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+    sizes = np.diff(np.r_[starts, lengths.size])
+    padded = int((np.maximum.reduceat(lengths, starts) * sizes).sum() - lengths.sum())
+    num_batches = starts.size
+    cells = num_batches * num_sources
+    if cells <= _DENSE_CELLS:
+        counts = np.bincount(ids * num_sources + codes, minlength=cells)
+        pairs = np.flatnonzero(counts)
+        pair_batch, pair_count = pairs // num_sources, counts[pairs]
+    else:
+        pairs, pair_count = np.unique(ids * num_sources + codes, return_counts=True)
+        pair_batch = pairs // num_sources
+    share = pair_count / sizes[pair_batch]
+    entropy = np.bincount(pair_batch, weights=-share * np.log(share), minlength=num_batches)
+    distinct = np.bincount(pair_batch, minlength=num_batches)
+    return Outcome(padded=padded, num_batches=num_batches, sources_per_batch=float(distinct.mean()),
+                   entropy=float(entropy.mean()))
+
+
+def corpus_entropy(codes: np.ndarray, num_sources: int) -> float:
+    share = np.bincount(codes, minlength=num_sources) / codes.size
+    share = share[share > 0]
+    return float(-(share * np.log(share)).sum())
+
+
+def sweep(data: corpus_mod.Lengths, config: Config) -> tuple[list[SweepRow], dict[int, list[Outcome]], list[int]]:
+    """Rows per bucket size, the raw outcomes, and random batching's padded tokens per seed."""
+    clipped = np.minimum(data.length, config.max_length)
+    n, k = clipped.size, len(data.sources)
+    perms = [np.random.default_rng(s).permutation(n) for s in config.seeds]
+    # Random batching, computed apart from the sweep: consecutive batches of the shuffle, no sort.
+    random = [padded_in_order(clipped[p], config.batch_size) for p in perms]
+    base_entropy = corpus_entropy(data.source_code, k)
+    real = int(clipped.sum())
+    rows, raw = [], {}
+    for size in bucket_sizes(config, n):
+        runs = [outcome(*bucketed(clipped, data.source_code, p, size), size, config.batch_size, k)
+                for p in perms]
+        raw[size] = runs
+        fractions = [r.padded / (r.padded + real) for r in runs]
+        padded = float(np.mean([r.padded for r in runs]))
+        rows.append(SweepRow(
+            bucket_size=size, num_batches=runs[0].num_batches, padded_tokens=round(padded),
+            pad_fraction=float(np.mean(fractions)), pad_fraction_std=float(np.std(fractions)),
+            gain_vs_random=float(np.mean(random)) / padded if padded else float("inf"),
+            sources_per_batch=float(np.mean([r.sources_per_batch for r in runs])),
+            source_entropy_ratio=(float(np.mean([r.entropy for r in runs])) / base_entropy
+                                  if base_entropy else float("nan"))))
+    return rows, raw, random
+
+
+def checks(rows: list[SweepRow], raw: dict[int, list[Outcome]], random: list[int],
+           clipped: np.ndarray, config: Config) -> list[Check]:
+    values = {(r.pad_fraction, r.sources_per_batch, r.source_entropy_ratio) for r in rows}
+    varies = len(values) > 1
+    first, whole = rows[0], rows[-1]
+    real = int(clipped.sum())
+    random_fractions = [p / (p + real) for p in random]
+    noise = 3 * float(np.std(random_fractions)) / np.sqrt(len(random)) + 1e-12
+    gap = abs(first.pad_fraction - float(np.mean(random_fractions)))
+    global_sort = padded_in_order(np.sort(clipped)[::-1], config.batch_size)
+    whole_padded = sorted({r.padded for r in raw[whole.bucket_size]})
+    return [
+        Check(name="sweep_varies", ok=varies, detail=(
+            f"{len(values)} distinct outcomes over {len(rows)} bucket sizes" if varies else
+            f"all {len(rows)} bucket sizes give identical outputs: the sweep changes nothing")),
+        Check(name="random_at_batch_size", ok=gap <= noise, detail=(
+            f"bucket_size {first.bucket_size}: pad_fraction {first.pad_fraction:.6f} vs random batching "
+            f"{np.mean(random_fractions):.6f} (|diff| {gap:.2e}, noise {noise:.2e})")),
+        Check(name="global_sort_at_all", ok=whole_padded == [global_sort], detail=(
+            f"bucket_size {whole.bucket_size} (whole corpus) pads {whole_padded} tokens, "
+            f"global sort {global_sort:,}")),
+    ]
+
+
+def summary(rows: list[SweepRow], random: list[int], data: corpus_mod.Lengths) -> dict:
+    """Headline: the smallest bucket that wins 90% of what a global sort wins over random batching."""
+    base, best = float(np.mean(random)), rows[-1].padded_tokens
+    pick = next((r for r in rows if base - r.padded_tokens >= 0.9 * (base - best)), rows[-1])
+    return {
+        "num_samples": data.num_samples, "num_sources": len(data.sources), "lengths_from": data.origin,
+        "pad_fraction_random": round(rows[0].pad_fraction, 6),
+        "pad_fraction_global_sort": round(rows[-1].pad_fraction, 6),
+        "bucket_size_90pct_gain": pick.bucket_size, "its_pad_fraction": round(pick.pad_fraction, 6),
+        "its_sources_per_batch": round(pick.sources_per_batch, 4),
+        "its_source_entropy_ratio": round(pick.source_entropy_ratio, 4),
+    }
+
+
+def run(config: Config) -> ProbeResult:
+    data = corpus_mod.load(corpus=config.corpus, lengths=config.lengths, checkpoint=config.checkpoint,
+                           cache_dir=config.cache_dir)
+    rows, raw, random = sweep(data, config)
+    clipped = np.minimum(data.length, config.max_length)
+    return ProbeResult(probe="bucket", config=config, tables={"sweep": rows},
+                       summary=summary(rows, random, data),
+                       checks=checks(rows, raw, random, clipped, config))

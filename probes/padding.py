@@ -1,0 +1,257 @@
+"""`padding`: how much of each step is padding, per batching strategy, from the corpus alone.
+
+Input: a corpus tokenized with the checkpoint's own tokenizer (lengths cached), or a lengths file.
+Every sample is first truncated to `--max-length`; real tokens count after truncation and
+`pad_fraction = padded / (padded + real)`.
+
+Tables:
+- `strategies`, one row per batching strategy: `fixed` (every sample padded to max_length),
+  `longest` (seeded random batches, each padded to its longest sample; mean and std over seeds),
+  `sorted` (one global length sort: the lower bound of `longest`), `packed` (all samples
+  concatenated into rows of max_length; only the last row is padded, nothing is truncated).
+- `lengths`: count, mean, p50, p90, p99, p99.9, max in tokens, overall (`all`) and per source.
+- `histogram`: samples per length bin (tokens, inclusive bounds).
+- `ce_chunks`: one step's logits memory (tokens = batch_size x max_length, times the vocabulary):
+  bf16 logits and their fp32 upcast, for the full step and each candidate chunk size, and whether
+  each fits `--ce-budget-gib`. Omitted when the vocabulary size is unknown.
+
+Checks: `sorted_is_lower_bound` (no random shuffle pads less than the global sort) and
+`tokens_accounted` (each strategy's real + truncated tokens equal the corpus's tokens, and real +
+padded tokens fill exactly the rows it feeds).
+Seed s shuffles with `numpy.random.default_rng(s).permutation`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from probes import corpus as corpus_mod
+from probes.result import Check, ProbeResult, require
+
+_GIB = 1 << 30
+_PERCENTILES = (50, 90, 99, 99.9)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config:
+    checkpoint: Path | None = None
+    """Checkpoint directory (or a bare tokenizer.json): its tokenizer tokenizes --corpus; its
+    config.json gives the vocabulary size for the CE table."""
+    corpus: Path | None = None
+    """Corpus, JSONL or Parquet: records with `messages` (chat turns) or `text`, optional `source`."""
+    lengths: Path | None = None
+    """Lengths file instead of a corpus (Parquet or CSV: `length`, optional `source`)."""
+    batch_size: int = 8
+    """Samples per batch."""
+    max_length: int = 4096
+    """Tokens per row: longer samples are truncated; `fixed` pads to it; `packed` fills rows of it."""
+    seeds: tuple[int, ...] = (0, 1, 2, 3)
+    """Seeds of the random shuffles behind `longest` (mean and std over them)."""
+    num_bins: int = 16
+    """Bins of the length histogram."""
+    vocab_size: int | None = None
+    """Vocabulary size for the CE table; unset: the checkpoint's config.json, else its tokenizer."""
+    ce_budget_gib: float = 4.0
+    """Memory one step's CE logits may take (bf16 logits + fp32 upcast live together), GiB."""
+    ce_chunk_sizes: tuple[int, ...] = ()
+    """Candidate CE chunk sizes, tokens; unset: powers of two from 256 below the step's tokens."""
+    cache_dir: Path = corpus_mod.DEFAULT_CACHE_DIR
+    """Where token lengths are cached, keyed by corpus and tokenizer content."""
+
+    def __post_init__(self) -> None:
+        corpus_mod.validate_inputs(corpus=self.corpus, lengths=self.lengths, checkpoint=self.checkpoint)
+        require(self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}")
+        require(self.max_length >= 1, f"--max-length must be >= 1, got {self.max_length}")
+        require(len(self.seeds) >= 1, "--seeds needs at least one seed")
+        require(self.num_bins >= 1, f"--num-bins must be >= 1, got {self.num_bins}")
+        require(self.vocab_size is None or self.vocab_size >= 1,
+                f"--vocab-size must be >= 1, got {self.vocab_size}")
+        require(self.ce_budget_gib > 0, f"--ce-budget-gib must be > 0, got {self.ce_budget_gib}")
+        require(all(c >= 1 for c in self.ce_chunk_sizes), "--ce-chunk-sizes must all be >= 1")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StrategyRow:
+    strategy: str
+    batch_size: int
+    max_length: int
+    num_samples: int
+    num_rows: int
+    """Rows (sequences) the epoch feeds the model."""
+    real_tokens: int
+    padded_tokens: int
+    """For `longest`: the mean over seeds, rounded."""
+    pad_fraction: float
+    pad_fraction_std: float
+    truncated_samples: int
+    truncated_tokens: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LengthRow:
+    source: str
+    count: int
+    total_tokens: int
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    p99_9: float
+    max: int
+    over_max_length: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HistogramRow:
+    lo_tokens: int
+    hi_tokens: int
+    count: int
+    fraction: float
+    cumulative_fraction: float
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CeChunkRow:
+    kind: str
+    chunk_tokens: int
+    num_chunks: int
+    logits_bf16_bytes: int
+    logits_fp32_bytes: int
+    peak_bytes: int
+    fits_budget: bool
+
+
+def padded_in_order(lengths: np.ndarray, batch_size: int) -> int:
+    """Padded tokens when consecutive samples form batches, each padded to its longest sample."""
+    n = lengths.size
+    num_full = n // batch_size
+    full = lengths[:num_full * batch_size].reshape(num_full, batch_size)
+    width = int(full.max(axis=1).sum()) * batch_size if num_full else 0
+    tail = lengths[num_full * batch_size:]
+    width += int(tail.max()) * tail.size if tail.size else 0
+    return width - int(lengths.sum())
+
+
+def _row(strategy: str, config: Config, lengths: np.ndarray, clipped: np.ndarray, num_rows: int,
+         padded: list[int]) -> StrategyRow:
+    real = int(clipped.sum())
+    fractions = [p / (p + real) if p + real else 0.0 for p in padded]
+    return StrategyRow(
+        strategy=strategy, batch_size=config.batch_size, max_length=config.max_length,
+        num_samples=int(lengths.size), num_rows=num_rows, real_tokens=real,
+        padded_tokens=round(float(np.mean(padded))), pad_fraction=float(np.mean(fractions)),
+        pad_fraction_std=float(np.std(fractions)),
+        truncated_samples=int((lengths > config.max_length).sum()),
+        truncated_tokens=int(lengths.sum()) - real)
+
+
+def strategy_rows(lengths: np.ndarray, config: Config) -> tuple[list[StrategyRow], list[int]]:
+    """The four strategies' rows, and `longest`'s padded tokens per seed."""
+    clipped = np.minimum(lengths, config.max_length)
+    n, b, width = lengths.size, config.batch_size, config.max_length
+    longest = [padded_in_order(clipped[np.random.default_rng(s).permutation(n)], b) for s in config.seeds]
+    ordered = np.sort(clipped)[::-1]
+    total = int(lengths.sum())
+    num_packed_rows = -(-total // width)
+    packed = StrategyRow(
+        strategy="packed", batch_size=b, max_length=width, num_samples=n, num_rows=num_packed_rows,
+        real_tokens=total, padded_tokens=num_packed_rows * width - total,
+        pad_fraction=(num_packed_rows * width - total) / (num_packed_rows * width),
+        pad_fraction_std=0.0, truncated_samples=0, truncated_tokens=0)
+    return [
+        _row("fixed", config, lengths, clipped, n, [n * width - int(clipped.sum())]),
+        _row("longest", config, lengths, clipped, n, longest),
+        _row("sorted", config, lengths, clipped, n, [padded_in_order(ordered, b)]),
+        packed,
+    ], longest
+
+
+def _length_row(source: str, lengths: np.ndarray, max_length: int) -> LengthRow:
+    p50, p90, p99, p999 = np.percentile(lengths, _PERCENTILES)
+    return LengthRow(source=source, count=int(lengths.size), total_tokens=int(lengths.sum()),
+                     mean=float(lengths.mean()), p50=float(p50), p90=float(p90), p99=float(p99),
+                     p99_9=float(p999), max=int(lengths.max()),
+                     over_max_length=int((lengths > max_length).sum()))
+
+
+def length_rows(data: corpus_mod.Lengths, max_length: int) -> list[LengthRow]:
+    rows = [_length_row("all", data.length, max_length)]
+    if len(data.sources) > 1:
+        order = np.argsort(data.source_code, kind="stable")
+        bounds = np.searchsorted(data.source_code[order], np.arange(len(data.sources) + 1))
+        for code, name in enumerate(data.sources):
+            part = data.length[order[bounds[code]:bounds[code + 1]]]
+            if part.size:
+                rows.append(_length_row(name, part, max_length))
+    return rows
+
+
+def histogram_rows(lengths: np.ndarray, num_bins: int) -> list[HistogramRow]:
+    """Bins of equal integer width covering 1..max: bin k holds lengths in [k*w + 1, (k+1)*w]."""
+    width = max(1, -(-int(lengths.max()) // num_bins))
+    counts = np.bincount((lengths - 1) // width, minlength=num_bins)
+    cumulative = np.cumsum(counts) / lengths.size
+    return [HistogramRow(lo_tokens=k * width + 1, hi_tokens=(k + 1) * width, count=int(c),
+                         fraction=float(c / lengths.size), cumulative_fraction=float(cumulative[k]))
+            for k, c in enumerate(counts)]
+
+
+def ce_rows(tokens_per_step: int, vocab_size: int, budget_gib: float,
+            candidates: tuple[int, ...]) -> list[CeChunkRow]:
+    if not candidates:
+        candidates = tuple(1 << k for k in range(8, 31) if (1 << k) < tokens_per_step)
+    rows = []
+    budget = budget_gib * _GIB
+    for kind, chunk in [("full", tokens_per_step)] + [("chunk", c) for c in sorted(set(candidates))]:
+        chunk = min(chunk, tokens_per_step)
+        bf16, fp32 = chunk * vocab_size * 2, chunk * vocab_size * 4
+        rows.append(CeChunkRow(kind=kind, chunk_tokens=chunk, num_chunks=-(-tokens_per_step // chunk),
+                               logits_bf16_bytes=bf16, logits_fp32_bytes=fp32, peak_bytes=bf16 + fp32,
+                               fits_budget=bf16 + fp32 <= budget))
+    return rows
+
+
+def checks(rows: list[StrategyRow], longest: list[int], lengths: np.ndarray,
+           config: Config) -> list[Check]:
+    by = {r.strategy: r for r in rows}
+    best = min(longest)
+    lower = by["sorted"].padded_tokens <= best
+    n, total = lengths.size, int(lengths.sum())
+    widths = {"fixed": n * config.max_length, "packed": by["packed"].num_rows * config.max_length}
+    bad = [r.strategy for r in rows if r.real_tokens + r.truncated_tokens != total
+           or (r.strategy in widths and r.real_tokens + r.padded_tokens != widths[r.strategy])]
+    return [
+        Check(name="sorted_is_lower_bound", ok=lower, detail=(
+            f"global sort pads {by['sorted'].padded_tokens:,} tokens, the best of "
+            f"{len(config.seeds)} shuffles {best:,}")),
+        Check(name="tokens_accounted", ok=not bad, detail=(
+            f"strategies {bad} lose or invent tokens" if bad else
+            f"every strategy accounts for all {total:,} tokens")),
+    ]
+
+
+def run(config: Config) -> ProbeResult:
+    data = corpus_mod.load(corpus=config.corpus, lengths=config.lengths, checkpoint=config.checkpoint,
+                           cache_dir=config.cache_dir)
+    rows, longest = strategy_rows(data.length, config)
+    tables: dict[str, list] = {"strategies": rows, "lengths": length_rows(data, config.max_length),
+                               "histogram": histogram_rows(data.length, config.num_bins)}
+    vocab = config.vocab_size or corpus_mod.vocab_size(config.checkpoint)
+    tokens_per_step = config.batch_size * config.max_length
+    summary = {"num_samples": data.num_samples, "total_tokens": int(data.length.sum()),
+               "num_sources": len(data.sources), "lengths_from": data.origin}
+    summary.update({f"pad_fraction_{r.strategy}": round(r.pad_fraction, 6) for r in rows})
+    summary["truncated_samples"] = rows[0].truncated_samples
+    if vocab is not None:
+        ce = ce_rows(tokens_per_step, vocab, config.ce_budget_gib, config.ce_chunk_sizes)
+        tables["ce_chunks"] = ce
+        fitting = [r.chunk_tokens for r in ce if r.fits_budget]
+        summary.update({"vocab_size": vocab, "tokens_per_step": tokens_per_step,
+                        "ce_largest_chunk_tokens": max(fitting) if fitting else 0})
+    else:
+        summary["ce_chunks"] = "skipped: no vocabulary size (give --vocab-size or --checkpoint)"
+    return ProbeResult(probe="padding", config=config, tables=tables, summary=summary,
+                       checks=checks(rows, longest, data.length, config))
