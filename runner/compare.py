@@ -1,0 +1,266 @@
+"""`labprobe compare`: how do the hosts compare on the same work? Checkpoints by hosts, from the store.
+
+    labprobe compare --probe P [--table T] [--metric M] [--by host] [--baseline HOST] [--json]
+                     [--plot FILE] [--store D] [--cluster F]
+
+For each (checkpoint, row group) and host it takes the rows of the newest ok job per
+(host, checkpoint, config), the median of the metric over them, and the ratio to the baseline
+host. Row groups: rows of one table that differ in a label column (a string, integer or bool
+column such as `seq_len` or `strategy`) are compared separately, never averaged together.
+
+Warnings (compared numbers that may not be comparable): the hosts' rows carry different checkpoint
+fingerprints (not the same checkpoint), different software versions (python, torch, transformers,
+CUDA, driver), or a spread above 2% (a `*spread*` column, or several values for one cell).
+
+Default metric: per probe below; CPU probes (whose tables are analyses that do not depend on the
+host) compare the job's wall time from the jobs table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.dataset as ds
+
+from probes.result import InputError
+from runner.jobenv import VERSION_KEYS
+from runner.store import KEY_COLUMNS, Store
+from runner.tables import format_table
+
+SPREAD_LIMIT = 0.02
+DEFAULT_METRICS: dict[str, list[tuple[str, str]]] = {
+    "profile": [("steps", "step_s"), ("scaling", "step_s")],
+    "carrier": [("throughput", "tok_per_s"), ("carriers", "tok_per_s"), ("steps", "step_s")],
+}
+"""probe -> (table, metric) candidates in order; the first stored wins, else jobs.wall_s."""
+METRIC_PREFERENCE = ("step_s", "s_per_step", "tok_per_s", "wall_s", "pad_fraction", "gain")
+WARN_VERSIONS = tuple(k for k in VERSION_KEYS if k != "gpu")  # a different GPU is what we compare
+
+
+@dataclasses.dataclass
+class Comparison:
+    probe: str
+    table: str
+    metric: str
+    baseline: str
+    hosts: list[str]
+    rows: list[dict[str, Any]]
+    """{checkpoint, group, values: {host: median}, ratios: {host: value/baseline}, counts: {host: n}}"""
+    warnings: list[str]
+    gpus: dict[str, str]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--probe", required=True, help="the probe whose results to compare")
+    parser.add_argument("--table", help="the probe's table, or `jobs` (default: per probe)")
+    parser.add_argument("--metric", help="numeric column to compare (default: per probe/table)")
+    parser.add_argument("--by", choices=["host"], default="host", help="columns of the comparison")
+    parser.add_argument("--baseline", help="host the ratios are relative to (default: the first host)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--plot", type=Path, help="write a PNG bar chart here")
+    parser.add_argument("--store", type=Path, help="store root (default: the cluster file's, else ./results)")
+    parser.add_argument("--cluster", default="cluster.yaml", help="cluster file (store root, host order)")
+
+
+def main(args: argparse.Namespace) -> int:
+    store, order = _store_and_order(args.store, args.cluster)
+    result = compare(store, args.probe, table=args.table, metric=args.metric, baseline=args.baseline,
+                     host_order=order)
+    if args.json:
+        json.dump(result.to_json_dict(), sys.stdout, indent=1, default=str)
+        print()
+    else:
+        print(render(result))
+    if args.plot is not None:
+        from runner.plots import plot_comparison
+
+        plot_comparison(result, args.plot)
+        print(f"plot: {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _store_and_order(store: Path | None, cluster_file: str) -> tuple[Store, list[str]]:
+    order: list[str] = []
+    if Path(cluster_file).is_file():
+        from runner.cluster import load_cluster
+
+        cluster = load_cluster(cluster_file)
+        order = list(cluster.hosts)
+        store = store if store is not None else cluster.store_root()
+    return Store(store if store is not None else Path("results")), order
+
+
+def compare(store: Store, probe: str, *, table: str | None = None, metric: str | None = None,
+            baseline: str | None = None, host_order: list[str] | None = None) -> Comparison:
+    jobs = _latest_ok_jobs(store, probe)
+    if jobs.empty:
+        raise InputError(f"{store.root}: no ok jobs of probe {probe!r} stored")
+    table, metric = _choose(store, probe, table, metric)
+    rows = jobs if table == "jobs" else _table_rows(store, f"{probe}.{table}", jobs)
+    if metric not in rows.columns:
+        numeric = [c for c in rows.columns if pd.api.types.is_float_dtype(rows[c])]
+        raise InputError(f"--metric: no column {metric!r} in {probe}.{table} (numeric: {', '.join(numeric)})")
+    hosts = _host_order(rows["host"].unique(), host_order or [])
+    baseline = baseline or hosts[0]
+    if baseline not in hosts:
+        raise InputError(f"--baseline: host {baseline!r} has no rows (hosts: {', '.join(hosts)})")
+    dims = _label_columns(rows, metric) if table != "jobs" else []
+    cells = _cells(rows, metric, dims)
+    warnings = _fingerprint_warnings(rows) + _version_warnings(jobs) + _spread_warnings(rows, cells, dims)
+    gpus = {h: _env(jobs[jobs["host"] == h]).get("gpu", "") for h in hosts}
+    return Comparison(probe=probe, table=table, metric=metric, baseline=baseline, hosts=hosts,
+                      rows=_pivot(cells, hosts, baseline), warnings=warnings, gpus=gpus)
+
+
+def _latest_ok_jobs(store: Store, probe: str) -> pd.DataFrame:
+    """Newest job row per (host, checkpoint, config_hash), kept when that newest row is ok."""
+    jobs = store.read("jobs", filters=ds.field("probe") == probe)
+    if jobs.empty:
+        return jobs
+    jobs = jobs.sort_values("finished_at", kind="stable")
+    latest = jobs.drop_duplicates(["host", "checkpoint", "config_hash"], keep="last")
+    return latest[latest["status"] == "ok"].reset_index(drop=True)
+
+
+def _choose(store: Store, probe: str, table: str | None, metric: str | None) -> tuple[str, str]:
+    names = set(store.table_names())
+    if table is None:
+        for cand_table, cand_metric in DEFAULT_METRICS.get(probe, []):
+            if f"{probe}.{cand_table}" in names:
+                return cand_table, metric or cand_metric
+        return "jobs", metric or "wall_s"
+    if table != "jobs" and f"{probe}.{table}" not in names:
+        stored = sorted(n.split(".", 1)[1] for n in names if n.startswith(probe + "."))
+        raise InputError(f"--table: no table {probe}.{table} stored (stored: {', '.join(stored) or 'none'})")
+    if metric is None:
+        cols = ["wall_s"] if table == "jobs" else list(ds.dataset(store.root / f"{probe}.{table}").schema.names)
+        metric = next((m for m in METRIC_PREFERENCE if m in cols), None) or next(
+            (c for c in cols if c.endswith(("_s", "_per_s", "_fraction"))), cols[-1])
+    return table, metric
+
+
+def _table_rows(store: Store, name: str, jobs: pd.DataFrame) -> pd.DataFrame:
+    rows = store.read(name)
+    # Only rows of the newest ok jobs: older runs and orphans of a crashed write stay out.
+    keep = pd.MultiIndex.from_frame(jobs[["job_id", "run_id"]])
+    return rows[pd.MultiIndex.from_frame(rows[["job_id", "run_id"]]).isin(keep)]
+
+
+def _host_order(present, order: list[str]) -> list[str]:
+    present = set(present)
+    return [h for h in order if h in present] + sorted(present - set(order))
+
+
+def _label_columns(rows: pd.DataFrame, metric: str) -> list[str]:
+    skip = set(KEY_COLUMNS) | {metric}
+    dims = [c for c in rows.columns if c not in skip and "spread" not in c
+            and (pd.api.types.is_integer_dtype(rows[c]) or pd.api.types.is_bool_dtype(rows[c])
+                 or pd.api.types.is_string_dtype(rows[c]) or rows[c].dtype == object)]
+    if rows["config_hash"].nunique() > 1:
+        dims.append("config_hash")
+    return dims
+
+
+def _cells(rows: pd.DataFrame, metric: str, dims: list[str]) -> pd.DataFrame:
+    """One row per (checkpoint, dims..., host): median, min, max, n of the metric."""
+    keys = ["checkpoint", *dims, "host"]
+    grouped = rows.groupby(keys, sort=False, dropna=False)[metric]
+    cells = grouped.agg(["median", "min", "max", "count"]).reset_index()
+    cells["group"] = cells[dims].astype(str).agg(" ".join, axis=1) if dims else ""
+    if dims:
+        cells["group"] = [" ".join(f"{d}={v}" for d, v in zip(dims, vals))
+                          for vals in cells[dims].itertuples(index=False)]
+    return cells
+
+
+def _pivot(cells: pd.DataFrame, hosts: list[str], baseline: str) -> list[dict[str, Any]]:
+    out = []
+    for (ckpt, group), part in cells.groupby(["checkpoint", "group"], sort=False):
+        values = {h: float(v) for h, v in zip(part["host"], part["median"])}
+        counts = {h: int(n) for h, n in zip(part["host"], part["count"])}
+        base = values.get(baseline)
+        ratios = {h: (v / base if base not in (None, 0) else None) for h, v in values.items()}
+        out.append({"checkpoint": ckpt, "group": group, "values": values, "ratios": ratios, "counts": counts})
+    return sorted(out, key=lambda r: (r["checkpoint"], r["group"]))
+
+
+def _fingerprint_warnings(rows: pd.DataFrame) -> list[str]:
+    out = []
+    fps = rows.groupby("checkpoint")[["host", "checkpoint_fp"]].apply(lambda p: p.drop_duplicates())
+    for ckpt, part in fps.groupby(level=0):
+        if part["checkpoint_fp"].nunique() > 1:
+            seen = ", ".join(f"{h} {fp}" for h, fp in zip(part["host"], part["checkpoint_fp"]))
+            out.append(f"checkpoint {ckpt}: fingerprints differ across hosts ({seen}): not the same checkpoint")
+    return out
+
+
+def _env(jobs: pd.DataFrame) -> dict[str, str]:
+    return json.loads(jobs["env_json"].iloc[-1]) if len(jobs) else {}
+
+
+def _version_warnings(jobs: pd.DataFrame) -> list[str]:
+    envs = {h: [json.loads(e) for e in part["env_json"]] for h, part in jobs.groupby("host")}
+    out = []
+    for key in WARN_VERSIONS:
+        seen = {h: sorted({e.get(key, "") for e in es}) for h, es in envs.items()}
+        if len({v for vals in seen.values() for v in vals}) > 1:
+            shown = ", ".join(f"{h} {'/'.join(v) or '-'}" for h, v in seen.items())
+            out.append(f"{key} versions differ: {shown}")
+    return out
+
+
+def _spread_warnings(rows: pd.DataFrame, cells: pd.DataFrame, dims: list[str]) -> list[str]:
+    out = []
+    for cell in cells.itertuples(index=False):
+        if cell.count > 1 and cell.median and (cell.max - cell.min) / abs(cell.median) > SPREAD_LIMIT:
+            spread = (cell.max - cell.min) / abs(cell.median)
+            out.append(f"{cell.checkpoint} {cell.group} @ {cell.host}: {cell.count} values spread {spread:.1%}".replace("  ", " "))
+    for col in [c for c in rows.columns if "spread" in c and pd.api.types.is_numeric_dtype(rows[c])]:
+        high = rows[rows[col] > SPREAD_LIMIT]
+        for (ckpt, host), part in high.groupby(["checkpoint", "host"]):
+            out.append(f"{ckpt} @ {host}: {col} up to {part[col].max():.1%} (> {SPREAD_LIMIT:.0%}): "
+                       "not yet a number")
+    return out
+
+
+def render(result: Comparison) -> str:
+    lower = result.metric.endswith("_s") and not result.metric.endswith("per_s")
+    title = (f"== {result.probe}: {result.table}.{result.metric} by host "
+             f"(ratio to {result.baseline}; {'lower' if lower else 'higher'} is better)")
+    table = []
+    for row in result.rows:
+        line: dict[str, Any] = {"checkpoint": row["checkpoint"]}
+        if any(r["group"] for r in result.rows):
+            line["group"] = row["group"]
+        for host in result.hosts:
+            line[host] = row["values"].get(host)
+            if host != result.baseline:
+                ratio = row["ratios"].get(host)
+                line[f"{host}/{result.baseline}"] = None if ratio is None else f"{ratio:.3f}x"
+        table.append(line)
+    parts = [format_table(table, title=title)]
+    gpus = ", ".join(f"{h}: {g}" for h, g in result.gpus.items() if g)
+    if gpus:
+        parts.append(f"GPUs: {gpus}")
+    parts += [f"warning: {w}" for w in result.warnings]
+    return "\n".join(parts)
+
+
+def end_of_sweep_text(store: Store, probe_names: list[str]) -> str:
+    """The per-host comparison printed at the end of a sweep: one default table per probe stored."""
+    parts = []
+    for probe in probe_names:
+        try:
+            parts.append(render(compare(store, probe)))
+        except InputError:  # nothing ok stored for this probe (all skipped, say): nothing to compare
+            continue
+    return "\n\n".join(parts)

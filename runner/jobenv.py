@@ -1,0 +1,68 @@
+"""What a job ran on: software versions and the GPU, collected on the host that runs the job.
+
+Stored per job (`env_json` of the jobs table) so `compare` can warn when two hosts' rows came from
+different torch/transformers/CUDA versions. Also the code version stamped on every row.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+import socket
+import subprocess
+from pathlib import Path
+
+import probes
+
+VERSION_KEYS = ("python", "torch", "transformers", "cuda", "driver", "gpu")
+"""Keys whose difference between compared hosts deserves a warning."""
+
+
+@functools.lru_cache(maxsize=1)
+def collect_env() -> dict[str, str]:
+    """python, torch, transformers, CUDA, NVIDIA driver, GPU name, hostname. Cached per worker process."""
+    import torch
+    import transformers
+
+    env = {"python": platform.python_version(), "torch": torch.__version__,
+           "transformers": transformers.__version__, "cuda": torch.version.cuda or "",
+           "driver": "", "gpu": "", "hostname": socket.gethostname(), "platform": platform.platform()}
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(0)
+        env["driver"] = _driver_version()
+    return env
+
+
+def _driver_version() -> str:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+            return version.decode() if isinstance(version, bytes) else str(version)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML on this host: the driver stays unknown, the job still runs
+        return ""
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """`<package version>+g<commit>[.dirty]` of the checkout the driver runs from; the version alone
+    outside a git checkout."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        base = version("labprobe")
+    except PackageNotFoundError:
+        base = "0+unknown"
+    repo = Path(probes.__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no",
+                                "--", "probes", "runner"], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return base
+    return f"{base}+g{sha}" + (".dirty" if dirty else "")

@@ -1,0 +1,170 @@
+"""Launchers: where a job runs. One job function, two ways to call it (as optimum-benchmark's
+launchers do): inline in this process (tests, debugging, the GPU box itself) or as a Ray task pinned
+to the job's host with `label_selector`.
+
+`execute` is what runs on the host: it checks the deadline at start (so a job queued before the
+deadline never starts after it), reads GPU idleness at start for GPU jobs (refusing on a busy card),
+fingerprints the checkpoint there, runs the probe and returns an `Outcome`. A probe's exception
+becomes a failed Outcome with a one-line reason; only infrastructure failures (node death, worker
+crash, cancellation) surface as Ray errors, which the Ray launcher turns into failed Outcomes too.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from runner.hosts import one_line, pinned
+from runner.plan import Job
+
+
+@dataclasses.dataclass(kw_only=True)
+class Outcome:
+    status: str
+    """ok | failed | skipped | refused (a GPU job that found its card busy at start: placed again)."""
+    reason: str = ""
+    result: Any = None
+    """The ProbeResult when ok."""
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    checkpoint_fp: str = ""
+    started_at: datetime = dataclasses.field(default_factory=lambda: datetime.now(timezone.utc))
+    wall_s: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GpuGuard:
+    """What a GPU job needs to re-read its card's idleness at start."""
+    runs_dir: str | None = None
+    thresholds: Any = None
+
+
+def execute(job: Job, *, deadline: float | None = None, guard: GpuGuard | None = None) -> Outcome:
+    """Run one job here (on its host). Never raises for a probe's own failure."""
+    started = datetime.now(timezone.utc)
+    if deadline is not None and time.time() >= deadline:
+        return Outcome(status="skipped", reason="deadline", started_at=started)
+    if guard is not None:
+        from runner.idle import GpuBusyError, guard as idle_guard
+
+        try:
+            idle_guard(job.host, runs_dir=guard.runs_dir, thresholds=guard.thresholds)
+        except GpuBusyError as exc:
+            return Outcome(status="refused", reason=str(exc), started_at=started)
+    t0 = time.perf_counter()
+    env: dict[str, str] = {}
+    try:
+        import probes
+        from runner.fingerprint import fingerprint
+        from runner.jobenv import collect_env
+
+        env = collect_env()
+        fp = fingerprint(job.paths["checkpoint"])
+        result = probes.get(job.probe).run(job.probe_config())
+    except Exception as exc:  # the probe's failure is this job's answer, not the sweep's
+        return Outcome(status="failed", reason=one_line(exc), env=env, checkpoint_fp=job.checkpoint_fp,
+                       started_at=started, wall_s=time.perf_counter() - t0)
+    return Outcome(status="ok", result=result, env=env, checkpoint_fp=fp, started_at=started,
+                   wall_s=time.perf_counter() - t0)
+
+
+class Launcher(abc.ABC):
+    """Submit jobs, then poll for their outcomes. Every wait is bounded."""
+
+    @abc.abstractmethod
+    def submit(self, job: Job, *, deadline: float | None, guard: GpuGuard | None = None) -> None: ...
+
+    @abc.abstractmethod
+    def poll(self, timeout_s: float) -> list[tuple[Job, Outcome]]:
+        """Outcomes of finished jobs (maybe none), waiting at most `timeout_s`."""
+
+    @abc.abstractmethod
+    def in_flight(self) -> dict[str, list[Job]]:
+        """host -> jobs submitted and not yet reported."""
+
+    @abc.abstractmethod
+    def abandon(self, host: str, reason: str) -> list[tuple[Job, Outcome]]:
+        """Give up on `host`'s in-flight jobs (its node died): each becomes a failed Outcome."""
+
+    def expire(self, timeout_s: float) -> list[tuple[Job, Outcome]]:
+        """Jobs in flight longer than `timeout_s`, cancelled and failed."""
+        return []
+
+
+class InlineLauncher(Launcher):
+    """Runs each job at submit time in this process: no Ray, no parallelism."""
+
+    def __init__(self) -> None:
+        self._done: list[tuple[Job, Outcome]] = []
+
+    def submit(self, job: Job, *, deadline: float | None, guard: GpuGuard | None = None) -> None:
+        self._done.append((job, execute(job, deadline=deadline, guard=guard)))
+
+    def poll(self, timeout_s: float) -> list[tuple[Job, Outcome]]:
+        done, self._done = self._done, []
+        return done
+
+    def in_flight(self) -> dict[str, list[Job]]:
+        return {}
+
+    def abandon(self, host: str, reason: str) -> list[tuple[Job, Outcome]]:
+        return []
+
+
+class RayLauncher(Launcher):
+    """Each job a Ray task pinned to its host's node; GPU jobs take num_gpus=1 there."""
+
+    def __init__(self, *, num_cpus: float = 1.0) -> None:
+        import ray
+
+        self._ray = ray
+        self._remote = ray.remote(max_retries=0)(execute)  # a retry on a dead pinned node hangs
+        self._num_cpus = num_cpus
+        self._pending: dict[Any, tuple[Job, float]] = {}
+
+    def submit(self, job: Job, *, deadline: float | None, guard: GpuGuard | None = None) -> None:
+        resources = {"num_gpus": 1, "num_cpus": 0} if job.gpu else {"num_cpus": self._num_cpus}
+        ref = self._remote.options(**resources, **pinned(job.host)).remote(job, deadline=deadline, guard=guard)
+        self._pending[ref] = (job, time.monotonic())
+
+    def poll(self, timeout_s: float) -> list[tuple[Job, Outcome]]:
+        if not self._pending:
+            time.sleep(min(timeout_s, 0.05))
+            return []
+        done, _ = self._ray.wait(list(self._pending), num_returns=len(self._pending), timeout=timeout_s)
+        out = []
+        for ref in done:
+            job, _ = self._pending.pop(ref)
+            try:
+                outcome = self._ray.get(ref, timeout=30)
+            except Exception as exc:  # NodeDiedError, WorkerCrashedError, TaskCancelledError, OOM...
+                outcome = Outcome(status="failed", reason=one_line(exc))
+            out.append((job, outcome))
+        return out
+
+    def in_flight(self) -> dict[str, list[Job]]:
+        out: dict[str, list[Job]] = {}
+        for job, _ in self._pending.values():
+            out.setdefault(job.host, []).append(job)
+        return out
+
+    def _drop(self, refs: list, reason: str) -> list[tuple[Job, Outcome]]:
+        out = []
+        for ref in refs:
+            job, _ = self._pending.pop(ref)
+            try:
+                self._ray.cancel(ref, force=True)
+            except Exception:  # already gone with its node; the failure is recorded either way
+                pass
+            out.append((job, Outcome(status="failed", reason=reason)))
+        return out
+
+    def abandon(self, host: str, reason: str) -> list[tuple[Job, Outcome]]:
+        return self._drop([r for r, (job, _) in self._pending.items() if job.host == host], reason)
+
+    def expire(self, timeout_s: float) -> list[tuple[Job, Outcome]]:
+        now = time.monotonic()
+        late = [r for r, (_, t0) in self._pending.items() if now - t0 > timeout_s]
+        return self._drop(late, f"timeout: not finished within {timeout_s:g} s")

@@ -1,0 +1,118 @@
+"""Plan expansion: a named plan of cluster.yaml becomes jobs, probe x checkpoint x host x config.
+
+A job's identity, `job_id`, is a stable hash of the probe, its config (`config_hash`), the
+checkpoint's fingerprint and the host. The fingerprint is a content hash computed ON the host
+(runner/fingerprint.py), so:
+- the same checkpoint at different paths on two hosts has one fingerprint, and its jobs differ
+  only by host; a retrained checkpoint under the old name gets new job ids and is measured again;
+- deciding what is already done needs the fingerprints before dispatch. The sweep gets them with
+  one cheap pinned task per host (all of that host's checkpoints in one task, a few stat calls;
+  ~10 ms warm) rather than a plan-level key that would miss a checkpoint changed in place. The job
+  recomputes the fingerprint when it starts and stores the one it saw.
+
+`config_hash` covers the probe's full Config with defaults (a changed default is a changed
+measurement), with the runner-filled paths replaced by the names they came from: host paths differ
+per host but mean the same checkpoint and corpus.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+import probes
+from probes.result import InputError, config_to_dict
+from runner.cluster import RUNNER_FIELDS, Cluster, PlanEntry, build_probe_config
+
+DEFAULT_PLAN = "demo"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Job:
+    plan: str
+    entry: int
+    """Index of the plan entry this job came from."""
+    probe: str
+    checkpoint: str
+    host: str
+    corpus: str | None
+    config: dict[str, Any]
+    """The entry's own config fields (type-checked); the runner adds the host paths at dispatch."""
+    config_hash: str
+    gpu: bool
+    paths: dict[str, Any]
+    """Runner-filled Config fields on the job's host: checkpoint, corpus, tokenizer, weights."""
+    checkpoint_fp: str = ""
+    job_id: str = ""
+
+    def with_fingerprint(self, fp: str) -> Job:
+        return dataclasses.replace(self, checkpoint_fp=fp, job_id=job_id(self.probe, self.config_hash, fp, self.host))
+
+    def probe_config(self) -> Any:
+        """The probe's Config for this host (called on the host, inside the task)."""
+        return build_probe_config(self.probe, self.config, filled=self.paths)
+
+
+def job_id(probe: str, config_hash: str, checkpoint_fp: str, host: str) -> str:
+    blob = json.dumps([probe, config_hash, checkpoint_fp, host]).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def plan_config_hash(entry: PlanEntry, checkpoint_weights: str) -> str:
+    config = build_probe_config(entry.probe, entry.config, placeholders=True, corpus=entry.corpus)
+    fields = config_to_dict(config)
+    for key in RUNNER_FIELDS:
+        fields.pop(key, None)
+    fields["corpus"] = entry.corpus
+    fields["weights"] = checkpoint_weights
+    blob = json.dumps([entry.probe, fields], sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _typed_config(entry: PlanEntry) -> dict[str, Any]:
+    """The entry's fields as the Config holds them (validated), JSON-able."""
+    built = config_to_dict(build_probe_config(entry.probe, entry.config, placeholders=True, corpus=entry.corpus))
+    return {k: built[k] for k in entry.config}
+
+
+def expand(cluster: Cluster, plan: str) -> list[Job]:
+    """Every job of `plan`, without fingerprints (those come from the hosts). Runs nothing."""
+    plans = cluster.spec.plans
+    if plan not in plans:
+        raise InputError(f"{cluster.path.name}: no plan {plan!r} (plans: {', '.join(plans) or 'none'})")
+    jobs = []
+    for index, entry in enumerate(plans[plan]):
+        hosts = list(cluster.hosts) if entry.hosts == "all" else entry.hosts
+        ckpts = list(cluster.checkpoints) if entry.checkpoints == "all" else entry.checkpoints
+        config = _typed_config(entry)
+        for ckpt in ckpts:
+            weights = cluster.checkpoints[ckpt].weights
+            chash = plan_config_hash(entry, weights)
+            for host in hosts:
+                jobs.append(Job(plan=plan, entry=index, probe=entry.probe, checkpoint=ckpt, host=host,
+                                corpus=entry.corpus, config=config, config_hash=chash,
+                                gpu=entry.probe in probes.GPU_PROBES,
+                                paths=_host_paths(cluster, entry, ckpt, host)))
+    return jobs
+
+
+def _host_paths(cluster: Cluster, entry: PlanEntry, ckpt: str, host: str) -> dict[str, Any]:
+    ckpt_path = cluster.checkpoint_path(ckpt, host)
+    paths: dict[str, Any] = {"checkpoint": ckpt_path, "weights": cluster.checkpoints[ckpt].weights,
+                             "tokenizer": ckpt_path}
+    if entry.corpus is not None:
+        corpus, tokenizer = cluster.corpus_paths(entry.corpus, host)
+        paths["corpus"] = corpus
+        if tokenizer is not None:
+            paths["tokenizer"] = tokenizer
+    return paths
+
+
+def checkpoints_by_host(jobs: list[Job]) -> dict[str, dict[str, str]]:
+    """host -> {checkpoint: path on that host}: what each host's fingerprint task reads."""
+    out: dict[str, dict[str, str]] = {}
+    for job in jobs:
+        out.setdefault(job.host, {})[job.checkpoint] = job.paths["checkpoint"]
+    return out
