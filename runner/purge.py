@@ -258,7 +258,9 @@ def main(args: argparse.Namespace) -> int:
     roots = runs_roots(cluster, args.host)
     check_glob(args.run)
     store = Store(args.store or cluster.store_root())
-    connect(args.address or cluster.spec.ray.address)
+    address = args.address or cluster.spec.ray.address
+    # An embedded local Ray stands for the head host (as `labprobe idle` does): only its runs root.
+    connect(address, labels=None if address else {HOST_LABEL: cluster.head().name})
     report = purge(roots, args.run, yes=args.yes, timeout_s=args.timeout_s)
     run_id = store_report(store, report)
     if args.json:

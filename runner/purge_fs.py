@@ -228,28 +228,29 @@ def scan_root(runs_root: str, run_glob: str = "*", host: str = "") -> list[Actio
 
 
 def adapter_digests(run_path: str) -> dict[str, str] | None:
-    """sha256 of every file of the run's adapter (relative path -> hex), read without following a
-    symlink; None when the adapter is not a real directory (such runs are refused anyway)."""
+    """sha256 of every file of the run's adapter (relative path -> hex); None when there is no
+    adapter directory. Reading is harmless, so links are followed here (unlike anywhere else): an
+    adapter whose bytes lived behind a link into a deleted checkpoint shows as changed."""
     adapter = os.path.join(run_path, ADAPTER)
-    if not os.path.isdir(adapter) or os.path.islink(adapter):
+    if not os.path.isdir(adapter):
         return None
+    top = os.path.realpath(adapter)
     digests = {}
-    for folder, dirs, files in os.walk(adapter, followlinks=False):
-        for name in files:
+    for folder, dirs, files in os.walk(top, followlinks=False):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
             path = os.path.join(folder, name)
-            if os.path.islink(path):
-                digests[os.path.relpath(path, adapter)] = "symlink:" + os.readlink(path)
-                continue
-            digests[os.path.relpath(path, adapter)] = _sha256(path)
+            digests[os.path.relpath(path, top)] = _sha256(path)
     return digests
 
 
 def _sha256(path: str) -> str:
     digest = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
+    try:
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+    except OSError as exc:  # a dangling link, a link to a directory: recorded, compared as such
+        return f"unreadable: {exc.strerror}"
     return digest.hexdigest()
 
 

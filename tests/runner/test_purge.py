@@ -206,6 +206,19 @@ def test_refusals_are_rechecked_at_the_moment_of_deletion(lab):
     assert rows["clean-a"]["reason"].startswith("at deletion: symlink inside checkpoints/")
     assert rows["clean-new"]["action"] == "refuse" and "not in the plan" in rows["clean-new"]["reason"]
     assert listing(root) == before
+    # The last check, right before one run's removal: a row planned as removable, the tree changed
+    # after that (the adapter replaced by a link into checkpoints/): refused, nothing touched.
+    [row] = purge_fs.scan_root(str(root), "clean-new")
+    os.rename(root / "clean-new" / "adapter", root / "clean-new" / "adapter.old")
+    (root / "clean-new" / "adapter").symlink_to("checkpoints/step-100")
+    before = listing(root)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        late = purge_fs._delete_checked(str(root), fd, row)
+    finally:
+        os.close(fd)
+    assert late.action == "refuse" and late.reason.startswith("at deletion: final adapter is a symlink into")
+    assert listing(root) == before
 
 
 def test_removal_unlinks_symlinks_without_following_them(tmp_path):
@@ -261,3 +274,29 @@ def test_bad_input_is_one_line_exit_2_and_stores_nothing(ray_cluster, lab, capsy
     assert {"unknown host": "nowhere", "missing runs root": "does not exist",
             "bad glob": "--run"}[case] in err
     assert listing(lab["roots"]["gx10"]) == before and not lab["store"].exists()
+
+
+def test_digest_check_catches_an_adapter_lost_through_a_hole_in_the_refusals(lab, monkeypatch):
+    """Defence in depth: were the adapter checks to miss a link into checkpoints/, the sha256
+    comparison after the deletion still reports the adapter as changed (and the purge fails)."""
+    root = lab["roots"]["gx10"]
+    monkeypatch.setattr(purge_fs, "_adapter_reasons", lambda *a: ([], 1))
+    [row] = purge_fs.scan_root(str(root), "adapter-into-ckpt")
+    assert row.action == "remove"  # the simulated hole
+    result = purge_fs.execute(str(root), "adapter-into-ckpt", [row.path])
+    [done] = result["actions"]
+    assert done["action"] == "removed" and done["adapter_digests_verified"] is False
+
+
+def test_an_unreachable_host_fails_its_job_and_the_others_still_purge(ray_cluster, lab, capsys):
+    ghost_root = lab["tmp"] / "runs-ghost"
+    make_run(ghost_root, "clean-ghost")
+    with lab["cluster"].open("a") as handle:
+        handle.write(f"  - name: ghost\n    address: 10.0.0.9\n    runs_root: {ghost_root}\n")
+    assert main(["purge", "--cluster", str(lab["cluster"]), "--yes", "--json"]) == 1
+    jobs = Store(lab["store"]).jobs().set_index("host")
+    assert jobs.loc["ghost", "status"] == "failed"
+    assert "no alive Ray node carries labprobe.host=ghost" in jobs.loc["ghost", "reason"]
+    assert set(jobs.loc[list(HOSTS), "status"]) == {"ok"}
+    assert not (lab["roots"]["gx10"] / "clean-a" / "checkpoints").exists()
+    assert (ghost_root / "clean-ghost" / "checkpoints").is_dir()
