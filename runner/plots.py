@@ -1,0 +1,108 @@
+"""Plots for the report and `labprobe history`, drawn with matplotlib's Agg canvas.
+
+Figures are built with `matplotlib.figure.Figure` directly, never pyplot: no global figure state,
+no GUI backend, safe in a sweep's process. Each function returns a Figure; `png_bytes` and
+`data_uri` turn it into what a file or a self-contained HTML page needs.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+UNTRUSTED_HATCH = "//"
+"""Bars whose spread is above the trust threshold are hatched: not yet a number."""
+
+
+def png_bytes(fig: Figure, *, dpi: int = 90) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def data_uri(fig: Figure) -> str:
+    return "data:image/png;base64," + base64.b64encode(png_bytes(fig)).decode("ascii")
+
+
+def save(fig: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(png_bytes(fig, dpi=110))
+    return path
+
+
+def host_bars(frame: pd.DataFrame, metrics: list[tuple[str, str, float]], *, title: str,
+              untrusted: pd.Series | None = None) -> Figure:
+    """One panel per metric (column, label, scale), one bar per host."""
+    fig = Figure(figsize=(3.2 * len(metrics), 2.8), layout="constrained")
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    hosts = frame["host"].astype(str).tolist()
+    colors = [f"C{i % 10}" for i in range(len(hosts))]
+    for ax, (column, label, scale) in zip(axes, metrics):
+        values = pd.to_numeric(frame[column], errors="coerce").astype(float) * scale
+        bars = ax.bar(hosts, values.fillna(0.0), color=colors)
+        if untrusted is not None:
+            for bar, bad in zip(bars, untrusted.tolist()):
+                if bad:
+                    bar.set_hatch(UNTRUSTED_HATCH)
+                    bar.set_edgecolor("black")
+        ax.bar_label(bars, labels=[f"{v:.3g}" if pd.notna(v) else "n/a" for v in values], fontsize=8)
+        ax.set_title(label, fontsize=9)
+        ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+        ax.margins(y=0.15)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def scaling_curves(frame: pd.DataFrame, x: str, y: str, *, title: str) -> Figure:
+    """`y` against `x`, one line per host."""
+    fig = Figure(figsize=(5.5, 3.3), layout="constrained")
+    ax = fig.subplots()
+    for i, (host, rows) in enumerate(frame.groupby("host", sort=True)):
+        rows = rows.sort_values(x)
+        ax.plot(rows[x], rows[y], marker="o", color=f"C{i % 10}", label=str(host))
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def stacked_categories(frame: pd.DataFrame, *, category: str, value: str, scale: float,
+                       unit: str, title: str) -> Figure:
+    """One horizontal bar per host, stacked by category."""
+    table = frame.pivot_table(index="host", columns=category, values=value, aggfunc="sum", fill_value=0.0)
+    table = table[table.sum().sort_values(ascending=False).index] * scale
+    fig = Figure(figsize=(7.0, 0.6 + 0.45 * len(table) + 0.6), layout="constrained")
+    ax = fig.subplots()
+    left = pd.Series(0.0, index=table.index)
+    for i, name in enumerate(table.columns):
+        ax.barh(table.index.astype(str), table[name], left=left, color=f"C{i % 10}", label=str(name))
+        left = left + table[name]
+    ax.set_xlabel(unit)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, ncols=3, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(table) < 3 else -0.2))
+    return fig
+
+
+def history_lines(drift: pd.DataFrame, metric: str, *, label_columns: list[str], title: str) -> Figure:
+    """A metric over runs, one line per series; alerts ringed in red."""
+    fig = Figure(figsize=(7.0, 3.6), layout="constrained")
+    ax = fig.subplots()
+    for i, (key, rows) in enumerate(drift.groupby(label_columns, sort=True, dropna=False)):
+        key = key if isinstance(key, tuple) else (key,)
+        ax.plot(rows["finished_at"], rows["value"], marker=".", color=f"C{i % 10}",
+                label=" ".join(str(k) for k in key))
+        alerts = rows[rows["alert"]]
+        ax.scatter(alerts["finished_at"], alerts["value"], s=120, facecolors="none",
+                   edgecolors="red", linewidths=1.5, zorder=3)
+    ax.set_ylabel(metric)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.autofmt_xdate()
+    return fig

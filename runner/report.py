@@ -1,0 +1,310 @@
+"""The morning report: one self-contained HTML page per sweep run, and a few lines for stdout.
+
+`write_report(store, run_id)` writes `<store>/reports/<run_id>.html`: drift alerts first (what
+got slower), then failed and skipped jobs with their reasons, then per-host comparisons: a table
+and bar charts per carrier (`carrier.carriers`), step-time scaling curves (`profile.scaling`),
+kernel-category breakdowns (`profile.kernels`), each probe's job summaries, and any other table
+the run wrote. Images are embedded as base64 PNG data URIs and the page loads nothing else, so
+it can be mailed or opened from a laptop. A table the run did not write is simply left out.
+
+Drift is watched on every table of the run whose headline metric has a spread column (timings):
+runner/drift.py's rule against the same host's earlier runs of the same work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from probes.result import InputError
+from runner import plots
+from runner.drift import default_metric, describe_alert, drift_table, spread_column
+from runner.store import KEY_COLUMNS, Store
+from runner.tables import format_value
+
+MAX_ROWS = 40
+"""Rows shown per generic table; the store keeps the rest."""
+CARRIER_METRICS = (("tok_per_s", "tokens/s", 1.0), ("step_s", "s/step", 1.0),
+                   ("peak_mem_bytes", "peak memory, GiB", 1 / 2**30), ("mfu", "MFU", 1.0))
+SCALING_X = ("seq_len", "num_tokens", "tokens_per_step", "length")
+
+
+@dataclasses.dataclass
+class RunData:
+    run_id: str
+    jobs: pd.DataFrame
+    """This run's job rows, the newest per job_id."""
+    tables: dict[str, pd.DataFrame]
+    """Every probe table's rows written by this run."""
+    alerts: list[str]
+    watched: list[str]
+    """`table: metric` pairs drift was checked on."""
+
+
+def write_report(store: Store, run_id: str, *, threshold_pct: float = 3.0,
+                 max_spread_pct: float = 2.0) -> tuple[Path, str]:
+    """Write the run's HTML report; return its path and a short text summary for stdout."""
+    data = collect(store, run_id, threshold_pct=threshold_pct, max_spread_pct=max_spread_pct)
+    path = store.root / "reports" / f"{run_id}.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    tmp.write_text(render_html(data), encoding="utf-8")
+    os.replace(tmp, path)  # a report may be rewritten: it is derived, not a measurement
+    return path, summary_text(data, path)
+
+
+def collect(store: Store, run_id: str, *, threshold_pct: float, max_spread_pct: float) -> RunData:
+    jobs = store.jobs()
+    jobs = jobs[jobs["run_id"] == run_id]
+    if jobs.empty:
+        raise InputError(f"run {run_id!r}: no jobs of this run in the store {store.root}")
+    jobs = jobs.sort_values("finished_at", kind="stable").drop_duplicates("job_id", keep="last")
+    tables, alerts, watched = {}, [], []
+    for name in store.table_names():
+        if name == "jobs":
+            continue
+        history = store.read(name)
+        rows = history[history["run_id"] == run_id]
+        if rows.empty:
+            continue
+        tables[name] = rows.reset_index(drop=True)
+        metric = _watched_metric(rows)
+        if metric is None:
+            continue
+        watched.append(f"{name}: {metric}")
+        drift = drift_table(history, metric, threshold_pct=threshold_pct, max_spread_pct=max_spread_pct)
+        for _, row in drift[(drift["run_id"] == run_id) & drift["alert"]].iterrows():
+            alerts.append(describe_alert(row, metric, drift.attrs["by"]))
+    return RunData(run_id=run_id, jobs=jobs.reset_index(drop=True), tables=tables, alerts=alerts,
+                   watched=watched)
+
+
+def _watched_metric(rows: pd.DataFrame) -> str | None:
+    try:
+        metric = default_metric(rows)
+    except InputError:
+        return None
+    return metric if spread_column(rows.columns, metric) else None
+
+
+def summary_text(data: RunData, path: Path) -> str:
+    counts = data.jobs["status"].value_counts()
+    hosts = sorted(data.jobs["host"].astype(str).unique())
+    lines = [f"report: {path}",
+             f"run {data.run_id}: {len(data.jobs)} jobs on {len(hosts)} host(s) ({', '.join(hosts)}): "
+             + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "failed", "skipped"))]
+    for _, job in _problems(data.jobs).iterrows():
+        lines.append(f"  {job['status']}: {job['probe']} on {job['host']}/{job['checkpoint']}: {job['reason']}")
+    lines.append(f"drift alerts: {len(data.alerts)}" if data.alerts else "drift alerts: none")
+    lines += [f"  {a}" for a in data.alerts]
+    return "\n".join(lines)
+
+
+def _problems(jobs: pd.DataFrame) -> pd.DataFrame:
+    bad = jobs[jobs["status"] != "ok"]
+    return bad.sort_values(["status", "probe", "host", "checkpoint"], kind="stable")
+
+
+# -- HTML ---------------------------------------------------------------------------------------
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;
+max-width:1100px;color:#1d1d1f;padding:0 16px}
+h1{font-size:22px;margin-bottom:4px} h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
+h3{font-size:15px;margin-bottom:6px} .muted{color:#666;font-size:13px}
+table{border-collapse:collapse;font-size:12.5px;margin:8px 0 12px}
+th,td{border:1px solid #ddd;padding:3px 8px;text-align:left} td.num{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f4f4f6} .alert{background:#fde8e8;border-left:4px solid #d33;padding:6px 10px;margin:4px 0}
+.ok{background:#e9f7ee;border-left:4px solid #2a8;padding:6px 10px} .bad td{background:#fff4f4}
+img{max-width:100%;height:auto;display:block;margin:6px 0 14px}
+"""
+
+
+def render_html(data: RunData) -> str:
+    sections = [_overview(data), _alerts(data), _failed_and_skipped(data), _carriers(data),
+                _scaling(data), _kernels(data), _job_summaries(data), _other_tables(data)]
+    title = f"labprobe sweep {html.escape(data.run_id)}"
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{title}</title><style>{_CSS}</style></head><body>\n"
+            + "\n".join(s for s in sections if s) + "\n</body></html>\n")
+
+
+def html_table(rows: Iterable[dict[str, Any]], *, row_class: Iterable[str] | None = None) -> str:
+    rows = list(rows)
+    if not rows:
+        return "<p class=\"muted\">(no rows)</p>"
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    classes = list(row_class) if row_class is not None else [""] * len(rows)
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
+    body = []
+    for row, cls in zip(rows, classes):
+        cells = []
+        for c in columns:
+            value = row.get(c)
+            value = None if _is_missing(value) else value
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            td = '<td class="num">' if numeric else "<td>"
+            cells.append(f"{td}{html.escape(format_value(value))}</td>")
+        tr = f'<tr class="{cls}">' if cls else "<tr>"
+        body.append(f"{tr}{''.join(cells)}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _is_missing(value: Any) -> bool:
+    try:
+        return value is None or bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _img(fig, alt: str) -> str:
+    return f"<img alt=\"{html.escape(alt)}\" src=\"{plots.data_uri(fig)}\">"
+
+
+def _records(frame: pd.DataFrame, columns: list[str]) -> list[dict[str, Any]]:
+    return [{c: _plain(v) for c, v in row.items()} for row in frame[columns].to_dict("records")]
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            return value.item()
+        except (ValueError, AttributeError):
+            return value
+    if isinstance(value, pd.Timestamp):
+        return value.strftime("%Y-%m-%d %H:%M")
+    return value
+
+
+def _own_columns(frame: pd.DataFrame, *, drop: tuple[str, ...] = ()) -> list[str]:
+    return [c for c in frame.columns if c not in KEY_COLUMNS and c not in drop and not c.endswith("_json")]
+
+
+# -- sections -----------------------------------------------------------------------------------
+def _overview(data: RunData) -> str:
+    jobs = data.jobs
+    started, finished = jobs["started_at"].min(), jobs["finished_at"].max()
+    plans = ", ".join(sorted(p for p in jobs.get("plan", pd.Series(dtype=str)).astype(str).unique() if p))
+    per_host = []
+    for host, rows in jobs.groupby("host", sort=True):
+        counts = rows["status"].value_counts()
+        per_host.append({"host": str(host), "jobs": len(rows), "ok": int(counts.get("ok", 0)),
+                         "failed": int(counts.get("failed", 0)), "skipped": int(counts.get("skipped", 0)),
+                         "busy_s": float(rows["wall_s"].sum())})
+    return (f"<h1>labprobe sweep {html.escape(data.run_id)}</h1>"
+            f"<p class=\"muted\">plan {html.escape(plans or '(none)')} · {_plain(started)} → "
+            f"{_plain(finished)} UTC · {len(jobs)} jobs · probes "
+            f"{html.escape(', '.join(sorted(jobs['probe'].unique())))}</p>" + html_table(per_host))
+
+
+def _alerts(data: RunData) -> str:
+    watched = html.escape("; ".join(data.watched) or "no timed table in this run")
+    if not data.alerts:
+        return f"<h2>Drift alerts</h2><p class=\"ok\">None. Watched: {watched}.</p>"
+    items = "".join(f"<div class=\"alert\">{html.escape(a)}</div>" for a in data.alerts)
+    return f"<h2>Drift alerts ({len(data.alerts)})</h2>{items}<p class=\"muted\">Watched: {watched}.</p>"
+
+
+def _failed_and_skipped(data: RunData) -> str:
+    bad = _problems(data.jobs)
+    if bad.empty:
+        return "<h2>Failed and skipped jobs</h2><p class=\"ok\">Every job ran.</p>"
+    rows = _records(bad, ["status", "probe", "host", "checkpoint", "reason", "wall_s", "job_id"])
+    return (f"<h2>Failed and skipped jobs ({len(bad)})</h2>"
+            + html_table(rows, row_class=["bad" if r["status"] == "failed" else "" for r in rows]))
+
+
+def _carriers(data: RunData) -> str:
+    names = [n for n in data.tables if n.startswith("carrier.")]
+    parts = []
+    for name in names:
+        frame = data.tables[name]
+        for checkpoint, rows in frame.groupby("checkpoint", sort=True):
+            rows = rows.sort_values("host")
+            parts.append(f"<h3>{html.escape(str(checkpoint))} <span class=\"muted\">({html.escape(name)})</span></h3>")
+            parts.append(html_table(_records(rows, ["host"] + _own_columns(rows))))
+            metrics = [(c, label, scale) for c, label, scale in CARRIER_METRICS
+                       if c in rows and pd.to_numeric(rows[c], errors="coerce").notna().any()]
+            if metrics:
+                untrusted = _untrusted(rows)
+                fig = plots.host_bars(rows, metrics, untrusted=untrusted,
+                                      title=f"{checkpoint}: per host (hatched: spread above 2%)")
+                parts.append(_img(fig, f"{checkpoint} per host"))
+    return "<h2>Carriers: per-host comparison</h2>" + "".join(parts) if parts else ""
+
+
+def _untrusted(rows: pd.DataFrame) -> pd.Series:
+    if "trustworthy" in rows:
+        return rows["trustworthy"].map(lambda v: v is False or v == 0)
+    spread = spread_column(rows.columns, "step_s")
+    if spread is None:
+        return pd.Series(False, index=rows.index)
+    scale = 1.0 if spread.endswith("_pct") else 100.0
+    return pd.to_numeric(rows[spread], errors="coerce") * scale > 2.0
+
+
+def _scaling(data: RunData) -> str:
+    frame = data.tables.get("profile.scaling")
+    if frame is None:
+        return ""
+    x = next((c for c in SCALING_X if c in frame), None)
+    y = "step_s" if "step_s" in frame else next((c for c in frame if c.endswith("_s") and c not in KEY_COLUMNS), None)
+    parts = ["<h2>Step-time scaling per host</h2>"]
+    for checkpoint, rows in frame.groupby("checkpoint", sort=True):
+        parts.append(f"<h3>{html.escape(str(checkpoint))}</h3>")
+        if x and y:
+            parts.append(_img(plots.scaling_curves(rows, x, y, title=f"{checkpoint}: {y} against {x}"),
+                              f"{checkpoint} scaling"))
+        parts.append(html_table(_records(rows.sort_values(["host"] + ([x] if x else [])),
+                                         ["host"] + _own_columns(rows))))
+    return "".join(parts)
+
+
+def _kernels(data: RunData) -> str:
+    frame = data.tables.get("profile.kernels")
+    if frame is None or "category" not in frame:
+        return ""
+    value = "kernel_s_per_step" if "kernel_s_per_step" in frame else default_metric(frame)
+    parts = ["<h2>Kernel time by category</h2>"]
+    for checkpoint, rows in frame.groupby("checkpoint", sort=True):
+        parts.append(f"<h3>{html.escape(str(checkpoint))}</h3>")
+        parts.append(_img(plots.stacked_categories(rows, category="category", value=value, scale=1e3,
+                                                   unit="ms per step", title=f"{checkpoint}: {value} by category"),
+                          f"{checkpoint} kernels"))
+        table = rows.pivot_table(index="category", columns="host", values=value, aggfunc="sum") * 1e3
+        table = table.loc[table.sum(axis=1).sort_values(ascending=False).index]
+        parts.append(html_table([{"category (ms/step)": cat, **{str(h): v for h, v in vals.items()}}
+                                 for cat, vals in table.iterrows()]))
+    return "".join(parts)
+
+
+def _job_summaries(data: RunData) -> str:
+    ok = data.jobs[data.jobs["status"] == "ok"]
+    parts = []
+    for probe, rows in ok.groupby("probe", sort=True):
+        records = []
+        for _, job in rows.sort_values(["checkpoint", "host"]).iterrows():
+            summary = json.loads(job["summary_json"] or "{}")
+            scalars = {k: v for k, v in summary.items() if not isinstance(v, (dict, list))}
+            records.append({"host": job["host"], "checkpoint": job["checkpoint"], **scalars,
+                            "wall_s": job["wall_s"], "note": job["reason"] or ""})
+        parts.append(f"<h3>{html.escape(str(probe))}</h3>" + html_table(records))
+    return "<h2>Job summaries per host</h2>" + "".join(parts) if parts else ""
+
+
+def _other_tables(data: RunData) -> str:
+    shown = {"profile.scaling", "profile.kernels"} | {n for n in data.tables if n.startswith("carrier.")}
+    parts = []
+    for name, frame in data.tables.items():
+        if name in shown:
+            continue
+        frame = frame.sort_values(["checkpoint", "host"], kind="stable")
+        more = f" <span class=\"muted\">(first {MAX_ROWS} of {len(frame)})</span>" if len(frame) > MAX_ROWS else ""
+        parts.append(f"<h3>{html.escape(name)}{more}</h3>"
+                     + html_table(_records(frame.head(MAX_ROWS), ["host", "checkpoint"] + _own_columns(frame))))
+    return "<h2>Other tables</h2>" + "".join(parts) if parts else ""
