@@ -113,9 +113,13 @@ def _from_table(table: pa.Table, path: Path, origin: str) -> Lengths:
     column = table.column("length")
     if column.null_count:
         raise InputError(f"{path}: {line(_first(pc.is_null(column)))}: field 'length' is empty")
+    if pa.types.is_floating(column.type):  # CSV readers and pandas like floats; whole ones are fine
+        floats = column.to_numpy()
+        if np.all(floats == np.round(floats)):
+            column = pa.chunked_array([pa.array(floats.astype(np.int64))])
     if not pa.types.is_integer(column.type):
-        raise InputError(f"{path}: {line(_first_non_integer(column))}: field 'length' must be a "
-                         f"positive integer, got {column.type}")
+        i, value = _first_non_integer(column)
+        raise InputError(f"{path}: {line(i)}: field 'length' must be a positive integer, got {value!r}")
     values = column.to_numpy().astype(np.int64, copy=False)
     bad = np.flatnonzero(values <= 0)
     if bad.size:
@@ -128,11 +132,14 @@ def _first(mask: pa.ChunkedArray) -> int:
     return int(np.flatnonzero(mask.to_numpy(zero_copy_only=False))[0])
 
 
-def _first_non_integer(column: pa.ChunkedArray) -> int:
+def _first_non_integer(column: pa.ChunkedArray) -> tuple[int, Any]:
+    """The first value that is not an integer (a CSV column with one word in it arrives as text)."""
     for i, value in enumerate(column.to_pylist()):
-        if not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
-            return i
-    return 0  # integral floats: the type itself is what is wrong
+        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+            continue
+        if not isinstance(value, int) and not (isinstance(value, float) and value.is_integer()):
+            return i, value
+    return 0, str(column.type)
 
 
 def _source_codes(table: pa.Table, path: Path, line) -> tuple[np.ndarray, tuple[str, ...]]:
