@@ -116,10 +116,13 @@ def _inside(path: str, folder: str) -> bool:
 
 def _symlink_reason(what: str, link: str, root: str, checkpoints: str) -> str:
     target = os.path.realpath(link)
+    parts = os.path.relpath(target, root).split(os.sep)
     if _inside(target, checkpoints):
         where = "into checkpoints/"
     elif not _inside(target, root):
         where = "resolving outside the runs root"
+    elif len(parts) > 1 and parts[1] == CHECKPOINTS:
+        where = f"into another run's checkpoints/ ({parts[0]})"
     else:
         where = "(never followed)"
     return f"{what} is a symlink {where} (-> {os.readlink(link)})"
@@ -132,7 +135,47 @@ def resolve_root(runs_root: str) -> str:
     return os.path.realpath(runs_root)
 
 
-def scan_run(root: str, run: str, host: str = "") -> ActionRow | None:
+@dataclasses.dataclass
+class Anchors:
+    """What every run's final adapter rests on, so one run's purge cannot take another's adapter."""
+
+    targets: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    """(resolved target, "run/adapter/...") of each adapter that is, or holds, a symlink."""
+    inodes: dict[tuple[int, int], str] = dataclasses.field(default_factory=dict)
+    """(st_dev, st_ino) -> "run/adapter/file" of every adapter file."""
+
+
+def adapter_anchors(root: str) -> Anchors:
+    """Every run's adapter under the root (whatever --run selects: a purged run's checkpoints/ may
+    hold an unselected run's adapter). Read-only, so a symlinked run directory is read through."""
+    anchors = Anchors()
+    for name in sorted(os.listdir(root)):
+        adapter = os.path.join(root, name, ADAPTER)
+        if os.path.islink(adapter):
+            anchors.targets.append((os.path.realpath(adapter), f"{name}/{ADAPTER}"))
+        elif os.path.isdir(adapter):
+            tree = walk_tree(adapter, f"{name}/{ADAPTER}")
+            anchors.targets += [(os.path.realpath(os.path.join(root, rel)), rel)
+                                for rel, _ in tree.symlinks]
+            anchors.inodes.update({key: rel for key, rel in tree.files.items()})
+    return anchors
+
+
+def _others_reasons(run: str, ckpt: str, tree: Tree, anchors: Anchors) -> list[str]:
+    """Other runs' adapters that rest on this run's checkpoints/ (through a link or an inode)."""
+    mine = f"{run}/"
+    real = os.path.realpath(ckpt)
+    linked = [f"{label} -> {target}" for target, label in anchors.targets
+              if not label.startswith(mine) and _inside(target, real)]
+    shared = [f"{anchors.inodes[key]} shares an inode with {rel}" for key, rel in tree.files.items()
+              if not anchors.inodes.get(key, mine).startswith(mine)]
+    reasons = [f"checkpoints/ holds another run's final adapter: {_listed(linked)}"] if linked else []
+    if shared:
+        reasons.append(f"hard link with another run's final adapter: {_listed(shared)}")
+    return reasons
+
+
+def scan_run(root: str, run: str, host: str = "", anchors: Anchors | None = None) -> ActionRow | None:
     """Plan one run: remove its checkpoints/, or refuse with every reason found. None when the
     entry is not a run with a checkpoints/ (nothing to purge)."""
     run_path = os.path.join(root, run)
@@ -146,7 +189,7 @@ def scan_run(root: str, run: str, host: str = "") -> ActionRow | None:
     if stat.S_ISLNK(run_st.st_mode):
         if not os.path.isdir(os.path.join(run_path, CHECKPOINTS)):
             return None
-        return _refuse(row, [_symlink_reason("run directory", run_path, root, ckpt)], run_st)
+        return _settle(row, [_symlink_reason("run directory", run_path, root, ckpt)], run_st)
     if not stat.S_ISDIR(run_st.st_mode):
         return None
     try:
@@ -155,9 +198,9 @@ def scan_run(root: str, run: str, host: str = "") -> ActionRow | None:
         return None
     reasons: list[str] = []
     if stat.S_ISLNK(ckpt_st.st_mode):
-        return _refuse(row, [_symlink_reason("checkpoints/", ckpt, root, ckpt)], ckpt_st)
+        return _settle(row, [_symlink_reason("checkpoints/", ckpt, root, ckpt)], ckpt_st)
     if not stat.S_ISDIR(ckpt_st.st_mode):
-        return _refuse(row, ["checkpoints is not a directory"], ckpt_st)
+        return _settle(row, ["checkpoints is not a directory"], ckpt_st)
     if ckpt_st.st_dev != run_st.st_dev:
         reasons.append("checkpoints/ is another filesystem's mount point")
     if not _inside(os.path.realpath(ckpt), root):
@@ -171,7 +214,8 @@ def scan_run(root: str, run: str, host: str = "") -> ActionRow | None:
         reasons.append(f"another filesystem mounted inside checkpoints/: {_listed(tree.mounts)}")
     reasons += tree.errors[:_MAX_LISTED]
     adapter_reasons, row.num_adapter_files = _adapter_reasons(root, run_path, ckpt, tree)
-    return _refuse(row, reasons + adapter_reasons, ckpt_st)
+    reasons += _others_reasons(run, ckpt, tree, anchors or adapter_anchors(root))
+    return _settle(row, reasons + adapter_reasons, ckpt_st)
 
 
 def _adapter_reasons(root: str, run_path: str, ckpt: str, ckpt_tree: Tree) -> tuple[list[str], int]:
@@ -207,7 +251,8 @@ def _adapter_reasons(root: str, run_path: str, ckpt: str, ckpt_tree: Tree) -> tu
     return reasons, tree.num_files
 
 
-def _refuse(row: ActionRow, reasons: list[str], st: os.stat_result) -> ActionRow:
+def _settle(row: ActionRow, reasons: list[str], st: os.stat_result) -> ActionRow:
+    """Stamp the directory's identity (checked again at deletion) and refuse if any reason."""
     row.dev, row.ino = st.st_dev, st.st_ino
     row.fs = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
     if reasons:
@@ -218,10 +263,11 @@ def _refuse(row: ActionRow, reasons: list[str], st: os.stat_result) -> ActionRow
 def scan_root(runs_root: str, run_glob: str = "*", host: str = "") -> list[ActionRow]:
     """The plan for every run under the runs root whose name matches `run_glob`."""
     root = resolve_root(runs_root)
+    anchors = adapter_anchors(root)
     rows = []
     for name in sorted(os.listdir(root)):
         if fnmatch.fnmatchcase(name, run_glob):
-            row = scan_run(root, name, host)
+            row = scan_run(root, name, host, anchors)
             if row is not None:
                 rows.append(row)
     return rows
@@ -397,6 +443,9 @@ def filesystems(rows: list[ActionRow], host: str, before: dict[int, int],
             fs.freed_bytes = after[dev] - before[dev]
         if fs.fstype == "zfs":
             fs.zfs_snapshots, fs.note = zfs_snapshot_note(fs.source, zfs)
+        elif fs.freed_bytes is not None and fs.freed_bytes < fs.removed_bytes // 2:
+            fs.note = ("less came back than was removed: files still open (a running job), hard "
+                       "links elsewhere, or other writers on this filesystem meanwhile")
         out.append(fs)
     return out
 

@@ -72,6 +72,15 @@ def lab(tmp_path):
     # The adapter is a symlink into its own checkpoints/.
     make_run(gx, "adapter-into-ckpt", adapter=False)
     (gx / "adapter-into-ckpt" / "adapter").symlink_to("checkpoints/step-200")
+    # An otherwise clean run whose checkpoint another run's adapter links to; and the same with
+    # a hard link.
+    make_run(gx, "donor")
+    make_run(gx, "borrower", adapter=False)
+    (gx / "borrower" / "adapter").symlink_to(gx / "donor" / "checkpoints" / "step-200")
+    make_run(ana, "donor-hard")
+    run = make_run(ana, "borrower-hard", adapter=False)
+    (run / "adapter").mkdir()
+    os.link(ana / "donor-hard" / "checkpoints" / "step-100" / "optimizer.pt", run / "adapter" / "opt.pt")
     # An adapter file hard-linked with a checkpoint file.
     run = make_run(gx, "hardlink", adapter=False)
     (run / "adapter").mkdir()
@@ -107,6 +116,12 @@ EXPECTED = {  # run -> (action, a phrase its reason must contain)
     ("ana-ml2", "ckpt-escapes"): ("refuse", "checkpoints/ is a symlink resolving outside the runs root"),
     ("ana-ml2", "run-escapes"): ("refuse", "run directory is a symlink resolving outside the runs root"),
     ("ana-ml2", "no-adapter"): ("refuse", "final adapter missing"),
+    ("gx10", "donor"): ("refuse", "checkpoints/ holds another run's final adapter: borrower/adapter"),
+    ("gx10", "borrower"): ("refuse", "final adapter is a symlink into another run's checkpoints/ (donor)"),
+    ("ana-ml2", "donor-hard"): ("refuse", "hard link with another run's final adapter: "
+                                          "borrower-hard/adapter/opt.pt shares an inode with "
+                                          "checkpoints/step-100/optimizer.pt"),
+    ("ana-ml2", "borrower-hard"): ("remove", ""),
 }
 
 
@@ -141,6 +156,9 @@ def test_plan_refuses_each_unsafe_run_with_its_reason(ray_cluster, lab):
     hard = lab["roots"]["gx10"] / "hardlink"
     assert got[("gx10", "hardlink")]["bytes"] == ckpt_bytes(hard) == 4 * 3000
     assert report.failures == {} and report.ok
+    # --run selecting the donor alone still sees the unselected borrower's adapter.
+    [donor] = purge_fs.scan_root(str(lab["roots"]["gx10"]), "donor")
+    assert donor.action == "refuse" and "borrower/adapter" in donor.reason
 
 
 def test_dry_run_deletes_nothing_and_is_stored(ray_cluster, lab, capsys):
@@ -153,7 +171,7 @@ def test_dry_run_deletes_nothing_and_is_stored(ray_cluster, lab, capsys):
     assert "final adapter is a symlink into checkpoints/" in out
     actions = Store(lab["store"]).read("purge.actions")
     assert set(actions["phase"]) == {"plan"} and len(actions) == len(EXPECTED)
-    assert sorted(actions.loc[actions["action"] == "remove", "run"]) == ["clean-a", "clean-b"]
+    assert sorted(actions.loc[actions["action"] == "remove", "run"]) == ["borrower-hard", "clean-a", "clean-b"]
     assert set(actions["checkpoint"]) == {"-"} and set(actions["host"]) == set(HOSTS)
     jobs = Store(lab["store"]).jobs()
     assert sorted(jobs["host"]) == sorted(HOSTS) and set(jobs["status"]) == {"ok"}
@@ -162,15 +180,16 @@ def test_dry_run_deletes_nothing_and_is_stored(ray_cluster, lab, capsys):
 def test_purge_removes_only_planned_checkpoints_and_adapters_survive(ray_cluster, lab, capsys):
     before = snapshot(lab)
     planned = [lab["roots"]["gx10"] / "clean-a" / "checkpoints",
-               lab["roots"]["ana-ml2"] / "clean-b" / "checkpoints"]
+               lab["roots"]["ana-ml2"] / "clean-b" / "checkpoints",
+               lab["roots"]["ana-ml2"] / "borrower-hard" / "checkpoints"]
     assert main(["purge", "--cluster", str(lab["cluster"]), "--yes"]) == 0
     out = capsys.readouterr().out
     after = snapshot(lab)
     # Expected: the listing before, less the planned directories and everything under them.
-    prefixes = ["clean-a/checkpoints", "ana:clean-b/checkpoints"]
+    prefixes = ["clean-a/checkpoints", "ana:clean-b/checkpoints", "ana:borrower-hard/checkpoints"]
     expected = {k: v for k, v in before["tmp"].items()
                 if not any(k == p or k.startswith(p + "/") for p in prefixes)}
-    assert len(expected) == len(before["tmp"]) - 2 * 6  # 2 dirs x (itself, 2 steps, 3 files)
+    assert len(expected) == len(before["tmp"]) - 3 * 6  # 3 dirs x (itself, 2 steps, 3 files)
     assert after == {"tmp": expected, "outside": before["outside"]}
     assert not any(p.exists() for p in planned)
     # Every adapter's digest unchanged (the listing holds each file's sha256).
@@ -180,13 +199,14 @@ def test_purge_removes_only_planned_checkpoints_and_adapters_survive(ray_cluster
     actions = store.read("purge.actions")
     done = actions[actions["phase"] == "outcome"]
     removed = done[done["action"] == "removed"]
-    assert sorted(removed["run"]) == ["clean-a", "clean-b"]
-    assert removed["adapter_digests_verified"].tolist() == [True, True]
+    assert sorted(removed["run"]) == ["borrower-hard", "clean-a", "clean-b"]
+    assert removed["adapter_digests_verified"].tolist() == [True, True, True]
     assert removed["fs_freed_bytes"].notna().all()
     assert set(done.loc[done["action"] != "removed", "action"]) == {"refuse"}
     fs = store.read("purge.filesystems")
     assert set(fs["host"]) == set(HOSTS) and fs["freed_bytes"].notna().all()
-    assert sorted(fs["removed_bytes"]) == sorted(int(r) for r in removed["alloc_bytes"])
+    by_host = removed.groupby("host")["alloc_bytes"].sum().to_dict()
+    assert dict(zip(fs["host"], fs["removed_bytes"])) == by_host
     assert set(store.jobs()["status"]) == {"ok"}
     assert "removed" in out and "verified" in out
 
