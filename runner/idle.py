@@ -296,7 +296,10 @@ def _read_nvml(t: Thresholds) -> list[GpuSample] | str:
         start = time.monotonic()
         for k in range(num_samples):
             for i, h in enumerate(handles):
-                utils[i].append(float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
+                try:
+                    utils[i].append(float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
+                except pynvml.NVMLError_NotSupported:  # MIG instances have no device utilisation
+                    pass
                 mems[i].append(_nvml_memory_used(pynvml, h))
                 for pid, mem in _nvml_processes(pynvml, h):
                     old = procs[i].get(pid)
@@ -339,9 +342,11 @@ def read_local(host: str, *, runs_dir: str | None = None,
                            node_host=node, reader_pid=reader)]
     ours = own_pids()
     newest = newest_file(runs_dir, fresh_s=t.runs_fresh_min * 60) if runs_dir else None
+    unchecked = f"; runs dir {runs_dir} missing: not checked" if runs_dir and not os.path.isdir(runs_dir) else ""
     readings = []
     for s in samples:
         word, reason = verdict(s, own_pids=ours, newest=newest, runs_dir=runs_dir, thresholds=t)
+        reason += unchecked
         readings.append(GpuReading(
             host=host, index=s.index, name=s.name, verdict=word, reason=reason, uuid=s.uuid,
             mem_used_bytes=max(s.mem_used_bytes, default=None), mem_total_bytes=s.mem_total_bytes,

@@ -140,6 +140,8 @@ def test_read_local_from_fake_file(fake_nvml_dir, tmp_path):
     readings = idle.read_local("box", runs_dir=str(tmp_path))
     assert [r.verdict for r in readings] == ["busy", "busy"]
     assert readings[0].newest_file.endswith("metrics.jsonl") and "metrics.jsonl changed" in readings[0].reason
+    (r0, _) = idle.read_local("box", runs_dir=str(tmp_path / "nope"))
+    assert r0.verdict == "idle" and "nope missing: not checked" in r0.reason
 
 
 def test_missing_fake_file_reads_no_gpu(fake_nvml_dir):
