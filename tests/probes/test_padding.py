@@ -1,0 +1,192 @@
+"""padding: every strategy recomputed here by plain loops over batches, on a hand-checkable lengths
+file, a large generated one, and the real demo corpus tokenized with the demo tokenizer."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from probes import padding
+from runner.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# 7 samples, batch 3, max_length 8: the tail batch holds one sample, two samples are truncated.
+SMALL = [5, 3, 9, 1, 7, 2, 12]
+SMALL_SOURCES = ["a", "b", "a", "b", "c", "b", "a"]
+
+
+def write_lengths(path: Path, lengths, sources=None) -> Path:
+    columns = {"length": list(lengths)}
+    if sources is not None:
+        columns["source"] = list(sources)
+    pq.write_table(pa.table(columns), path)
+    return path
+
+
+def loop_padded(order, batch_size, max_length) -> int:
+    """Padded tokens, one batch at a time: each batch padded to its longest (truncated) sample."""
+    padded = 0
+    for start in range(0, len(order), batch_size):
+        batch = [min(x, max_length) for x in order[start:start + batch_size]]
+        padded += sum(max(batch) - x for x in batch)
+    return padded
+
+
+def expected_strategies(lengths, batch_size, max_length, seeds) -> dict[str, dict]:
+    real = sum(min(x, max_length) for x in lengths)
+    total = sum(lengths)
+    fixed = sum(max_length - min(x, max_length) for x in lengths)
+    shuffled = []
+    for seed in seeds:
+        perm = np.random.default_rng(seed).permutation(len(lengths))  # the documented shuffle
+        shuffled.append(loop_padded([lengths[i] for i in perm], batch_size, max_length))
+    ordered = loop_padded(sorted(lengths, reverse=True), batch_size, max_length)
+    rows = math.ceil(total / max_length)
+    fractions = [p / (p + real) for p in shuffled]
+    mean = sum(fractions) / len(fractions)
+    return {
+        "fixed": {"padded_tokens": fixed, "pad_fraction": fixed / (fixed + real), "real_tokens": real},
+        "longest": {"padded_tokens": round(sum(shuffled) / len(shuffled)), "pad_fraction": mean,
+                    "pad_fraction_std": math.sqrt(sum((f - mean) ** 2 for f in fractions) / len(fractions)),
+                    "real_tokens": real},
+        "sorted": {"padded_tokens": ordered, "pad_fraction": ordered / (ordered + real), "real_tokens": real},
+        "packed": {"padded_tokens": rows * max_length - total, "num_rows": rows, "real_tokens": total,
+                   "pad_fraction": (rows * max_length - total) / (rows * max_length)},
+    }
+
+
+def check_against_loops(result, lengths, batch_size, max_length, seeds):
+    want = expected_strategies(lengths, batch_size, max_length, seeds)
+    rows = {r.strategy: r for r in result.tables["strategies"]}
+    assert list(rows) == ["fixed", "longest", "sorted", "packed"]
+    for name, fields in want.items():
+        for field, value in fields.items():
+            assert getattr(rows[name], field) == pytest.approx(value, rel=1e-12, abs=1e-12), (name, field)
+    over = [x for x in lengths if x > max_length]
+    for name in ("fixed", "longest", "sorted"):
+        assert rows[name].truncated_samples == len(over)
+        assert rows[name].truncated_tokens == sum(x - max_length for x in over)
+    assert rows["packed"].truncated_tokens == 0
+
+
+def test_small_corpus_by_hand(tmp_path):
+    path = write_lengths(tmp_path / "l.parquet", SMALL, SMALL_SOURCES)
+    result = padding.run(padding.Config(lengths=path, batch_size=3, max_length=8, seeds=(0, 1, 2)))
+    check_against_loops(result, SMALL, 3, 8, (0, 1, 2))
+    rows = {r.strategy: r for r in result.tables["strategies"]}
+    # By hand: truncated lengths 5 3 8 1 7 2 8 (real 34); fixed pads 7*8-34 = 22.
+    assert rows["fixed"].padded_tokens == 22 and rows["fixed"].real_tokens == 34
+    # Sorted: [8 8 7] [5 3 2] [1] -> 1 + 5 + 0 = 6 padded.
+    assert rows["sorted"].padded_tokens == 6
+    # Packed: 39 tokens into rows of 8 -> 5 rows, 1 padded.
+    assert rows["packed"].num_rows == 5 and rows["packed"].padded_tokens == 1
+    assert result.ok
+
+
+def test_lengths_table_overall_and_per_source(tmp_path):
+    path = write_lengths(tmp_path / "l.parquet", SMALL, SMALL_SOURCES)
+    result = padding.run(padding.Config(lengths=path, batch_size=3, max_length=8))
+    rows = {r.source: r for r in result.tables["lengths"]}
+    assert list(rows) == ["all", "a", "b", "c"]
+    for source, row in rows.items():
+        values = sorted(x for x, s in zip(SMALL, SMALL_SOURCES) if source in ("all", s))
+        assert row.count == len(values) and row.total_tokens == sum(values) and row.max == values[-1]
+        assert row.mean == pytest.approx(sum(values) / len(values))
+        assert row.over_max_length == sum(x > 8 for x in values)
+        for q, got in ((50, row.p50), (90, row.p90), (99, row.p99), (99.9, row.p99_9)):
+            rank = (len(values) - 1) * q / 100  # linear interpolation between closest ranks
+            lo, hi = math.floor(rank), math.ceil(rank)
+            assert got == pytest.approx(values[lo] + (values[hi] - values[lo]) * (rank - lo))
+    assert rows["all"].p50 == 5  # sorted 1 2 3 5 7 9 12
+
+
+def test_histogram_counts_every_sample_once(tmp_path):
+    path = write_lengths(tmp_path / "l.parquet", SMALL)
+    result = padding.run(padding.Config(lengths=path, max_length=8, num_bins=4))
+    bins = result.tables["histogram"]
+    # max 12 over 4 bins: width 3 -> [1,3] [4,6] [7,9] [10,12]
+    assert [(b.lo_tokens, b.hi_tokens) for b in bins] == [(1, 3), (4, 6), (7, 9), (10, 12)]
+    assert [b.count for b in bins] == [sum(lo <= x <= hi for x in SMALL) for lo, hi in
+                                       [(1, 3), (4, 6), (7, 9), (10, 12)]]
+    assert bins[-1].cumulative_fraction == pytest.approx(1.0)
+
+
+def test_ce_chunks_from_vocab_size(tmp_path):
+    path = write_lengths(tmp_path / "l.parquet", SMALL)
+    result = padding.run(padding.Config(lengths=path, batch_size=2, max_length=8192, vocab_size=151936,
+                                        ce_budget_gib=4.0))
+    rows = result.tables["ce_chunks"]
+    full = rows[0]
+    assert full.kind == "full" and full.chunk_tokens == 16384 and full.num_chunks == 1
+    # NOTES.md: Qwen3 at 16,384 tokens, full logits are 4.6 GiB bf16 and 9.3 GiB fp32
+    assert full.logits_bf16_bytes / 2**30 == pytest.approx(4.64, abs=0.01)
+    assert full.logits_fp32_bytes / 2**30 == pytest.approx(9.27, abs=0.01)
+    chunks = [r.chunk_tokens for r in rows[1:]]
+    assert chunks == [256, 512, 1024, 2048, 4096, 8192]
+    for r in rows:
+        peak = r.chunk_tokens * 151936 * (2 + 4)
+        assert r.peak_bytes == peak and r.fits_budget == (peak <= 4 * 2**30)
+    largest = max(c for c in chunks if c * 151936 * 6 <= 4 * 2**30)
+    assert result.summary["ce_largest_chunk_tokens"] == largest == 4096
+
+
+def test_ce_vocab_from_the_gemma_checkpoint_and_skipped_without_one(tmp_path):
+    path = write_lengths(tmp_path / "l.parquet", SMALL)
+    gemma = ROOT / "demo" / "checkpoints" / "gemma-3-4b"
+    result = padding.run(padding.Config(lengths=path, checkpoint=gemma, max_length=1024, batch_size=1))
+    assert result.summary["vocab_size"] == 262208  # the real config's, not the demo tokenizer's
+    assert result.tables["ce_chunks"][0].logits_bf16_bytes == 1024 * 262208 * 2
+    bare = padding.run(padding.Config(lengths=path))
+    assert "ce_chunks" not in bare.tables and "skipped" in bare.summary["ce_chunks"]
+
+
+def test_large_generated_corpus(tmp_path):
+    rng = np.random.default_rng(7)
+    lengths = np.concatenate([rng.lognormal(5, 0.5, 30_000), rng.lognormal(7, 1.0, 10_000)])
+    lengths = np.maximum(1, lengths.astype(np.int64))
+    path = write_lengths(tmp_path / "big.parquet", lengths.tolist())
+    result = padding.run(padding.Config(lengths=path, batch_size=16, max_length=2048, seeds=(3, 4)))
+    check_against_loops(result, lengths.tolist(), 16, 2048, (3, 4))
+    assert result.ok
+
+
+def test_demo_corpus_through_the_cli_json(tmp_path, capsys):
+    argv = ["probe", "padding", "--checkpoint", str(ROOT / "demo" / "checkpoints" / "qwen3-0.6b-base"),
+            "--corpus", str(ROOT / "demo" / "corpus.jsonl"), "--max-length", "2048",
+            "--cache-dir", str(tmp_path), "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"probe", "config", "summary", "tables", "checks"}
+    assert out["probe"] == "padding" and out["config"]["max_length"] == 2048
+    assert set(out["tables"]) == {"strategies", "lengths", "histogram", "ce_chunks"}
+    assert all({"name", "ok", "detail"} == set(c) for c in out["checks"])
+    sources = {r["source"] for r in out["tables"]["lengths"]}
+    assert sources == {"all", "qa", "chat", "code", "books"}
+    means = {r["source"]: r["mean"] for r in out["tables"]["lengths"]}
+    assert means["qa"] < means["chat"] < means["code"] < means["books"]  # distinct distributions
+    # the same lengths, through the corpus module, give the same strategies by loops
+    from probes import corpus
+
+    data = corpus.load(corpus=ROOT / "demo" / "corpus.jsonl", lengths=None, cache_dir=tmp_path,
+                       checkpoint=ROOT / "demo" / "checkpoints" / "qwen3-0.6b-base")
+    assert data.origin == "cache"
+    want = expected_strategies(data.length.tolist(), 8, 2048, (0, 1, 2, 3))
+    got = {r["strategy"]: r for r in out["tables"]["strategies"]}
+    assert got["sorted"]["padded_tokens"] == want["sorted"]["padded_tokens"]
+    assert got["longest"]["pad_fraction"] == pytest.approx(want["longest"]["pad_fraction"])
+
+
+def test_bad_cli_values_exit_2(tmp_path, capsys):
+    path = write_lengths(tmp_path / "l.parquet", SMALL)
+    for args, needle in ((["--batch-size", "0"], "--batch-size"), (["--max-length", "-1"], "--max-length"),
+                         (["--ce-budget-gib", "0"], "--ce-budget-gib"), (["--vocab-size", "0"], "--vocab-size")):
+        assert main(["probe", "padding", "--lengths", str(path), *args]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1
