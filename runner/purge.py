@@ -18,8 +18,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import platform
+import re
 import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -110,10 +113,15 @@ def _on_host(roots: dict[str, str], run_glob: str, planned: dict[str, list[str]]
     try:
         if planned is None:
             rows = purge_fs.scan_root(roots[host], run_glob, host)
-            fs = purge_fs.filesystems([r for r in rows if r.action == "remove"], host, {})
+            fs = filesystems([r for r in rows if r.action == "remove"], host, {})
             return {"actions": [dataclasses.asdict(r) for r in rows],
                     "filesystems": [dataclasses.asdict(f) for f in fs], "env": env}
-        return {**purge_fs.execute(roots[host], run_glob, planned.get(host, []), host), "env": env}
+        approved = set(planned.get(host, []))
+        done = purge_fs.execute(roots[host], run_glob, sorted(approved), host)
+        fs = filesystems([r for r in done.actions if r.path in approved], host, done.avail_before,
+                         done.avail_after, done.actions)
+        return {"actions": [dataclasses.asdict(r) for r in done.actions],
+                "filesystems": [dataclasses.asdict(f) for f in fs], "env": env}
     except InputError as exc:
         return {"bad_input": f"{host}: {exc}"}
 
@@ -211,6 +219,109 @@ def host_summary(report: Report, host: str) -> dict[str, Any]:
             "num_refused_at_deletion": sum(1 for r in outcome if r["reason"].startswith("at deletion")),
             "freed_bytes": sum(f["freed_bytes"] or 0 for f in fs) if report.yes else None,
             "adapters_verified": all(r["adapter_digests_verified"] is not False for r in outcome)}
+
+
+# -- filesystems (on the host) --------------------------------------------------------------------------------
+@dataclasses.dataclass(kw_only=True)
+class FsRow:
+    """One filesystem holding planned checkpoints/ on one host."""
+
+    host: str
+    fs: str
+    fstype: str
+    mount: str
+    source: str
+    planned_bytes: int
+    """Allocated bytes of the checkpoints/ planned for removal on this filesystem."""
+    removed_bytes: int = 0
+    """Allocated bytes of the checkpoints/ actually removed."""
+    avail_before_bytes: int | None = None
+    avail_after_bytes: int | None = None
+    freed_bytes: int | None = None
+    """Measured: available bytes after minus before (other writers on the filesystem blur it)."""
+    zfs_snapshots: int | None = None
+    note: str = ""
+
+
+def filesystems(rows: list[purge_fs.ActionRow], host: str, before: dict[int, int],
+                after: dict[int, int] | None = None, outcome: list[purge_fs.ActionRow] | None = None, *,
+                mountinfo: str = "/proc/self/mountinfo", zfs: str = "zfs") -> list[FsRow]:
+    """Per filesystem: planned and removed bytes, space measured before/after, and the ZFS
+    snapshots that would keep the space held."""
+    mounts = read_mounts(mountinfo)
+    out = []
+    for dev in sorted({r.dev for r in rows}):
+        mine = [r for r in rows if r.dev == dev]
+        mount = mount_of(mine[0].path, dev, mounts)
+        fs = FsRow(host=host, fs=mine[0].fs, fstype=mount.get("fstype", "?"),
+                   mount=mount.get("mount", "?"), source=mount.get("source", "?"),
+                   planned_bytes=sum(r.alloc_bytes for r in mine), avail_before_bytes=before.get(dev))
+        if outcome is not None:
+            fs.removed_bytes = sum(r.alloc_bytes for r in outcome
+                                   if r.dev == dev and r.action == "removed")
+        if after is not None and dev in after and dev in before:
+            fs.avail_after_bytes = after[dev]
+            fs.freed_bytes = after[dev] - before[dev]
+        if fs.fstype == "zfs":
+            fs.zfs_snapshots, fs.note = zfs_snapshot_note(fs.source, zfs)
+        elif fs.freed_bytes is not None and fs.freed_bytes < fs.removed_bytes // 2:
+            fs.note = ("less came back than was removed: files still open (a running job), hard "
+                       "links elsewhere, or other writers on this filesystem meanwhile")
+        out.append(fs)
+    return out
+
+
+def read_mounts(mountinfo: str = "/proc/self/mountinfo") -> list[dict[str, str]]:
+    """Mounts from mountinfo: major:minor, mount point, fstype, source (a ZFS dataset's name)."""
+    try:
+        with open(mountinfo, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return []
+    mounts = []
+    for line in lines:
+        fields = line.split()
+        if "-" not in fields[6:]:
+            continue
+        sep = fields.index("-", 6)
+        mounts.append({"dev": fields[2], "mount": _unescape(fields[4]),
+                       "fstype": fields[sep + 1], "source": _unescape(fields[sep + 2])})
+    return mounts
+
+
+def _unescape(text: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes (\\040)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
+
+
+def mount_of(path: str, dev: int, mounts: list[dict[str, str]]) -> dict[str, str]:
+    """The mount holding `path`: the deepest mount point above it, preferring those whose
+    major:minor is the path's st_dev (btrfs subvolumes report another device)."""
+    real = os.path.realpath(os.path.dirname(path))
+    above = [m for m in mounts if purge_fs._inside(real, m["mount"])]
+    same_dev = [m for m in above if m["dev"] == f"{os.major(dev)}:{os.minor(dev)}"]
+    candidates = same_dev or above
+    return max(candidates, key=lambda m: len(m["mount"])) if candidates else {}
+
+
+def zfs_snapshot_note(dataset: str, zfs: str = "zfs") -> tuple[int | None, str]:
+    """How many snapshots the dataset has, and what that means for the space purged."""
+    cmd = [zfs, "list", "-H", "-t", "snapshot", "-o", "name", "-d", "1", dataset]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        return None, ("ZFS, but no `zfs` command on this host: cannot tell whether snapshots "
+                      "hold the purged space")
+    except subprocess.TimeoutExpired:
+        return None, "ZFS: `zfs list` gave no answer within 30 s: snapshots unknown"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        return None, f"ZFS: `zfs list` failed ({last}): snapshots unknown"
+    num = sum(1 for name in done.stdout.splitlines() if name.startswith(f"{dataset}@"))
+    if num == 0:
+        return 0, "ZFS, no snapshots of the dataset: the space is returned (ZFS frees asynchronously)"
+    return num, (f"ZFS dataset {dataset} has {num} snapshot(s): the purged space stays held by "
+                 "them, not returned, until they are destroyed")
 
 
 # -- presentation -------------------------------------------------------------------------------

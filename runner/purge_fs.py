@@ -4,7 +4,7 @@ A run is a directory directly under the host's runs root holding an intermediate
 and a final `adapter/`. `scan_root` plans: each `checkpoints/` to remove, or the run refused with
 its reasons. `execute` deletes: adapters' sha256 first, every planned `checkpoints/` re-checked at
 the moment of deletion and removed by a walk that never follows a symlink nor crosses into another
-filesystem, the sha256 again, and the space each filesystem got back (statvfs before and after).
+filesystem, the sha256 again, and the space available on each filesystem before and after.
 Nothing but `checkpoints/` directories is ever touched.
 """
 
@@ -14,9 +14,7 @@ import dataclasses
 import fnmatch
 import hashlib
 import os
-import re
 import stat
-from typing import Any
 
 from probes.result import InputError
 
@@ -328,8 +326,15 @@ def remove_tree(name: str, parent_fd: int, expect: tuple[int, int] | None = None
 
 
 # -- deleting -----------------------------------------------------------------------------------
-def execute(runs_root: str, run_glob: str, planned: list[str], host: str = "", *,
-            mountinfo: str = "/proc/self/mountinfo", zfs: str = "zfs") -> dict[str, list[dict]]:
+@dataclasses.dataclass
+class Executed:
+    actions: list[ActionRow]
+    avail_before: dict[int, int]
+    """st_dev -> bytes available to users there before the first deletion, and after the last."""
+    avail_after: dict[int, int]
+
+
+def execute(runs_root: str, run_glob: str, planned: list[str], host: str = "") -> Executed:
     """Delete the planned `checkpoints/` (paths from the plan the operator saw) and report.
 
     Adapters are digested before anything is deleted and again after; a run is re-scanned right
@@ -364,10 +369,8 @@ def execute(runs_root: str, run_glob: str, planned: list[str], host: str = "", *
         before = digests.get(row.run)
         if before is not None:
             row.adapter_digests_verified = adapter_digests(os.path.join(root, row.run)) == before
-    avail_after = _avail_by_dev(root, todo)
-    fs = filesystems(todo, host, avail_before, avail_after, outcome, mountinfo=mountinfo, zfs=zfs)
-    return {"actions": [dataclasses.asdict(r) for r in outcome],
-            "filesystems": [dataclasses.asdict(f) for f in fs]}
+    return Executed(actions=outcome, avail_before=avail_before,
+                    avail_after=_avail_by_dev(root, todo))
 
 
 def _delete_checked(root: str, root_fd: int, row: ActionRow) -> ActionRow:
@@ -389,28 +392,6 @@ def _delete_checked(root: str, root_fd: int, row: ActionRow) -> ActionRow:
     return dataclasses.replace(again, action="removed")
 
 
-# -- filesystems --------------------------------------------------------------------------------
-@dataclasses.dataclass(kw_only=True)
-class FsRow:
-    """One filesystem holding planned checkpoints/ on one host."""
-
-    host: str
-    fs: str
-    fstype: str
-    mount: str
-    source: str
-    planned_bytes: int
-    """Allocated bytes of the checkpoints/ planned for removal on this filesystem."""
-    removed_bytes: int = 0
-    """Allocated bytes of the checkpoints/ actually removed."""
-    avail_before_bytes: int | None = None
-    avail_after_bytes: int | None = None
-    freed_bytes: int | None = None
-    """Measured: available bytes after minus before (other writers on the filesystem blur it)."""
-    zfs_snapshots: int | None = None
-    note: str = ""
-
-
 def _avail_by_dev(root: str, rows: list[ActionRow]) -> dict[int, int]:
     """Bytes available to users on each filesystem holding one of `rows`, measured now."""
     os.sync()  # flush pending frees so the figure is the filesystem's, not the page cache's
@@ -420,86 +401,3 @@ def _avail_by_dev(root: str, rows: list[ActionRow]) -> dict[int, int]:
         vfs = os.statvfs(path)
         out[dev] = vfs.f_bavail * vfs.f_frsize
     return out
-
-
-def filesystems(rows: list[ActionRow], host: str, before: dict[int, int],
-                after: dict[int, int] | None = None, outcome: list[ActionRow] | None = None, *,
-                mountinfo: str = "/proc/self/mountinfo", zfs: str = "zfs") -> list[FsRow]:
-    """Per filesystem: planned and removed bytes, space measured before/after, and the ZFS
-    snapshots that would keep the space held."""
-    mounts = read_mounts(mountinfo)
-    out = []
-    for dev in sorted({r.dev for r in rows}):
-        mine = [r for r in rows if r.dev == dev]
-        mount = mount_of(mine[0].path, dev, mounts)
-        fs = FsRow(host=host, fs=mine[0].fs, fstype=mount.get("fstype", "?"),
-                   mount=mount.get("mount", "?"), source=mount.get("source", "?"),
-                   planned_bytes=sum(r.alloc_bytes for r in mine), avail_before_bytes=before.get(dev))
-        if outcome is not None:
-            fs.removed_bytes = sum(r.alloc_bytes for r in outcome
-                                   if r.dev == dev and r.action == "removed")
-        if after is not None and dev in after and dev in before:
-            fs.avail_after_bytes = after[dev]
-            fs.freed_bytes = after[dev] - before[dev]
-        if fs.fstype == "zfs":
-            fs.zfs_snapshots, fs.note = zfs_snapshot_note(fs.source, zfs)
-        elif fs.freed_bytes is not None and fs.freed_bytes < fs.removed_bytes // 2:
-            fs.note = ("less came back than was removed: files still open (a running job), hard "
-                       "links elsewhere, or other writers on this filesystem meanwhile")
-        out.append(fs)
-    return out
-
-
-def read_mounts(mountinfo: str = "/proc/self/mountinfo") -> list[dict[str, str]]:
-    """Mounts from mountinfo: major:minor, mount point, fstype, source (a ZFS dataset's name)."""
-    try:
-        with open(mountinfo, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return []
-    mounts = []
-    for line in lines:
-        fields = line.split()
-        if "-" not in fields[6:]:
-            continue
-        sep = fields.index("-", 6)
-        mounts.append({"dev": fields[2], "mount": _unescape(fields[4]),
-                       "fstype": fields[sep + 1], "source": _unescape(fields[sep + 2])})
-    return mounts
-
-
-def _unescape(text: str) -> str:
-    """mountinfo writes space, tab, newline and backslash as octal escapes (\\040)."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
-
-
-def mount_of(path: str, dev: int, mounts: list[dict[str, str]]) -> dict[str, str]:
-    """The mount holding `path`: the deepest mount point above it, preferring those whose
-    major:minor is the path's st_dev (btrfs subvolumes report another device)."""
-    real = os.path.realpath(os.path.dirname(path))
-    above = [m for m in mounts if _inside(real, m["mount"])]
-    same_dev = [m for m in above if m["dev"] == f"{os.major(dev)}:{os.minor(dev)}"]
-    candidates = same_dev or above
-    return max(candidates, key=lambda m: len(m["mount"])) if candidates else {}
-
-
-def zfs_snapshot_note(dataset: str, zfs: str = "zfs") -> tuple[int | None, str]:
-    """How many snapshots the dataset has, and what that means for the space purged."""
-    import subprocess
-
-    cmd = [zfs, "list", "-H", "-t", "snapshot", "-o", "name", "-d", "1", dataset]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-    except FileNotFoundError:
-        return None, ("ZFS, but no `zfs` command on this host: cannot tell whether snapshots "
-                      "hold the purged space")
-    except subprocess.TimeoutExpired:
-        return None, "ZFS: `zfs list` gave no answer within 30 s: snapshots unknown"
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        return None, f"ZFS: `zfs list` failed ({last}): snapshots unknown"
-    num = sum(1 for name in done.stdout.splitlines() if name.startswith(f"{dataset}@"))
-    if num == 0:
-        return 0, "ZFS, no snapshots of the dataset: the space is returned (ZFS frees asynchronously)"
-    return num, (f"ZFS dataset {dataset} has {num} snapshot(s): the purged space stays held by "
-                 "them, not returned, until they are destroyed")

@@ -14,7 +14,7 @@ import pytest
 
 from runner import purge_fs
 from runner.cli import main
-from runner.purge import purge
+from runner.purge import filesystems, purge
 from runner.store import Store
 
 HOSTS = ("gx10", "ana-ml2")
@@ -221,10 +221,10 @@ def test_refusals_are_rechecked_at_the_moment_of_deletion(lab):
     make_run(root, "clean-new")
     before = listing(root)
     result = purge_fs.execute(str(root), "clean-*", [r.path for r in plan])
-    rows = {r["run"]: r for r in result["actions"]}
-    assert rows["clean-a"]["action"] == "refuse"
-    assert rows["clean-a"]["reason"].startswith("at deletion: symlink inside checkpoints/")
-    assert rows["clean-new"]["action"] == "refuse" and "not in the plan" in rows["clean-new"]["reason"]
+    rows = {r.run: r for r in result.actions}
+    assert rows["clean-a"].action == "refuse"
+    assert rows["clean-a"].reason.startswith("at deletion: symlink inside checkpoints/")
+    assert rows["clean-new"].action == "refuse" and "not in the plan" in rows["clean-new"].reason
     assert listing(root) == before
     # The last check, right before one run's removal: a row planned as removable, the tree changed
     # after that (the adapter replaced by a link into checkpoints/): refused, nothing touched.
@@ -270,10 +270,10 @@ def test_zfs_snapshots_are_reported_as_holding_the_space(tmp_path):
     zfs.write_text("#!/bin/sh\nprintf 'tank/lab@nightly-1\\ntank/lab@nightly-2\\n'\n")
     zfs.chmod(0o755)
     rows = purge_fs.scan_root(str(tmp_path / "runs"))
-    [fs] = purge_fs.filesystems(rows, "gx10", {}, mountinfo=str(mountinfo), zfs=str(zfs))
+    [fs] = filesystems(rows, "gx10", {}, mountinfo=str(mountinfo), zfs=str(zfs))
     assert (fs.fstype, fs.source, fs.mount, fs.zfs_snapshots) == ("zfs", "tank/lab", str(tmp_path), 2)
     assert "held by them, not returned" in fs.note
-    [fs] = purge_fs.filesystems(rows, "gx10", {}, mountinfo=str(mountinfo),
+    [fs] = filesystems(rows, "gx10", {}, mountinfo=str(mountinfo),
                                 zfs=str(tmp_path / "no-zfs-here"))
     assert fs.zfs_snapshots is None and "no `zfs` command" in fs.note
 
@@ -304,8 +304,8 @@ def test_digest_check_catches_an_adapter_lost_through_a_hole_in_the_refusals(lab
     [row] = purge_fs.scan_root(str(root), "adapter-into-ckpt")
     assert row.action == "remove"  # the simulated hole
     result = purge_fs.execute(str(root), "adapter-into-ckpt", [row.path])
-    [done] = result["actions"]
-    assert done["action"] == "removed" and done["adapter_digests_verified"] is False
+    [done] = result.actions
+    assert done.action == "removed" and done.adapter_digests_verified is False
 
 
 def test_an_unreachable_host_fails_its_job_and_the_others_still_purge(ray_cluster, lab, capsys):
