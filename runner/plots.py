@@ -34,16 +34,20 @@ def save(fig: Figure, path: Path) -> Path:
     return path
 
 
+def host_colors(hosts: list[str]) -> dict[str, str]:
+    """One colour per host, the same in every figure of a report."""
+    return {h: f"C{i % 10}" for i, h in enumerate(sorted(hosts))}
+
+
 def host_bars(frame: pd.DataFrame, metrics: list[tuple[str, str, float]], *, title: str,
-              untrusted: pd.Series | None = None) -> Figure:
+              colors: dict[str, str], untrusted: pd.Series | None = None) -> Figure:
     """One panel per metric (column, label, scale), one bar per host."""
     fig = Figure(figsize=(3.2 * len(metrics), 2.8), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     hosts = frame["host"].astype(str).tolist()
-    colors = [f"C{i % 10}" for i in range(len(hosts))]
     for ax, (column, label, scale) in zip(axes, metrics):
         values = pd.to_numeric(frame[column], errors="coerce").astype(float) * scale
-        bars = ax.bar(hosts, values.fillna(0.0), color=colors)
+        bars = ax.bar(hosts, values.fillna(0.0), color=[colors.get(h, "C7") for h in hosts])
         if untrusted is not None:
             for bar, bad in zip(bars, untrusted.tolist()):
                 if bad:
@@ -57,13 +61,13 @@ def host_bars(frame: pd.DataFrame, metrics: list[tuple[str, str, float]], *, tit
     return fig
 
 
-def scaling_curves(frame: pd.DataFrame, x: str, y: str, *, title: str) -> Figure:
+def scaling_curves(frame: pd.DataFrame, x: str, y: str, *, title: str, colors: dict[str, str]) -> Figure:
     """`y` against `x`, one line per host."""
     fig = Figure(figsize=(5.5, 3.3), layout="constrained")
     ax = fig.subplots()
-    for i, (host, rows) in enumerate(frame.groupby("host", sort=True)):
+    for host, rows in frame.groupby("host", sort=True):
         rows = rows.sort_values(x)
-        ax.plot(rows[x], rows[y], marker="o", color=f"C{i % 10}", label=str(host))
+        ax.plot(rows[x], rows[y], marker="o", color=colors.get(str(host), "C7"), label=str(host))
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     ax.set_title(title, fontsize=10)

@@ -32,6 +32,8 @@ MAX_ROWS = 40
 """Rows shown per generic table; the store keeps the rest."""
 CARRIER_METRICS = (("tok_per_s", "tokens/s", 1.0), ("step_s", "s/step", 1.0),
                    ("peak_mem_bytes", "peak memory, GiB", 1 / 2**30), ("mfu", "MFU", 1.0))
+CARRIER_FACTS = ("params_total", "params_trainable", "tokens_per_step")
+"""Properties of the carrier and its config, not measurements: said once above its table."""
 SCALING_X = ("seq_len", "num_tokens", "tokens_per_step", "length")
 
 
@@ -45,6 +47,10 @@ class RunData:
     alerts: list[str]
     watched: list[str]
     """`table: metric` pairs drift was checked on."""
+
+    @property
+    def colors(self) -> dict[str, str]:
+        return plots.host_colors(self.jobs["host"].astype(str).unique().tolist())
 
 
 def write_report(store: Store, run_id: str, *, threshold_pct: float = 3.0,
@@ -60,10 +66,10 @@ def write_report(store: Store, run_id: str, *, threshold_pct: float = 3.0,
 
 
 def collect(store: Store, run_id: str, *, threshold_pct: float, max_spread_pct: float) -> RunData:
+    """This run's jobs and rows, and the drift alerts its rows raise. A run with no jobs (a resumed
+    sweep that found everything stored) gives an empty report that says so."""
     jobs = store.jobs()
     jobs = jobs[jobs["run_id"] == run_id]
-    if jobs.empty:
-        raise InputError(f"run {run_id!r}: no jobs of this run in the store {store.root}")
     jobs = jobs.sort_values("finished_at", kind="stable").drop_duplicates("job_id", keep="last")
     tables, alerts, watched = {}, [], []
     for name in store.table_names():
@@ -94,10 +100,12 @@ def _watched_metric(rows: pd.DataFrame) -> str | None:
 
 
 def summary_text(data: RunData, path: Path) -> str:
+    """A few lines for stdout (the sweep prints the report's path itself)."""
+    if data.jobs.empty:
+        return f"run {data.run_id}: no jobs of this run in the store (nothing left to do, or an unknown run)"
     counts = data.jobs["status"].value_counts()
     hosts = sorted(data.jobs["host"].astype(str).unique())
-    lines = [f"report: {path}",
-             f"run {data.run_id}: {len(data.jobs)} jobs on {len(hosts)} host(s) ({', '.join(hosts)}): "
+    lines = [f"run {data.run_id}: {len(data.jobs)} job(s) on {len(hosts)} host(s) ({', '.join(hosts)}): "
              + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "failed", "skipped"))]
     for _, job in _problems(data.jobs).iterrows():
         lines.append(f"  {job['status']}: {job['probe']} on {job['host']}/{job['checkpoint']}: {job['reason']}")
@@ -118,7 +126,8 @@ max-width:1100px;color:#1d1d1f;padding:0 16px}
 h1{font-size:22px;margin-bottom:4px} h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
 h3{font-size:15px;margin-bottom:6px} .muted{color:#666;font-size:13px}
 table{border-collapse:collapse;font-size:12.5px;margin:8px 0 12px}
-th,td{border:1px solid #ddd;padding:3px 8px;text-align:left} td.num{text-align:right;font-variant-numeric:tabular-nums}
+th,td{border:1px solid #ddd;padding:3px 6px;text-align:left} td{max-width:360px;overflow-wrap:break-word}
+th,td.num{white-space:nowrap} td.num{text-align:right;font-variant-numeric:tabular-nums}
 th{background:#f4f4f6} .alert{background:#fde8e8;border-left:4px solid #d33;padding:6px 10px;margin:4px 0}
 .ok{background:#e9f7ee;border-left:4px solid #2a8;padding:6px 10px} .bad td{background:#fff4f4}
 img{max-width:100%;height:auto;display:block;margin:6px 0 14px}
@@ -126,8 +135,12 @@ img{max-width:100%;height:auto;display:block;margin:6px 0 14px}
 
 
 def render_html(data: RunData) -> str:
-    sections = [_overview(data), _alerts(data), _failed_and_skipped(data), _carriers(data),
-                _scaling(data), _kernels(data), _job_summaries(data), _other_tables(data)]
+    if data.jobs.empty:
+        sections = [f"<h1>labprobe sweep {html.escape(data.run_id)}</h1><p class=\"ok\">This run ran no "
+                    "jobs: everything its plan asks for was already stored (or the run id is unknown).</p>"]
+    else:
+        sections = [_overview(data), _alerts(data), _failed_and_skipped(data), _carriers(data),
+                    _scaling(data), _kernels(data), _job_summaries(data), _other_tables(data)]
     title = f"labprobe sweep {html.escape(data.run_id)}"
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{title}</title><style>{_CSS}</style></head><body>\n"
@@ -140,7 +153,8 @@ def html_table(rows: Iterable[dict[str, Any]], *, row_class: Iterable[str] | Non
         return "<p class=\"muted\">(no rows)</p>"
     columns = list(dict.fromkeys(k for r in rows for k in r))
     classes = list(row_class) if row_class is not None else [""] * len(rows)
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
+    # Long snake_case headers may break after an underscore, never inside a word.
+    head = "".join(f"<th>{html.escape(str(c)).replace('_', '_<wbr>')}</th>" for c in columns)
     body = []
     for row, cls in zip(rows, classes):
         cells = []
@@ -149,7 +163,7 @@ def html_table(rows: Iterable[dict[str, Any]], *, row_class: Iterable[str] | Non
             value = None if _is_missing(value) else value
             numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
             td = '<td class="num">' if numeric else "<td>"
-            cells.append(f"{td}{html.escape(format_value(value))}</td>")
+            cells.append(f"{td}{'' if value is None else html.escape(format_value(value))}</td>")
         tr = f'<tr class="{cls}">' if cls else "<tr>"
         body.append(f"{tr}{''.join(cells)}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
@@ -220,20 +234,29 @@ def _failed_and_skipped(data: RunData) -> str:
 
 
 def _carriers(data: RunData) -> str:
-    names = [n for n in data.tables if n.startswith("carrier.")]
     parts = []
-    for name in names:
+    for name in [n for n in data.tables if n.startswith("carrier.")]:
         frame = data.tables[name]
         for checkpoint, rows in frame.groupby("checkpoint", sort=True):
             rows = rows.sort_values("host")
             parts.append(f"<h3>{html.escape(str(checkpoint))} <span class=\"muted\">({html.escape(name)})</span></h3>")
-            parts.append(html_table(_records(rows, ["host"] + _own_columns(rows))))
+            own = _own_columns(rows)
+            # What every host shares (parameter counts, tokens per step) is said once, above.
+            shared = [c for c in own if c in CARRIER_FACTS and rows[c].astype(str).nunique() == 1]
+            if shared:
+                parts.append("<p class=\"muted\">" + " · ".join(
+                    f"{html.escape(c)} {html.escape(format_value(_plain(rows[c].iloc[0])))}" for c in shared) + "</p>")
+            records = _records(rows, ["host"] + [c for c in own if c not in shared])
+            missing = data.jobs[(data.jobs["probe"] == name.split(".")[0]) & (data.jobs["status"] != "ok")
+                                & (data.jobs["checkpoint"] == checkpoint)]
+            records += [{"host": j["host"], "status": f"{j['status']}: {j['reason']}"} for _, j in missing.iterrows()]
+            parts.append(html_table(records, row_class=["bad" if str(r.get("status", "ok")) != "ok" else ""
+                                                         for r in records]))
             metrics = [(c, label, scale) for c, label, scale in CARRIER_METRICS
                        if c in rows and pd.to_numeric(rows[c], errors="coerce").notna().any()]
             if metrics:
-                untrusted = _untrusted(rows)
-                fig = plots.host_bars(rows, metrics, untrusted=untrusted,
-                                      title=f"{checkpoint}: per host (hatched: spread above 2%)")
+                fig = plots.host_bars(rows, metrics, untrusted=_untrusted(rows), colors=data.colors,
+                                      title=f"{checkpoint}: per host (hatched: spread above 2%, not yet a number)")
                 parts.append(_img(fig, f"{checkpoint} per host"))
     return "<h2>Carriers: per-host comparison</h2>" + "".join(parts) if parts else ""
 
@@ -258,10 +281,13 @@ def _scaling(data: RunData) -> str:
     for checkpoint, rows in frame.groupby("checkpoint", sort=True):
         parts.append(f"<h3>{html.escape(str(checkpoint))}</h3>")
         if x and y:
-            parts.append(_img(plots.scaling_curves(rows, x, y, title=f"{checkpoint}: {y} against {x}"),
-                              f"{checkpoint} scaling"))
-        parts.append(html_table(_records(rows.sort_values(["host"] + ([x] if x else [])),
-                                         ["host"] + _own_columns(rows))))
+            parts.append(_img(plots.scaling_curves(rows, x, y, title=f"{checkpoint}: {y} against {x}",
+                                                   colors=data.colors), f"{checkpoint} scaling"))
+            table = rows.pivot_table(index=x, columns="host", values=y, aggfunc="median")
+            parts.append(html_table([{f"{y} by {x}": _plain(i), **{str(h): _plain(v) for h, v in vals.items()}}
+                                     for i, vals in table.iterrows()]))
+        else:
+            parts.append(html_table(_records(rows.sort_values("host"), ["host"] + _own_columns(rows))))
     return "".join(parts)
 
 

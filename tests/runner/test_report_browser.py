@@ -204,7 +204,8 @@ def test_report_screenshot_shows_a_rendered_page(browser, report, tmp_path):
     browser.load(report.as_uri())
     png = browser.screenshot()
     image = Image.open(io.BytesIO(png)).convert("RGB")
-    assert image.width == 1200 and image.height > 1500  # the whole page, not one screen
+    # the whole page, not one screen; no horizontal overflow (a table wider than the page)
+    assert image.width == 1200 and image.height > 1500
     # A rendered page has many colours (plots, tables); a blank or error page has a handful.
     assert len(image.getcolors(maxcolors=1 << 16) or range(1 << 16)) > 200
     target = os.environ.get("LABPROBE_REPORT_SCREENSHOT")
