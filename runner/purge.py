@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import platform
@@ -149,8 +150,8 @@ def purge(roots: dict[str, str], run_glob: str = "*", *, yes: bool = False,
 
 def _execute(report: Report, timeout_s: float) -> None:
     planned = {h: [r["path"] for r in rows if r["action"] == "remove"] for h, rows in report.plan.items()}
-    hosts = [h for h in report.plan if planned[h] or report.plan[h]]
-    answers = run_on_hosts(_on_host, hosts, report.roots, report.run_glob, planned, timeout_s=timeout_s)
+    # Every host that answered runs it, even with nothing to remove: its adapters get verified too.
+    answers = run_on_hosts(_on_host, list(report.plan), report.roots, report.run_glob, planned, timeout_s=timeout_s)
     for host, answer in answers.items():
         if isinstance(answer, HostFailure):
             report.failures[host] = (f"{answer.reason}; the purge may have stopped part way: "
@@ -195,8 +196,6 @@ def store_report(store: Any, report: Report) -> str:
 
 
 def _hash(config: dict) -> str:
-    import hashlib
-
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -365,6 +364,8 @@ def main(args: argparse.Namespace) -> int:
     from runner.cluster import load_cluster
     from runner.store import Store
 
+    if not args.timeout_s > 0:
+        raise InputError(f"--timeout-s: must be > 0 (got {args.timeout_s})")
     cluster = load_cluster(args.cluster)
     roots = runs_roots(cluster, args.host)
     check_glob(args.run)
