@@ -81,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         print(render(result))
     if args.plot is not None:
-        from runner.plots import plot_comparison
+        from runner.compare_plot import plot_comparison
 
         plot_comparison(result, args.plot)
         print(f"plot: {args.plot}", file=sys.stderr)
@@ -255,12 +255,12 @@ def render(result: Comparison) -> str:
     return "\n".join(parts)
 
 
-def end_of_sweep_text(store: Store, probe_names: list[str]) -> str:
+def end_of_sweep_text(store: Store, probe_names: list[str], host_order: list[str] | None = None) -> str:
     """The per-host comparison printed at the end of a sweep: one default table per probe stored."""
     parts = []
     for probe in probe_names:
         try:
-            parts.append(render(compare(store, probe)))
+            parts.append(render(compare(store, probe, host_order=host_order)))
         except InputError:  # nothing ok stored for this probe (all skipped, say): nothing to compare
             continue
     return "\n\n".join(parts)

@@ -45,7 +45,8 @@ class Dispatch:
     def __init__(self, *, cluster: Cluster, store: Store, run_id: str, plan: str, launcher: Launcher,
                  deadline: float | None = None, timeout_s: float = 3600.0, gpu_wait_s: float = 1800.0,
                  on_record: Callable[[Job, str], None] | None = None,
-                 live: Callable[[], dict[str, int]] | None = None) -> None:
+                 live: Callable[[], dict[str, int]] | None = None,
+                 gpu_backoff_s: tuple[float, ...] | None = None) -> None:
         self.cluster, self.store, self.run_id, self.plan = cluster, store, run_id, plan
         self.launcher, self.deadline, self.timeout_s = launcher, deadline, timeout_s
         self.counts = Counts()
@@ -56,7 +57,7 @@ class Dispatch:
         self.waiting: dict[str, str] = {}  # job_id -> why its GPU host was not idle
         self.seen_alive: set[str] = set()
         self.live = live or _live_capacity
-        self.placer = _make_placer(deadline if deadline is not None else time.time() + gpu_wait_s)
+        self.placer = _make_placer(deadline if deadline is not None else time.time() + gpu_wait_s, gpu_backoff_s)
 
     # -- recording ----------------------------------------------------------------------------
     def record(self, job: Job, outcome: Outcome) -> None:
@@ -182,14 +183,14 @@ class Dispatch:
         return placed, why
 
 
-def _make_placer(deadline: float) -> Any:
+def _make_placer(deadline: float, backoff_s: tuple[float, ...] | None) -> Any:
     try:
         from runner.placement import GpuPlacer
     except ImportError:
         print("labprobe sweep: runner.placement not available: GPU jobs use Ray's logical GPUs only",
               file=sys.stderr)
         return None
-    return GpuPlacer(deadline=deadline)
+    return GpuPlacer(deadline=deadline, **({} if backoff_s is None else {"backoff_s": backoff_s}))
 
 
 def _thresholds(idle: Any) -> Any:

@@ -15,7 +15,7 @@ import abc
 import dataclasses
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from runner.hosts import one_line, pinned
 from runner.plan import Job
@@ -60,7 +60,7 @@ def execute(job: Job, *, deadline: float | None = None, guard: GpuGuard | None =
         from runner.fingerprint import fingerprint
         from runner.jobenv import collect_env
 
-        env = collect_env()
+        env = {**collect_env(), "node_host": _node_host()}
         fp = fingerprint(job.paths["checkpoint"])
         result = probes.get(job.probe).run(job.probe_config())
     except Exception as exc:  # the probe's failure is this job's answer, not the sweep's
@@ -68,6 +68,18 @@ def execute(job: Job, *, deadline: float | None = None, guard: GpuGuard | None =
                        started_at=started, wall_s=time.perf_counter() - t0)
     return Outcome(status="ok", result=result, env=env, checkpoint_fp=fp, started_at=started,
                    wall_s=time.perf_counter() - t0)
+
+
+def _node_host() -> str:
+    """The labprobe.host label of the Ray node running this job ("" inline): proof of where it ran."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return ""
+    from runner.hosts import HOST_LABEL
+
+    return ray.get_runtime_context().get_node_labels().get(HOST_LABEL, "")
 
 
 class Launcher(abc.ABC):
@@ -116,11 +128,12 @@ class InlineLauncher(Launcher):
 class RayLauncher(Launcher):
     """Each job a Ray task pinned to its host's node; GPU jobs take num_gpus=1 there."""
 
-    def __init__(self, *, num_cpus: float = 1.0) -> None:
+    def __init__(self, *, num_cpus: float = 1.0, fn: Callable[..., Outcome] = execute) -> None:
+        """`fn`: the job function, `execute` or a wrapper with its signature (tests slow it down)."""
         import ray
 
         self._ray = ray
-        self._remote = ray.remote(max_retries=0)(execute)  # a retry on a dead pinned node hangs
+        self._remote = ray.remote(max_retries=0)(fn)  # a retry on a dead pinned node hangs
         self._num_cpus = num_cpus
         self._pending: dict[Any, tuple[Job, float]] = {}
 

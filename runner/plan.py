@@ -1,7 +1,7 @@
 """Plan expansion: a named plan of cluster.yaml becomes jobs, probe x checkpoint x host x config.
 
 A job's identity, `job_id`, is a stable hash of the probe, its config (`config_hash`), the
-checkpoint's fingerprint and the host. The fingerprint is a content hash computed ON the host
+checkpoint's fingerprint and the host (and the checkpoint's name, under which the store files it). The fingerprint is a content hash computed ON the host
 (runner/fingerprint.py), so:
 - the same checkpoint at different paths on two hosts has one fingerprint, and its jobs differ
   only by host; a retrained checkpoint under the old name gets new job ids and is measured again;
@@ -48,15 +48,18 @@ class Job:
     job_id: str = ""
 
     def with_fingerprint(self, fp: str) -> Job:
-        return dataclasses.replace(self, checkpoint_fp=fp, job_id=job_id(self.probe, self.config_hash, fp, self.host))
+        return dataclasses.replace(self, checkpoint_fp=fp,
+                                   job_id=job_id(self.probe, self.config_hash, fp, self.host, self.checkpoint))
 
     def probe_config(self) -> Any:
         """The probe's Config for this host (called on the host, inside the task)."""
         return build_probe_config(self.probe, self.config, filled=self.paths)
 
 
-def job_id(probe: str, config_hash: str, checkpoint_fp: str, host: str) -> str:
-    blob = json.dumps([probe, config_hash, checkpoint_fp, host]).encode()
+def job_id(probe: str, config_hash: str, checkpoint_fp: str, host: str, checkpoint: str) -> str:
+    """The checkpoint's name joins its fingerprint: the store files rows under the name, so two
+    names for one content (an alias) each get their rows rather than one being "already done"."""
+    blob = json.dumps([probe, config_hash, checkpoint_fp, host, checkpoint]).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
 

@@ -70,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
         counts = run_sweep(cluster=cluster, store=store, plan=args.plan, jobs=jobs, run_id=run_id,
                            force=args.force, deadline=deadline, timeout_s=args.timeout_s,
                            gpu_wait_s=args.gpu_wait_s)
-    print_end(store, jobs, counts, run_id)
+    print_end(store, jobs, counts, run_id, list(cluster.hosts))
     if args.report:
         _report(store, run_id)
     return 1 if counts.failed else 0
@@ -93,7 +93,7 @@ def connect_ray(address: str | None) -> None:
 
 def run_sweep(*, cluster, store: Store, plan: str, jobs: list[Job], run_id: str, force: bool = False,
               deadline: float | None = None, timeout_s: float = 3600.0, gpu_wait_s: float = 1800.0,
-              launcher=None, progress: bool = True):
+              launcher=None, progress: bool = True, gpu_backoff_s: tuple[float, ...] | None = None):
     """Fingerprint, skip what is done, dispatch the rest. -> dispatch.Counts. Ray must be connected."""
     from runner.dispatch import Dispatch
     from runner.launch import RayLauncher
@@ -104,7 +104,7 @@ def run_sweep(*, cluster, store: Store, plan: str, jobs: list[Job], run_id: str,
     bar = Progress(todo + [j for j, _ in unreachable], enabled=progress)
     dispatch = Dispatch(cluster=cluster, store=store, run_id=run_id, plan=plan,
                         launcher=launcher or RayLauncher(), deadline=deadline, timeout_s=timeout_s,
-                        gpu_wait_s=gpu_wait_s, on_record=bar.update)
+                        gpu_wait_s=gpu_wait_s, on_record=bar.update, gpu_backoff_s=gpu_backoff_s)
     dispatch.counts.already_done = len(ready) - len(todo)
     for job, reason in unreachable:
         dispatch.fail(job, reason)
@@ -162,14 +162,14 @@ class Progress:
             self.bar.close()
 
 
-def print_end(store: Store, jobs: list[Job], counts, run_id: str) -> None:
+def print_end(store: Store, jobs: list[Job], counts, run_id: str, host_order: list[str]) -> None:
     from runner.compare import end_of_sweep_text
 
     print(f"run {run_id}: {counts.ok} ok, {counts.failed} failed, {counts.skipped} skipped, "
           f"{counts.already_done} already done (store {store.root})")
     for job, reason in counts.failures:
         print(f"  failed: {job.probe} {job.checkpoint} @ {job.host}: {reason}")
-    text = end_of_sweep_text(store, list(dict.fromkeys(j.probe for j in jobs)))
+    text = end_of_sweep_text(store, list(dict.fromkeys(j.probe for j in jobs)), host_order)
     if text:
         print()
         print(text)

@@ -1,0 +1,44 @@
+"""Helpers shared by the sweep tests: a cluster file over the test cluster's hosts, store snapshots."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "demo"
+CHECKPOINTS = ("qwen3-0.6b-base", "gemma-3-4b")
+
+
+def write_cluster(folder: Path, plans: dict, *, extra_hosts: list[dict] = ()) -> Path:
+    """gx10 reads the demo checkpoints where they are; ana-ml2 reads a copy at another path (the same
+    checkpoints, so the same fingerprints); extra hosts read the demo's."""
+    copy = folder / "ana-ml2-models"
+    if not copy.exists():
+        for name in CHECKPOINTS:
+            shutil.copytree(DEMO / "checkpoints" / name, copy / name)
+    hosts = [{"name": "gx10", "address": "127.0.0.1", "checkpoints_root": str(DEMO / "checkpoints"),
+              "corpora_root": str(DEMO)},
+             {"name": "ana-ml2", "address": "127.0.0.1", "checkpoints_root": str(copy), "corpora_root": str(DEMO)}]
+    hosts += [{"address": "127.0.0.1", "checkpoints_root": str(DEMO / "checkpoints"), "corpora_root": str(DEMO),
+               **h} for h in extra_hosts]
+    data = {"store": {"root": "store"}, "hosts": hosts,
+            "checkpoints": [{"name": n, "path": n} for n in CHECKPOINTS],
+            "corpora": [{"name": "demo", "path": "corpus.jsonl"}], "plans": plans}
+    path = folder / "cluster.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def snapshot(root: Path) -> dict[str, int]:
+    """Every stored file (relative path) -> its mtime in ns: what "nothing lost or rewritten" compares."""
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != ".sweep.lock"}
+
+
+def assert_kept(before: dict[str, int], after: dict[str, int]) -> None:
+    lost = sorted(set(before) - set(after))
+    rewritten = sorted(k for k in before if k in after and after[k] != before[k])
+    assert not lost and not rewritten, f"lost {lost[:3]}, rewritten {rewritten[:3]}"

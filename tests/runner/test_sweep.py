@@ -1,0 +1,100 @@
+"""`labprobe sweep` on the shared real Ray cluster (head + gx10 + ana-ml2): CPU jobs run on the hosts
+they name and land under them; a rerun does nothing new; --force adds, never rewrites; a host no node
+carries fails at once; a GPU job with no GPU host is skipped with the reason."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from runner import cli
+from runner.store import Store
+from sweep_util import CHECKPOINTS, assert_kept, snapshot, write_cluster
+
+MASK = {"probe": "mask", "config": {"seq_len": 64}}
+PLANS = {
+    "cpu": [{**MASK, "hosts": ["gx10", "ana-ml2"]},
+            {"probe": "bucket", "hosts": ["ana-ml2"], "checkpoints": ["qwen3-0.6b-base"], "corpus": "demo",
+             "config": {"max_length": 512, "seeds": [0]}}],
+    "ghost": [{**MASK, "hosts": ["gx10", "ghost"], "checkpoints": ["qwen3-0.6b-base"]}],
+    "gpu": [{"probe": "profile", "hosts": ["gx10"], "checkpoints": ["qwen3-0.6b-base"]}],
+}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, ray_cluster):
+    folder = tmp_path_factory.mktemp("lab")
+    return write_cluster(folder, PLANS, extra_hosts=[{"name": "ghost"}])
+
+
+def sweep(cluster: Path, *args: str) -> int:
+    return cli.main(["sweep", "--cluster", str(cluster), *args])
+
+
+def test_cpu_jobs_run_on_the_hosts_they_name_and_land_under_them(lab, capsys):
+    assert sweep(lab, "--plan", "cpu") == 0
+    store = Store(lab.parent / "store")
+    jobs = store.jobs()
+    expected = {("mask", c, h) for c in CHECKPOINTS for h in ("gx10", "ana-ml2")} | {
+        ("bucket", "qwen3-0.6b-base", "ana-ml2")}
+    assert sorted(zip(jobs["probe"], jobs["checkpoint"], jobs["host"])) == sorted(expected)
+    assert set(jobs["status"]) == {"ok"}, jobs[["probe", "host", "reason"]]
+    # Where each job really ran: the node label its task saw, recorded in the job's environment.
+    ran_on = [json.loads(e)["node_host"] for e in jobs["env_json"]]
+    assert ran_on == list(jobs["host"])
+    # Table rows sit in the partition of their host and checkpoint, and say so when read back.
+    files = list((store.root / "mask.layers").rglob("*.parquet"))
+    assert len(files) == 4
+    for path in files:
+        frame = pd.read_parquet(path)
+        host, ckpt = path.parent.parent.name.removeprefix("host="), path.parent.name.removeprefix("checkpoint=")
+        job = jobs[jobs["job_id"] == frame["job_id"].iloc[0]].iloc[0]
+        assert (job["host"], job["checkpoint"]) == (host, ckpt)
+    # ana-ml2 reads its own copy at another path: the fingerprint, computed there, is the same.
+    mask = jobs[jobs["probe"] == "mask"]
+    assert mask.groupby("checkpoint")["checkpoint_fp"].nunique().eq(1).all()
+    assert mask["checkpoint_fp"].nunique() == 2
+    out = capsys.readouterr().out
+    assert "5 ok, 0 failed, 0 skipped, 0 already done" in out
+    assert "== mask: jobs.wall_s by host" in out and "ana-ml2/gx10" in out
+
+
+def test_rerun_does_nothing_new_and_force_adds_without_rewriting(lab, capsys):
+    root = lab.parent / "store"
+    before = snapshot(root)
+    assert sweep(lab, "--plan", "cpu") == 0
+    assert "0 ok, 0 failed, 0 skipped, 5 already done" in capsys.readouterr().out
+    assert snapshot(root) == before
+    assert sweep(lab, "--plan", "cpu", "--force", "--store", str(root)) == 0
+    after = snapshot(root)
+    assert_kept(before, after)
+    assert len(Store(root).jobs()) == 10  # five new rows beside the five old ones
+
+
+def test_a_host_no_node_carries_fails_within_a_bounded_time(lab, tmp_path, capsys):
+    t0 = time.monotonic()
+    assert sweep(lab, "--plan", "ghost", "--store", str(tmp_path)) == 1
+    assert time.monotonic() - t0 < 30
+    jobs = Store(tmp_path).jobs().set_index("host")
+    assert jobs.loc["gx10", "status"] == "ok"
+    assert jobs.loc["ghost", "status"] == "failed"
+    assert "no alive Ray node carries labprobe.host=ghost" in jobs.loc["ghost", "reason"]
+    assert "failed: mask qwen3-0.6b-base @ ghost" in capsys.readouterr().out
+
+
+def test_gpu_job_without_a_gpu_host_is_skipped_with_the_reason(lab, tmp_path):
+    assert sweep(lab, "--plan", "gpu", "--store", str(tmp_path)) == 0
+    job = Store(tmp_path).jobs().iloc[0]
+    assert (job["probe"], job["status"]) == ("profile", "skipped")
+    assert job["reason"] == "no GPU: host gx10 has gpus: 0 in cluster.yaml"
+
+
+def test_bad_input_exits_2(lab, tmp_path, capsys):
+    assert sweep(lab, "--plan", "nope", "--store", str(tmp_path)) == 2
+    assert "no plan 'nope'" in capsys.readouterr().err
+    assert sweep(lab, "--plan", "cpu", "--deadline", "25:99", "--store", str(tmp_path)) == 2
+    assert not (tmp_path / "jobs").exists()
