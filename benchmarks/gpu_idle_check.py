@@ -195,6 +195,7 @@ def main() -> int:
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)  # guard picks the idle card itself
     steps: list[dict] = []
     import platform
+    from importlib import metadata
 
     meta = {"python": platform.python_version(), "argv": sys.argv}
     try:
@@ -203,7 +204,7 @@ def main() -> int:
 
         pynvml.nvmlInit()
         meta |= {"driver": pynvml.nvmlSystemGetDriverVersion(), "torch": torch.__version__,
-                 "nvidia_ml_py": getattr(pynvml, "__version__", "?")}
+                 "nvidia_ml_py": metadata.version("nvidia-ml-py")}
         pynvml.nvmlShutdown()
         with tempfile.TemporaryDirectory(prefix="idle-check-") as work:
             check(steps, Path(work))
