@@ -224,7 +224,8 @@ def _read_jsonl_corpus(path: Path) -> Records:
         raise InputError(f"{path}: line {line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset "
                          f"{exc.start})") from None
     records = Records(path=path, items=[], sources=[], numbers=[], lines=[])
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    # split on "\n" only: str.splitlines() also splits on U+2028 and friends, which JSON strings may hold
+    for line_no, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         number = len(records.items) + 1
@@ -377,5 +378,9 @@ def vocab_size(checkpoint: Path | None) -> int | None:
             if not isinstance(size, int) or size <= 0:
                 raise InputError(f"{config}: field 'vocab_size' must be a positive integer, got {size!r}")
             return size
-    backend, _ = load_tokenizer(checkpoint)
-    return int(backend.get_vocab_size(with_added_tokens=True))
+    from tokenizers import Tokenizer  # not AutoTokenizer: importing transformers costs seconds
+
+    file = checkpoint if checkpoint.is_file() else checkpoint / "tokenizer.json"
+    if not file.is_file():
+        raise InputError(f"{checkpoint}: no config.json vocab_size and no tokenizer.json: give --vocab-size")
+    return int(_tokenizer_file(Tokenizer, file).get_vocab_size(with_added_tokens=True))

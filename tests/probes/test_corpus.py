@@ -27,6 +27,7 @@ RECORDS = [
     {"text": "def f(x):\n    return x * 2\n" * 5, "source": "code"},
     {"messages": [{"role": "user", "content": "Hi"}]},  # no source -> "default"
     {"text": "Bonjour à tous, ünïcödé text 🙂.", "source": "web"},
+    {"text": "a line\u2028separator and\u0085next line stay inside one record", "source": "web"},
 ]
 
 
@@ -66,7 +67,7 @@ def test_lengths_match_the_tokenizer_record_by_record(tmp_path, tokenizer_dir, h
     data = corpus.load(corpus=path, lengths=None, checkpoint=tokenizer_dir, cache_dir=None)
     assert data.length.tolist() == expected_lengths(hf, RECORDS)
     names = [data.sources[c] for c in data.source_code]
-    assert names == ["web", "chat", "code", "default", "web"]
+    assert names == ["web", "chat", "code", "default", "web", "web"]
     assert data.origin == "tokenized"
 
 
