@@ -63,8 +63,12 @@ class GpuPlacer:
         self._reasons[host] = reason
 
     def next_attempt_at(self, host: str) -> float:
-        """When `host` may be asked again (now, for a host that is not backing off)."""
-        return self._next_at.get(host, self._clock())
+        """When `host` may be asked again; 0.0 for a host that is not backing off.
+
+        Not "now" for such a host: `clock() < next_attempt_at(h)` would then hold whenever the clock
+        ticked between the two reads, and the host would never be tried.
+        """
+        return self._next_at.get(host, 0.0)
 
     def reason(self, host: str) -> str:
         """Why `host` was last refused ("" when it was not): the reason a skipped job records."""

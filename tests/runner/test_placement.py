@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -49,8 +50,14 @@ def test_busy_host_backs_off_along_the_schedule_then_places():
         clock.now = placer.next_attempt_at("gx10")
     assert waits == [2, 5, 15, 15, 15, 15, 15]  # the last delay repeats
     assert placer.try_place("gx10") == (True, "")
-    assert placer.next_attempt_at("gx10") == clock.now and placer.reason("gx10") == ""
+    assert placer.next_attempt_at("gx10") == 0.0 and placer.reason("gx10") == ""  # not backing off
     assert read.num_reads == 8
+
+
+def test_a_fresh_host_may_be_asked_at_once_under_a_real_clock():
+    placer = GpuPlacer(deadline=None, read=Script(gx10=["idle"]))
+    assert time.time() >= placer.next_attempt_at("gx10")  # the clock ticking between reads
+    assert placer.try_place("gx10") == (True, "")
 
 
 def test_asking_while_backing_off_does_not_read_nor_extend_the_wait():
