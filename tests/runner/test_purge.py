@@ -7,6 +7,7 @@ the bytes the test wrote; "nothing else is gone" is a comparison of full no-foll
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -314,6 +315,10 @@ def test_an_unreachable_host_fails_its_job_and_the_others_still_purge(ray_cluste
     with lab["cluster"].open("a") as handle:
         handle.write(f"  - name: ghost\n    address: 10.0.0.9\n    runs_root: {ghost_root}\n")
     assert main(["purge", "--cluster", str(lab["cluster"]), "--yes", "--json"]) == 1
+    printed = json.loads(capsys.readouterr().out)
+    assert set(printed["failures"]) == {"ghost"}
+    assert {h: s["num_removed"] for h, s in printed["summary"].items()} == {
+        "gx10": 1, "ana-ml2": 2, "ghost": 0}
     jobs = Store(lab["store"]).jobs().set_index("host")
     assert jobs.loc["ghost", "status"] == "failed"
     assert "no alive Ray node carries labprobe.host=ghost" in jobs.loc["ghost", "reason"]
