@@ -344,7 +344,9 @@ def execute(runs_root: str, run_glob: str, planned: list[str], host: str = "") -
     root = resolve_root(runs_root)
     rows = scan_root(root, run_glob, host)
     approved = set(planned)
-    digests = {r.run: adapter_digests(os.path.join(root, r.run)) for r in rows}
+    # Every adapter under the root, not only the selected runs': one run's checkpoints/ could be
+    # what another run's adapter rests on (refused above, verified here all the same).
+    digests = {name: adapter_digests(os.path.join(root, name)) for name in sorted(os.listdir(root))}
     todo = [r for r in rows if r.path in approved and r.action == "remove"]
     avail_before = _avail_by_dev(root, todo)
     outcome = []
@@ -364,13 +366,26 @@ def execute(runs_root: str, run_glob: str, planned: list[str], host: str = "") -
     outcome += [ActionRow(host=host, run=os.path.basename(os.path.dirname(p)), path=p, bytes=0,
                           alloc_bytes=0, num_files=0, action="refuse",
                           reason="at deletion: no longer found") for p in sorted(gone)]
-    for row in outcome:
-        row.phase = "outcome"
-        before = digests.get(row.run)
-        if before is not None:
-            row.adapter_digests_verified = adapter_digests(os.path.join(root, row.run)) == before
+    outcome += _verify(root, host, outcome, digests)
     return Executed(actions=outcome, avail_before=avail_before,
                     avail_after=_avail_by_dev(root, todo))
+
+
+def _verify(root: str, host: str, outcome: list[ActionRow],
+            digests: dict[str, dict[str, str] | None]) -> list[ActionRow]:
+    """Digest every adapter again: the verdict goes on each selected run's row; an unselected run
+    whose adapter changed gets a `failed` row of its own."""
+    after = {name: adapter_digests(os.path.join(root, name)) for name in digests}
+    for row in outcome:
+        row.phase = "outcome"
+        if digests.get(row.run) is not None:
+            row.adapter_digests_verified = after.get(row.run) == digests[row.run]
+    selected = {r.run for r in outcome}
+    return [ActionRow(host=host, run=name, path=os.path.join(root, name, ADAPTER), bytes=0,
+                      alloc_bytes=0, num_files=0, action="failed", phase="outcome",
+                      reason="the final adapter of a run not selected changed during the purge",
+                      adapter_digests_verified=False)
+            for name in digests if name not in selected and digests[name] != after[name]]
 
 
 def _delete_checked(root: str, root_fd: int, row: ActionRow) -> ActionRow:

@@ -325,3 +325,16 @@ def test_an_unreachable_host_fails_its_job_and_the_others_still_purge(ray_cluste
     assert set(jobs.loc[list(HOSTS), "status"]) == {"ok"}
     assert not (lab["roots"]["gx10"] / "clean-a" / "checkpoints").exists()
     assert (ghost_root / "clean-ghost" / "checkpoints").is_dir()
+
+
+def test_digest_check_covers_the_adapters_of_runs_not_selected(lab, monkeypatch):
+    """--run donor alone, with the cross-run check knocked out: the borrower (not selected) loses
+    its adapter, and the purge says so with a failed row of its own."""
+    root = lab["roots"]["gx10"]
+    monkeypatch.setattr(purge_fs, "_others_reasons", lambda *a: [])
+    [row] = purge_fs.scan_root(str(root), "donor")
+    result = purge_fs.execute(str(root), "donor", [row.path])
+    by_run = {r.run: r for r in result.actions}
+    assert by_run["donor"].action == "removed" and by_run["donor"].adapter_digests_verified is True
+    assert by_run["borrower"].action == "failed" and by_run["borrower"].adapter_digests_verified is False
+    assert set(by_run) == {"donor", "borrower"}
