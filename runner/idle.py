@@ -429,7 +429,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", default="cluster.yaml", help="the lab's cluster file")
     parser.add_argument("--address", default=None,
                         help="Ray address (default: the cluster file's ray.address; unset there: an "
-                             "embedded local Ray standing for the head host)")
+                             "embedded local Ray, its node labelled `local`)")
     parser.add_argument("--json", action="store_true", help="print a JSON list of readings")
     parser.add_argument("--timeout-s", type=float, default=30.0,
                         help="seconds to wait for a host, on top of the sampling window")
@@ -437,15 +437,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from runner.cluster import load_cluster
-    from runner.hosts import HOST_LABEL, HostFailure, connect
+    from runner.hosts import HostFailure
+    from runner.sweep import connect_ray
 
     if not args.timeout_s > 0:
         raise InputError(f"--timeout-s: must be > 0 (got {args.timeout_s})")
     cluster = load_cluster(args.cluster)
     per_host = {name: (cluster.runs_dir(name), Thresholds.from_cluster(h.idle))
                 for name, h in cluster.hosts.items()}
-    address = args.address or cluster.spec.ray.address
-    connect(address, labels=None if address else {HOST_LABEL: cluster.head().name})
+    # No address: the sweep's embedded Ray, one node labelled `local`; the other hosts read unreachable.
+    connect_ray(args.address or cluster.spec.ray.address)
     results = read_hosts(per_host, timeout_s=args.timeout_s)
     rows: list[dict[str, Any]] = []
     for host, got in results.items():
@@ -460,5 +461,6 @@ def main(args: argparse.Namespace) -> int:
     else:
         from runner.tables import format_table
 
-        print(format_table([{k: r[k] for k in ("host", "gpu", "name", "verdict", "reason")} for r in rows]))
+        print(format_table([{"host": r["host"], "gpu": "-" if r["gpu"] is None else r["gpu"], "name": r["name"],
+                             "verdict": r["verdict"], "reason": r["reason"]} for r in rows]))
     return 0 if all(r["verdict"] in ("idle", "no-gpu") for r in rows) else 1
