@@ -220,7 +220,7 @@ def host_summary(report: Report, host: str) -> dict[str, Any]:
             "adapters_verified": all(r["adapter_digests_verified"] is not False for r in outcome)}
 
 
-# -- filesystems (on the host) --------------------------------------------------------------------------------
+# -- filesystems (measured on the host) --------------------------------------------------------
 @dataclasses.dataclass(kw_only=True)
 class FsRow:
     """One filesystem holding planned checkpoints/ on one host."""
@@ -280,7 +280,7 @@ def read_mounts(mountinfo: str = "/proc/self/mountinfo") -> list[dict[str, str]]
     mounts = []
     for line in lines:
         fields = line.split()
-        if "-" not in fields[6:]:
+        if "-" not in fields[6:] or len(fields) < fields.index("-", 6) + 3:
             continue
         sep = fields.index("-", 6)
         mounts.append({"dev": fields[2], "mount": _unescape(fields[4]),
@@ -297,7 +297,7 @@ def mount_of(path: str, dev: int, mounts: list[dict[str, str]]) -> dict[str, str
     """The mount holding `path`: the deepest mount point above it, preferring those whose
     major:minor is the path's st_dev (btrfs subvolumes report another device)."""
     real = os.path.realpath(os.path.dirname(path))
-    above = [m for m in mounts if purge_fs._inside(real, m["mount"])]
+    above = [m for m in mounts if purge_fs.is_inside(real, m["mount"])]
     same_dev = [m for m in above if m["dev"] == f"{os.major(dev)}:{os.minor(dev)}"]
     candidates = same_dev or above
     return max(candidates, key=lambda m: len(m["mount"])) if candidates else {}

@@ -108,16 +108,16 @@ def _listed(items: list[str]) -> str:
     return f"{shown} (+{more} more)" if more > 0 else shown
 
 
-def _inside(path: str, folder: str) -> bool:
+def is_inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def _symlink_reason(what: str, link: str, root: str, checkpoints: str) -> str:
     target = os.path.realpath(link)
     parts = os.path.relpath(target, root).split(os.sep)
-    if _inside(target, checkpoints):
+    if is_inside(target, checkpoints):
         where = "into checkpoints/"
-    elif not _inside(target, root):
+    elif not is_inside(target, root):
         where = "resolving outside the runs root"
     elif len(parts) > 1 and parts[1] == CHECKPOINTS:
         where = f"into another run's checkpoints/ ({parts[0]})"
@@ -164,7 +164,7 @@ def _others_reasons(run: str, ckpt: str, tree: Tree, anchors: Anchors) -> list[s
     mine = f"{run}/"
     real = os.path.realpath(ckpt)
     linked = [f"{label} -> {target}" for target, label in anchors.targets
-              if not label.startswith(mine) and _inside(target, real)]
+              if not label.startswith(mine) and is_inside(target, real)]
     shared = [f"{anchors.inodes[key]} shares an inode with {rel}" for key, rel in tree.files.items()
               if not anchors.inodes.get(key, mine).startswith(mine)]
     reasons = [f"checkpoints/ holds another run's final adapter: {_listed(linked)}"] if linked else []
@@ -201,7 +201,7 @@ def scan_run(root: str, run: str, host: str = "", anchors: Anchors | None = None
         return _settle(row, ["checkpoints is not a directory"], ckpt_st)
     if ckpt_st.st_dev != run_st.st_dev:
         reasons.append("checkpoints/ is another filesystem's mount point")
-    if not _inside(os.path.realpath(ckpt), root):
+    if not is_inside(os.path.realpath(ckpt), root):
         reasons.append("checkpoints/ resolves outside the runs root")
     tree = walk_tree(ckpt, CHECKPOINTS)
     row.bytes, row.alloc_bytes, row.num_files = tree.bytes, tree.alloc_bytes, tree.num_files
@@ -229,7 +229,7 @@ def _adapter_reasons(root: str, run_path: str, ckpt: str, ckpt_tree: Tree) -> tu
         return ["final adapter is not a directory"], 0
     tree = walk_tree(adapter, ADAPTER)
     reasons = list(tree.errors[:_MAX_LISTED])
-    if not _inside(os.path.realpath(adapter), root):
+    if not is_inside(os.path.realpath(adapter), root):
         reasons.append("final adapter resolves outside the runs root")
     if (st.st_dev, st.st_ino) in ckpt_tree.dirs:
         reasons.append("final adapter is the same directory as one under checkpoints/ (bind mount)")
