@@ -36,6 +36,9 @@ def connect(address: str | None = None, *, num_cpus: int | None = None,
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                               "configure_logging": False}
     if address is None:
+        # "local" always starts a new Ray here; None would join any Ray already running on this
+        # machine (another user's, a test's), and labels cannot be set on a cluster one joins.
+        address = "local"
         kwargs.update(num_cpus=num_cpus, labels=labels)
     ray.init(address=address, **kwargs)
 
