@@ -117,6 +117,24 @@ def test_newest_file_finds_the_newest_and_stops_at_a_fresh_one(tmp_path):
     assert idle.newest_file(str(tmp_path / "missing"), fresh_s=600) is None
 
 
+def test_newest_file_stops_walking_at_the_first_fresh_file(tmp_path, monkeypatch):
+    for i in range(30):
+        (tmp_path / f"run{i}").mkdir()
+        (tmp_path / f"run{i}" / "log.txt").write_text("x")  # all fresh
+    num_scans = 0
+    real_scandir = os.scandir
+
+    def counting_scandir(path):
+        nonlocal num_scans
+        num_scans += 1
+        return real_scandir(path)
+
+    monkeypatch.setattr(idle.os, "scandir", counting_scandir)
+    got = idle.newest_file(str(tmp_path), fresh_s=600)
+    assert got.path.endswith("log.txt") and got.age_s < 600
+    assert num_scans < 31  # the root and 30 folders: a full walk would open all 31
+
+
 # -- readings: fake file, no NVML -----------------------------------------------------------------------
 
 def write_fake(directory: Path, host: str, gpus: list[dict]) -> None:
@@ -241,3 +259,12 @@ hosts:
     lines = capsys.readouterr().out.splitlines()
     assert code == 1 and len(lines) == 2 + 3  # header, rule, one line per GPU or host
     assert any(line.split()[:4] == ["ana-ml2", "0", "NVIDIA", "H200"] and "idle" in line for line in lines)
+
+
+def test_labprobe_idle_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    from runner.cli import main
+
+    assert main(["idle", "--timeout-s", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "labprobe idle: error: --timeout-s: must be > 0 (got 0.0)"
+    assert main(["idle", "--cluster", str(tmp_path / "none.yaml")]) == 2
+    assert "none.yaml: no such cluster file" in capsys.readouterr().err
