@@ -43,17 +43,22 @@ def _key(run: int, probe: str, host: str, checkpoint: str, minute: int) -> JobKe
 
 
 def _job(store: Store, key: JobKey, status: str = "ok", reason: str = "", summary: dict | None = None) -> None:
-    store.write_job(key, status=status, reason=reason, started_at=key.finished_at - timedelta(seconds=40),
-                    wall_s=40.0, summary=summary or {}, config={}, env={"host": key.host}, plan="nightly")
+    wall_s = 0.0 if status == "skipped" else 40.0
+    store.write_job(key, status=status, reason=reason, started_at=key.finished_at - timedelta(seconds=wall_s),
+                    wall_s=wall_s, summary=summary or {}, config={}, env={"host": key.host}, plan="nightly")
 
 
 def _carrier_row(carrier: str, host: str, step_s: float) -> dict:
+    """The columns of probes/carrier.py's CarrierRow (its `checkpoint` lives in the key)."""
     spread = SPREAD_PCT.get((carrier, host), 0.8)
+    busy = 0.62 if spread > 2 else 0.97
     return {"params_total": int(CARRIERS[carrier]), "params_trainable": int(CARRIERS[carrier] / 200),
-            "tokens_per_step": TOKENS, "steps": 10 if spread <= 2 else 30, "step_s": step_s,
-            "tok_per_s": TOKENS / step_s, "spread_pct": spread, "peak_mem_bytes": int(CARRIERS[carrier] * 6),
-            "mfu": 6 * CARRIERS[carrier] * TOKENS / step_s / 989e12, "trustworthy": spread <= 2.0,
-            "status": "ok"}
+            "tokens_per_step": TOKENS, "warmup_steps": 3, "steps": 10 if spread <= 2 else 30,
+            "step_s": step_s, "tok_per_s": TOKENS / step_s, "spread_pct": spread, "iqr_pct": spread / 3,
+            "peak_mem_bytes": int(CARRIERS[carrier] * 6), "gpu_busy_frac": busy,
+            "mfu": 6 * CARRIERS[carrier] * TOKENS / step_s / 989e12,
+            "hours_per_job": 1e9 / (TOKENS / step_s) / 3600, "hours_sweep": 4e9 / (TOKENS / step_s) / 3600,
+            "trustworthy": spread <= 2.0, "launch_bound": busy < 0.9, "status": "ok"}
 
 
 def _write_profile(store: Store, run: int, host: str, checkpoint: str, rng: random.Random) -> None:
