@@ -208,7 +208,10 @@ def test_guard_refuses_a_busy_card_and_names_why(fake_nvml_dir, monkeypatch):
 
 
 def test_guard_without_visible_devices_points_the_job_at_an_idle_card(fake_nvml_dir, monkeypatch):
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    # setenv first so monkeypatch restores the original state of the variable guard() sets (later
+    # Ray nodes inherit this process's environment)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     write_fake(fake_nvml_dir, "box", [gpu(0, util=(0, 80, 90)), gpu(1)])
     idle.guard("box")
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-fake-1"
