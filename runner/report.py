@@ -28,6 +28,8 @@ from runner.drift import default_metric, describe_alert, drift_table, spread_col
 from runner.store import KEY_COLUMNS, Store
 from runner.tables import format_value
 
+SPAN = "__span__"
+"""A row holding this key renders as its first column, then this text across the rest."""
 MAX_ROWS = 40
 """Rows shown per generic table; the store keeps the rest."""
 CARRIER_METRICS = (("tok_per_s", "tokens/s", 1.0), ("step_s", "s/step", 1.0),
@@ -127,7 +129,7 @@ h1{font-size:22px;margin-bottom:4px} h2{font-size:18px;border-bottom:1px solid #
 h3{font-size:15px;margin-bottom:6px} .muted{color:#666;font-size:13px}
 table{border-collapse:collapse;font-size:12.5px;margin:8px 0 12px}
 th,td{border:1px solid #ddd;padding:3px 6px;text-align:left} td{max-width:360px;overflow-wrap:break-word}
-th,td.num{white-space:nowrap} td.num{text-align:right;font-variant-numeric:tabular-nums}
+th,td.num,td.nw{white-space:nowrap} td.num{text-align:right;font-variant-numeric:tabular-nums}
 th{background:#f4f4f6} .alert{background:#fde8e8;border-left:4px solid #d33;padding:6px 10px;margin:4px 0}
 .ok{background:#e9f7ee;border-left:4px solid #2a8;padding:6px 10px} .bad td{background:#fff4f4}
 img{max-width:100%;height:auto;display:block;margin:6px 0 14px}
@@ -151,18 +153,25 @@ def html_table(rows: Iterable[dict[str, Any]], *, row_class: Iterable[str] | Non
     rows = list(rows)
     if not rows:
         return "<p class=\"muted\">(no rows)</p>"
-    columns = list(dict.fromkeys(k for r in rows for k in r))
+    columns = list(dict.fromkeys(k for r in rows for k in r if k != SPAN))
     classes = list(row_class) if row_class is not None else [""] * len(rows)
     # Long snake_case headers may break after an underscore, never inside a word.
     head = "".join(f"<th>{html.escape(str(c)).replace('_', '_<wbr>')}</th>" for c in columns)
     body = []
     for row, cls in zip(rows, classes):
         cells = []
-        for c in columns:
+        if SPAN in row:  # a job with no measurements: its first cell, then one cell saying why
+            first = html.escape(format_value(row.get(columns[0])))
+            cells = [f'<td class="nw">{first}</td><td colspan="{len(columns) - 1}">{html.escape(row[SPAN])}</td>']
+            columns_here: list[str] = []
+        else:
+            columns_here = columns
+        for c in columns_here:
             value = row.get(c)
             value = None if _is_missing(value) else value
             numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-            td = '<td class="num">' if numeric else "<td>"
+            short = value is not None and len(format_value(value)) <= 24  # names stay on one line
+            td = '<td class="num">' if numeric else ('<td class="nw">' if short else "<td>")
             cells.append(f"{td}{'' if value is None else html.escape(format_value(value))}</td>")
         tr = f'<tr class="{cls}">' if cls else "<tr>"
         body.append(f"{tr}{''.join(cells)}</tr>")
@@ -249,9 +258,8 @@ def _carriers(data: RunData) -> str:
             records = _records(rows, ["host"] + [c for c in own if c not in shared])
             missing = data.jobs[(data.jobs["probe"] == name.split(".")[0]) & (data.jobs["status"] != "ok")
                                 & (data.jobs["checkpoint"] == checkpoint)]
-            records += [{"host": j["host"], "status": f"{j['status']}: {j['reason']}"} for _, j in missing.iterrows()]
-            parts.append(html_table(records, row_class=["bad" if str(r.get("status", "ok")) != "ok" else ""
-                                                         for r in records]))
+            records += [{"host": j["host"], SPAN: f"{j['status']}: {j['reason']}"} for _, j in missing.iterrows()]
+            parts.append(html_table(records, row_class=["bad" if SPAN in r else "" for r in records]))
             metrics = [(c, label, scale) for c, label, scale in CARRIER_METRICS
                        if c in rows and pd.to_numeric(rows[c], errors="coerce").notna().any()]
             if metrics:
