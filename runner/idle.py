@@ -369,39 +369,41 @@ def read_pinned(per_host: dict[str, tuple[str | None, Thresholds]]) -> list[GpuR
 
 # -- the job-side check ------------------------------------------------------------------------------
 
-def _visible(readings: list[GpuReading]) -> list[GpuReading] | None:
-    """The GPUs named by CUDA_VISIBLE_DEVICES (NVML indices or UUIDs); None when it is unset."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is None:
-        return None
-    wanted = [w.strip() for w in env.split(",") if w.strip()]
-    return [r for r in readings if str(r.index) in wanted or (r.uuid and r.uuid in wanted)]
+def pick_card(host: str, readings: list[GpuReading], visible_env: str | None) -> str | None:
+    """The job-side decision: raise GpuBusyError unless the job's card reads idle.
 
-
-def guard(host: str, *, runs_dir: str | None = None, thresholds: Thresholds | None = None) -> None:
-    """A GPU job's first call: raise GpuBusyError unless the card it will use reads idle.
-
-    With CUDA_VISIBLE_DEVICES set (Ray sets it for num_gpus tasks) every visible GPU must read idle.
-    Unset, some GPU must, and the job is pointed at the first idle one (CUDA_VISIBLE_DEVICES=<uuid>)
-    so it does not land on a busy GPU 0; call this before anything initialises CUDA.
+    `visible_env` is CUDA_VISIBLE_DEVICES (NVML indices or UUIDs). Set (Ray sets it for num_gpus
+    tasks): every GPU it names must read idle; returns None. Unset: some GPU must read idle, and the
+    first idle one is returned (its UUID) for the job to use, so it does not land on a busy GPU 0.
     """
-    readings = read_local(host, runs_dir=runs_dir, thresholds=thresholds)
     gpus = [r for r in readings if r.verdict != "no-gpu"]
     if not gpus:
         raise GpuBusyError(describe(host, readings))
-    visible = _visible(gpus)
-    if visible is not None:
+    if visible_env is not None:
+        wanted = {w.strip() for w in visible_env.split(",") if w.strip()}
+        visible = [r for r in gpus if str(r.index) in wanted or (r.uuid and r.uuid in wanted)]
         if not visible:
-            raise GpuBusyError(f"{host}: CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r} "
-                               f"names no GPU that NVML sees")
+            raise GpuBusyError(f"{host}: CUDA_VISIBLE_DEVICES={visible_env!r} names no GPU that NVML sees")
         busy = [r for r in visible if r.verdict != "idle"]
         if busy:
             raise GpuBusyError(describe(host, busy))
-        return
+        return None
     idle = [r for r in gpus if r.verdict == "idle"]
     if not idle:
         raise GpuBusyError(describe(host, gpus))
-    os.environ["CUDA_VISIBLE_DEVICES"] = idle[0].uuid or str(idle[0].index)
+    return idle[0].uuid or str(idle[0].index)
+
+
+def guard(host: str, *, runs_dir: str | None = None, thresholds: Thresholds | None = None) -> None:
+    """A GPU job's first call (before anything initialises CUDA): refuse a busy card (pick_card).
+
+    Where CUDA_VISIBLE_DEVICES was unset it is set to the idle card picked, except with fake
+    readings: there is no card to point at, and the variable would leak into later tests' Ray nodes.
+    """
+    readings = read_local(host, runs_dir=runs_dir, thresholds=thresholds)
+    card = pick_card(host, readings, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if card is not None and not os.environ.get(FAKE_ENV):
+        os.environ["CUDA_VISIBLE_DEVICES"] = card
 
 
 def describe(host: str, readings: list[GpuReading]) -> str:

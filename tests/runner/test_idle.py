@@ -14,7 +14,7 @@ import pytest
 
 from probes.result import InputError
 from runner import idle
-from runner.idle import GIB, FileAge, GpuBusyError, GpuSample, Thresholds, verdict
+from runner.idle import GIB, FileAge, GpuBusyError, GpuReading, GpuSample, Thresholds, verdict
 
 T = Thresholds()
 
@@ -207,15 +207,23 @@ def test_guard_refuses_a_busy_card_and_names_why(fake_nvml_dir, monkeypatch):
         idle.guard("box")
 
 
-def test_guard_without_visible_devices_points_the_job_at_an_idle_card(fake_nvml_dir, monkeypatch):
-    # setenv first so monkeypatch restores the original state of the variable guard() sets (later
-    # Ray nodes inherit this process's environment)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+def test_pick_card_without_visible_devices_points_the_job_at_an_idle_card():
+    hot = GpuReading(host="box", index=0, name="H200", verdict="busy", reason="utilisation >= 10%",
+                     uuid="GPU-0")
+    cool = GpuReading(host="box", index=1, name="H200", verdict="idle", reason="", uuid="GPU-1")
+    assert idle.pick_card("box", [hot, cool], None) == "GPU-1"
+    assert idle.pick_card("box", [hot, cool], "1") is None  # Ray chose the card: only check it
+    with pytest.raises(GpuBusyError, match="box: GPU 0 busy: utilisation"):
+        idle.pick_card("box", [hot], None)
+    with pytest.raises(GpuBusyError, match="names no GPU"):
+        idle.pick_card("box", [hot, cool], "7")
+
+
+def test_guard_with_fake_readings_checks_but_leaves_the_environment(fake_nvml_dir, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     write_fake(fake_nvml_dir, "box", [gpu(0, util=(0, 80, 90)), gpu(1)])
     idle.guard("box")
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-fake-1"
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
     write_fake(fake_nvml_dir, "box", [gpu(0, util=(0, 80, 90))])
     with pytest.raises(GpuBusyError, match="utilisation"):
         idle.guard("box")
