@@ -117,7 +117,7 @@ def describe_alert(row: pd.Series, metric: str, by: list[str]) -> str:
 
 
 HEADLINE_METRICS = ("step_s", "kernel_s_per_step", "tok_per_s", "median_s", "pad_fraction")
-"""The metric a table is watched by when none is named: time per step first."""
+"""The metric a table is watched by when none is named: time per step first, then any timing."""
 
 
 def default_metric(frame: pd.DataFrame) -> str:
@@ -126,6 +126,9 @@ def default_metric(frame: pd.DataFrame) -> str:
     for name in HEADLINE_METRICS:
         if name in numeric:
             return name
+    timings = [c for c in numeric if c.endswith("_s") and not c.endswith("_per_s")]
+    if timings:
+        return timings[0]
     if not numeric:
         raise InputError("this table has no numeric column to follow")
     return numeric[0]

@@ -61,13 +61,18 @@ def host_bars(frame: pd.DataFrame, metrics: list[tuple[str, str, float]], *, tit
     return fig
 
 
-def scaling_curves(frame: pd.DataFrame, x: str, y: str, *, title: str, colors: dict[str, str]) -> Figure:
-    """`y` against `x`, one line per host."""
+def scaling_curves(frame: pd.DataFrame, x: str, y: str, *, title: str, colors: dict[str, str],
+                   fit: str | None = None) -> Figure:
+    """`y` against `x`, one line per host; the fitted values (`fit` column) dashed."""
     fig = Figure(figsize=(5.5, 3.3), layout="constrained")
     ax = fig.subplots()
     for host, rows in frame.groupby("host", sort=True):
         rows = rows.sort_values(x)
-        ax.plot(rows[x], rows[y], marker="o", color=colors.get(str(host), "C7"), label=str(host))
+        color = colors.get(str(host), "C7")
+        ax.plot(rows[x], pd.to_numeric(rows[y], errors="coerce"), marker="o", color=color, label=str(host))
+        if fit and fit in rows and pd.to_numeric(rows[fit], errors="coerce").notna().any():
+            ax.plot(rows[x], pd.to_numeric(rows[fit], errors="coerce"), linestyle="--", color=color,
+                    alpha=0.7, label=f"{host} fit")
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     ax.set_title(title, fontsize=10)

@@ -289,8 +289,9 @@ def _scaling(data: RunData) -> str:
     for checkpoint, rows in frame.groupby("checkpoint", sort=True):
         parts.append(f"<h3>{html.escape(str(checkpoint))}</h3>")
         if x and y:
-            parts.append(_img(plots.scaling_curves(rows, x, y, title=f"{checkpoint}: {y} against {x}",
-                                                   colors=data.colors), f"{checkpoint} scaling"))
+            fig = plots.scaling_curves(rows, x, y, title=f"{checkpoint}: {y} against {x} (dashed: fit)",
+                                       colors=data.colors, fit="fit_s" if "fit_s" in rows else None)
+            parts.append(_img(fig, f"{checkpoint} scaling"))
             table = rows.pivot_table(index=x, columns="host", values=y, aggfunc="median")
             parts.append(html_table([{f"{y} by {x}": _plain(i), **{str(h): _plain(v) for h, v in vals.items()}}
                                      for i, vals in table.iterrows()]))

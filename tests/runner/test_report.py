@@ -62,17 +62,26 @@ def _carrier_row(carrier: str, host: str, step_s: float) -> dict:
 
 
 def _write_profile(store: Store, run: int, host: str, checkpoint: str, rng: random.Random) -> None:
+    """The tables of probes/profile.py: scaling (with the fit's values), fit, kernels."""
     key = _key(run, "profile", host, checkpoint, 30 + HOSTS.index(host))
     base = STEP_S[(checkpoint, host)]
-    # quadratic + linear + fixed: a(L/4096)^2 + b(L/4096) + c, the three terms of the probe's fit
-    scaling = [{"seq_len": n, "step_s": base * (0.15 * (n / TOKENS) ** 2 + 0.7 * n / TOKENS + 0.15)
-                * (1 + rng.uniform(-0.005, 0.005)), "spread_pct": 0.6} for n in (1024, 2048, 4096, 8192)]
+    terms = {"quadratic": 0.15 * base / TOKENS**2, "linear": 0.7 * base / TOKENS, "fixed": 0.15 * base}
+
+    def fit_s(n: int) -> float:
+        return terms["quadratic"] * n * n + terms["linear"] * n + terms["fixed"]
+
+    scaling = [{"seq_len": n, "batch_size": 1, "tokens": n, "step_s": fit_s(n) * (1 + rng.uniform(-0.005, 0.005)),
+                "spread_pct": 0.6, "iqr_pct": 0.2, "steps": 5, "peak_mem_bytes": int(2e9 + n * 1e6),
+                "gpu_busy_frac": 0.97, "launch_bound": False, "in_fit": True, "fit_s": fit_s(n),
+                "heldout_err_pct": 0.4, "status": "ok"} for n in (1024, 2048, 4096, 8192)]
+    fit = [{"term": t, "coef": c, "unit": u, "share_at_production_pct": 100 * share}
+           for (t, c), u, share in zip(terms.items(), ("s/token^2", "s/token", "s"), (0.15, 0.7, 0.15))]
     kernels = [{"category": c, "kernel_s_per_step": base * 0.8 * share, "share_pct": share * 100,
                 "num_calls_per_step": 100.0, "top_kernel": f"{c.split()[0]}_kernel"}
                for c, share in KERNEL_SHARES.items()]
-    store.write_table(key, "scaling", scaling)
-    store.write_table(key, "kernels", kernels)
-    _job(store, key, summary={"step_s_4096": scaling[2]["step_s"], "num_lengths": 4})
+    for name, rows in (("scaling", scaling), ("fit", fit), ("kernels", kernels)):
+        store.write_table(key, name, rows)
+    _job(store, key, summary={"step_s_4096": scaling[2]["step_s"], "quadratic_share_pct": 15.0})
 
 
 def build_lab_store(root: Path, *, seed: int = 0) -> Store:
@@ -157,7 +166,7 @@ def test_report_names_every_host_carrier_failure_and_skip(lab):
         assert name in text
     assert "CUDA out of memory" in text and "deadline" in text
     for section in ("Drift alerts", "Failed and skipped jobs", "Carriers", "Step-time scaling",
-                    "Kernel time by category", "Job summaries", "padding.strategies"):
+                    "Kernel time by category", "Job summaries", "padding.strategies", "profile.fit"):
         assert section in text
 
 
