@@ -1,0 +1,134 @@
+"""GPU placement in the sweep, on a node with one logical GPU whose idleness comes from fake NVML
+readings (`$LABPROBE_FAKE_NVML_DIR/<host>.json`, rewritten by the test): a job waits while the card
+reads busy, is placed again when it refuses at start, and is skipped with the reason at the deadline.
+
+The placed job runs the cheap `mask` probe in place of `profile` (the wrapper below): what is under
+test is where and when it starts; the GPU probes' own measurements are tested in tests/probes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.cluster import load_cluster
+from runner.launch import RayLauncher
+from runner.plan import expand
+from runner.store import Store
+from runner.sweep import new_run_id, run_sweep
+from sweep_util import write_cluster
+
+HOST = "gpuhost"
+GIB = 1024**3
+IDLE = [{"index": 0, "name": "Fake H200", "uuid": "GPU-fake-0", "mem_used_bytes": 0, "util_pct": [0.0, 0.0]}]
+BUSY = [{"index": 0, "name": "Fake H200", "uuid": "GPU-fake-0", "mem_used_bytes": 40 * GIB,
+         "util_pct": [97.0, 99.0], "processes": [{"pid": 424242, "mem_used_bytes": 40 * GIB}]}]
+PLANS = {"gpu": [{"probe": "profile", "hosts": [HOST], "checkpoints": ["qwen3-0.6b-base"]}]}
+
+
+@pytest.fixture(scope="module")
+def gpu_lab(tmp_path_factory, ray_cluster):
+    path = write_cluster(tmp_path_factory.mktemp("lab"), PLANS, extra_hosts=[{"name": HOST, "gpus": 1}])
+    node = ray_cluster.add_node(num_cpus=1, num_gpus=1, labels={"labprobe.host": HOST})
+    ray_cluster.wait_for_nodes()
+    yield path
+    ray_cluster.remove_node(node)
+
+
+def set_card(fake_nvml_dir: Path, gpus: list[dict]) -> None:
+    tmp = fake_nvml_dir / f".{HOST}.json.tmp"
+    tmp.write_text(json.dumps(gpus))
+    tmp.replace(fake_nvml_dir / f"{HOST}.json")  # atomic: a reader never sees half a reading
+
+
+def recording_job(calls: Path, fake_dir: Path, *, turn_busy_first: bool = False):
+    """The job function: records each start (its GPU ids, its outcome); with `turn_busy_first`, the
+    first start flips the card busy just before the job's own idleness check (a training run that
+    grabbed the card between placement and start), then idle again after the refusal."""
+
+    def run(job, **kwargs):
+        import json as json_
+        import os
+
+        import ray
+
+        from runner.launch import execute
+
+        num = len(list(calls.glob("*.json")))
+        if turn_busy_first and num == 0:
+            set_card(fake_dir, BUSY)
+        cheap = dataclasses.replace(job, probe="mask", config={"seq_len": 64})
+        outcome = execute(cheap, **kwargs)
+        if turn_busy_first and num == 0:
+            set_card(fake_dir, IDLE)
+        (calls / f"{num}.json").write_text(json_.dumps({
+            "status": outcome.status, "reason": outcome.reason, "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+            "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "t": time.time()}))
+        return outcome
+
+    return run
+
+
+def sweep(lab: Path, store: Path, fn, deadline: float) -> object:
+    cluster = load_cluster(lab)
+    return run_sweep(cluster=cluster, store=Store(store), plan="gpu", jobs=expand(cluster, "gpu"),
+                     run_id=new_run_id(), deadline=deadline, progress=False, gpu_backoff_s=(0.3,),
+                     launcher=RayLauncher(fn=fn))
+
+
+def starts(calls: Path) -> list[dict]:
+    return [json.loads((calls / f"{i}.json").read_text()) for i in range(len(list(calls.glob("*.json"))))]
+
+
+def test_gpu_job_waits_while_the_card_is_busy_then_runs_with_one_gpu(gpu_lab, fake_nvml_dir, tmp_path):
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    set_card(fake_nvml_dir, BUSY)
+    freed = {}
+
+    def free_later():
+        time.sleep(2.0)
+        freed["t"] = time.time()
+        set_card(fake_nvml_dir, IDLE)
+
+    threading.Thread(target=free_later).start()
+    counts = sweep(gpu_lab, tmp_path / "store", recording_job(calls, fake_nvml_dir), time.time() + 60)
+    assert (counts.ok, counts.failed, counts.skipped) == (1, 0, 0)
+    [start] = starts(calls)
+    assert start["t"] >= freed["t"]  # never started while the card read busy
+    assert start["status"] == "ok" and len(start["gpu_ids"]) == 1  # it took num_gpus=1 on that node
+    job = Store(tmp_path / "store").jobs().iloc[0]
+    assert (job["probe"], job["host"], job["status"]) == ("profile", HOST, "ok")
+
+
+def test_a_job_refusing_a_card_turned_busy_is_placed_again(gpu_lab, fake_nvml_dir, tmp_path):
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    set_card(fake_nvml_dir, IDLE)
+    counts = sweep(gpu_lab, tmp_path / "store", recording_job(calls, fake_nvml_dir, turn_busy_first=True),
+                   time.time() + 60)
+    first, second = starts(calls)
+    assert first["status"] == "refused" and "pid 424242" in first["reason"], first
+    assert second["status"] == "ok"
+    assert (counts.ok, counts.failed, counts.skipped) == (1, 0, 0)
+    jobs = Store(tmp_path / "store").jobs()
+    assert list(jobs["status"]) == ["ok"]  # the refusal is not a stored outcome, the job's run is
+
+
+def test_a_gpu_job_with_no_idle_card_is_skipped_at_the_deadline(gpu_lab, fake_nvml_dir, tmp_path):
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    set_card(fake_nvml_dir, BUSY)
+    t0 = time.monotonic()
+    counts = sweep(gpu_lab, tmp_path / "store", recording_job(calls, fake_nvml_dir), time.time() + 2.0)
+    assert time.monotonic() - t0 < 15
+    assert (counts.ok, counts.failed, counts.skipped) == (0, 0, 1)
+    assert starts(calls) == []  # it never started on the busy card
+    job = Store(tmp_path / "store").jobs().iloc[0]
+    assert job["status"] == "skipped"
+    assert "deadline" in job["reason"] and HOST in job["reason"] and "pid 424242" in job["reason"], job["reason"]
