@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import heapq
 import json
 import os
 import sys
@@ -216,26 +217,31 @@ def own_pids(pid: int | None = None) -> frozenset[int]:
 def newest_file(root: str, *, fresh_s: float, now: float | None = None) -> FileAge | None:
     """The newest file under `root`, stopping at the first one younger than `fresh_s`.
 
-    One scandir pass, one stat per file, symlinks not followed (no loops, no leaving the tree);
-    unreadable folders are skipped. None when the tree holds no file or `root` does not exist.
+    One scandir pass, one stat per entry, symlinks not followed (no loops, no leaving the tree),
+    unreadable folders skipped. Newest folders first: a live run creates files, which bumps its
+    folder's mtime, so a busy tree usually stops after a few folders. None when there is no file.
     """
     now = time.time() if now is None else now
     best: FileAge | None = None
-    stack = [root]
-    while stack:
+    heap: list[tuple[float, str]] = [(0.0, root)]
+    while heap:
         try:
-            with os.scandir(stack.pop()) as it:
-                for entry in it:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-                    elif entry.is_file(follow_symlinks=False):
-                        age = now - entry.stat(follow_symlinks=False).st_mtime
-                        if best is None or age < best.age_s:
-                            best = FileAge(entry.path, age)
-                            if age < fresh_s:
-                                return best
+            with os.scandir(heapq.heappop(heap)[1]) as it:
+                entries = list(it)
         except OSError:
             continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    heapq.heappush(heap, (-entry.stat(follow_symlinks=False).st_mtime, entry.path))
+                elif entry.is_file(follow_symlinks=False):
+                    age = now - entry.stat(follow_symlinks=False).st_mtime
+                    if best is None or age < best.age_s:
+                        best = FileAge(entry.path, age)
+                        if age < fresh_s:
+                            return best
+            except OSError:  # gone between listing and stat
+                continue
     return best
 
 

@@ -117,22 +117,26 @@ def test_newest_file_finds_the_newest_and_stops_at_a_fresh_one(tmp_path):
     assert idle.newest_file(str(tmp_path / "missing"), fresh_s=600) is None
 
 
-def test_newest_file_stops_walking_at_the_first_fresh_file(tmp_path, monkeypatch):
+def test_newest_file_opens_the_newest_folder_first_and_stops_there(tmp_path, monkeypatch):
+    old = time.time() - 7200
     for i in range(30):
         (tmp_path / f"run{i}").mkdir()
-        (tmp_path / f"run{i}" / "log.txt").write_text("x")  # all fresh
-    num_scans = 0
+        (tmp_path / f"run{i}" / "log.txt").write_text("x")
+        os.utime(tmp_path / f"run{i}" / "log.txt", (old, old))
+        if i != 17:  # run17 is live: a file was just created in it, so its folder is the newest
+            os.utime(tmp_path / f"run{i}", (old, old))
+    os.utime(tmp_path / "run17" / "log.txt")
+    opened = []
     real_scandir = os.scandir
 
     def counting_scandir(path):
-        nonlocal num_scans
-        num_scans += 1
+        opened.append(path)
         return real_scandir(path)
 
     monkeypatch.setattr(idle.os, "scandir", counting_scandir)
     got = idle.newest_file(str(tmp_path), fresh_s=600)
-    assert got.path.endswith("log.txt") and got.age_s < 600
-    assert num_scans < 31  # the root and 30 folders: a full walk would open all 31
+    assert got.path == str(tmp_path / "run17" / "log.txt") and got.age_s < 600
+    assert opened == [str(tmp_path), str(tmp_path / "run17")]  # a full walk would open all 31
 
 
 # -- readings: fake file, no NVML -----------------------------------------------------------------------
