@@ -126,7 +126,11 @@ def _measure(config: Config, checkpoint: Path, harness, device: torch.device,
     base = dict(checkpoint=_name(checkpoint), params_total=total, params_trainable=trainable,
                 tokens_per_step=tokens)
     try:
-        t, peak_mem, busy = _time_model(config, model, harness, device)
+        step = _train_step(config, model, harness, device)
+        models.release(device)
+        t = time_steps(step, device=device, warmup=config.warmup_steps, steps=config.steps,
+                       max_steps=config.max_steps)
+        peak_mem = models.peak_mem_bytes(device)
     except Exception as exc:  # an OOM is a row; anything else is a bug and propagates
         if not models.is_oom(exc):
             raise
@@ -134,33 +138,44 @@ def _measure(config: Config, checkpoint: Path, harness, device: torch.device,
     finally:
         del model
         models.release(device)
-    raw[base["checkpoint"]] = t.to_dict()
+    raw[f"{len(raw)}:{base['checkpoint']}"] = t.to_dict()
     step_flops = flops.step_flops(shape, batch_size=config.batch_size, seq_len=config.seq_len)
     hours = config.token_budget * t.median_s / tokens / 3600.0
-    busy_frac = None if busy is None else busy / t.median_s
     return CarrierRow(
         **base, warmup_steps=t.num_warmup, steps=t.num_steps, step_s=t.median_s,
         tok_per_s=tokens / t.median_s, spread_pct=100 * t.spread, iqr_pct=100 * t.iqr,
-        peak_mem_bytes=peak_mem, gpu_busy_frac=busy_frac,
-        mfu=None if peak_flops is None else step_flops / t.median_s / peak_flops,
+        peak_mem_bytes=peak_mem, mfu=None if peak_flops is None else step_flops / t.median_s / peak_flops,
         hours_per_job=hours, hours_sweep=hours * config.num_arms * config.num_seeds,
-        trustworthy=t.trustworthy,
-        launch_bound=None if busy_frac is None else busy_frac < LAUNCH_BOUND_BELOW)
+        trustworthy=t.trustworthy)
 
 
-def _time_model(config: Config, model, harness, device: torch.device):
-    """(timings, peak memory, kernel-busy seconds per step or None on CPU)."""
+def _train_step(config: Config, model, harness, device: torch.device) -> models.TrainStep:
     batch = models.make_batch(vocab_size=model.config.vocab_size, batch_size=config.batch_size,
                               seq_len=config.seq_len, device=device)
-    step = models.train_step(model, harness, batch, chunk_tokens=config.ce_chunk)
-    models.release(device)
-    t = time_steps(step, device=device, warmup=config.warmup_steps, steps=config.steps,
-                   max_steps=config.max_steps)
-    peak_mem = models.peak_mem_bytes(device)
-    busy = None
-    if device.type == "cuda":
-        busy = kernels.busy_per_step_s(kernels.profile_steps(step, device=device, num_steps=3))
-    return t, peak_mem, busy
+    return models.train_step(model, harness, batch, chunk_tokens=config.ce_chunk)
+
+
+def _with_busy(config: Config, checkpoint: Path, harness, device: torch.device,
+               row: CarrierRow) -> CarrierRow:
+    """gpu_busy_frac from one profiled step, on a model built again: profiling runs only after
+    every timing of the family, since CUPTI slows later launches once started (kernels.py)."""
+    if row.status != "ok" or device.type != "cuda":
+        return row
+    model = models.build_model(checkpoint, weights=config.weights, device=device)
+    model = models.with_lora(model, harness, rank=config.lora_rank, alpha=config.lora_alpha)
+    try:
+        step = _train_step(config, model, harness, device)
+        step()  # the optimizer's state is created on the first step: keep that out of the profile
+        busy = kernels.busy_per_step_s(kernels.profile_steps(step, device=device, num_steps=1))
+    except Exception as exc:
+        if not models.is_oom(exc):
+            raise
+        return dataclasses.replace(row, status="oom while profiling")
+    finally:
+        del model
+        models.release(device)
+    frac = busy / row.step_s
+    return dataclasses.replace(row, gpu_busy_frac=frac, launch_bound=frac < LAUNCH_BOUND_BELOW)
 
 
 def _peak(config: Config, device: torch.device) -> tuple[float | None, str]:
@@ -185,6 +200,7 @@ def run(config: Config) -> ProbeResult:
     else:
         peak_flops, peak_note = _peak(config, device)
         rows = [_measure(config, c, harness, device, peak_flops, raw) for c in config.checkpoint]
+        rows = [_with_busy(config, c, harness, device, r) for c, r in zip(config.checkpoint, rows)]
     result.tables["carriers"] = rows
     result.summary = {"device": _device_name(device) if config.steps else "meta",
                       "peak": peak_note, "harness": config.harness,
@@ -193,7 +209,7 @@ def run(config: Config) -> ProbeResult:
                       "num_untrustworthy": sum(r.trustworthy is False for r in rows)}
     if config.steps and device.type != "cuda":
         result.summary["note"] = "CPU: no device timeline, so gpu_busy_frac/launch_bound/mfu are None"
-    failed = [r.checkpoint for r in rows if r.status.startswith("oom")]
+    failed = [r.checkpoint for r in rows if "oom" in r.status]
     result.checks.append(Check(name="all_measured", ok=not failed,
                                detail=f"out of memory: {', '.join(failed)}" if failed else
                                f"{len(rows)} checkpoint(s) measured"))

@@ -6,6 +6,10 @@ device rows are counted: events whose `device_type` is CUDA (kernels, memcpy, me
 with its own duration. The same code runs on a CPU profile with device_type CPU, where the rows
 nest (an op and its children) and each is counted by its SELF time: that is how CI checks that
 nothing is counted twice. `busy_s` is the union of the rows' intervals: time the device did work.
+
+Profile AFTER timing, never before: once the profiler has started, CUPTI stays attached to the
+process and slows every later kernel launch (pytorch/pytorch#144455; seen on an H200 here: a
+launch-bound Qwen3-0.6B step timed after a profile ran 30% slower than one timed before).
 """
 
 from __future__ import annotations

@@ -182,10 +182,9 @@ class _Session:
         self.raw[key] = t.to_dict()
         return t, models.peak_mem_bytes(self.device)
 
-    def busy_frac(self, fn, step_s: float) -> float | None:
-        if self.device.type != "cuda":
-            return None
-        return kernels.busy_per_step_s(kernels.profile_steps(fn, device=self.device, num_steps=2)) / step_s
+    def busy_frac(self, fn, step_s: float) -> float:
+        fn()  # a fresh step's first call sets up optimizer state: keep it out of the profile
+        return kernels.busy_per_step_s(kernels.profile_steps(fn, device=self.device, num_steps=1)) / step_s
 
 
 def _oom_guard(session: _Session, what, on_oom):
@@ -205,18 +204,27 @@ def _scaling_point(session: _Session, seq_len: int) -> ScalingRow:
     base = dict(seq_len=seq_len, batch_size=b, tokens=b * seq_len)
 
     def measure() -> ScalingRow:
-        step = session.step(b, seq_len)
-        t, peak = session.time(f"scaling/{seq_len}", step)
-        busy = session.busy_frac(step, t.median_s)
+        t, peak = session.time(f"scaling/{seq_len}", session.step(b, seq_len))
         return ScalingRow(**base, step_s=t.median_s, spread_pct=100 * t.spread, iqr_pct=100 * t.iqr,
-                          steps=t.num_steps, peak_mem_bytes=peak, gpu_busy_frac=busy,
-                          launch_bound=None if busy is None else busy < LAUNCH_BOUND_BELOW)
+                          steps=t.num_steps, peak_mem_bytes=peak)
 
     return _oom_guard(session, measure, lambda msg: ScalingRow(**base, status=msg))
 
 
-def scaling_and_fit(session: _Session) -> tuple[list[ScalingRow], list[FitRow], np.ndarray | None]:
-    rows = [_scaling_point(session, n) for n in sorted(set(session.config.seq_lens))]
+def _with_busy(session: _Session, row: ScalingRow) -> ScalingRow:
+    """gpu_busy_frac of a timed point, profiled AFTER every timing (kernels.py: CUPTI lingers)."""
+    if row.status != "ok" or session.device.type != "cuda":
+        return row
+
+    def measure() -> ScalingRow:
+        busy = session.busy_frac(session.step(row.batch_size, row.seq_len), row.step_s)
+        return dataclasses.replace(row, gpu_busy_frac=busy, launch_bound=busy < LAUNCH_BOUND_BELOW)
+
+    return _oom_guard(session, measure, lambda msg: dataclasses.replace(row, status=f"profiler {msg}"))
+
+
+def fit_scaling(session: _Session, rows: list[ScalingRow]) -> tuple[list[ScalingRow], list[FitRow], np.ndarray | None]:
+    """Fit the GPU-bound points; every row gets its fitted value and held-out error."""
     fitted = [r for r in rows if r.status == "ok" and not r.launch_bound]
     if len(fitted) < 3:
         return rows, [], None
@@ -241,13 +249,14 @@ def scaling_and_fit(session: _Session) -> tuple[list[ScalingRow], list[FitRow], 
 
 
 def _fast_path(config: Config, padding: str) -> bool | None:
-    """Whether every layer keeps SDPA's maskless path, read through the mask probe (config only)."""
+    """Whether every layer keeps SDPA's maskless path, read through the mask probe (config only).
+    An architecture the mask probe cannot build gives None (unknown), not a failure here."""
     from probes import mask
 
     try:
         result = mask.run(mask.Config(checkpoint=config.checkpoint, seq_len=config.production_len,
                                       batch_size=2, padding=padding))
-    except Exception:  # an architecture the mask probe cannot build: unknown, not a failure here
+    except Exception:
         return None
     return all(row.fast_path for row in result.tables["layers"])
 
@@ -325,19 +334,20 @@ def kernel_profile(session: _Session) -> kernels.Profile | None:
 def run(config: Config) -> ProbeResult:
     session = _Session(config)
     result = ProbeResult(probe="profile", config=config)
-    scaling, fit, coef = scaling_and_fit(session)
+    # Every timing first, every profiler run after: CUPTI stays attached once started (kernels.py).
+    timed = [_scaling_point(session, n) for n in sorted(set(config.seq_lens))]
+    padding = padding_penalty(session)
+    step_s = _production_step_s(config, timed, None)
+    ce = cross_entropy_table(session, step_s)
+    scaling, fit, coef = fit_scaling(session, [_with_busy(session, r) for r in timed])
     step_s = _production_step_s(config, scaling, coef)
-    result.tables["scaling"] = scaling
-    result.tables["fit"] = fit
-    result.tables["padding_penalty"] = padding_penalty(session)
-    result.tables["ce"] = cross_entropy_table(session, step_s)
+    result.tables.update(scaling=scaling, fit=fit, padding_penalty=padding, ce=ce)
     prof = kernel_profile(session)
     result.tables["kernels"] = [] if prof is None else kernels.kernel_table(prof)
     _summarise(result, session, scaling, step_s, prof)
     result.artifacts["timings.json"] = json.dumps(session.raw, indent=1)
     if prof is not None:
         result.artifacts["kernels_key_averages.txt"] = prof.table
-    del session
     return result
 
 

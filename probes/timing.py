@@ -68,7 +68,7 @@ class Timings:
                 "median_s": self.median_s, "spread": self.spread, "iqr": self.iqr}
 
 
-def _timed_call(step: Callable[[], object], device: torch.device) -> float:
+def _timed_call(step: Callable[[], object], device: torch.device, clock: Callable[[], float]) -> float:
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -76,30 +76,28 @@ def _timed_call(step: Callable[[], object], device: torch.device) -> float:
         end.record()
         end.synchronize()
         return start.elapsed_time(end) / 1000.0
-    begin = time.perf_counter()
+    begin = clock()
     step()
-    return time.perf_counter() - begin
+    return clock() - begin
 
 
 def time_steps(step: Callable[[], object], *, device: torch.device | str, warmup: int, steps: int,
-               max_steps: int | None = None, max_spread: float = MAX_SPREAD) -> Timings:
-    """Time `step()`; extend while the last window's spread exceeds max_spread, up to max_steps."""
+               max_steps: int | None = None, max_spread: float = MAX_SPREAD,
+               clock: Callable[[], float] = time.perf_counter) -> Timings:
+    """Time `step()`; extend while the last window's spread exceeds max_spread, up to max_steps.
+    `clock` times CPU steps (injectable so tests can drive it)."""
     assert steps >= 1 and warmup >= 0
     device = torch.device(device)
     max_steps = max(steps, max_steps or steps)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    raw = [_timed_call(step, device) for _ in range(warmup)]
-    timed = [_timed_call(step, device) for _ in range(steps)]
+    raw = [_timed_call(step, device, clock) for _ in range(warmup)]
+    timed = [_timed_call(step, device, clock) for _ in range(steps)]
     while len(timed) < max_steps and _spread(timed[-steps:]) > max_spread:
-        timed.append(_timed_call(step, device))
+        timed.append(_timed_call(step, device, clock))
     num_warmup = warmup + len(timed) - steps
     return Timings(raw_s=tuple(raw + timed), num_warmup=num_warmup, device=device.type)
 
 
 def _spread(values: list[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values)
-
-
-def nan_if_none(value: float | None) -> float:
-    return float("nan") if value is None else value

@@ -1,0 +1,204 @@
+"""GPU checks of issue 4 in one call: the 4B profile and the three-carrier bench, twice per shape.
+
+Run by benchmarks/gpu_all.sh on an H200 (PYTHONPATH=. , no install). Random-weight Qwen3-0.6B/1.7B/4B-
+Base built from demo/checkpoints/*/config.json, rank-32 LoRA on all seven linear projections.
+Writes JSON under --out and prints a verdict per criterion last. --quick: a smoke run (0.6B only,
+few steps) to catch CUDA-only bugs before spending device time on the full run. Each probe runs
+in its own process (the second carrier run of each shape through the literal `labprobe probe carrier`
+CLI), so no profiler of one run lingers in the next one's timings. BENCH_FAMILY (comma-separated
+checkpoint dirs) replaces the family for a dry run on the CPU with tiny configs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script, no install
+
+from probes import carrier, profile  # noqa: E402
+from runner.probe_cmd import render  # noqa: E402
+from runner.tables import format_table  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+FAMILY = [Path(p) for p in os.environ["BENCH_FAMILY"].split(",")] if os.environ.get("BENCH_FAMILY") else [
+    ROOT / "demo" / "checkpoints" / f"qwen3-{size}-base" for size in ("0.6b", "1.7b", "4b")]
+
+
+def environment() -> dict:
+    import peft
+    import transformers
+
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=30).stdout.strip()
+    except OSError as exc:
+        driver = f"nvidia-smi: {exc}"
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
+            "driver_and_max_sm_clock": driver, "torch": torch.__version__,
+            "transformers": transformers.__version__, "peft": peft.__version__,
+            "python": platform.python_version(), "cpu_count": os.cpu_count()}
+
+
+def carrier_config(batch_size: int, steps: int, family: list[Path]) -> carrier.Config:
+    return carrier.Config(checkpoint=tuple(family), weights="random", lora_rank=32, lora_alpha=64.0,
+                          seq_len=4096, batch_size=batch_size, warmup_steps=3, steps=steps,
+                          max_steps=3 * steps, token_budget=1_000_000_000, num_arms=4, num_seeds=3)
+
+
+def cli_args(config: carrier.Config) -> list[str]:
+    """The same Config as `labprobe probe carrier` options."""
+    args = []
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if value is None:
+            continue
+        option = "--" + field.name.replace("_", "-")
+        for item in value if isinstance(value, tuple) else (value,):
+            args += [option, str(item)]
+    return args
+
+
+def job(kind: str, batch_size: int, steps: int, out: Path) -> int:
+    """One probe run in this process (the parent runs each job in its own process, so no profiler
+    of an earlier job lingers in a later job's timings)."""
+    begin = time.perf_counter()
+    if kind == "profile":
+        config = profile.Config(checkpoint=FAMILY[2] if steps > 2 else FAMILY[0], weights="random",
+                                lora_rank=32, lora_alpha=64.0,
+                                seq_lens=(2048, 4096, 6144, 8192, 12288) if steps > 2 else (1024, 2048, 4096),
+                                batch_size=1, production_len=4096, warmup_steps=2, steps=steps,
+                                max_steps=3 * steps, profile_steps=3)
+        result = profile.run(config)
+    else:
+        result = carrier.run(carrier_config(batch_size, steps, FAMILY if steps > 3 else FAMILY[:1]))
+    wall = time.perf_counter() - begin
+    print(render(result), f"\n[{kind} {batch_size}x4096: {wall:.1f} s wall]", flush=True)
+    payload = {"wall_s": wall, **result.to_json_dict(),
+               "timings": json.loads(result.artifacts.get("timings.json", "{}"))}
+    out.write_text(json.dumps(payload, indent=1))
+    if "kernels_key_averages.txt" in result.artifacts:
+        out.with_suffix(".txt").write_text(result.artifacts["kernels_key_averages.txt"])
+    return 0
+
+
+def spawn(args: list[str], tmp: Path, name: str) -> tuple[dict, float]:
+    """Run a job (or the literal CLI) in a fresh process; returns its JSON and wall seconds."""
+    out = tmp / f"{name}.json"
+    begin = time.perf_counter()
+    if args[0] == "cli":
+        proc = subprocess.run([sys.executable, "-m", "runner.cli", "probe", *args[1:], "--json"],
+                              capture_output=True, text=True)
+        print(proc.stderr[-2000:], flush=True)
+        out.write_text(proc.stdout)
+    else:
+        proc = subprocess.run([sys.executable, __file__, "--job", *args, "--job-out", str(out)])
+    wall = time.perf_counter() - begin
+    if not out.is_file() or not out.read_text().strip():
+        raise SystemExit(f"job {name} wrote nothing (exit {proc.returncode})")
+    data = json.loads(out.read_text())
+    if args[0] == "cli":
+        print(f"$ labprobe probe {' '.join(args[1:])} --json   # tables as the CLI prints them:")
+        for table, rows in data["tables"].items():
+            print(format_table(rows, title=f"== {data['probe']}.{table}"))
+        print(f"[cli: {wall:.1f} s wall, exit {proc.returncode}]", flush=True)
+    data["wall_s"] = wall
+    return data, wall
+
+
+def rows_by_name(bench: dict) -> dict[str, dict]:
+    return {r["checkpoint"]: r for r in bench["tables"]["carriers"]}
+
+
+def gpu_bound_ok(row: dict) -> bool:
+    return row.get("status") == "ok" and row["launch_bound"] is False and row["spread_pct"] <= 2.0
+
+
+def verdicts(benches: dict, prof: dict, prof_wall: float) -> list[tuple[str, bool, str]]:
+    out = []
+    r4k = [rows_by_name(b) for b in benches["4096"]["runs"]]
+    r16k = [rows_by_name(b) for b in benches["16384"]["runs"]]
+    b4, s6 = r4k[0]["qwen3-4b-base"], r4k[0]["qwen3-0.6b-base"]
+    out.append(("4k: 4B GPU-bound, spread <= 2%", gpu_bound_ok(b4),
+                f"busy {b4['gpu_busy_frac']}, spread {b4['spread_pct']}"))
+    out.append(("4k: 0.6B flagged launch-bound", s6["launch_bound"] is True, f"busy {s6['gpu_busy_frac']}"))
+    for name in ("qwen3-0.6b-base", "qwen3-1.7b-base"):
+        row = r16k[0][name]
+        out.append((f"16k: {name} GPU-bound, spread <= 2%", gpu_bound_ok(row),
+                    f"busy {row['gpu_busy_frac']}, spread {row['spread_pct']}"))
+    for key, runs in (("4096", r4k), ("16384", r16k)):
+        for name in runs[0]:
+            a, b = runs[0][name], runs[1][name]
+            if gpu_bound_ok(a) and gpu_bound_ok(b):
+                diff = abs(a["step_s"] - b["step_s"]) / min(a["step_s"], b["step_s"]) * 100
+                out.append((f"{key}: {name} two runs agree within 3%", diff <= 3.0,
+                            f"{a['step_s']:.4f} vs {b['step_s']:.4f} s ({diff:.2f}%)"))
+        walls = benches[key]["walls_s"]
+        out.append((f"{key}: three-carrier bench <= 300 s", max(walls) <= 300, f"walls {walls}"))
+    s = prof["summary"]
+    out.append(("profile: >= 3 GPU-bound lengths fitted", len(s["fitted_lens"]) >= 3,
+                f"fitted {s['fitted_lens']}, launch-bound {s['launch_bound_lens']}"))
+    out.append(("profile: held-out error <= 5%", (s["max_heldout_err_pct"] or 99) <= 5.0,
+                f"max {s['max_heldout_err_pct']}"))
+    pad = {r["case"]: r for r in prof["tables"]["padding_penalty"]}
+    out.append(("profile: padding penalty measured", pad["half_padded"]["penalty_pct"] is not None,
+                f"{pad['half_padded']['penalty_pct']}% ({pad['unpadded']['step_s']} -> "
+                f"{pad['half_padded']['step_s']} s)"))
+    out.append(("profile: kernel time <= step wall", s["kernel_s_per_step"] <= s["step_wall_s"],
+                f"{s['kernel_s_per_step']} <= {s['step_wall_s']}"))
+    out.append(("profile: whole 4B profile <= 180 s", prof_wall <= 180, f"{prof_wall:.1f} s"))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--quick", action="store_true", help="smoke run: 0.6B only, few steps")
+    parser.add_argument("--job", nargs=3, metavar=("KIND", "BATCH", "STEPS"), help=argparse.SUPPRESS)
+    parser.add_argument("--job-out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.job:
+        return job(args.job[0], int(args.job[1]), int(args.job[2]), args.job_out)
+    args.out.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    print(json.dumps(env), flush=True)
+    (args.out / "gpu_env.json").write_text(json.dumps(env, indent=1))
+    tmp = Path(tempfile.mkdtemp())
+    if args.quick:
+        spawn(["carrier", "1", "3"], tmp, "carrier")
+        spawn(["profile", "1", "2"], tmp, "profile")
+        return 0
+    prof, prof_wall = spawn(["profile", "1", "5"], tmp, "profile")
+    (args.out / "gpu_profile.json").write_text(json.dumps(prof, indent=1))
+    shutil.copy(tmp / "profile.txt", args.out / "gpu_kernels_key_averages.txt")
+    benches = {}
+    for batch_size in (1, 4):
+        key = str(4096 * batch_size)
+        first = spawn(["carrier", str(batch_size), "10"], tmp, f"carrier{key}")
+        second = spawn(["cli", "carrier", *cli_args(carrier_config(batch_size, 10, FAMILY))], tmp, f"cli{key}")
+        benches[key] = {"runs": [first[0], second[0]], "walls_s": [round(first[1], 1), round(second[1], 1)]}
+    (args.out / "gpu_carrier.json").write_text(json.dumps(benches, indent=1))
+    checks = verdicts(benches, prof, prof["wall_s"])
+    (args.out / "gpu_summary.json").write_text(json.dumps(
+        {"env": env, "checks": [{"name": n, "ok": ok, "detail": d} for n, ok, d in checks]}, indent=1))
+    print("\n== verdicts")
+    for name, ok, detail in checks:
+        print(f"  [{'ok' if ok else 'FAIL'}] {name}: {detail}")
+    return 0 if all(ok for _, ok, _ in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

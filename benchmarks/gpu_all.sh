@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Every GPU check of issue 4 in one call: the 4B profile and the three-carrier bench, twice, at 4,096 and
+# 16,384 tokens a step (benchmarks/bench_gpu.py), plus the teammate's NVML idleness check if present.
+# Runs from a plain checkout with no install (PYTHONPATH=.). Results go to $OUT (default
+# benchmarks/results/out). Extra arguments go to bench_gpu.py (--quick: a smoke run).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-benchmarks/results/out}
+export PYTHONPATH=. PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error PYTHONWARNINGS=ignore::FutureWarning
+mkdir -p "$OUT"
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.used,utilization.gpu,clocks.sm --format=csv
+  if [ -f benchmarks/gpu_idle_check.py ]; then python3 benchmarks/gpu_idle_check.py --out "$OUT/idle.json"; fi
+  begin=$(date +%s)
+  python3 benchmarks/bench_gpu.py --out "$OUT" "$@"
+  rc=$?
+  echo "[gpu_all.sh: bench_gpu.py exit $rc after $(( $(date +%s) - begin )) s]"
+  exit $rc
+} 2>&1 | tee "$OUT/gpu_log.txt"
+exit "${PIPESTATUS[0]}"
