@@ -197,6 +197,52 @@ def test_no_nvml_library_on_this_machine_reads_no_gpu(monkeypatch):
     assert reading.verdict == "no-gpu" and "NVMLError" in reading.reason
 
 
+def test_nvml_path_samples_every_gpu_over_the_window(monkeypatch):
+    """CI has no NVML: a stand-in module with pynvml's names checks the sampling code path that the
+    H200 run exercises for real (benchmarks/gpu_idle_check.py)."""
+    import types
+
+    class NVMLError(Exception):
+        pass
+
+    class NotSupported(NVMLError):
+        pass
+
+    calls = {"util": 0}
+    utils = iter([5.0, 60.0, 0.0])  # GPU 0 across three samples
+
+    def util(h):
+        if h == 1:
+            raise NotSupported("MIG")
+        calls["util"] += 1
+        return types.SimpleNamespace(gpu=next(utils))
+
+    def memory(h, version=None):  # v1 counts the driver's reserved memory as used: 99 GiB here
+        used = 99 * GIB if version is None else [2 * GIB, 0][h]
+        return types.SimpleNamespace(used=used, total=150 * GIB)
+
+    procs = iter([[], [types.SimpleNamespace(pid=4242, usedGpuMemory=None)],
+                  [types.SimpleNamespace(pid=4242, usedGpuMemory=2 * GIB)]])
+    fake = types.SimpleNamespace(
+        NVMLError=NVMLError, NVMLError_NotSupported=NotSupported, nvmlMemory_v2=2,
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetName=lambda h: b"NVIDIA H200",
+        nvmlDeviceGetUUID=lambda h: f"GPU-{h}", nvmlDeviceGetUtilizationRates=util,
+        nvmlDeviceGetMemoryInfo=memory,
+        nvmlDeviceGetComputeRunningProcesses=lambda h: next(procs) if h == 0 else [],
+        nvmlDeviceGetMPSComputeRunningProcesses=lambda h: (_ for _ in ()).throw(NotSupported("no MPS")))
+    monkeypatch.delenv(idle.FAKE_ENV, raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    t0 = time.perf_counter()
+    r0, r1 = idle.read_local("box", thresholds=Thresholds(window_s=0.2, sample_hz=15))
+    assert 0.2 <= time.perf_counter() - t0 < 2
+    assert calls["util"] == 3 and r0.num_samples == 3 and r0.util_max_pct == 60.0
+    assert (r0.verdict, r0.pids, r0.name, r0.uuid) == ("busy", (4242,), "NVIDIA H200", "GPU-0")
+    assert "pid 4242 computes on it (2.00 GiB)" in r0.reason and "1 of 3 samples" in r0.reason
+    assert (r1.verdict, r1.num_samples) == ("idle", 0)  # no utilisation on a MIG device: not an error
+    assert r1.mem_used_bytes == 0 and r1.mem_total_bytes == 150 * GIB  # v2's figure, not v1's
+
+
 # -- guard --------------------------------------------------------------------------------------------
 
 def test_guard_refuses_a_busy_card_and_names_why(fake_nvml_dir, monkeypatch):
