@@ -139,7 +139,7 @@ def verdict(sample: GpuSample, *, own_pids: frozenset[int] | set[int] = frozense
         causes.append(f"pid {pid} computes on it ({_gib(mem)})" if mem is not None
                       else f"pid {pid} computes on it")
     own_mem = sum(mem or 0 for pid, mem in sample.processes if pid in own_pids)
-    mem_others = max(sample.mem_used_bytes, default=0) - own_mem
+    mem_others = max(0, max(sample.mem_used_bytes, default=0) - own_mem)
     if mem_others >= t.mem_used_bytes:
         ours = f", ours {_gib(own_mem)} excluded" if own_mem else ""
         causes.append(f"memory used {_gib(mem_others)} >= {_gib(t.mem_used_bytes)}{ours}")
