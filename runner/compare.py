@@ -35,8 +35,8 @@ from runner.tables import format_table
 
 SPREAD_LIMIT = 0.02
 DEFAULT_METRICS: dict[str, list[tuple[str, str]]] = {
-    "profile": [("steps", "step_s"), ("scaling", "step_s")],
-    "carrier": [("throughput", "tok_per_s"), ("carriers", "tok_per_s"), ("steps", "step_s")],
+    "profile": [("scaling", "step_s")],
+    "carrier": [("carriers", "tok_per_s")],
 }
 """probe -> (table, metric) candidates in order; the first stored wins, else jobs.wall_s."""
 METRIC_PREFERENCE = ("step_s", "s_per_step", "tok_per_s", "wall_s", "pad_fraction", "gain")
@@ -106,14 +106,16 @@ def compare(store: Store, probe: str, *, table: str | None = None, metric: str |
         raise InputError(f"{store.root}: no ok jobs of probe {probe!r} stored")
     table, metric = _choose(store, probe, table, metric)
     rows = jobs if table == "jobs" else _table_rows(store, f"{probe}.{table}", jobs)
-    if metric not in rows.columns:
+    if rows.empty:
+        raise InputError(f"{store.root}: no rows of {probe}.{table} from its newest ok jobs")
+    if metric not in rows.columns or not pd.api.types.is_numeric_dtype(rows[metric]):
         numeric = [c for c in rows.columns if pd.api.types.is_float_dtype(rows[c])]
         raise InputError(f"--metric: no column {metric!r} in {probe}.{table} (numeric: {', '.join(numeric)})")
     hosts = _host_order(rows["host"].unique(), host_order or [])
     baseline = baseline or hosts[0]
     if baseline not in hosts:
         raise InputError(f"--baseline: host {baseline!r} has no rows (hosts: {', '.join(hosts)})")
-    dims = _label_columns(rows, metric) if table != "jobs" else []
+    dims = _label_columns(rows, metric)
     cells = _cells(rows, metric, dims)
     warnings = _fingerprint_warnings(rows) + _version_warnings(jobs) + _spread_warnings(rows, cells, dims)
     gpus = {h: _env(jobs[jobs["host"] == h]).get("gpu", "") for h in hosts}
@@ -161,25 +163,55 @@ def _host_order(present, order: list[str]) -> list[str]:
 
 
 def _label_columns(rows: pd.DataFrame, metric: str) -> list[str]:
+    """The fewest label columns (string/int/bool) that tell a job's rows apart, taking only columns
+    with the same values on every host (seq_len, strategy), never per-host results (steps taken)."""
     skip = set(KEY_COLUMNS) | {metric}
-    dims = [c for c in rows.columns if c not in skip and "spread" not in c
-            and (pd.api.types.is_integer_dtype(rows[c]) or pd.api.types.is_bool_dtype(rows[c])
-                 or pd.api.types.is_string_dtype(rows[c]) or rows[c].dtype == object)]
-    if rows["config_hash"].nunique() > 1:
+    candidates = [c for c in rows.columns if c not in skip and "spread" not in c
+                  and (pd.api.types.is_integer_dtype(rows[c]) or pd.api.types.is_bool_dtype(rows[c])
+                       or pd.api.types.is_string_dtype(rows[c]) or rows[c].dtype == object)]
+    dims: list[str] = []
+    for col in candidates:
+        if not rows.duplicated(["job_id", *dims]).any():
+            break
+        if rows.groupby("job_id")[col].nunique().max() > 1 and _aligned(rows, col):
+            dims.append(col)
+    if rows.groupby(["host", "checkpoint"])["config_hash"].nunique().max() > 1:
         dims.append("config_hash")
     return dims
 
 
+def _aligned(rows: pd.DataFrame, col: str) -> bool:
+    """Every host shows the same set of values of `col` for a checkpoint."""
+    for _, part in rows.groupby("checkpoint"):
+        sets = {frozenset(map(str, v)) for _, v in part.groupby("host")[col]}
+        if len(sets) > 1:
+            return False
+    return True
+
+
 def _cells(rows: pd.DataFrame, metric: str, dims: list[str]) -> pd.DataFrame:
-    """One row per (checkpoint, dims..., host): median, min, max, n of the metric."""
+    """One row per (checkpoint, dims..., host): median, min, max, n of the metric, and whether it is
+    untrusted (several values spread above 2%, or a row's own spread column above 2%)."""
     keys = ["checkpoint", *dims, "host"]
-    grouped = rows.groupby(keys, sort=False, dropna=False)[metric]
-    cells = grouped.agg(["median", "min", "max", "count"]).reset_index()
-    cells["group"] = cells[dims].astype(str).agg(" ".join, axis=1) if dims else ""
-    if dims:
-        cells["group"] = [" ".join(f"{d}={v}" for d, v in zip(dims, vals))
-                          for vals in cells[dims].itertuples(index=False)]
+    rows = rows.assign(_spread=_row_spread(rows))
+    grouped = rows.groupby(keys, sort=False, dropna=False)
+    cells = grouped[metric].agg(["median", "min", "max", "count"])
+    cells["row_spread"] = grouped["_spread"].max()
+    cells = cells.reset_index().sort_values(["checkpoint", *dims], kind="stable")
+    cells["group"] = [" ".join(f"{d}={v}" for d, v in zip(dims, vals))
+                      for vals in cells[dims].itertuples(index=False)] if dims else ""
+    spread = (cells["max"] - cells["min"]) / cells["median"].abs().where(cells["median"] != 0)
+    cells["untrusted"] = ((cells["count"] > 1) & (spread > SPREAD_LIMIT)) | (cells["row_spread"] > SPREAD_LIMIT)
     return cells
+
+
+def _row_spread(rows: pd.DataFrame) -> pd.Series:
+    """Each row's largest own spread (as a fraction): columns named *spread*, `_pct` ones in percent."""
+    spread = pd.Series(0.0, index=rows.index)
+    for col in [c for c in rows.columns if "spread" in c and pd.api.types.is_numeric_dtype(rows[c])]:
+        scale = 100.0 if col.endswith("_pct") else 1.0
+        spread = spread.combine(rows[col].fillna(0.0) / scale, max)
+    return spread
 
 
 def _pivot(cells: pd.DataFrame, hosts: list[str], baseline: str) -> list[dict[str, Any]]:
@@ -187,10 +219,12 @@ def _pivot(cells: pd.DataFrame, hosts: list[str], baseline: str) -> list[dict[st
     for (ckpt, group), part in cells.groupby(["checkpoint", "group"], sort=False):
         values = {h: float(v) for h, v in zip(part["host"], part["median"])}
         counts = {h: int(n) for h, n in zip(part["host"], part["count"])}
+        untrusted = {h: bool(u) for h, u in zip(part["host"], part["untrusted"])}
         base = values.get(baseline)
         ratios = {h: (v / base if base not in (None, 0) else None) for h, v in values.items()}
-        out.append({"checkpoint": ckpt, "group": group, "values": values, "ratios": ratios, "counts": counts})
-    return sorted(out, key=lambda r: (r["checkpoint"], r["group"]))
+        out.append({"checkpoint": ckpt, "group": group, "values": values, "ratios": ratios, "counts": counts,
+                    "untrusted": untrusted})
+    return out
 
 
 def _fingerprint_warnings(rows: pd.DataFrame) -> list[str]:
@@ -225,9 +259,10 @@ def _spread_warnings(rows: pd.DataFrame, cells: pd.DataFrame, dims: list[str]) -
             spread = (cell.max - cell.min) / abs(cell.median)
             out.append(f"{cell.checkpoint} {cell.group} @ {cell.host}: {cell.count} values spread {spread:.1%}".replace("  ", " "))
     for col in [c for c in rows.columns if "spread" in c and pd.api.types.is_numeric_dtype(rows[c])]:
-        high = rows[rows[col] > SPREAD_LIMIT]
+        scale = 100.0 if col.endswith("_pct") else 1.0  # spread_pct is in percent, spread a fraction
+        high = rows[rows[col] > SPREAD_LIMIT * scale]
         for (ckpt, host), part in high.groupby(["checkpoint", "host"]):
-            out.append(f"{ckpt} @ {host}: {col} up to {part[col].max():.1%} (> {SPREAD_LIMIT:.0%}): "
+            out.append(f"{ckpt} @ {host}: {col} up to {part[col].max() / scale:.1%} (> {SPREAD_LIMIT:.0%}): "
                        "not yet a number")
     return out
 
