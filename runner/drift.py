@@ -26,6 +26,8 @@ SERIES_KEYS = ("probe", "host", "checkpoint", "checkpoint_fp", "config_hash")
 DIMENSIONS = frozenset({"seq_len", "batch_size", "num_tokens", "tokens_per_step", "length",
                         "bucket_size", "layer", "num_sequences"})
 NOT_IDENTITY = frozenset({"status", "reason", "detail", "top_kernel", "note"})
+_MEASURED = re.compile(r"_(s|ms|us|ns|bytes|per_s|pct|frac|fraction)$")
+"""A unit in the name: a measurement, whatever its type, never identity."""
 _UNIT_SUFFIX = re.compile(r"_(s|ms|us|ns|bytes|per_s|pct|fraction)$")
 
 DRIFT_COLUMNS = ("run_id", "finished_at", "value", "spread_pct", "baseline", "num_previous",
@@ -46,14 +48,16 @@ def identity_columns(frame: pd.DataFrame, metric: str) -> list[str]:
     skip = set(KEY_COLUMNS) | NOT_IDENTITY | {metric, spread_column(frame.columns, metric)}
     found = []
     for name in frame.columns:
-        if name in skip or name.endswith("_json"):
+        if name in skip or name.endswith("_json") or _MEASURED.search(name):
             continue
+        if frame[name].isna().all():
+            continue  # nothing measured there (a GPU-only column on the CPU): says nothing
         dtype = frame[name].dtype
         if pd.api.types.is_bool_dtype(dtype) or pd.api.types.is_float_dtype(dtype):
             continue
         if pd.api.types.is_integer_dtype(dtype) and name not in DIMENSIONS:
             continue
-        if pd.api.types.is_object_dtype(dtype) and frame[name].map(type).isin([bool, float]).any():
+        if pd.api.types.is_object_dtype(dtype) and frame[name].dropna().map(type).isin([bool, float]).any():
             continue  # an object column of flags or numbers (None mixed in), not of names
         found.append(name)
     return found

@@ -110,15 +110,18 @@ def summary_text(data: RunData, path: Path) -> str:
     lines = [f"run {data.run_id}: {len(data.jobs)} job(s) on {len(hosts)} host(s) ({', '.join(hosts)}): "
              + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "failed", "skipped"))]
     for _, job in _problems(data.jobs).iterrows():
-        lines.append(f"  {job['status']}: {job['probe']} on {job['host']}/{job['checkpoint']}: {job['reason']}")
+        status = "" if job["status"] == "ok" else f"{job['status']}: "  # ok: the reason names the checks
+        lines.append(f"  {status}{job['probe']} on {job['host']}/{job['checkpoint']}: {job['reason']}")
     lines.append(f"drift alerts: {len(data.alerts)}" if data.alerts else "drift alerts: none")
     lines += [f"  {a}" for a in data.alerts]
     return "\n".join(lines)
 
 
 def _problems(jobs: pd.DataFrame) -> pd.DataFrame:
-    bad = jobs[jobs["status"] != "ok"]
-    return bad.sort_values(["status", "probe", "host", "checkpoint"], kind="stable")
+    """Failed and skipped jobs, and ok jobs with a reason (a probe check that failed), worst first."""
+    bad = jobs[(jobs["status"] != "ok") | (jobs["reason"].fillna("") != "")].copy()
+    bad["order"] = bad["status"].map({"failed": 0, "skipped": 1, "ok": 2})
+    return bad.sort_values(["order", "probe", "host", "checkpoint"], kind="stable").drop(columns="order")
 
 
 # -- HTML ---------------------------------------------------------------------------------------
@@ -132,7 +135,7 @@ th,td{border:1px solid #ddd;padding:3px 6px;text-align:left} td{max-width:360px;
 th,td.num,td.nw{white-space:nowrap} td.num{text-align:right;font-variant-numeric:tabular-nums}
 th{background:#f4f4f6} .alert{background:#fde8e8;border-left:4px solid #d33;padding:6px 10px;margin:4px 0}
 .ok{background:#e9f7ee;border-left:4px solid #2a8;padding:6px 10px} .bad td{background:#fff4f4}
-img{max-width:100%;height:auto;display:block;margin:6px 0 14px}
+.wide{overflow-x:auto;max-width:100%} img{max-width:100%;height:auto;display:block;margin:6px 0 14px}
 """
 
 
@@ -175,7 +178,9 @@ def html_table(rows: Iterable[dict[str, Any]], *, row_class: Iterable[str] | Non
             cells.append(f"{td}{'' if value is None else html.escape(format_value(value))}</td>")
         tr = f'<tr class="{cls}">' if cls else "<tr>"
         body.append(f"{tr}{''.join(cells)}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    # A table wider than the page scrolls by itself; the page never does.
+    return (f"<div class=\"wide\"><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody>"
+            "</table></div>")
 
 
 def _is_missing(value: Any) -> bool:
@@ -205,7 +210,9 @@ def _plain(value: Any) -> Any:
 
 
 def _own_columns(frame: pd.DataFrame, *, drop: tuple[str, ...] = ()) -> list[str]:
-    return [c for c in frame.columns if c not in KEY_COLUMNS and c not in drop and not c.endswith("_json")]
+    """The probe's own columns, less those with nothing in them (GPU-only columns on a CPU run)."""
+    return [c for c in frame.columns if c not in KEY_COLUMNS and c not in drop and not c.endswith("_json")
+            and not frame[c].isna().all()]
 
 
 # -- sections -----------------------------------------------------------------------------------
@@ -236,9 +243,9 @@ def _alerts(data: RunData) -> str:
 def _failed_and_skipped(data: RunData) -> str:
     bad = _problems(data.jobs)
     if bad.empty:
-        return "<h2>Failed and skipped jobs</h2><p class=\"ok\">Every job ran.</p>"
+        return "<h2>Failed and skipped jobs</h2><p class=\"ok\">Every job ran, and every check passed.</p>"
     rows = _records(bad, ["status", "probe", "host", "checkpoint", "reason", "wall_s", "job_id"])
-    return (f"<h2>Failed and skipped jobs ({len(bad)})</h2>"
+    return (f"<h2>Failed and skipped jobs, failed checks ({len(bad)})</h2>"
             + html_table(rows, row_class=["bad" if r["status"] == "failed" else "" for r in rows]))
 
 
@@ -319,16 +326,22 @@ def _kernels(data: RunData) -> str:
 
 
 def _job_summaries(data: RunData) -> str:
+    """Each probe's headline numbers, one column per job (host and checkpoint), one row per figure."""
     ok = data.jobs[data.jobs["status"] == "ok"]
     parts = []
     for probe, rows in ok.groupby("probe", sort=True):
-        records = []
+        columns: dict[str, dict[str, Any]] = {}
         for _, job in rows.sort_values(["checkpoint", "host"]).iterrows():
             summary = json.loads(job["summary_json"] or "{}")
             scalars = {k: v for k, v in summary.items() if not isinstance(v, (dict, list))}
-            records.append({"host": job["host"], "checkpoint": job["checkpoint"], **scalars,
-                            "wall_s": job["wall_s"], "note": job["reason"] or ""})
-        parts.append(f"<h3>{html.escape(str(probe))}</h3>" + html_table(records))
+            scalars.update(wall_s=float(job["wall_s"]), note=job["reason"] or None)
+            name = str(job["host"]) if rows["checkpoint"].nunique() == 1 else f"{job['host']} · {job['checkpoint']}"
+            columns[name] = scalars
+        keys = [k for k in dict.fromkeys(k for c in columns.values() for k in c)
+                if any(c.get(k) is not None for c in columns.values())]
+        checkpoint = f" on {rows['checkpoint'].iloc[0]}" if rows["checkpoint"].nunique() == 1 else ""
+        parts.append(f"<h3>{html.escape(str(probe) + checkpoint)}</h3>"
+                     + html_table([{"": k, **{n: c.get(k) for n, c in columns.items()}} for k in keys]))
     return "<h2>Job summaries per host</h2>" + "".join(parts) if parts else ""
 
 

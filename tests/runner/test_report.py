@@ -32,6 +32,7 @@ SLOWDOWN = 1.05
 SLOW = ("qwen3-4b", "h200-a")
 FAILED = ("qwen3-4b", "ana-ml2")
 SKIPPED_HOST = "gx10"
+CHECK_FAILED_HOST = "h200-a"
 KERNEL_SHARES = {"bf16 GEMM": 0.46, "fp32 GEMM": 0.14, "attention": 0.18, "elementwise": 0.12,
                  "optimizer": 0.06, "memcpy and memset": 0.04}
 
@@ -107,7 +108,8 @@ def build_lab_store(root: Path, *, seed: int = 0) -> Store:
             store.write_table(key, "strategies", [
                 {"strategy": s, "pad_fraction": f, "tokens_per_batch": 16384} for s, f in
                 (("none", 0.41), ("sorted", 0.03), ("bucketed", 0.07))])
-            _job(store, key, summary={"best": "sorted", "pad_fraction_none": 0.41})
+            reason = "checks failed: truncated_below_1pct" if last and host == CHECK_FAILED_HOST else ""
+            _job(store, key, reason=reason, summary={"best": "sorted", "pad_fraction_none": 0.41})
     return store
 
 
@@ -164,7 +166,7 @@ def test_report_names_every_host_carrier_failure_and_skip(lab):
     text = " ".join(_parse(path).text)
     for name in HOSTS + tuple(CARRIERS):
         assert name in text
-    assert "CUDA out of memory" in text and "deadline" in text
+    assert "CUDA out of memory" in text and "deadline" in text and "truncated_below_1pct" in text
     for section in ("Drift alerts", "Failed and skipped jobs", "Carriers", "Step-time scaling",
                     "Kernel time by category", "Job summaries", "padding.strategies", "profile.fit"):
         assert section in text
@@ -175,6 +177,7 @@ def test_report_summary_counts_and_the_planted_drift(lab):
     num_jobs = len(STEP_S) + 2 * len(HOSTS)  # carriers, then profile and padding per host
     assert f"run {LAST_RUN}: {num_jobs} job(s) on {len(HOSTS)} host(s)" in text
     assert f"{num_jobs - 2} ok, 1 failed, 1 skipped" in text
+    assert f"  padding on {CHECK_FAILED_HOST}/qwen3-4b: checks failed: truncated_below_1pct" in text
     alert_lines = [line for line in text.splitlines() if line.startswith("  ") and "earlier run" in line]
     # Only the planted slowdown: the ±1% noise elsewhere stays under 3%.
     assert len(alert_lines) == 1, text
