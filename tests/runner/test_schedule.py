@@ -9,7 +9,10 @@ config-only checkpoint) must land its result, its report and its log where the e
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
+import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -143,3 +146,19 @@ def test_the_installed_command_runs_the_sweep_as_written(lab, capsys):
         ["mask", "local", "tiny", "ok", "night"]]
     run_id = jobs["run_id"].iloc[0]
     assert (cluster.parent / "results" / "reports" / f"{run_id}.html").is_file()  # --report was passed
+
+
+def test_the_entry_carries_this_environment_and_never_a_token(lab, capsys, monkeypatch):
+    cluster, tab = lab
+    token_path = cluster.parent / "ray_token"
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token_path))
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "s3cret-token-value")
+    schedule(capsys, "install", "--cluster", str(cluster), "--plan", "night", "--cron", "@daily",
+             "--crontab-file", str(tab))
+    (entry,) = entries(tab)
+    command = entry.command
+    script = Path(sys.executable).parent / "labprobe"  # this venv's console script, by absolute path
+    assert f"{script} sweep --cluster {cluster.resolve()} --plan night --report" in command
+    assert f"cd {cluster.parent.resolve()} &&" in command
+    assert f"RAY_AUTH_TOKEN_PATH={token_path}" in command and "s3cret" not in tab.read_text()
+    assert f"PATH={shlex.quote(os.environ['PATH'])}" in command
