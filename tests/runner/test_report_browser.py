@@ -13,7 +13,6 @@ and sets it). LABPROBE_REPORT_SCREENSHOT=PATH also saves a screenshot of the rep
 
 from __future__ import annotations
 
-import fcntl
 import io
 import json
 import os
@@ -48,20 +47,15 @@ class Browser:
         assert CHROMIUM, "chromium is required (LABPROBE_REQUIRE_BROWSER is set)"
         to_chrome_r, self._to_chrome = os.pipe()
         self._from_chrome, from_chrome_w = os.pipe()
-        # Chromium reads fd 3 and writes fd 4; park both above 4 so dup2 cannot clobber one.
-        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (to_chrome_r, from_chrome_w)]
-        for fd in (to_chrome_r, from_chrome_w):
-            os.close(fd)
-
-        def child_fds() -> None:
-            os.dup2(high[0], 3)
-            os.dup2(high[1], 4)
-
+        # Chromium reads fd 3 and writes fd 4. bash moves the pipe ends there before exec'ing it
+        # (no preexec_fn: not safe in a process with threads, such as a Ray driver).
+        move = f"exec 3<&{to_chrome_r} 4>&{from_chrome_w} {to_chrome_r}<&- {from_chrome_w}>&-; exec \"$@\""
         self.proc = subprocess.Popen(
-            [CHROMIUM, *FLAGS, f"--user-data-dir={user_data_dir}", f"--window-size={width},{height}",
-             "about:blank"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, preexec_fn=child_fds, close_fds=False)
-        for fd in high:
+            ["bash", "-c", move, "bash", CHROMIUM, *FLAGS, f"--user-data-dir={user_data_dir}",
+             f"--window-size={width},{height}", "about:blank"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=(to_chrome_r, from_chrome_w))
+        for fd in (to_chrome_r, from_chrome_w):
             os.close(fd)
         self._next_id = 0
         self.seen: list[dict] = []
