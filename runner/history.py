@@ -126,11 +126,16 @@ def render(drift: pd.DataFrame, table: str, metric: str, by: list[str], alerts: 
     for key, rows in drift.groupby(series + ["checkpoint_fp", "config_hash"], sort=True, dropna=False):
         title = "== " + " ".join(f"{c}={v}" for c, v in zip(series + ["fp", "config"], key))
         records = [{"finished_at": r.finished_at.strftime("%Y-%m-%d %H:%M"), "run_id": r.run_id,
-                    metric: r.value, "spread_pct": r.spread_pct, "baseline": r.baseline,
-                    "change_pct": r.change_pct, "alert": "DRIFT" if r.alert else ""}
+                    metric: r.value, "spread_pct": r.spread_pct, "baseline": _or_none(r.baseline),
+                    "change_pct": _or_none(r.change_pct), "alert": "DRIFT" if r.alert else ""}
                    for r in rows.itertuples()]
         parts.append(format_table(records, title=title))
     parts.append("drift alerts:\n" + "\n".join(f"  {a}" for a in alerts) if alerts else "drift alerts: none")
     if plot:
         parts.append(f"plot: {plot}")
     return "\n\n".join(parts)
+
+
+def _or_none(value: float) -> float | None:
+    """No earlier run, no baseline: shown as None rather than nan."""
+    return None if pd.isna(value) else float(value)

@@ -63,7 +63,8 @@ def main(args: argparse.Namespace) -> int:
     elif args.action == "remove":
         cluster_path = args.cluster.resolve()
         num_removed = remove(tab, cluster_path=None if args.all else cluster_path, plan=args.plan)
-        write_crontab(tab, args.crontab_file)
+        if num_removed:
+            write_crontab(tab, args.crontab_file)
         print(f"removed {num_removed} entr{'y' if num_removed == 1 else 'ies'}")
     else:
         entries = labprobe_entries(tab)
