@@ -19,6 +19,7 @@ import os
 import re
 import shlex
 import sys
+from datetime import datetime
 from pathlib import Path
 
 from crontab import CronItem, CronSlices, CronTab
@@ -131,6 +132,8 @@ def install(tab: CronTab, cluster: Cluster, *, plan: str | None = None, cron: st
         raise InputError(f"--cron: invalid cron expression {cron!r} (expected e.g. '0 1 * * *' or '@daily')")
     if deadline is not None and not DEADLINE.fullmatch(deadline):
         raise InputError(f"--deadline: expected HH:MM (24-hour), got {deadline!r}")
+    if deadline is not None:
+        _check_deadline_after_start(cron, deadline)
     log_path = _log_path(cluster, plan, log)
     log_path.parent.mkdir(parents=True, exist_ok=True)  # `>>` cannot create a folder
     remove(tab, cluster_path=cluster.path, plan=plan)
@@ -183,3 +186,17 @@ def _log_path(cluster: Cluster, plan: str, log: Path | None) -> Path:
         path = Path(configured).expanduser()
         return path if path.is_absolute() else (cluster.base / path).resolve()
     return cluster.store_root() / "logs" / f"sweep-{plan}.log"
+
+
+def _check_deadline_after_start(cron: str, deadline: str) -> None:
+    """The sweep reads HH:MM as its nearest occurrence (runner/sweeplock.py): a deadline less than
+    12 h after the start. A 01:00 start with a 23:00 deadline would skip every job, every night."""
+    from runner.sweeplock import parse_deadline
+
+    fields = cron.split()
+    if len(fields) != 5 or not (fields[0].isdigit() and fields[1].isdigit()):
+        return  # several start times: each is its own case; nothing simple to check
+    start = datetime(2000, 1, 3, int(fields[1]), int(fields[0])).astimezone()
+    if parse_deadline(deadline, now=start) <= start.timestamp():
+        raise InputError(f"--deadline: {deadline} is not within 12 h after the {int(fields[1]):02d}:"
+                         f"{int(fields[0]):02d} start: the sweep would find it past and skip every job")

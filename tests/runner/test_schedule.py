@@ -110,6 +110,7 @@ def test_the_schedule_section_gives_the_defaults(tmp_path, capsys):
     (["--cron", "every night"], "--cron: invalid cron expression"),
     (["--cron", "0 1 * * *", "--deadline", "7am"], "--deadline: expected HH:MM"),
     (["--cron", "0 1 * * *", "--plan", "weekly"], "--plan: unknown plan 'weekly'"),
+    (["--cron", "0 1 * * *", "--deadline", "23:00"], "--deadline: 23:00 is not within 12 h after the 01:00 start"),
     ([], "--plan: not given"),
 ])
 def test_bad_input_is_one_line_exit_2_and_the_file_untouched(lab, capsys, argv, message):
@@ -123,8 +124,9 @@ def test_bad_input_is_one_line_exit_2_and_the_file_untouched(lab, capsys, argv, 
 def test_the_installed_command_runs_the_sweep_as_written(lab, capsys):
     cluster, tab = lab
     # The sweep reads HH:MM as the occurrence nearest to now: six hours ahead is still to come.
-    deadline = (datetime.now() + timedelta(hours=6)).strftime("%H:%M")
-    code, _, err = schedule(capsys, "install", "--cluster", str(cluster), "--plan", "night", "--cron", "0 1 * * *",
+    now = datetime.now()
+    deadline = (now + timedelta(hours=6)).strftime("%H:%M")
+    code, _, err = schedule(capsys, "install", "--cluster", str(cluster), "--plan", "night", "--cron", f"0 {now.hour} * * *",
                             "--deadline", deadline, "--crontab-file", str(tab))
     assert code == 0, err
     (entry,) = entries(tab)
