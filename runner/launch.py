@@ -146,7 +146,9 @@ class RayLauncher(Launcher):
         if not self._pending:
             time.sleep(min(timeout_s, 0.05))
             return []
-        done, _ = self._ray.wait(list(self._pending), num_returns=len(self._pending), timeout=timeout_s)
+        refs = list(self._pending)
+        first, _ = self._ray.wait(refs, num_returns=1, timeout=timeout_s)  # back as soon as one is done...
+        done = self._ray.wait(refs, num_returns=len(refs), timeout=0)[0] if first else []  # ...with all done
         out = []
         for ref in done:
             job, _ = self._pending.pop(ref)
