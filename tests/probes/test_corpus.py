@@ -4,7 +4,9 @@ every bad input through the CLI (one line naming file, record and field; exit 2)
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -116,10 +118,25 @@ def test_cache_key_follows_corpus_and_tokenizer_content(tmp_path, tokenizer_dir)
     assert corpus.cache_path(path, other, tmp_path) != corpus.cache_path(path, tokenizer_dir, tmp_path)
 
 
+def test_content_hash_is_remembered_until_the_file_changes(tmp_path, monkeypatch):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"text": "aaaa"}\n')
+    first = corpus.corpus_sha256(path, tmp_path)
+    assert first == hashlib.sha256(path.read_bytes()).hexdigest()
+    corpus.remember_corpus_sha256(path, tmp_path, first)
+    real = corpus.file_sha256
+    monkeypatch.setattr(corpus, "file_sha256", lambda p: pytest.fail("hashed an unchanged file again"))
+    assert corpus.corpus_sha256(path, tmp_path) == first
+    path.write_text('{"text": "bbbb"}\n')  # same size, new bytes, new mtime
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1))
+    monkeypatch.setattr(corpus, "file_sha256", real)
+    assert corpus.corpus_sha256(path, tmp_path) == hashlib.sha256(path.read_bytes()).hexdigest() != first
+
+
 def test_damaged_cache_entry_is_rebuilt(tmp_path, tokenizer_dir):
     path = write_jsonl(tmp_path / "c.jsonl", RECORDS)
     cache = tmp_path / "cache"
-    corpus.cache_path(path, tokenizer_dir, cache).parent.mkdir()
+    corpus.cache_path(path, tokenizer_dir, cache).parent.mkdir(parents=True, exist_ok=True)
     corpus.cache_path(path, tokenizer_dir, cache).write_bytes(b"PAR1 not parquet")
     data = corpus.load(corpus=path, lengths=None, checkpoint=tokenizer_dir, cache_dir=cache)
     assert data.origin == "tokenized" and data.num_samples == len(RECORDS)
