@@ -4,6 +4,7 @@ carries fails at once; a GPU job with no GPU host is skipped with the reason."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -91,6 +92,44 @@ def test_gpu_job_without_a_gpu_host_is_skipped_with_the_reason(lab, tmp_path):
     job = Store(tmp_path).jobs().iloc[0]
     assert (job["probe"], job["status"]) == ("profile", "skipped")
     assert job["reason"] == "no GPU: host gx10 has gpus: 0 in cluster.yaml"
+
+
+def sleepy(job, **kwargs):
+    """The job function, hanging far past any timeout on checkpoint gemma-3-4b."""
+    import time
+
+    from runner.launch import execute
+
+    if job.checkpoint == "gemma-3-4b":
+        time.sleep(120)
+    return execute(job, **kwargs)
+
+
+def test_a_raising_probe_and_a_job_past_its_timeout_become_failed_jobs(lab, tmp_path):
+    from runner.cluster import load_cluster
+    from runner.launch import RayLauncher
+    from runner.plan import expand
+    from runner.sweep import new_run_id, run_sweep
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
+    cluster = load_cluster(lab)
+    jobs = expand(cluster, "cpu")
+    jobs = [j for j in jobs if j.probe == "mask" and j.host == "gx10"]  # qwen3 and gemma on gx10
+    qwen = next(j for j in jobs if j.checkpoint == "qwen3-0.6b-base")
+    raising = dataclasses.replace(qwen, paths={**qwen.paths, "checkpoint": str(broken)})
+    store = Store(tmp_path / "store")
+    counts = run_sweep(cluster=cluster, store=store, plan="cpu", jobs=[raising], run_id=new_run_id(), progress=False)
+    assert (counts.ok, counts.failed) == (0, 1)
+    t0 = time.monotonic()  # (a timeout counts from submission: worker start-up included)
+    counts = run_sweep(cluster=cluster, store=store, plan="cpu", jobs=[jobs[1]], run_id=new_run_id(), timeout_s=2.0,
+                       progress=False, launcher=RayLauncher(fn=sleepy))
+    assert 2.0 <= time.monotonic() - t0 < 15
+    assert (counts.ok, counts.failed) == (0, 1)
+    reasons = dict(zip(Store(tmp_path / "store").jobs()["checkpoint"], Store(tmp_path / "store").jobs()["reason"]))
+    assert reasons["qwen3-0.6b-base"].startswith("InputError: ") and "no-such-architecture" in reasons["qwen3-0.6b-base"]
+    assert reasons["gemma-3-4b"] == "timeout: not finished within 2 s"
 
 
 def test_bad_input_exits_2(lab, tmp_path, capsys):
