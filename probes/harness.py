@@ -103,9 +103,13 @@ def cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tens
                   chunk_tokens: int) -> torch.Tensor:
     """lm_head + mean CE over labels != -100; chunked when 0 < chunk_tokens < tokens."""
     if chunk_tokens <= 0 or chunk_tokens >= hidden.shape[0]:
-        logits = F.linear(hidden, weight).float()
-        return F.cross_entropy(logits, labels, ignore_index=-100)
+        return F.cross_entropy(_upcast(F.linear(hidden, weight)), labels, ignore_index=-100)
     return _ChunkedLinearCE.apply(hidden, weight, labels, chunk_tokens)
+
+
+def _upcast(x: torch.Tensor) -> torch.Tensor:
+    """Half-precision logits go to fp32 for the loss, as HF does; fp32/fp64 stay as they are."""
+    return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
 
 
 class _ChunkedLinearCE(torch.autograd.Function):
@@ -114,12 +118,12 @@ class _ChunkedLinearCE(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, hidden, weight, labels, chunk_tokens: int):
         num_labelled = (labels != -100).sum().clamp(min=1)
-        loss = torch.zeros((), device=hidden.device, dtype=torch.float32)
+        loss = torch.zeros((), device=hidden.device, dtype=_upcast(hidden[:0]).dtype)
         grad_hidden = torch.zeros_like(hidden) if hidden.requires_grad else None
-        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if weight.requires_grad else None
+        grad_weight = torch.zeros_like(_upcast(weight)) if weight.requires_grad else None
         for start in range(0, hidden.shape[0], chunk_tokens):
             h, y = hidden[start:start + chunk_tokens], labels[start:start + chunk_tokens]
-            logits = F.linear(h, weight).float()
+            logits = _upcast(F.linear(h, weight))
             loss += F.cross_entropy(logits, y, ignore_index=-100, reduction="sum")
             # d(sum CE)/d logits = softmax - onehot, zero on ignored rows
             grad = logits.softmax(-1)
@@ -130,7 +134,7 @@ class _ChunkedLinearCE(torch.autograd.Function):
             if grad_hidden is not None:
                 grad_hidden[start:start + chunk_tokens] = grad @ weight
             if grad_weight is not None:
-                grad_weight += (grad.t() @ h).float()
+                grad_weight += _upcast(grad.t() @ h)
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         return loss / num_labelled
