@@ -177,6 +177,10 @@ def _table_rows(store: Store, name: str, jobs: pd.DataFrame) -> pd.DataFrame:
         path = store.root / name / f"host={job.host}" / f"checkpoint={job.checkpoint}" / f"{job.job_id}-{job.run_id}.parquet"
         if path.is_file():
             table = pq.read_table(path)
+            # A row's own `host`/`checkpoint` column (a family probe names its members) must not shadow
+            # the job's key: it is kept as row_host / row_checkpoint.
+            table = table.rename_columns([f"row_{c}" if c in ("host", "checkpoint") else c
+                                          for c in table.column_names])
             tables.append(table.append_column("host", pa.array([job.host] * table.num_rows, pa.string()))
                           .append_column("checkpoint", pa.array([job.checkpoint] * table.num_rows, pa.string())))
     if not tables:

@@ -45,7 +45,7 @@ class Dispatch:
     def __init__(self, *, cluster: Cluster, store: Store, run_id: str, plan: str, launcher: Launcher,
                  deadline: float | None = None, timeout_s: float = 3600.0, gpu_wait_s: float = 1800.0,
                  on_record: Callable[[Job, str], None] | None = None,
-                 live: Callable[[], dict[str, int]] | None = None,
+                 live: Callable[[], dict[str, tuple[int, float]]] | None = None,
                  gpu_backoff_s: tuple[float, ...] | None = None) -> None:
         self.cluster, self.store, self.run_id, self.plan = cluster, store, run_id, plan
         self.launcher, self.deadline, self.timeout_s = launcher, deadline, timeout_s
@@ -54,6 +54,7 @@ class Dispatch:
         self.cpu_queues: dict[str, collections.deque[Job]] = collections.defaultdict(collections.deque)
         self.gpu_queue: collections.deque[Job] = collections.deque()
         self.capacity: dict[str, int] = {}
+        self.gpus: dict[str, float] = {}
         self.waiting: dict[str, str] = {}  # job_id -> why its GPU host was not idle
         self.seen_alive: set[str] = set()
         self.live = live or _live_capacity
@@ -127,7 +128,9 @@ class Dispatch:
                           status="skipped")
 
     def _check_hosts(self) -> None:
-        live = self.capacity = self.live()
+        live = self.live()
+        self.capacity = {h: cpus for h, (cpus, _) in live.items()}
+        self.gpus = {h: gpus for h, (_, gpus) in live.items()}
         in_flight = self.launcher.in_flight()
         for host in set(self.cpu_queues) | {j.host for j in self.gpu_queue} | set(in_flight):
             if host in live:
@@ -156,6 +159,10 @@ class Dispatch:
             if host.gpus == 0:
                 self.gpu_queue.remove(job)
                 self.fail(job, f"no GPU: host {job.host} has gpus: 0 in {self.cluster.path.name}", status="skipped")
+            elif job.host in self.gpus and self.gpus[job.host] < 1:  # pending forever on a GPU-less node
+                self.gpu_queue.remove(job)
+                self.fail(job, f"host {job.host}: its Ray node offers no GPU (started without --num-gpus? "
+                               f"see `labprobe host-command {job.host}`)")
             elif job.host not in busy_hosts and job.host in self.capacity:
                 placed, why = self._place_gpu(job)
                 if placed:
@@ -200,18 +207,21 @@ def _thresholds(idle: Any) -> Any:
     return Thresholds.from_cluster(idle)
 
 
-def _live_capacity() -> dict[str, int]:
-    """Alive hosts -> CPUs of their alive nodes (at least 1)."""
+def _live_capacity() -> dict[str, tuple[int, float]]:
+    """Alive hosts -> (CPUs of their alive nodes, at least 1; GPUs Ray was told they have)."""
     import ray
 
     live = live_hosts()
-    cpus: dict[str, float] = {}
     by_node = {node_id: host for host, ids in live.items() for node_id in ids}
+    cpus: dict[str, float] = {}
+    gpus: dict[str, float] = {}
     for node in ray.nodes():
         host = by_node.get(node["NodeID"])
         if host is not None and node.get("Alive"):
-            cpus[host] = cpus.get(host, 0.0) + node.get("Resources", {}).get("CPU", 0.0)
-    return {host: max(1, int(cpus.get(host, 0.0))) for host in live}
+            resources = node.get("Resources", {})
+            cpus[host] = cpus.get(host, 0.0) + resources.get("CPU", 0.0)
+            gpus[host] = gpus.get(host, 0.0) + resources.get("GPU", 0.0)
+    return {host: (max(1, int(cpus.get(host, 0.0))), gpus.get(host, 0.0)) for host in live}
 
 
 def _drain(queue: collections.deque | None) -> list[Job]:

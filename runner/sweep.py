@@ -41,8 +41,8 @@ FINGERPRINT_TIMEOUT_S = 120.0
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", default="cluster.yaml", help="the cluster file (default: ./cluster.yaml)")
     parser.add_argument("--plan", default=DEFAULT_PLAN, help=f"plan to run (default: {DEFAULT_PLAN})")
-    parser.add_argument("--address", help="Ray address (host:port or auto); default: the cluster file's "
-                        "ray.address, else an embedded local Ray (host `local`)")
+    parser.add_argument("--address", help="Ray address (host:port or auto; `local`: the embedded Ray); "
+                        "default: the cluster file's ray.address, else the embedded local Ray (host `local`)")
     parser.add_argument("--store", type=Path, help="store root (default: the cluster file's store.root)")
     parser.add_argument("--force", action="store_true", help="run jobs already stored ok again")
     parser.add_argument("--deadline", metavar="HH:MM", help="local time after which no job starts (the "
@@ -84,6 +84,8 @@ def connect_ray(address: str | None) -> None:
     """
     import ray
 
+    if address == "local":
+        address = None
     if address is not None or ray.is_initialized():
         connect(address)
         return

@@ -101,3 +101,15 @@ def test_jobs_wall_time_is_the_default_for_cpu_probes(tmp_path):
     result = compare(store, "mask", host_order=["gx10", "ana-ml2"])
     assert (result.table, result.metric) == ("jobs", "wall_s")
     assert result.rows[0]["ratios"] == {"gx10": 1.0, "ana-ml2": 1.5}
+
+
+def test_a_row_column_named_checkpoint_does_not_shadow_the_key(tmp_path):
+    store = Store(tmp_path)
+    for host, tok in (("gx10", 1000.0), ("ana-ml2", 800.0)):
+        key = JobKey(run_id="r", job_id=host, probe="carrier", host=host, checkpoint="family", checkpoint_fp="f",
+                     config_hash="c", code_version="v", finished_at=T0)
+        store.write_table(key, "carriers", [{"checkpoint": "/models/qwen3-0.6b", "tok_per_s": tok}])
+        store.write_job(key, status="ok", started_at=T0, wall_s=1.0, summary={}, config={}, env=ENV)
+    result = compare(store, "carrier", host_order=["gx10", "ana-ml2"])
+    assert (result.table, result.metric) == ("carriers", "tok_per_s")
+    assert [(r["checkpoint"], r["ratios"]) for r in result.rows] == [("family", {"gx10": 1.0, "ana-ml2": 0.8})]

@@ -132,3 +132,18 @@ def test_a_gpu_job_with_no_idle_card_is_skipped_at_the_deadline(gpu_lab, fake_nv
     job = Store(tmp_path / "store").jobs().iloc[0]
     assert job["status"] == "skipped"
     assert "deadline" in job["reason"] and HOST in job["reason"] and "pid 424242" in job["reason"], job["reason"]
+
+
+def test_a_gpu_host_whose_ray_node_has_no_gpu_fails_at_once(gpu_lab, tmp_path):
+    import yaml
+
+    data = yaml.safe_load(gpu_lab.read_text())
+    data["hosts"][0]["gpus"] = 1  # cluster.yaml says gx10 has a GPU; its Ray node was started without one
+    data["plans"] = {"gpu": [{"probe": "profile", "hosts": ["gx10"], "checkpoints": ["qwen3-0.6b-base"]}]}
+    path = gpu_lab.parent / "no-gpu-node.yaml"
+    path.write_text(yaml.safe_dump(data))
+    t0 = time.monotonic()
+    counts = sweep(path, tmp_path / "store", recording_job(tmp_path, tmp_path), time.time() + 60)
+    assert time.monotonic() - t0 < 10
+    assert (counts.ok, counts.failed, counts.skipped) == (0, 1, 0)
+    assert "gx10: its Ray node offers no GPU" in Store(tmp_path / "store").jobs().iloc[0]["reason"]
