@@ -60,9 +60,13 @@ def execute(job: Job, *, deadline: float | None = None, guard: GpuGuard | None =
         from runner.fingerprint import fingerprint
         from runner.jobenv import collect_env
 
+        # Imports (torch, transformers, the probe) happen before the clock starts: wall_s is the
+        # probe's own run, comparable across hosts, not a fresh worker's start-up.
         env = {**collect_env(), "node_host": _node_host()}
         fp = fingerprint(job.paths["checkpoint"])
-        result = probes.get(job.probe).run(job.probe_config())
+        module, config = probes.get(job.probe), job.probe_config()
+        t0 = time.perf_counter()
+        result = module.run(config)
     except Exception as exc:  # the probe's failure is this job's answer, not the sweep's
         return Outcome(status="failed", reason=one_line(exc), env=env, checkpoint_fp=job.checkpoint_fp,
                        started_at=started, wall_s=time.perf_counter() - t0)
