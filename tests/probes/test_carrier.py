@@ -1,0 +1,113 @@
+"""carrier: parameter counts against a count by hand, the projections recomputed from the row, the
+FLOP formula by hand, an OOM as a row, bad input refused by name, --checkpoint repeatable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import Qwen3Config
+
+from probes import carrier, flops, models
+from probes.result import InputError
+from runner.cli import main
+
+H, I, HEADS, KV, D, LAYERS, VOCAB = 48, 80, 3, 1, 16, 2, 300
+
+
+@pytest.fixture(scope="module")
+def family(tmp_path_factory) -> tuple[Path, Path]:
+    tied, untied = tmp_path_factory.mktemp("tied"), tmp_path_factory.mktemp("untied")
+    for path, tie in ((tied, True), (untied, False)):
+        Qwen3Config(hidden_size=H, intermediate_size=I, num_attention_heads=HEADS, num_key_value_heads=KV,
+                    head_dim=D, vocab_size=VOCAB, num_hidden_layers=LAYERS,
+                    tie_word_embeddings=tie).save_pretrained(path)
+    return tied, untied
+
+
+def linear_shapes() -> list[tuple[int, int]]:
+    """(in, out) of the seven projections of one Qwen3 layer."""
+    return [(H, HEADS * D), (H, KV * D), (H, KV * D), (HEADS * D, H), (H, I), (H, I), (I, H)]
+
+
+def base_params(tied: bool) -> int:
+    per_layer = sum(i * o for i, o in linear_shapes()) + 2 * H + 2 * D  # two RMSNorms, q/k norms
+    return VOCAB * H * (1 if tied else 2) + LAYERS * per_layer + H  # embedding (+ lm_head), final norm
+
+
+@pytest.mark.parametrize("rank", [1, 8])
+def test_counts_only_equal_a_count_by_hand(family, rank):
+    result = carrier.run(carrier.Config(checkpoint=family, lora_rank=rank, steps=0))
+    lora = LAYERS * sum(rank * (i + o) for i, o in linear_shapes())
+    tied, untied = result.tables["carriers"]
+    assert (tied.params_trainable, untied.params_trainable) == (lora, lora)
+    assert tied.params_total == base_params(True) + lora
+    assert untied.params_total == base_params(False) + lora
+    assert tied.step_s is None and result.summary["device"] == "meta"
+
+
+def test_step_flops_by_hand(family):
+    model = models.build_model(family[0], weights="random", device=torch.device("meta"))
+    from probes import harness
+
+    model = models.with_lora(model, harness, rank=4, alpha=8)
+    shape = flops.model_shape(model)
+    assert shape.num_base_linear == LAYERS * sum(i * o for i, o in linear_shapes()) + VOCAB * H  # lm_head runs
+    assert shape.num_lora == LAYERS * sum(4 * (i + o) for i, o in linear_shapes())
+    b, n = 3, 20
+    expected = 4 * b * n * shape.num_base_linear + 6 * b * n * shape.num_lora + 6 * LAYERS * b * n * n * HEADS * D
+    assert flops.step_flops(shape, batch_size=b, seq_len=n) == expected
+
+
+def test_a_cpu_run_and_its_projections(family):
+    config = carrier.Config(checkpoint=family, weights="random", lora_rank=4, seq_len=16, batch_size=2,
+                            warmup_steps=1, steps=2, max_steps=3, token_budget=10**6, num_arms=3,
+                            num_seeds=2, peak_tflops=0.5, device="cpu")
+    result = carrier.run(config)
+    for row in result.tables["carriers"]:
+        assert row.status == "ok" and row.tokens_per_step == 32 and row.steps == 2
+        assert row.tok_per_s == pytest.approx(32 / row.step_s)
+        assert row.hours_per_job == pytest.approx(10**6 / row.tok_per_s / 3600)
+        assert row.hours_sweep == pytest.approx(row.hours_per_job * 6)
+        assert row.gpu_busy_frac is None and row.launch_bound is None  # CPU: no device timeline
+        assert row.trustworthy == (row.spread_pct <= 2.0)
+    shape_flops = 4 * 32 * (LAYERS * sum(i * o for i, o in linear_shapes()) + VOCAB * H) \
+        + 6 * 32 * LAYERS * sum(4 * (i + o) for i, o in linear_shapes()) + 6 * LAYERS * 2 * 16 * 16 * HEADS * D
+    first = result.tables["carriers"][0]
+    assert first.mfu == pytest.approx(shape_flops / first.step_s / 0.5e12)
+    assert "given: 0.5 TFLOP/s" in result.summary["peak"]
+    assert len(json.loads(result.artifacts["timings.json"])) == 2
+
+
+def test_an_oom_is_a_row_and_the_family_goes_on(family, monkeypatch):
+    real = carrier._train_step
+    calls = []
+
+    def train_step(config, model, harness, device):
+        calls.append(1)
+        if len(calls) == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return real(config, model, harness, device)
+
+    monkeypatch.setattr(carrier, "_train_step", train_step)
+    result = carrier.run(carrier.Config(checkpoint=family, weights="random", lora_rank=2, seq_len=8,
+                                        warmup_steps=0, steps=1, max_steps=1, device="cpu"))
+    ok, oom = result.tables["carriers"]
+    assert ok.status == "ok" and oom.status == "oom at 8 tokens/step" and oom.step_s is None
+    assert not result.ok and family[1].name in result.checks[0].detail
+
+
+def test_a_checkpoint_without_config_is_refused_before_anything_runs(family, tmp_path):
+    with pytest.raises(InputError, match=str(tmp_path)):
+        carrier.run(carrier.Config(checkpoint=(family[0], tmp_path), steps=0))
+
+
+def test_checkpoint_is_repeatable_on_the_cli(family, capsys):
+    code = main(["probe", "carrier", "--checkpoint", str(family[0]), "--checkpoint", str(family[1]),
+                 "--steps", "0", "--lora-rank", "2", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert [r["checkpoint"] for r in out["tables"]["carriers"]] == [family[0].name, family[1].name]
+    assert main(["probe", "carrier", "--checkpoint", str(family[0]), "--steps", "-1"]) == 2
