@@ -194,8 +194,10 @@ def checks(rows: list[SweepRow], raw: dict[int, list[Outcome]], random: list[int
             f"bucket_size {first.bucket_size}: pad_fraction {first.pad_fraction:.6f} vs random batching "
             f"{np.mean(random_fractions):.6f} (|diff| {gap:.2e}, noise {noise:.2e})")),
         Check(name="global_sort_at_all", ok=whole_padded == [global_sort], detail=(
-            f"bucket_size {whole.bucket_size} (whole corpus) pads {whole_padded} tokens, "
-            f"global sort {global_sort:,}")),
+            f"bucket_size {whole.bucket_size} (whole corpus) pads "
+            + (f"{whole_padded[0]:,} tokens on every seed" if len(whole_padded) == 1 else
+               f"{', '.join(f'{p:,}' for p in whole_padded)} tokens over the seeds")
+            + f", a global sort {global_sort:,}")),
     ]
 
 
