@@ -167,6 +167,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path)
     parser.add_argument("--quick", action="store_true", help="smoke run: 0.6B only, few steps")
+    parser.add_argument("--profile-only", action="store_true", help="only the 4B profile (a re-check)")
     parser.add_argument("--job", nargs=3, metavar=("KIND", "BATCH", "STEPS"), help=argparse.SUPPRESS)
     parser.add_argument("--job-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -184,6 +185,8 @@ def main() -> int:
     prof, prof_wall = spawn(["profile", "1", "5"], tmp, "profile")
     (args.out / "gpu_profile.json").write_text(json.dumps(prof, indent=1))
     shutil.copy(tmp / "profile.txt", args.out / "gpu_kernels_key_averages.txt")
+    if args.profile_only:
+        return 0 if prof["wall_s"] <= 180 and all(c["ok"] for c in prof["checks"]) else 1
     benches = {}
     for batch_size in (1, 4):
         key = str(4096 * batch_size)

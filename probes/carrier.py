@@ -212,7 +212,7 @@ def run(config: Config) -> ProbeResult:
     failed = [r.checkpoint for r in rows if "oom" in r.status]
     result.checks.append(Check(name="all_measured", ok=not failed,
                                detail=f"out of memory: {', '.join(failed)}" if failed else
-                               f"{len(rows)} checkpoint(s) measured"))
+                               f"{len(rows)} checkpoint(s) {'counted' if config.steps == 0 else 'measured'}"))
     result.artifacts["timings.json"] = json.dumps(raw, indent=1)
     return result
 

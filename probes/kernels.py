@@ -92,8 +92,17 @@ def profile_steps(step: Callable[[], object], *, device: torch.device, num_steps
 
 
 def device_rows(events: Iterable, device_type: DeviceType) -> list:
-    """The rows that run on `device_type`; on CUDA these are kernels/memcpy/memset, never ops."""
-    return [e for e in events if e.device_type == device_type and not getattr(e, "is_async", False)]
+    """The rows that run on `device_type`; on CUDA these are kernels/memcpy/memset, never ops, and
+    never a GPU user annotation: `record_function` spans such as "Optimizer.step#AdamW.step" are
+    mirrored onto the device timeline covering the kernels inside them (seen on an H200: 8.4 ms of
+    annotation over 1.8 ms of AdamW kernels per step). On the CPU an annotation's self time is real."""
+    return [e for e in events if e.device_type == device_type and not getattr(e, "is_async", False)
+            and (device_type == DeviceType.CPU or not _is_annotation(e))]
+
+
+def _is_annotation(event) -> bool:
+    return bool(getattr(event, "is_user_annotation", False)) or "annotation" in str(
+        getattr(event, "activity_type", "")).lower()
 
 
 def self_us(event) -> float:

@@ -144,3 +144,27 @@ def test_an_oom_at_one_length_is_a_row_not_a_crash(tiny, monkeypatch):
 def test_fewer_than_three_lengths_is_an_input_error(tiny):
     with pytest.raises(InputError, match="--seq-lens"):
         profile.Config(checkpoint=tiny, seq_lens=(1024, 2048, 2048))
+
+
+def test_gpu_user_annotations_are_not_kernel_rows(cpu_profile):
+    """On CUDA, record_function spans (Optimizer.step#AdamW.step) appear as device rows covering the
+    kernels inside them: counting them double-counts the optimizer. Rows shaped as torch builds them."""
+    from types import SimpleNamespace
+
+    def row(name, annotation, start, end):
+        return SimpleNamespace(name=name, device_type=DeviceType.CUDA, is_async=False,
+                               is_user_annotation=annotation, time_range=SimpleNamespace(
+                                   start=start, end=end, elapsed_us=lambda: end - start))
+
+    events = [row("Optimizer.step#AdamW.step", True, 0, 100),
+              row("multi_tensor_apply_kernel<FusedAdamMathFunctor>", False, 10, 30),
+              row("nvjet_sm90_tst_320x128", False, 120, 170)]
+    prof = kernels.Profile(events, 1, DeviceType.CUDA, "", 1.0)
+    assert [e.name for e in kernels.device_rows(events, DeviceType.CUDA)] == [e.name for e in events[1:]]
+    assert prof.kernel_s_per_step == pytest.approx(70e-6)
+    table = {r.category: r.kernel_s_per_step for r in kernels.kernel_table(prof)}
+    assert table == pytest.approx({"optimizer": 20e-6, "bf16 GEMM": 50e-6})
+    # on the CPU, an annotation's self time is its own (children excluded): it stays counted
+    cpu_annotations = [e for e in cpu_profile.events if e.device_type == DeviceType.CPU and e.is_user_annotation]
+    assert cpu_annotations and all(e in kernels.device_rows(cpu_profile.events, DeviceType.CPU)
+                                   for e in cpu_annotations)
