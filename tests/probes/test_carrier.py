@@ -111,3 +111,16 @@ def test_checkpoint_is_repeatable_on_the_cli(family, capsys):
     assert code == 0
     assert [r["checkpoint"] for r in out["tables"]["carriers"]] == [family[0].name, family[1].name]
     assert main(["probe", "carrier", "--checkpoint", str(family[0]), "--steps", "-1"]) == 2
+
+
+def test_weights_load_from_a_local_checkpoint_or_are_refused_by_name(family, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    saved = tmp_path / "saved"
+    AutoModelForCausalLM.from_config(Qwen3Config.from_pretrained(family[0])).save_pretrained(saved)
+    result = carrier.run(carrier.Config(checkpoint=(saved,), weights="checkpoint", lora_rank=2, seq_len=8,
+                                        warmup_steps=0, steps=1, max_steps=1, device="cpu"))
+    assert result.tables["carriers"][0].status == "ok"
+    with pytest.raises(InputError, match="--weights random"):  # config.json only: no weights to load
+        carrier.run(carrier.Config(checkpoint=(family[0],), weights="checkpoint", steps=1, max_steps=1,
+                                   device="cpu"))
