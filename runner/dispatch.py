@@ -46,7 +46,9 @@ class Dispatch:
                  deadline: float | None = None, timeout_s: float = 3600.0, gpu_wait_s: float = 1800.0,
                  on_record: Callable[[Job, str], None] | None = None,
                  live: Callable[[], dict[str, tuple[int, float]]] | None = None,
-                 gpu_backoff_s: tuple[float, ...] | None = None) -> None:
+                 gpu_backoff_s: tuple[float, ...] | None = None, read_here: bool = False) -> None:
+        """`live`: host -> (CPUs, GPUs) of the hosts alive now (default: from Ray). `read_here`: read
+        GPU idleness in this process (an inline sweep on the host itself), not by a pinned task."""
         self.cluster, self.store, self.run_id, self.plan = cluster, store, run_id, plan
         self.launcher, self.deadline, self.timeout_s = launcher, deadline, timeout_s
         self.counts = Counts()
@@ -58,7 +60,8 @@ class Dispatch:
         self.waiting: dict[str, str] = {}  # job_id -> why its GPU host was not idle
         self.seen_alive: set[str] = set()
         self.live = live or _live_capacity
-        self.placer = _make_placer(deadline if deadline is not None else time.time() + gpu_wait_s, gpu_backoff_s)
+        self.placer = _make_placer(deadline if deadline is not None else time.time() + gpu_wait_s, gpu_backoff_s,
+                                   cluster if read_here else None)
 
     # -- recording ----------------------------------------------------------------------------
     def record(self, job: Job, outcome: Outcome) -> None:
@@ -190,14 +193,20 @@ class Dispatch:
         return placed, why
 
 
-def _make_placer(deadline: float, backoff_s: tuple[float, ...] | None) -> Any:
+def _make_placer(deadline: float, backoff_s: tuple[float, ...] | None, read_here_for: Cluster | None) -> Any:
     try:
+        from runner.idle import read_local
         from runner.placement import GpuPlacer
     except ImportError:
         print("labprobe sweep: runner.placement not available: GPU jobs use Ray's logical GPUs only",
               file=sys.stderr)
         return None
-    return GpuPlacer(deadline=deadline, **({} if backoff_s is None else {"backoff_s": backoff_s}))
+    kwargs: dict[str, Any] = {} if backoff_s is None else {"backoff_s": backoff_s}
+    if read_here_for is not None:
+        cluster = read_here_for
+        kwargs["read"] = lambda host: read_local(host, runs_dir=cluster.runs_dir(host),
+                                                 thresholds=_thresholds(cluster.hosts[host].idle))
+    return GpuPlacer(deadline=deadline, **kwargs)
 
 
 def _thresholds(idle: Any) -> Any:

@@ -49,6 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "occurrence nearest to now: within the past 12 h it is already past)")
     parser.add_argument("--report", action="store_true", help="write the HTML report of this run")
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="per-job timeout (default: 3600)")
+    parser.add_argument("--inline", metavar="HOST", help="no Ray: run the plan's jobs for HOST one by one in "
+                        "this process (you are on HOST: debugging, or a GPU box on its own)")
     parser.add_argument("--gpu-wait-s", type=float, default=1800.0,
                         help="without --deadline: how long GPU jobs wait for an idle card (default: 1800)")
 
@@ -64,12 +66,17 @@ def main(args: argparse.Namespace) -> int:
     jobs = expand(cluster, args.plan)
     store = Store(args.store if args.store is not None else cluster.store_root())
     deadline = parse_deadline(args.deadline) if args.deadline else None
+    if args.inline is not None:
+        jobs = [j for j in jobs if j.host == args.inline]
+        if not jobs:
+            raise InputError(f"--inline: plan {args.plan!r} has no job on host {args.inline!r}")
     run_id = new_run_id()
     with SweepLock(store.root, run_id=run_id, plan=args.plan):
-        connect_ray(args.address or cluster.spec.ray.address)
+        if args.inline is None:
+            connect_ray(args.address or cluster.spec.ray.address)
         counts = run_sweep(cluster=cluster, store=store, plan=args.plan, jobs=jobs, run_id=run_id,
                            force=args.force, deadline=deadline, timeout_s=args.timeout_s,
-                           gpu_wait_s=args.gpu_wait_s)
+                           gpu_wait_s=args.gpu_wait_s, inline=args.inline is not None)
     print_end(store, jobs, counts, run_id, list(cluster.hosts))
     if args.report:
         _report(store, run_id)
@@ -95,18 +102,26 @@ def connect_ray(address: str | None) -> None:
 
 def run_sweep(*, cluster, store: Store, plan: str, jobs: list[Job], run_id: str, force: bool = False,
               deadline: float | None = None, timeout_s: float = 3600.0, gpu_wait_s: float = 1800.0,
-              launcher=None, progress: bool = True, gpu_backoff_s: tuple[float, ...] | None = None):
-    """Fingerprint, skip what is done, dispatch the rest. -> dispatch.Counts. Ray must be connected."""
-    from runner.dispatch import Dispatch
-    from runner.launch import RayLauncher
+              launcher=None, progress: bool = True, gpu_backoff_s: tuple[float, ...] | None = None,
+              inline: bool = False):
+    """Fingerprint, skip what is done, dispatch the rest. -> dispatch.Counts.
 
-    ready, unreachable = fingerprint_jobs(jobs)
+    Ray must be connected, unless `inline`: then every job runs here, in this process, as if this
+    machine were the jobs' host (fingerprints and GPU readings taken here too).
+    """
+    from runner.dispatch import Dispatch
+    from runner.launch import InlineLauncher, RayLauncher
+
+    ready, unreachable = fingerprint_jobs(jobs, here=inline)
     done = set() if force else store.done_job_ids()
     todo = [j for j in ready if j.job_id not in done]
     bar = Progress(todo + [j for j, _ in unreachable], enabled=progress)
+    hosts = {j.host for j in jobs}
     dispatch = Dispatch(cluster=cluster, store=store, run_id=run_id, plan=plan,
-                        launcher=launcher or RayLauncher(), deadline=deadline, timeout_s=timeout_s,
-                        gpu_wait_s=gpu_wait_s, on_record=bar.update, gpu_backoff_s=gpu_backoff_s)
+                        launcher=launcher or (InlineLauncher() if inline else RayLauncher()), deadline=deadline,
+                        timeout_s=timeout_s, gpu_wait_s=gpu_wait_s, on_record=bar.update, gpu_backoff_s=gpu_backoff_s,
+                        live=(lambda: {h: (1, cluster.hosts[h].gpus) for h in hosts}) if inline else None,
+                        read_here=inline)
     dispatch.counts.already_done = len(ready) - len(todo)
     for job, reason in unreachable:
         dispatch.fail(job, reason)
@@ -116,13 +131,17 @@ def run_sweep(*, cluster, store: Store, plan: str, jobs: list[Job], run_id: str,
         bar.close()
 
 
-def fingerprint_jobs(jobs: list[Job]) -> tuple[list[Job], list[tuple[Job, str]]]:
+def fingerprint_jobs(jobs: list[Job], *, here: bool = False) -> tuple[list[Job], list[tuple[Job, str]]]:
     """Each job with its host-computed checkpoint fingerprint (and so its job_id); jobs whose host
-    is unreachable or cannot read the checkpoint come back apart, with the reason."""
-    from runner.fingerprint import host_fingerprints
+    is unreachable or cannot read the checkpoint come back apart, with the reason. `here`: computed
+    in this process (an inline sweep, run on the host itself)."""
+    from runner.fingerprint import fingerprints, host_fingerprints
 
     by_host = checkpoints_by_host(jobs)
-    answers = run_on_hosts(host_fingerprints, sorted(by_host), by_host, timeout_s=FINGERPRINT_TIMEOUT_S)
+    if here:
+        answers = {host: fingerprints(paths) for host, paths in by_host.items()}
+    else:
+        answers = run_on_hosts(host_fingerprints, sorted(by_host), by_host, timeout_s=FINGERPRINT_TIMEOUT_S)
     ready, unreachable = [], []
     for job in jobs:
         answer = answers[job.host]

@@ -76,6 +76,18 @@ def test_rerun_does_nothing_new_and_force_adds_without_rewriting(lab, capsys):
     assert len(Store(root).jobs()) == 10  # five new rows beside the five old ones
 
 
+def test_inline_runs_one_hosts_jobs_here_with_the_same_job_ids(lab, tmp_path, capsys):
+    # The gx10 jobs ran through Ray in the first test: inline, on "gx10", they are the same jobs.
+    assert sweep(lab, "--plan", "cpu", "--inline", "gx10") == 0
+    assert "0 ok, 0 failed, 0 skipped, 2 already done" in capsys.readouterr().out
+    assert sweep(lab, "--plan", "cpu", "--inline", "gx10", "--store", str(tmp_path)) == 0
+    jobs = Store(tmp_path).jobs()
+    ray_jobs = Store(lab.parent / "store").jobs()
+    assert set(jobs["job_id"]) == set(ray_jobs.loc[ray_jobs["host"] == "gx10", "job_id"])
+    assert set(jobs["host"]) == {"gx10"} and set(jobs["status"]) == {"ok"}
+    assert sweep(lab, "--plan", "cpu", "--inline", "nowhere", "--store", str(tmp_path)) == 2
+
+
 def test_a_host_no_node_carries_fails_within_a_bounded_time(lab, tmp_path, capsys):
     t0 = time.monotonic()
     assert sweep(lab, "--plan", "ghost", "--store", str(tmp_path)) == 1
