@@ -36,6 +36,7 @@ from runner.sweeplock import SweepLock, parse_deadline
 LOCAL_HOST = "local"
 """The host label of the embedded local Ray's one node."""
 FINGERPRINT_TIMEOUT_S = 120.0
+MAX_FAILURES_SHOWN = 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +74,9 @@ def main(args: argparse.Namespace) -> int:
     run_id = new_run_id()
     with SweepLock(store.root, run_id=run_id, plan=args.plan):
         if args.inline is None:
-            connect_ray(args.address or cluster.spec.ray.address)
+            address = args.address or cluster.spec.ray.address
+            connect_ray(address)
+            _warn_embedded(address, jobs)
         counts = run_sweep(cluster=cluster, store=store, plan=args.plan, jobs=jobs, run_id=run_id,
                            force=args.force, deadline=deadline, timeout_s=args.timeout_s,
                            gpu_wait_s=args.gpu_wait_s, inline=args.inline is not None)
@@ -98,6 +101,13 @@ def connect_ray(address: str | None) -> None:
         return
     ray.init(address="local", labels={HOST_LABEL: LOCAL_HOST}, include_dashboard=False,
              log_to_driver=False, configure_logging=False)
+
+
+def _warn_embedded(address: str | None, jobs: list[Job]) -> None:
+    elsewhere = sorted({j.host for j in jobs} - {LOCAL_HOST})
+    if address in (None, "local") and elsewhere:
+        print(f"labprobe sweep: no --address: the embedded Ray on this machine is host `{LOCAL_HOST}` only; "
+              f"jobs for {', '.join(elsewhere)} will fail (pass --address or set ray.address)", file=sys.stderr)
 
 
 def run_sweep(*, cluster, store: Store, plan: str, jobs: list[Job], run_id: str, force: bool = False,
@@ -188,8 +198,10 @@ def print_end(store: Store, jobs: list[Job], counts, run_id: str, host_order: li
 
     print(f"run {run_id}: {counts.ok} ok, {counts.failed} failed, {counts.skipped} skipped, "
           f"{counts.already_done} already done (store {store.root})")
-    for job, reason in counts.failures:
+    for job, reason in counts.failures[:MAX_FAILURES_SHOWN]:
         print(f"  failed: {job.probe} {job.checkpoint} @ {job.host}: {reason}")
+    if len(counts.failures) > MAX_FAILURES_SHOWN:
+        print(f"  ... and {len(counts.failures) - MAX_FAILURES_SHOWN} more failed (the store's jobs table has all)")
     text = end_of_sweep_text(store, list(dict.fromkeys(j.probe for j in jobs)), host_order)
     if text:
         print()
