@@ -57,7 +57,7 @@ class Config:
     steps: int = 10
     """Timed steps (the window the statistics use); 0: parameter counts only, on the meta device."""
     max_steps: int = 30
-    """Cap on timed steps when the spread stays above 2%."""
+    """Cap on timed steps when the spread stays above 2 percent."""
     ce_chunk: int = reference.CHUNK_TOKENS
     """Cross-entropy chunk in tokens, passed to a harness whose compute_loss takes chunk_tokens."""
     token_budget: int = 1_000_000_000

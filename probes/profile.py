@@ -62,11 +62,11 @@ class Config:
     steps: int = 5
     """Timed steps per measurement (the window the statistics use)."""
     max_steps: int = 15
-    """Cap on timed steps when the spread stays above 2%."""
+    """Cap on timed steps when the spread stays above 2 percent."""
     ce_chunk: int = reference.CHUNK_TOKENS
     """Cross-entropy chunk in tokens (passed to a harness whose compute_loss takes chunk_tokens)."""
     profile_steps: int = 3
-    """Steps under torch.profiler for the kernel table (and 2 per scaling point for gpu_busy_frac)."""
+    """Steps under torch.profiler for the kernel table (each scaling point gets one for gpu_busy_frac)."""
     device: str = "auto"
     """auto (the GPU if any, else CPU), cpu, or cuda[:N]."""
 

@@ -124,3 +124,10 @@ def test_weights_load_from_a_local_checkpoint_or_are_refused_by_name(family, tmp
     with pytest.raises(InputError, match="--weights random"):  # config.json only: no weights to load
         carrier.run(carrier.Config(checkpoint=(family[0],), weights="checkpoint", steps=1, max_steps=1,
                                    device="cpu"))
+
+
+@pytest.mark.parametrize("probe", ["carrier", "profile"])
+def test_help_renders_every_documented_option(probe, capsys):
+    assert main(["probe", probe, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--max-steps" in out and "--harness" in out and "--weights" in out
