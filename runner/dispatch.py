@@ -149,6 +149,9 @@ class Dispatch:
     def _fill_cpu(self) -> None:
         in_flight = self.launcher.in_flight()
         for host, queue in self.cpu_queues.items():
+            if host in self.capacity and self.capacity[host] < 1:  # a 1-CPU task would pend forever there
+                for job in _drain(queue):
+                    self.fail(job, f"host {host}: its Ray node offers no CPU (started with --num-cpus=0?)")
             running = sum(not j.gpu for j in in_flight.get(host, []))
             while queue and running < self.capacity.get(host, 0):
                 self.launcher.submit(queue.popleft(), deadline=self.deadline)
@@ -217,7 +220,7 @@ def _thresholds(idle: Any) -> Any:
 
 
 def _live_capacity() -> dict[str, tuple[int, float]]:
-    """Alive hosts -> (CPUs of their alive nodes, at least 1; GPUs Ray was told they have)."""
+    """Alive hosts -> (CPUs, GPUs) their alive nodes offer Ray."""
     import ray
 
     live = live_hosts()
@@ -230,7 +233,7 @@ def _live_capacity() -> dict[str, tuple[int, float]]:
             resources = node.get("Resources", {})
             cpus[host] = cpus.get(host, 0.0) + resources.get("CPU", 0.0)
             gpus[host] = gpus.get(host, 0.0) + resources.get("GPU", 0.0)
-    return {host: (max(1, int(cpus.get(host, 0.0))), gpus.get(host, 0.0)) for host in live}
+    return {host: (int(cpus.get(host, 0.0)), gpus.get(host, 0.0)) for host in live}
 
 
 def _drain(queue: collections.deque | None) -> list[Job]:

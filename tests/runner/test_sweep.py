@@ -149,3 +149,18 @@ def test_bad_input_exits_2(lab, tmp_path, capsys):
     assert "no plan 'nope'" in capsys.readouterr().err
     assert sweep(lab, "--plan", "cpu", "--deadline", "25:99", "--store", str(tmp_path)) == 2
     assert not (tmp_path / "jobs").exists()
+
+
+def test_a_host_whose_node_offers_no_cpu_fails_its_jobs_at_once(lab, tmp_path):
+    from runner.cluster import load_cluster
+    from runner.dispatch import Dispatch
+    from runner.launch import InlineLauncher
+    from runner.plan import expand
+
+    cluster = load_cluster(lab)
+    jobs = [j.with_fingerprint("fp") for j in expand(cluster, "cpu") if j.host == "gx10"]
+    dispatch = Dispatch(cluster=cluster, store=Store(tmp_path), run_id="r1", plan="cpu", launcher=InlineLauncher(),
+                        live=lambda: {"gx10": (0, 0.0)})
+    counts = dispatch.run(jobs)
+    assert (counts.ok, counts.failed) == (0, len(jobs)) and len(jobs) == 2
+    assert set(Store(tmp_path).jobs()["reason"]) == {"host gx10: its Ray node offers no CPU (started with --num-cpus=0?)"}
