@@ -79,7 +79,11 @@ class Dispatch:
         except Exception as exc:  # a result the store refused: keep the sweep going, say why
             status, outcome = "failed", dataclasses.replace(outcome, status="failed",
                                                             reason=f"store: {one_line(exc)}")
-            self._write_row(dataclasses.replace(key, finished_at=datetime.now(timezone.utc)), job, outcome)
+            try:
+                self._write_row(dataclasses.replace(key, finished_at=datetime.now(timezone.utc)), job, outcome)
+            except Exception as again:  # the store takes nothing (disk full?): say so, carry on
+                print(f"labprobe sweep: could not store {job.probe} {job.checkpoint} @ {job.host}: "
+                      f"{one_line(again)}", file=sys.stderr)
         setattr(self.counts, status, getattr(self.counts, status) + 1)
         if status == "failed":
             self.counts.failures.append((job, outcome.reason))

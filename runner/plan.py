@@ -85,7 +85,8 @@ def expand(cluster: Cluster, plan: str) -> list[Job]:
     plans = cluster.spec.plans
     if plan not in plans:
         raise InputError(f"{cluster.path.name}: no plan {plan!r} (plans: {', '.join(plans) or 'none'})")
-    jobs = []
+    jobs: list[Job] = []
+    seen: set[tuple[str, str, str, str]] = set()  # an entry repeated in the plan is one job, not two
     for index, entry in enumerate(plans[plan]):
         hosts = list(cluster.hosts) if entry.hosts == "all" else entry.hosts
         ckpts = list(cluster.checkpoints) if entry.checkpoints == "all" else entry.checkpoints
@@ -94,6 +95,9 @@ def expand(cluster: Cluster, plan: str) -> list[Job]:
             weights = cluster.checkpoints[ckpt].weights
             chash = plan_config_hash(entry, weights)
             for host in hosts:
+                if (entry.probe, ckpt, host, chash) in seen:
+                    continue
+                seen.add((entry.probe, ckpt, host, chash))
                 jobs.append(Job(plan=plan, entry=index, probe=entry.probe, checkpoint=ckpt, host=host,
                                 corpus=entry.corpus, config=config, config_hash=chash,
                                 gpu=entry.probe in probes.GPU_PROBES,

@@ -83,3 +83,11 @@ def test_fingerprint_same_checkpoint_anywhere_different_checkpoint_differs(tmp_p
     # Tokenizer files are not weights: adding one leaves the fingerprint alone.
     (one / "extra_tokens.json").write_text("{}")
     assert fingerprint(one) == fingerprint(tmp_path / "host1" / "ckpt")
+
+
+def test_a_repeated_entry_is_one_job(tmp_path):
+    # seq_len 4096 is mask's default: the same Config written two ways is the same job.
+    plans = {"p": [{"probe": "mask", "hosts": ["a"]}, {"probe": "mask", "hosts": ["a", "b"], "config": {"seq_len": 4096}}]}
+    jobs = expand(load_cluster(cluster_file(tmp_path, plans)), "p")
+    assert sorted((j.checkpoint, j.host) for j in jobs) == sorted(
+        (c, h) for c in ("qwen3-0.6b-base", "gemma-3-4b") for h in ("a", "b"))
