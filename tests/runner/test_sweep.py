@@ -164,3 +164,27 @@ def test_a_host_whose_node_offers_no_cpu_fails_its_jobs_at_once(lab, tmp_path):
     counts = dispatch.run(jobs)
     assert (counts.ok, counts.failed) == (0, len(jobs)) and len(jobs) == 2
     assert set(Store(tmp_path).jobs()["reason"]) == {"host gx10: its Ray node offers no CPU (started with --num-cpus=0?)"}
+
+
+def test_the_bundled_demo_plan_runs_end_to_end(tmp_path, capsys):
+    """The repo's own cluster.yaml and demo data (inline on host `local`, as the embedded Ray would)."""
+    import yaml
+
+    repo_yaml = Path(__file__).resolve().parents[2] / "cluster.yaml"
+    assert sweep(repo_yaml, "--inline", "local", "--store", str(tmp_path)) == 0
+    data = yaml.safe_load(repo_yaml.read_text())
+    num_ckpts = len(data["checkpoints"])
+    expected: dict[str, int] = {}
+    for entry in data["plans"]["demo"]:
+        expected[entry["probe"]] = expected.get(entry["probe"], 0) + len(entry.get("checkpoints", [None] * num_ckpts))
+    jobs = Store(tmp_path).jobs()
+    assert len(jobs) == sum(expected.values())
+    for probe, num in expected.items():
+        mine = jobs[jobs["probe"] == probe]
+        assert len(mine) == num and set(mine["host"]) == {"local"}, probe
+        if probe in ("profile", "carrier"):
+            assert set(mine["status"]) == {"skipped"} and mine["reason"].str.startswith("no GPU").all()
+        else:
+            assert set(mine["status"]) == {"ok"}, mine["reason"].tolist()
+    assert {"mask.layers", "padding.strategies", "bucket.sweep"} <= set(Store(tmp_path).table_names())
+    assert "== bucket: jobs.wall_s by host" in capsys.readouterr().out
