@@ -9,7 +9,8 @@ Layout (hive-partitioned, so pyarrow.dataset, DuckDB and pandas read it directly
 The file name carries the run id so a re-run (`--force`, a retry of a failed job) adds a file
 and never rewrites one. Writes are atomic: a temp file whose name starts with '.' (which
 pyarrow.dataset ignores) is renamed into place, so a process killed mid-write leaves nothing a
-reader sees. `host` and `checkpoint` live in the path only, and come back as string columns.
+reader sees. `host` and `checkpoint` live in the path only, and come back as string columns. A
+row column named like a key column is stored as `row_<name>`.
 """
 
 from __future__ import annotations
@@ -90,7 +91,10 @@ class Store:
         if not rows:
             return None
         keys = self._key_columns(key)
-        data = [{**keys, **{k: _cell(v) for k, v in row.items()}} for row in rows]
+        # A row's own column named like a key (a family probe's `checkpoint`) must neither be
+        # overwritten by the key nor shadow it: it is kept as `row_<name>`.
+        data = [{**keys, **{(f"row_{k}" if k in KEY_COLUMNS else k): _cell(v) for k, v in row.items()}}
+                for row in rows]
         name = f"{key.probe}.{table}"
         path = self._partition_dir(name, key) / f"{key.job_id}-{key.run_id}.parquet"
         return self._write(path, pa.Table.from_pylist(data))

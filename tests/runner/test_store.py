@@ -83,6 +83,15 @@ def test_reads_unify_columns_typed_differently_across_files(tmp_path):
     assert frame["x"].isna().tolist() == [True, False] and frame["x"].iloc[1] == 2.5
 
 
+def test_a_row_column_named_like_a_key_is_kept_apart(tmp_path):
+    store = Store(tmp_path)
+    store.write_table(key(checkpoint="family"), "carriers", [{"checkpoint": "qwen3-0.6b", "step_s": 1.0},
+                                                             {"checkpoint": "qwen3-4b", "step_s": 2.0}])
+    frame = store.read("carrier.carriers")
+    assert list(frame["checkpoint"]) == ["family", "family"]
+    assert sorted(frame["row_checkpoint"]) == ["qwen3-0.6b", "qwen3-4b"]
+
+
 def test_empty_store_reads_empty(tmp_path):
     store = Store(tmp_path / "nothing")
     assert store.read("jobs").empty and store.done_job_ids() == set() and store.table_names() == []
