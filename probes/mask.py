@@ -200,7 +200,9 @@ def record_forward(config: Config, text_config) -> tuple[list[Call], Batch]:
     AttentionInterface.register(_RECORDER, _recorder(calls, inner))
     # Without this second registration, padding masks silently arrive as None (NOTES.md).
     AttentionMaskInterface.register(_RECORDER, ALL_MASK_ATTENTION_FUNCTIONS[impl])
-    tiny = text_config.__class__(**{**text_config.to_dict(), **_TINY, "pad_token_id": 0})
+    # Special tokens inside the reduced vocabulary, or transformers warns about every one.
+    tiny = text_config.__class__(**{**text_config.to_dict(), **_TINY, "pad_token_id": 0,
+                                    "bos_token_id": 1, "eos_token_id": 2})
     tiny._attn_implementation = _RECORDER
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(tiny, attn_implementation=_RECORDER)

@@ -30,7 +30,7 @@ def format_table(rows: Iterable[dict[str, Any]], title: str | None = None) -> st
     numeric = [all(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool)
                    for r in rows if r.get(c) is not None) for c in columns]
     def line(values):
-        return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric))
+        return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric)).rstrip()
     out = [title] if title else []
     out += [line(columns), line(["-" * w for w in widths])]
     out += [line(row) for row in cells]
