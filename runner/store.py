@@ -78,7 +78,7 @@ class Store:
         pq.write_table(table, tmp)
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        _publish(tmp, path)
         return path
 
     def _key_columns(self, key: JobKey) -> dict[str, Any]:
@@ -120,7 +120,7 @@ class Store:
                 raise StoreError(f"{path}: already stored; the store never rewrites a file")
             tmp = folder / f".{name}.tmp-{os.getpid()}"
             tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, path)
+            _publish(tmp, path)
         return folder
 
     def write_result(self, key: JobKey, result: ProbeResult, *, started_at: datetime, wall_s: float,
@@ -143,7 +143,23 @@ class Store:
                       if p.is_dir() and (p.name == "jobs" or "." in p.name) and not p.name.startswith("."))
 
     def read(self, name: str, *, columns: list[str] | None = None, filters: Any = None) -> pd.DataFrame:
-        """Table `name` ("jobs" or "<probe>.<table>") as a DataFrame; empty when nothing is stored."""
+        """Table `name` ("jobs" or "<probe>.<table>") as a DataFrame; empty when nothing is stored.
+
+        Rows of a job whose job row was never written (the writer died between its tables and
+        its job row) are left out: a job row, written last, is what commits a result.
+        """
+        if name == "jobs":
+            return self._read_files(name, columns=columns, filters=filters)
+        ids = ["job_id", "run_id"]
+        wanted = None if columns is None else list(dict.fromkeys([*columns, *ids]))
+        frame = self._read_files(name, columns=wanted, filters=filters)
+        if not frame.empty:
+            jobs = self._read_files("jobs", columns=ids)
+            keep = pd.MultiIndex.from_frame(frame[ids]).isin(pd.MultiIndex.from_frame(jobs[ids]))
+            frame = frame[keep].reset_index(drop=True)
+        return frame if columns is None else frame[list(columns)]
+
+    def _read_files(self, name: str, *, columns: list[str] | None = None, filters: Any = None) -> pd.DataFrame:
         folder = self.root / name
         if not folder.is_dir():
             return pd.DataFrame(columns=list(columns or (JOB_COLUMNS if name == "jobs" else KEY_COLUMNS)))
@@ -172,6 +188,19 @@ class Store:
         if latest.empty:
             return set()
         return set(latest.loc[latest["status"] == "ok", "job_id"])
+
+
+def _publish(tmp: Path, path: Path) -> None:
+    """Move a finished temp file into place, failing (never overwriting) if `path` appeared meanwhile."""
+    try:
+        os.link(tmp, path)  # unlike rename, link refuses an existing target
+    except FileExistsError:
+        tmp.unlink()
+        raise StoreError(f"{path}: already stored; the store never rewrites a file") from None
+    except OSError:  # a filesystem without hard links: rename, after the check in the caller
+        os.replace(tmp, path)
+        return
+    tmp.unlink()
 
 
 def _cell(value: Any) -> Any:

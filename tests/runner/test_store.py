@@ -75,10 +75,22 @@ def test_never_rewrites_and_latest_job_wins(tmp_path):
     assert len(store.jobs()) == 2 and list(store.latest_jobs()["run_id"]) == ["r2"]
 
 
+def test_tables_of_a_job_whose_job_row_never_came_are_not_read(tmp_path):
+    store = Store(tmp_path)
+    t0 = datetime(2026, 12, 3, tzinfo=timezone.utc)
+    store.write_table(key(job="orphan"), "results", [{"step_s": 9.0}])  # writer died before its job row
+    store.write_result(key(job="whole"), result(), started_at=t0, wall_s=1, env={})
+    frame = store.read("carrier.results")
+    assert set(frame["job_id"]) == {"whole"} and sorted(frame["step_s"]) == [0.5, 1.0]
+    assert list(store.read("carrier.results", columns=["step_s"]).columns) == ["step_s"]
+
+
 def test_reads_unify_columns_typed_differently_across_files(tmp_path):
     store = Store(tmp_path)
-    store.write_table(key(job="a"), "t", [{"x": None, "y": 1}])
-    store.write_table(key(job="b"), "t", [{"x": 2.5, "y": 2}])
+    t0 = datetime(2026, 12, 3, tzinfo=timezone.utc)
+    for job, row in (("a", {"x": None, "y": 1}), ("b", {"x": 2.5, "y": 2})):
+        store.write_table(key(job=job), "t", [row])
+        store.write_job(key(job=job), status="ok", started_at=t0, wall_s=1, summary={}, config={}, env={})
     frame = store.read("carrier.t").sort_values("y")
     assert frame["x"].isna().tolist() == [True, False] and frame["x"].iloc[1] == 2.5
 
@@ -87,6 +99,8 @@ def test_a_row_column_named_like_a_key_is_kept_apart(tmp_path):
     store = Store(tmp_path)
     store.write_table(key(checkpoint="family"), "carriers", [{"checkpoint": "qwen3-0.6b", "step_s": 1.0},
                                                              {"checkpoint": "qwen3-4b", "step_s": 2.0}])
+    store.write_job(key(checkpoint="family"), status="ok", started_at=datetime(2026, 12, 3, tzinfo=timezone.utc),
+                    wall_s=1, summary={}, config={}, env={})
     frame = store.read("carrier.carriers")
     assert list(frame["checkpoint"]) == ["family", "family"]
     assert sorted(frame["row_checkpoint"]) == ["qwen3-0.6b", "qwen3-4b"]
@@ -123,6 +137,7 @@ def test_a_process_killed_while_writing_leaves_nothing_readers_see(tmp_path):
     names = os.listdir(folder)
     assert any(n.startswith(".") for n in names), "the kill should land mid-write"
     complete = [n for n in names if not n.startswith(".")]
-    frame = Store(tmp_path).read("carrier.big", columns=["job_id", "i"])
+    # What any plain Parquet reader sees (no job rows here, so below the store's own filter).
+    frame = ds.dataset(tmp_path / "carrier.big", format="parquet").to_table(columns=["job_id", "i"]).to_pandas()
     assert len(frame) == 200_000 * len(complete)
     assert frame.groupby("job_id")["i"].count().eq(200_000).all()
