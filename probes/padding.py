@@ -7,15 +7,17 @@ Every sample is first truncated to `--max-length`; real tokens count after trunc
 Tables:
 - `strategies`, one row per batching strategy: `fixed` (every sample padded to max_length),
   `longest` (seeded random batches, each padded to its longest sample; mean and std over seeds),
-  `sorted` (one global length sort: the lower bound of `longest`), `packed` (all samples
-  concatenated into rows of max_length; only the last row is padded, nothing is truncated).
+  `sorted` (the least padding any batching can reach: consecutive batches of one global length
+  sort, the short batch, when batch_size does not divide the sample count, placed where it pads
+  least; so the lower bound of `longest`), `packed` (the truncated samples concatenated into rows
+  of max_length; only the last row is padded).
 - `lengths`: count, mean, p50, p90, p99, p99.9, max in tokens, overall (`all`) and per source.
 - `histogram`: samples per length bin (tokens, inclusive bounds).
 - `ce_chunks`: one step's logits memory (tokens = batch_size x max_length, times the vocabulary):
   bf16 logits and their fp32 upcast, for the full step and each candidate chunk size, and whether
   each fits `--ce-budget-gib`. Omitted when the vocabulary size is unknown.
 
-Checks: `sorted_is_lower_bound` (no random shuffle pads less than the global sort) and
+Checks: `sorted_is_lower_bound` (no random shuffle pads less than `sorted`) and
 `tokens_accounted` (each strategy's real + truncated tokens equal the corpus's tokens, and real +
 padded tokens fill exactly the rows it feeds).
 Seed s shuffles with `numpy.random.default_rng(s).permutation`.
@@ -66,6 +68,7 @@ class Config:
         require(self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}")
         require(self.max_length >= 1, f"--max-length must be >= 1, got {self.max_length}")
         require(len(self.seeds) >= 1, "--seeds needs at least one seed")
+        require(all(s >= 0 for s in self.seeds), f"--seeds must all be >= 0, got {list(self.seeds)}")
         require(self.num_bins >= 1, f"--num-bins must be >= 1, got {self.num_bins}")
         require(self.vocab_size is None or self.vocab_size >= 1,
                 f"--vocab-size must be >= 1, got {self.vocab_size}")
@@ -135,6 +138,24 @@ def padded_in_order(lengths: np.ndarray, batch_size: int) -> int:
     return width - int(lengths.sum())
 
 
+def padded_optimum(lengths: np.ndarray, batch_size: int) -> int:
+    """The least padding over every split into batches of batch_size (one short batch of n mod
+    batch_size when it does not divide n). Some optimum takes consecutive runs of the descending
+    sort (swapping a longer sample into the batch with the larger maximum never adds padding), so
+    only the short batch's place is free: k full batches, the short one, then the rest."""
+    ordered = np.sort(lengths)[::-1]
+    n, b = ordered.size, batch_size
+    num_full, short = divmod(n, b)
+    if short == 0:
+        return padded_in_order(ordered, b)
+    # short batch after k full batches: heads ordered[j*b] for j < k, ordered[k*b] for the short
+    # batch, then ordered[short + j*b] for j >= k.
+    before = np.concatenate([[0], np.cumsum(ordered[0:num_full * b:b])])
+    after = np.concatenate([np.cumsum(ordered[short::b][::-1])[::-1], [0]])
+    width = b * before + short * ordered[0:num_full * b + 1:b] + b * after
+    return int(width.min()) - int(lengths.sum())
+
+
 def _row(strategy: str, config: Config, lengths: np.ndarray, clipped: np.ndarray, num_rows: int,
          padded: list[int]) -> StrategyRow:
     real = int(clipped.sum())
@@ -153,19 +174,13 @@ def strategy_rows(lengths: np.ndarray, config: Config) -> tuple[list[StrategyRow
     clipped = np.minimum(lengths, config.max_length)
     n, b, width = lengths.size, config.batch_size, config.max_length
     longest = [padded_in_order(clipped[np.random.default_rng(s).permutation(n)], b) for s in config.seeds]
-    ordered = np.sort(clipped)[::-1]
-    total = int(lengths.sum())
-    num_packed_rows = -(-total // width)
-    packed = StrategyRow(
-        strategy="packed", batch_size=b, max_length=width, num_samples=n, num_rows=num_packed_rows,
-        real_tokens=total, padded_tokens=num_packed_rows * width - total,
-        pad_fraction=(num_packed_rows * width - total) / (num_packed_rows * width),
-        pad_fraction_std=0.0, truncated_samples=0, truncated_tokens=0)
+    real = int(clipped.sum())
+    num_packed_rows = -(-real // width)
     return [
-        _row("fixed", config, lengths, clipped, n, [n * width - int(clipped.sum())]),
+        _row("fixed", config, lengths, clipped, n, [n * width - real]),
         _row("longest", config, lengths, clipped, n, longest),
-        _row("sorted", config, lengths, clipped, n, [padded_in_order(ordered, b)]),
-        packed,
+        _row("sorted", config, lengths, clipped, n, [padded_optimum(clipped, b)]),
+        _row("packed", config, lengths, clipped, num_packed_rows, [num_packed_rows * width - real]),
     ], longest
 
 
@@ -225,7 +240,7 @@ def checks(rows: list[StrategyRow], longest: list[int], lengths: np.ndarray,
            or (r.strategy in widths and r.real_tokens + r.padded_tokens != widths[r.strategy])]
     return [
         Check(name="sorted_is_lower_bound", ok=lower, detail=(
-            f"global sort pads {by['sorted'].padded_tokens:,} tokens, the best of "
+            f"sorted (the optimum) pads {by['sorted'].padded_tokens:,} tokens, the best of "
             f"{len(config.seeds)} shuffles {best:,}")),
         Check(name="tokens_accounted", ok=not bad, detail=(
             f"strategies {bad} lose or invent tokens" if bad else

@@ -3,6 +3,7 @@ file, a large generated one, and the real demo corpus tokenized with the demo to
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -39,6 +40,26 @@ def loop_padded(order, batch_size, max_length) -> int:
     return padded
 
 
+def batches_padded(batches) -> int:
+    return sum(max(batch) - x for batch in batches for x in batch)
+
+
+def loop_optimum(lengths, batch_size, max_length) -> int:
+    """Least padding over consecutive batches of the descending sort, trying every place for the
+    short batch (test_sorted_is_the_optimum_over_every_ordering shows nothing else does better)."""
+    ordered = sorted((min(x, max_length) for x in lengths), reverse=True)
+    num_full, short = divmod(len(ordered), batch_size)
+    best = None
+    for k in range(num_full + 1 if short else 1):
+        cut = k * batch_size
+        head = [ordered[i:i + batch_size] for i in range(0, cut, batch_size)]
+        rest = ordered[cut + short:]
+        tail = [rest[i:i + batch_size] for i in range(0, len(rest), batch_size)]
+        padded = batches_padded(head + ([ordered[cut:cut + short]] if short else []) + tail)
+        best = padded if best is None else min(best, padded)
+    return best
+
+
 def expected_strategies(lengths, batch_size, max_length, seeds) -> dict[str, dict]:
     real = sum(min(x, max_length) for x in lengths)
     total = sum(lengths)
@@ -47,8 +68,8 @@ def expected_strategies(lengths, batch_size, max_length, seeds) -> dict[str, dic
     for seed in seeds:
         perm = np.random.default_rng(seed).permutation(len(lengths))  # the documented shuffle
         shuffled.append(loop_padded([lengths[i] for i in perm], batch_size, max_length))
-    ordered = loop_padded(sorted(lengths, reverse=True), batch_size, max_length)
-    rows = math.ceil(total / max_length)
+    ordered = loop_optimum(lengths, batch_size, max_length)
+    rows = math.ceil(real / max_length)  # the truncated samples, packed
     fractions = [p / (p + real) for p in shuffled]
     mean = sum(fractions) / len(fractions)
     return {
@@ -57,8 +78,8 @@ def expected_strategies(lengths, batch_size, max_length, seeds) -> dict[str, dic
                     "pad_fraction_std": math.sqrt(sum((f - mean) ** 2 for f in fractions) / len(fractions)),
                     "real_tokens": real},
         "sorted": {"padded_tokens": ordered, "pad_fraction": ordered / (ordered + real), "real_tokens": real},
-        "packed": {"padded_tokens": rows * max_length - total, "num_rows": rows, "real_tokens": total,
-                   "pad_fraction": (rows * max_length - total) / (rows * max_length)},
+        "packed": {"padded_tokens": rows * max_length - real, "num_rows": rows, "real_tokens": real,
+                   "pad_fraction": (rows * max_length - real) / (rows * max_length)},
     }
 
 
@@ -70,10 +91,10 @@ def check_against_loops(result, lengths, batch_size, max_length, seeds):
         for field, value in fields.items():
             assert getattr(rows[name], field) == pytest.approx(value, rel=1e-12, abs=1e-12), (name, field)
     over = [x for x in lengths if x > max_length]
-    for name in ("fixed", "longest", "sorted"):
+    for name in ("fixed", "longest", "sorted", "packed"):
         assert rows[name].truncated_samples == len(over)
         assert rows[name].truncated_tokens == sum(x - max_length for x in over)
-    assert rows["packed"].truncated_tokens == 0
+        assert rows[name].real_tokens + rows[name].truncated_tokens == sum(lengths)
 
 
 def test_small_corpus_by_hand(tmp_path):
@@ -83,11 +104,39 @@ def test_small_corpus_by_hand(tmp_path):
     rows = {r.strategy: r for r in result.tables["strategies"]}
     # By hand: truncated lengths 5 3 8 1 7 2 8 (real 34); fixed pads 7*8-34 = 22.
     assert rows["fixed"].padded_tokens == 22 and rows["fixed"].real_tokens == 34
-    # Sorted: [8 8 7] [5 3 2] [1] -> 1 + 5 + 0 = 6 padded.
-    assert rows["sorted"].padded_tokens == 6
-    # Packed: 39 tokens into rows of 8 -> 5 rows, 1 padded.
-    assert rows["packed"].num_rows == 5 and rows["packed"].padded_tokens == 1
+    # Sorted: the short batch in the middle, [8 8 7] [5] [3 2 1] -> 1 + 0 + 3 = 4 padded
+    # (last, [8 8 7] [5 3 2] [1] pads 6; first, [8] [8 7 5] [3 2 1] pads 7).
+    assert rows["sorted"].padded_tokens == 4
+    # Packed: the 34 truncated tokens into rows of 8 -> 5 rows, 6 padded; all strategies count 34 real.
+    assert rows["packed"].num_rows == 5 and rows["packed"].padded_tokens == 6
+    assert {r.real_tokens for r in rows.values()} == {34}
     assert result.ok
+
+
+def test_sorted_is_the_optimum_over_every_ordering():
+    """Brute force: every ordering of tiny corpora cut into batches from the start (every split
+    into batches is some ordering's); `sorted` must equal the least padding of them all."""
+    rng = np.random.default_rng(0)
+    cases = [([10, 1, 1], 2, 100), (SMALL, 3, 8)]
+    cases += [(rng.integers(1, 12, int(rng.integers(1, 8))).tolist(), int(rng.integers(1, 5)), 9)
+              for _ in range(60)]
+    for lengths, batch_size, max_length in cases:
+        best = min(loop_padded(list(order), batch_size, max_length)
+                   for order in itertools.permutations(lengths))
+        config = padding.Config(lengths=Path("unused.parquet"), batch_size=batch_size, max_length=max_length)
+        rows, _ = padding.strategy_rows(np.array(lengths, dtype=np.int64), config)
+        assert {r.strategy: r for r in rows}["sorted"].padded_tokens == best, (lengths, batch_size)
+
+
+def test_sorted_is_a_lower_bound_when_the_batch_does_not_divide(tmp_path, capsys):
+    """10, 1, 1 in batches of 2: a descending sort cut from the start pads 9 ([10 1] [1]), but
+    [1 1] [10] pads 0, and some shuffles find it; `sorted` must too, and the check must pass."""
+    path = write_lengths(tmp_path / "l.parquet", [10, 1, 1])
+    assert main(["probe", "padding", "--lengths", str(path), "--batch-size", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["strategy"]: r for r in out["tables"]["strategies"]}
+    assert rows["sorted"]["padded_tokens"] == 0
+    assert all(c["ok"] for c in out["checks"])
 
 
 def test_lengths_table_overall_and_per_source(tmp_path):
@@ -186,7 +235,8 @@ def test_demo_corpus_through_the_cli_json(tmp_path, capsys):
 def test_bad_cli_values_exit_2(tmp_path, capsys):
     path = write_lengths(tmp_path / "l.parquet", SMALL)
     for args, needle in ((["--batch-size", "0"], "--batch-size"), (["--max-length", "-1"], "--max-length"),
-                         (["--ce-budget-gib", "0"], "--ce-budget-gib"), (["--vocab-size", "0"], "--vocab-size")):
+                         (["--ce-budget-gib", "0"], "--ce-budget-gib"), (["--vocab-size", "0"], "--vocab-size"),
+                         (["--seeds", "0", "-1"], "--seeds must all be >= 0")):
         assert main(["probe", "padding", "--lengths", str(path), *args]) == 2
         err = capsys.readouterr().err
         assert needle in err and len(err.strip().splitlines()) == 1
