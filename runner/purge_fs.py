@@ -211,9 +211,49 @@ def scan_run(root: str, run: str, host: str = "", anchors: Anchors | None = None
     if tree.mounts:
         reasons.append(f"another filesystem mounted inside checkpoints/: {_listed(tree.mounts)}")
     reasons += tree.errors[:_MAX_LISTED]
+    reasons += _resting_on_checkpoints(run_path, ckpt, tree)
     adapter_reasons, row.num_adapter_files = _adapter_reasons(root, run_path, ckpt, tree)
     reasons += _others_reasons(run, ckpt, tree, anchors or adapter_anchors(root))
     return _settle(row, reasons + adapter_reasons, ckpt_st)
+
+
+def _resting_on_checkpoints(run_path: str, ckpt: str, ckpt_tree: Tree) -> list[str]:
+    """Whatever else in the run rests on checkpoints/ (a merged/ model symlinked or hard-linked to
+    a checkpoint's files, a `latest` link beside it): removing checkpoints/ would break it. The
+    adapter has its own checks (_adapter_reasons); this covers every other entry of the run."""
+    real = os.path.realpath(ckpt)
+    links: list[str] = []
+    shared: list[str] = []
+    errors: list[str] = []
+    try:
+        with os.scandir(run_path) as entries:
+            found = sorted(entries, key=lambda e: e.name)
+    except OSError as exc:
+        return [f"cannot list the run: {exc.strerror}"]
+    for entry in found:
+        if entry.name in (CHECKPOINTS, ADAPTER):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError as exc:
+            errors.append(f"cannot stat {entry.name}: {exc.strerror}")
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            tree = Tree(symlinks=[(entry.name, os.readlink(entry.path))])
+        elif stat.S_ISDIR(st.st_mode):
+            tree = walk_tree(entry.path, entry.name)
+        else:
+            tree = Tree(files={(st.st_dev, st.st_ino): entry.name})
+        errors += tree.errors
+        links += [f"{rel} -> {text}" for rel, text in tree.symlinks
+                  if is_inside(os.path.realpath(os.path.join(run_path, rel)), real)]
+        shared += [f"{rel} shares an inode with {ckpt_tree.files[key]}"
+                   for key, rel in tree.files.items() if key in ckpt_tree.files]
+    reasons = [f"symlink into checkpoints/ outside it: {_listed(links)}"] if links else []
+    if shared:
+        reasons.append(f"hard link between checkpoints/ and the rest of the run: {_listed(shared)}")
+    # Unreadable parts of the run cannot be shown not to rest on checkpoints/: refuse.
+    return reasons + errors[:_MAX_LISTED]
 
 
 def _adapter_reasons(root: str, run_path: str, ckpt: str, ckpt_tree: Tree) -> tuple[list[str], int]:

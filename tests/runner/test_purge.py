@@ -242,6 +242,51 @@ def test_refusals_are_rechecked_at_the_moment_of_deletion(lab):
     assert listing(root) == before
 
 
+def test_anything_else_in_the_run_resting_on_checkpoints_refuses_it(tmp_path):
+    """merged/ (or any entry besides adapter/) linked to checkpoints/ would break with it."""
+    root = tmp_path / "runs"
+    make_run(root, "plain")
+    run = make_run(root, "merged-is-link")  # merged/ itself a symlink to a checkpoint step
+    for path in (run / "merged").iterdir():
+        path.unlink()
+    (run / "merged").rmdir()
+    (run / "merged").symlink_to("checkpoints/step-200")
+    run = make_run(root, "deep-link")  # a file deep in merged/ links into checkpoints/ by absolute path
+    (run / "merged" / "sub").mkdir()
+    (run / "merged" / "sub" / "w.bin").symlink_to(run / "checkpoints" / "step-100" / "optimizer.pt")
+    run = make_run(root, "merged-hard")  # merged/ shares an inode with a checkpoint file
+    os.link(run / "checkpoints" / "step-100" / "optimizer.pt", run / "merged" / "optimizer.pt")
+    run = make_run(root, "top-hard")  # a file at the run's top level, hard-linked likewise
+    os.link(run / "checkpoints" / "step-200" / "adapter_model.safetensors", run / "best.safetensors")
+    run = make_run(root, "link-elsewhere")  # links that do not lead into checkpoints/ are fine
+    (run / "merged" / "cfg.json").symlink_to("../adapter/adapter_config.json")
+    (run / "latest-log").symlink_to("train.log")
+    rows = {r.run: r for r in purge_fs.scan_root(str(root))}
+    assert {n: r.action for n, r in rows.items()} == {
+        "plain": "remove", "link-elsewhere": "remove", "merged-is-link": "refuse",
+        "deep-link": "refuse", "merged-hard": "refuse", "top-hard": "refuse"}
+    assert rows["merged-is-link"].reason == ("symlink into checkpoints/ outside it: "
+                                             "merged -> checkpoints/step-200")
+    assert rows["deep-link"].reason.startswith("symlink into checkpoints/ outside it: merged/sub/w.bin -> ")
+    assert rows["merged-hard"].reason == ("hard link between checkpoints/ and the rest of the run: "
+                                          "merged/optimizer.pt shares an inode with "
+                                          "checkpoints/step-100/optimizer.pt")
+    assert rows["top-hard"].reason.endswith("best.safetensors shares an inode with "
+                                            "checkpoints/step-200/adapter_model.safetensors")
+    # Re-checked at deletion: approved while clean, a merged/ link made afterwards stops it.
+    planned = [rows["plain"].path, rows["link-elsewhere"].path]
+    (root / "plain" / "merged" / "w.bin").symlink_to("../checkpoints/step-200/adapter_model.safetensors")
+    before = listing(root)
+    done = {r.run: r for r in purge_fs.execute(str(root), "*", planned).actions}
+    assert done["plain"].action == "refuse" and done["plain"].reason.startswith(
+        "at deletion: symlink into checkpoints/ outside it: merged/w.bin")
+    assert done["link-elsewhere"].action == "removed"
+    after = listing(root)
+    assert {k for k in before if k not in after} == {
+        k for k in before if k.startswith("link-elsewhere/checkpoints")}
+    assert (root / "merged-is-link" / "merged" / "adapter_model.safetensors").read_bytes()  # intact
+
+
 def test_removal_unlinks_symlinks_without_following_them(tmp_path):
     """The deletion walk itself, with no scan in front: a link to a directory outside is unlinked,
     its target kept; the target's files survive."""
