@@ -5,7 +5,10 @@ a seeded random permutation (seed s: `numpy.random.default_rng(s).permutation`),
 buckets of `bucket_size` samples, each bucket sorted by length descending (stable, so equal
 lengths keep their shuffled order) and cut into batches of `batch_size`, each padded to its
 longest sample. Samples are truncated to `--max-length` first. Sweeping `bucket_size` from the
-batch size (random batching) to the whole corpus (a global sort) shows the trade-off.
+batch size (random batching) to the whole corpus (a global descending sort cut into batches from
+the start, the short batch last) shows the trade-off. That global sort is what the sampler yields,
+not always the least padding possible (the `padding` probe's `sorted` row places the short batch
+where it pads least).
 
 Table `sweep`, one row per bucket size: `pad_fraction` (mean, std over seeds), `gain_vs_random`
 (padded tokens of random batching over those of this size), `sources_per_batch` (mean distinct
@@ -13,7 +16,8 @@ sources per batch) and `source_entropy_ratio` (mean per-batch source entropy ove
 
 Checks: `sweep_varies` (the rows are not all identical: a sweep that changes nothing is broken),
 `random_at_batch_size` (bucket_size == batch_size matches plain random batching, computed apart,
-within noise) and `global_sort_at_all` (the whole-corpus bucket pads exactly as a global sort).
+within noise) and `global_sort_at_all` (the whole-corpus bucket pads exactly as a global descending
+sort cut from the start, computed apart).
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ class Config:
         require(self.max_length >= 1, f"--max-length must be >= 1, got {self.max_length}")
         require(self.num_sizes >= 2, f"--num-sizes must be >= 2, got {self.num_sizes}")
         require(len(self.seeds) >= 1, "--seeds needs at least one seed")
+        require(all(s >= 0 for s in self.seeds), f"--seeds must all be >= 0, got {list(self.seeds)}")
         bad = [s for s in self.bucket_sizes if s < 1 or s % self.batch_size]
         require(not bad, f"--bucket-sizes must be multiples of --batch-size {self.batch_size}, got {bad}")
 
@@ -184,6 +189,7 @@ def checks(rows: list[SweepRow], raw: dict[int, list[Outcome]], random: list[int
     noise = 3 * float(np.std(random_fractions)) / np.sqrt(len(random)) + 1e-12
     gap = abs(first.pad_fraction - float(np.mean(random_fractions)))
     agrees = bool(gap <= noise)
+    # what the whole-corpus bucket should yield: descending, cut from the start (short batch last)
     global_sort = padded_in_order(np.sort(clipped)[::-1], config.batch_size)
     whole_padded = sorted({r.padded for r in raw[whole.bucket_size]})
     return [
@@ -197,12 +203,13 @@ def checks(rows: list[SweepRow], raw: dict[int, list[Outcome]], random: list[int
             f"bucket_size {whole.bucket_size} (whole corpus) pads "
             + (f"{whole_padded[0]:,} tokens on every seed" if len(whole_padded) == 1 else
                f"{', '.join(f'{p:,}' for p in whole_padded)} tokens over the seeds")
-            + f", a global sort {global_sort:,}")),
+            + f", a global descending sort cut from the start {global_sort:,}")),
     ]
 
 
 def summary(rows: list[SweepRow], random: list[int], data: corpus_mod.Lengths) -> dict:
-    """Headline: the smallest bucket that wins 90% of what a global sort wins over random batching."""
+    """Headline: the smallest bucket that wins 90% of what the whole-corpus bucket (a global
+    descending sort) wins over random batching."""
     base, best = float(np.mean(random)), rows[-1].padded_tokens
     pick = next((r for r in rows if base - r.padded_tokens >= 0.9 * (base - best)), rows[-1])
     return {

@@ -94,14 +94,30 @@ def test_small_corpus_by_loops(tmp_path):
     assert result.ok, result.checks
 
 
-def test_buckets_that_batches_do_not_divide(tmp_path):
-    """bucket_size 6 with batch 4: each bucket ends with a batch of 2; batches never straddle."""
+def test_whole_corpus_bucket_that_the_batch_does_not_divide(tmp_path):
+    """12 samples in batches of 5: only the whole-corpus bucket can be a non-multiple of the batch
+    (--bucket-sizes must be multiples); it ends with a batch of 2, and batches never straddle."""
     path = write_lengths(tmp_path / "l.parquet", SMALL, SMALL_SOURCES)
-    config = bucket.Config(lengths=path, batch_size=2, max_length=100, bucket_sizes=(6,), seeds=(5,))
-    result = bucket.run(config)
-    check_rows(result, SMALL, SMALL_SOURCES, (5,), 2, 100)
-    ids = bucket.batch_ids(12, 6, 4)
-    assert ids.tolist() == [0, 0, 0, 0, 1, 1, 2, 2, 2, 2, 3, 3]
+    result = bucket.run(bucket.Config(lengths=path, batch_size=5, max_length=8, bucket_sizes=(10,),
+                                      seeds=(5, 6)))
+    assert [r.bucket_size for r in result.tables["sweep"]] == [5, 10, 12]
+    check_rows(result, SMALL, SMALL_SOURCES, (5, 6), 5, 8)
+    # By hand, truncated and sorted descending, cut from the start: [8 8 8 7 6] [5 4 4 3 2] [1 1]
+    # pads (0+0+0+1+2) + (0+1+1+2+3) + 0 = 10 on every seed, 3 batches.
+    whole = result.tables["sweep"][-1]
+    assert whole.padded_tokens == 10 and whole.num_batches == 3
+    assert result.ok, result.checks
+    # batch_ids itself, bucket 6 with batch 4: each bucket ends with a batch of 2
+    assert bucket.batch_ids(12, 6, 4).tolist() == [0, 0, 0, 0, 1, 1, 2, 2, 2, 2, 3, 3]
+
+
+def test_whole_corpus_bucket_is_the_descending_sort_not_the_optimum(tmp_path):
+    """10, 1, 1 in batches of 2: the sampler yields [10 1] [1] (pads 9), although [1 1] [10] pads 0;
+    global_sort_at_all compares against what the sampler yields, and passes."""
+    path = write_lengths(tmp_path / "l.parquet", [10, 1, 1], ["a", "b", "a"])
+    result = bucket.run(bucket.Config(lengths=path, batch_size=2, seeds=(0, 1, 2)))
+    assert result.tables["sweep"][-1].bucket_size == 3 and result.tables["sweep"][-1].padded_tokens == 9
+    assert {c.name: c.ok for c in result.checks}["global_sort_at_all"]
 
 
 def test_default_sweep_is_ten_sizes_from_batch_to_corpus():
@@ -169,6 +185,13 @@ def test_demo_corpus_through_the_cli_json(tmp_path, capsys):
     # bucketing trades padding for source diversity on the demo's four distinct sources
     assert rows[-1]["pad_fraction"] < rows[0]["pad_fraction"] / 10
     assert rows[-1]["source_entropy_ratio"] < rows[0]["source_entropy_ratio"]
+
+
+def test_negative_seed_is_one_line_exit_2(tmp_path, capsys):
+    path = write_lengths(tmp_path / "l.parquet", SMALL)
+    assert main(["probe", "bucket", "--lengths", str(path), "--seeds", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert "--seeds must all be >= 0" in err and len(err.strip().splitlines()) == 1
 
 
 def test_bucket_sizes_must_be_multiples_of_the_batch(tmp_path, capsys):
