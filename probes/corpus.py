@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -70,17 +71,34 @@ def load(*, corpus: Path | None, lengths: Path | None, checkpoint: Path | None,
     cache_dir = cache_dir.expanduser()
     digest = corpus_sha256(corpus, cache_dir)
     cache = cache_dir / f"{digest[:20]}-{tokenizer_sha256(checkpoint)[:20]}.parquet"
-    if cache.is_file():
-        try:
+    try:
+        if cache.is_file():
             result = _from_table(_read_parquet(cache, read_dictionary=["source"]), cache, "cache")
-            remember_corpus_sha256(corpus, cache_dir, digest)
+            _remember_or_warn(corpus, cache_dir, digest)
             return result
-        except (pa.ArrowInvalid, OSError, InputError):
-            pass  # a damaged cache entry is rebuilt below, never trusted
-    result = tokenize_corpus(corpus, checkpoint)
-    _write_atomic(cache, result)
-    remember_corpus_sha256(corpus, cache_dir, digest)
+    except (pa.ArrowInvalid, OSError, InputError):
+        pass  # a damaged or unreadable cache entry is rebuilt below, never trusted
+    result = tokenize_corpus(corpus, checkpoint)  # raises on bad input before anything is cached
+    try:
+        _write_atomic(cache, result)
+    except OSError as exc:
+        # the cache only saves time: a read-only or bad --cache-dir must not lose the run
+        _warn(f"cannot write the lengths cache under {cache_dir} ({exc.strerror or exc}); continuing without it")
+        return result
+    _remember_or_warn(corpus, cache_dir, digest)
     return result
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _remember_or_warn(corpus: Path, cache_dir: Path, digest: str) -> None:
+    try:
+        remember_corpus_sha256(corpus, cache_dir, digest)
+    except OSError as exc:
+        _warn(f"cannot remember the corpus hash under {cache_dir} ({exc.strerror or exc}); "
+              "the next run re-reads the corpus")
 
 
 # ---- lengths files and the cache -------------------------------------------------------------
@@ -173,8 +191,12 @@ def _write_atomic(path: Path, lengths: Lengths) -> None:
                                             pa.array(list(lengths.sources), pa.string()))
     table = pa.table({"length": pa.array(lengths.length, pa.int64()), "source": source})
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk must not leave a half-written file behind
+        raise
 
 
 def cache_path(corpus: Path, checkpoint: Path, cache_dir: Path) -> Path:
@@ -375,6 +397,11 @@ def tokenize_corpus(corpus: Path, checkpoint: Path) -> Lengths:
             else:
                 encodings = backend.encode_batch_fast(items, add_special_tokens=True)
             lengths[chunk] = [len(e) for e in encodings]
+    empty = np.flatnonzero(lengths == 0)
+    if empty.size:  # a zero-length sample has nothing to train on and breaks every ratio after
+        i = int(empty[0])
+        raise InputError(f"{records.where(i)}: field '{'messages' if is_chat[i] else 'text'}' gives "
+                         "0 tokens")
     codes, sources = _factorize(records.sources)
     return Lengths(length=lengths, source_code=codes, sources=sources, origin="tokenized")
 

@@ -200,6 +200,7 @@ def _bad_corpus(tmp_path: Path, kind: str) -> Path:
         "text_type": f"{good}\n{json.dumps({'text': 42})}\n".encode(),
         "turn": f"{json.dumps({'messages': [{'role': 'user', 'content': None}]})}\n".encode(),
         "not_object": b'[1, 2]\n',
+        "zero_tokens": f"{good}\n{json.dumps({'text': ''})}\n".encode(),
     }[kind]
     path.write_bytes(content)
     return path
@@ -213,6 +214,7 @@ def _bad_corpus(tmp_path: Path, kind: str) -> Path:
     ("text_type", ["bad.jsonl", "record 2", "field 'text'"]),
     ("turn", ["bad.jsonl", "record 1", "field 'messages[0].content'"]),
     ("not_object", ["bad.jsonl", "record 1", "not a JSON object"]),
+    ("zero_tokens", ["bad.jsonl", "record 2 (line 2)", "field 'text'", "0 tokens"]),
 ])
 @pytest.mark.parametrize("probe", ["padding", "bucket"])
 def test_bad_corpus_is_one_line_exit_2(tmp_path, tokenizer_dir, capsys, kind, needles, probe):
@@ -225,6 +227,30 @@ def test_bad_corpus_is_one_line_exit_2(tmp_path, tokenizer_dir, capsys, kind, ne
     for needle in needles:
         assert needle in err
     assert not list((tmp_path / "cache").glob("*")) if (tmp_path / "cache").exists() else True
+
+
+def test_empty_text_really_gives_zero_tokens(hf):
+    """What makes the `zero_tokens` case above a zero: the demo tokenizer adds no BOS to text."""
+    assert hf("")["input_ids"] == []
+
+
+@pytest.mark.parametrize("probe", ["padding", "bucket"])
+def test_unwritable_cache_dir_warns_once_and_runs_on(tmp_path, tokenizer_dir, hf, capsys, probe):
+    path = write_jsonl(tmp_path / "c.jsonl", RECORDS)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("a file where the cache directory's parent should be")
+    cache = blocker / "cache"
+    code = main(["probe", probe, "--checkpoint", str(tokenizer_dir), "--corpus", str(path),
+                 "--cache-dir", str(cache), "--batch-size", "2", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: ") and str(cache) in err[0], err
+    assert "Traceback" not in captured.err and blocker.read_text().startswith("a file")
+    out = json.loads(captured.out)
+    if probe == "padding":  # the lengths reached the probe: its total is the tokenizer's
+        total = next(r for r in out["tables"]["lengths"] if r["source"] == "all")["total_tokens"]
+        assert total == sum(expected_lengths(hf, RECORDS))
 
 
 def _bad_lengths(tmp_path: Path, kind: str) -> Path:
