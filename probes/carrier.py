@@ -79,6 +79,7 @@ class Config:
         require(self.steps >= 0 and self.warmup_steps >= 0, "--steps and --warmup-steps must be >= 0")
         require(self.max_steps >= self.steps, f"--max-steps {self.max_steps} < --steps {self.steps}")
         require(self.seq_len >= 2, "--seq-len must be >= 2")
+        require(bool(self.harness.strip()), "--harness is empty: give an import path (default probes.harness)")
         require(self.peak_tflops is None or self.peak_tflops > 0, "--peak-tflops must be > 0")
 
 

@@ -38,10 +38,13 @@ CHUNK_TOKENS = 1024
 
 def load_harness(path: str) -> ModuleType:
     """Import the harness module; InputError naming the path or the missing function."""
+    if not path or not path.strip():
+        raise InputError("--harness is empty: give an import path such as probes.harness")
     try:
         module = importlib.import_module(path)
-    except ImportError as exc:
-        raise InputError(f"--harness {path!r} does not import: {exc}") from None
+    except Exception as exc:  # a SyntaxError or any error at import is the harness's, not ours
+        first = (str(exc).splitlines() or [""])[0]
+        raise InputError(f"--harness {path!r} does not import: {type(exc).__name__}: {first}") from None
     missing = [name for name in REQUIRED if not callable(getattr(module, name, None))]
     if missing:
         raise InputError(f"--harness {path!r} lacks {', '.join(missing)} (a harness provides "

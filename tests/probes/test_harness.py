@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, Qwen3Config
 
-from probes import carrier, harness
+from probes import carrier, harness, profile
 from probes.result import InputError
 from runner.cli import main
 
@@ -51,7 +51,9 @@ def test_a_lab_harness_outside_the_package_is_imported_and_used(tiny, lab_path):
     assert row.step_s > 0
 
 
-@pytest.mark.parametrize("path, named", [("no_such_harness_xyz", "does not import"),
+@pytest.mark.parametrize("path, named", [("no_such_harness_xyz", "does not import: ModuleNotFoundError"),
+                                         ("harness_broken", "does not import: SyntaxError"),
+                                         ("harness_raises", "does not import: RuntimeError: LAB_DATA_DIR is not set$"),
                                          ("harness_incomplete", "lacks compute_loss")])
 def test_a_bad_harness_is_an_input_error_naming_it(lab_path, path, named):
     with pytest.raises(InputError, match=named) as info:
@@ -63,6 +65,25 @@ def test_the_cli_refuses_a_bad_harness_in_one_line(tiny, lab_path, capsys):
     code = main(["probe", "carrier", "--checkpoint", str(tiny), "--harness", "harness_incomplete", "--steps", "0"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "harness_incomplete" in err and "compute_loss" in err
+
+
+@pytest.mark.parametrize("probe", ["carrier", "profile"])
+@pytest.mark.parametrize("path, named", [("harness_broken", "SyntaxError"), ("harness_raises", "RuntimeError"),
+                                         ("", "--harness is empty")])
+def test_the_cli_refuses_a_harness_that_fails_at_import_in_one_line(tiny, lab_path, capsys, probe, path, named):
+    extra = ["--steps", "0"] if probe == "carrier" else []
+    code = main(["probe", probe, "--checkpoint", str(tiny), "--harness", path, "--device", "cpu", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and named in err and "Traceback" not in err
+
+
+def test_an_empty_harness_path_is_refused_by_both_configs(tiny):
+    with pytest.raises(InputError, match="--harness is empty"):
+        carrier.Config(checkpoint=(tiny,), harness=" ")
+    with pytest.raises(InputError, match="--harness is empty"):
+        profile.Config(checkpoint=tiny, harness="")
+    with pytest.raises(InputError, match="--harness is empty"):
+        harness.load_harness("")
 
 
 @pytest.mark.parametrize("chunk", [1, 5, 16, 64])
