@@ -116,6 +116,21 @@ def test_gemma3_sliding_band_is_the_window(gemma3):
     assert result.ok
 
 
+def test_gemma3_right_padding_masks_every_layer_and_keeps_the_band(gemma3):
+    """Rows of 32 and 16 real tokens: sliding layers still see min(window, p + 1) keys, full layers
+    lose their maskless path to the padding, and no query reaches another row's tokens."""
+    result = probe(gemma3, seq_len=32, batch_size=2, padding="right")
+    rows = result.tables["layers"]
+    sliding = [r for r in rows if r.layer_type == "sliding_attention"]
+    full = [r for r in rows if r.layer_type == "full_attention"]
+    assert [r.layer for r in full] == [2, 5] and len(sliding) == 4
+    assert all(r.mask == "tensor" and not r.is_causal and not r.fast_path for r in rows)
+    assert {(r.keys_min, r.keys_max) for r in sliding} == {brute_force_keys([32, 16], 32, window=WINDOW)}
+    assert {(r.keys_min, r.keys_max) for r in full} == {brute_force_keys([32, 16], 32)}
+    assert all(r.window == WINDOW for r in sliding) and all(r.window is None for r in full)
+    assert all(r.band_ok and not r.cross_sequence for r in rows)
+
+
 def test_gemma3_short_rows_let_sliding_layers_skip_the_mask(gemma3):
     result = probe(gemma3, seq_len=WINDOW - 2)
     assert all(r.mask == "none" and r.fast_path for r in result.tables["layers"])
