@@ -7,9 +7,13 @@ the loop carries on. Every wait is bounded (ray.wait with a timeout; hosts re-ch
 
 CPU jobs: per host, at most as many in flight as the host's nodes have CPUs, so a job's timeout
 runs from (about) its real start and the deadline is checked before each start.
-GPU jobs: at most one in flight per host (two measurements sharing a host's CPU launch threads
-would disturb each other), placed through `_place_gpu` (runner/placement.py's idleness-aware
-GpuPlacer when present).
+GPU jobs: at most one per host at a time, and alone there: a host's CPU jobs are held while its GPU
+job runs (they would steal the CPU threads that launch its kernels: jitter in the measurement),
+and while a GPU job is due to be placed there (the host's running CPU jobs drain, then it starts).
+One GPU job per host is also what lets a GPU job's idleness guard move it to another idle card of
+a multi-GPU host (Ray picks the card; the guard may pick another). A GPU job cancelled at its
+timeout keeps its host busy until its worker is gone (launcher.gpu_hosts). Placed through
+`_place_gpu` (runner/placement.py's idleness-aware GpuPlacer when present).
 """
 
 from __future__ import annotations
@@ -152,18 +156,30 @@ class Dispatch:
 
     def _fill_cpu(self) -> None:
         in_flight = self.launcher.in_flight()
+        held = self.launcher.gpu_hosts() | self._gpu_due()  # the host's GPU job runs, or is about to
         for host, queue in self.cpu_queues.items():
             if host in self.capacity and self.capacity[host] < 1:  # a 1-CPU task would pend forever there
                 for job in _drain(queue):
                     self.fail(job, f"host {host}: its Ray node offers no CPU (started with --num-cpus=0?)")
+            if host in held:
+                continue
             running = sum(not j.gpu for j in in_flight.get(host, []))
             while queue and running < self.capacity.get(host, 0):
                 self.launcher.submit(queue.popleft(), deadline=self.deadline)
                 running += 1
 
     # -- GPU jobs -----------------------------------------------------------------------------
+    def _gpu_due(self) -> set[str]:
+        """Hosts with a queued GPU job that would be placed now (not backing off): their CPU jobs wait."""
+        now = time.time()
+        return {j.host for j in self.gpu_queue if self.cluster.hosts[j.host].gpus > 0 and j.host in self.capacity
+                and self.gpus.get(j.host, 0) >= 1
+                and (self.placer is None or now >= self.placer.next_attempt_at(j.host))}
+
     def _dispatch_gpu(self) -> None:
-        busy_hosts = {h for h, jobs in self.launcher.in_flight().items() if any(j.gpu for j in jobs)}
+        # A host is busy while any of its jobs runs: its GPU job (one per host) or its CPU jobs
+        # (held meanwhile by _fill_cpu, so they drain and the GPU job starts alone).
+        busy_hosts = self.launcher.gpu_hosts() | {h for h, jobs in self.launcher.in_flight().items() if jobs}
         for job in list(self.gpu_queue):
             host = self.cluster.hosts[job.host]
             if host.gpus == 0:

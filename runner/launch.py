@@ -20,6 +20,8 @@ from typing import Any, Callable
 from runner.hosts import one_line, pinned
 from runner.plan import Job
 
+DRAIN_S = 60.0
+"""How long a cancelled GPU job's host stays busy at most, waiting for its worker to be killed."""
 
 @dataclasses.dataclass(kw_only=True)
 class Outcome:
@@ -108,6 +110,10 @@ class Launcher(abc.ABC):
         """Jobs in flight longer than `timeout_s`, cancelled and failed."""
         return []
 
+    def gpu_hosts(self) -> set[str]:
+        """Hosts where a GPU job may still be running: in flight, or cancelled and not yet gone."""
+        return {host for host, jobs in self.in_flight().items() if any(j.gpu for j in jobs)}
+
 
 class InlineLauncher(Launcher):
     """Runs each job at submit time in this process: no Ray, no parallelism."""
@@ -132,7 +138,8 @@ class InlineLauncher(Launcher):
 
 
 class RayLauncher(Launcher):
-    """Each job a Ray task pinned to its host's node; GPU jobs take num_gpus=1 there."""
+    """Each job a Ray task pinned to its host's node; GPU jobs take num_gpus=1 there, each in a
+    fresh worker process."""
 
     def __init__(self, *, num_cpus: float = 1.0, fn: Callable[..., Outcome] = execute) -> None:
         """`fn`: the job function, `execute` or a wrapper with its signature (tests slow it down)."""
@@ -140,12 +147,16 @@ class RayLauncher(Launcher):
 
         self._ray = ray
         self._remote = ray.remote(max_retries=0)(fn)  # a retry on a dead pinned node hangs
+        # Ray gives GPU tasks max_calls=1 only when num_gpus is in the decorator, not in .options():
+        # say it here, so no GPU job inherits the last one's CUDA context, cached memory or devices.
+        self._gpu_remote = ray.remote(max_retries=0, num_gpus=1, num_cpus=0, max_calls=1)(fn)
         self._num_cpus = num_cpus
         self._pending: dict[Any, tuple[Job, float]] = {}
+        self._draining: dict[Any, tuple[Job, float]] = {}  # GPU tasks cancelled, maybe not yet gone
 
     def submit(self, job: Job, *, deadline: float | None, guard: GpuGuard | None = None) -> None:
-        resources = {"num_gpus": 1, "num_cpus": 0} if job.gpu else {"num_cpus": self._num_cpus}
-        ref = self._remote.options(**resources, **pinned(job.host)).remote(job, deadline=deadline, guard=guard)
+        remote, resources = (self._gpu_remote, {}) if job.gpu else (self._remote, {"num_cpus": self._num_cpus})
+        ref = remote.options(**resources, **pinned(job.host)).remote(job, deadline=deadline, guard=guard)
         self._pending[ref] = (job, time.monotonic())
 
     def poll(self, timeout_s: float) -> list[tuple[Job, Outcome]]:
@@ -171,6 +182,16 @@ class RayLauncher(Launcher):
             out.setdefault(job.host, []).append(job)
         return out
 
+    def gpu_hosts(self) -> set[str]:
+        hosts = super().gpu_hosts()
+        if self._draining:
+            gone = self._ray.wait(list(self._draining), num_returns=len(self._draining), timeout=0)[0]
+            now = time.monotonic()
+            for ref in [r for r, (_, t) in self._draining.items() if r in gone or now - t > DRAIN_S]:
+                del self._draining[ref]
+            hosts |= {job.host for job, _ in self._draining.values()}
+        return hosts
+
     def _drop(self, refs: list, reason: str) -> list[tuple[Job, Outcome]]:
         out = []
         for ref in refs:
@@ -179,6 +200,8 @@ class RayLauncher(Launcher):
                 self._ray.cancel(ref, force=True)
             except Exception:  # already gone with its node; the failure is recorded either way
                 pass
+            if job.gpu:  # its host counts as busy until the killed worker is really gone
+                self._draining[ref] = (job, time.monotonic())
             out.append((job, Outcome(status="failed", reason=reason)))
         return out
 

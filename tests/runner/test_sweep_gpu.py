@@ -147,3 +147,60 @@ def test_a_gpu_host_whose_ray_node_has_no_gpu_fails_at_once(gpu_lab, tmp_path):
     assert time.monotonic() - t0 < 10
     assert (counts.ok, counts.failed, counts.skipped) == (0, 1, 0)
     assert "gx10: its Ray node offers no GPU" in Store(tmp_path / "store").jobs().iloc[0]["reason"]
+
+
+def interval_job(calls: Path, *, gpu_s: float, cpu_s: float):
+    """The job function for the scheduling tests: no probe, only when and in which process each job
+    ran (a stand-in outcome, `skipped`, so nothing needs a result)."""
+
+    def run(job, **kwargs):
+        import json as json_
+        import os
+        import uuid
+
+        from runner.launch import Outcome
+
+        t0 = time.time()
+        time.sleep(gpu_s if job.gpu else cpu_s)
+        (calls / f"{uuid.uuid4().hex}.json").write_text(json_.dumps(
+            {"gpu": job.gpu, "start": t0, "end": time.time(), "pid": os.getpid()}))
+        return Outcome(status="skipped", reason="stand-in: scheduling test")
+
+    return run
+
+
+def scheduled(gpu_lab: Path, tmp_path: Path, plans: dict, fn) -> tuple[object, list[dict]]:
+    import yaml
+
+    data = yaml.safe_load(gpu_lab.read_text())
+    data["plans"] = plans
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(data))
+    counts = sweep(path, tmp_path / "store", fn, time.time() + 60)
+    return counts, [json.loads(p.read_text()) for p in (tmp_path / "calls").glob("*.json")]
+
+
+def test_each_gpu_job_gets_a_fresh_worker_process(gpu_lab, fake_nvml_dir, tmp_path):
+    (tmp_path / "calls").mkdir()
+    set_card(fake_nvml_dir, IDLE)
+    plans = {"gpu": [{"probe": "profile", "hosts": [HOST], "checkpoints": ["qwen3-0.6b-base"],
+                      "config": {"steps": n}} for n in (5, 6, 7)]}
+    counts, runs = scheduled(gpu_lab, tmp_path, plans, interval_job(tmp_path / "calls", gpu_s=0.0, cpu_s=0.0))
+    assert counts.skipped == 3 and len(runs) == 3
+    # A reused worker would carry the last job's CUDA context and cached memory into the next.
+    assert len({r["pid"] for r in runs}) == 3, runs
+
+
+def test_a_hosts_cpu_jobs_never_run_beside_its_gpu_job(gpu_lab, fake_nvml_dir, tmp_path):
+    (tmp_path / "calls").mkdir()
+    set_card(fake_nvml_dir, IDLE)
+    plans = {"gpu": [{"probe": "mask", "hosts": [HOST], "checkpoints": ["qwen3-0.6b-base"],
+                      "config": {"seq_len": 64 + n}} for n in range(4)]
+             + [{"probe": "profile", "hosts": [HOST], "checkpoints": ["qwen3-0.6b-base"], "config": {"steps": n}}
+                for n in (5, 6)]}
+    counts, runs = scheduled(gpu_lab, tmp_path, plans, interval_job(tmp_path / "calls", gpu_s=1.0, cpu_s=0.3))
+    assert counts.skipped == 6 and len(runs) == 6
+    gpu = [r for r in runs if r["gpu"]]
+    for g in gpu:  # the node has a free CPU for them (GPU tasks take none): only the dispatch holds them
+        beside = [r for r in runs if r is not g and r["start"] < g["end"] and r["end"] > g["start"]]
+        assert not beside, f"ran beside a GPU job: {beside}"
