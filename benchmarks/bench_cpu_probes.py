@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -236,16 +237,18 @@ def report(rows: list[tuple], extra: dict, repeats: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(text: str) -> None:
-    """Replace only our section (up to the next `## ` heading); other sections stay untouched."""
-    current = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    start = current.find(SECTION + "\n")
-    if start < 0:
-        RESULTS.write_text(current.rstrip("\n") + "\n\n" + text)
+def write_section(text: str, path: Path = RESULTS) -> None:
+    """Replace only our section's text, from its heading line up to the next `## ` heading (or the
+    end); every other section stays byte for byte. Headings match whole lines only, so a
+    `### CPU probes` or a mention in prose is never taken for ours. Appended when missing."""
+    current = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n"
+    heading = re.search(rf"^{re.escape(SECTION)}[ \t]*$", current, re.MULTILINE)
+    if heading is None:
+        path.write_text(current.rstrip("\n") + "\n\n" + text, encoding="utf-8")
         return
-    end = current.find("\n## ", start + len(SECTION))
-    rest = current[end + 1:] if end >= 0 else ""
-    RESULTS.write_text(current[:start] + text + ("\n" + rest if rest else ""))
+    following = re.compile(r"^## ", re.MULTILINE).search(current, heading.end())
+    rest = current[following.start():] if following else ""
+    path.write_text(current[:heading.start()] + text + ("\n" + rest if rest else ""), encoding="utf-8")
 
 
 def main() -> None:
