@@ -6,10 +6,15 @@ Each host's runs root (`runs_root` in cluster.yaml) is scanned by a Ray task pin
 adapters are digested, the approved directories deleted with every refusal re-checked at the
 moment of deletion, the digests verified, and the space each filesystem got back measured.
 
-Every invocation, dry or not, is stored: tables `purge.actions` (the plan, phase "plan", and with
---yes the outcome, phase "outcome") and `purge.filesystems`, one file per host under
-`checkpoint=-` (a purge acts on runs, not on one model checkpoint; the run is a column), then a
-`jobs` row per host. Exit 0 when everything approved was removed and every adapter verified
+Every invocation, dry or not, is stored: tables `purge.actions` and `purge.filesystems`, one file
+per host and phase under `checkpoint=-` (a purge acts on runs, not on one model checkpoint; the run
+is a column), each phase committed by its own `jobs` row. The plan (phase "plan", job
+`purge-plan-<hash>`) is stored before anything is deleted, so a purge interrupted part way (Ctrl-C,
+a timeout, a crash) leaves the plan it was carrying out; with --yes the outcome (phase "outcome",
+job `purge-<hash>`, same run_id) follows. A plan with no outcome beside it is an interrupted purge.
+Without an address (or with `--address local`) Ray is the sweep's embedded one on this machine, its
+node labelled `local`: only a host `local` with a runs_root can be purged, other hosts read as
+unreachable. Exit 0 when everything approved was removed and every adapter verified
 (refusals are the tool working), 1 when a host, a deletion or a digest failed, 2 on bad input.
 """
 
@@ -28,11 +33,11 @@ import sys
 import time
 import uuid
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from probes.result import InputError
 from runner import purge_fs
-from runner.hosts import HOST_LABEL, HostFailure, connect, run_on_hosts
+from runner.hosts import HOST_LABEL, HostFailure, run_on_hosts
 from runner.tables import format_table
 
 PROBE = "purge"
@@ -69,6 +74,10 @@ class Report:
     envs: dict[str, dict] = dataclasses.field(default_factory=dict)
     started_at: datetime = dataclasses.field(default_factory=lambda: datetime.now(timezone.utc))
     wall_s: float = 0.0
+    run_id: str = ""
+
+    def __post_init__(self) -> None:
+        self.run_id = self.run_id or f"{self.started_at:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
 
     def host_ok(self, host: str) -> bool:
         rows = self.outcome.get(host, [])
@@ -127,9 +136,10 @@ def _on_host(roots: dict[str, str], run_glob: str, planned: dict[str, list[str]]
         return {"bad_input": f"{host}: {exc}"}
 
 
-def purge(roots: dict[str, str], run_glob: str = "*", *, yes: bool = False,
-          timeout_s: float = 3600.0) -> Report:
-    """Plan on every host; with `yes`, execute the plan on every host that answered."""
+def purge(roots: dict[str, str], run_glob: str = "*", *, yes: bool = False, timeout_s: float = 3600.0,
+          on_plan: Callable[[Report], None] | None = None) -> Report:
+    """Plan on every host; `on_plan(report)` (storing the plan) before anything is deleted; with
+    `yes`, execute the plan on every host that answered."""
     start = time.monotonic()
     report = Report(yes=yes, roots=roots, run_glob=check_glob(run_glob))
     answers = run_on_hosts(_on_host, list(roots), roots, run_glob, None, timeout_s=timeout_s)
@@ -142,6 +152,8 @@ def purge(roots: dict[str, str], run_glob: str = "*", *, yes: bool = False,
             continue
         report.plan[host], report.envs[host] = answer["actions"], answer["env"]
         report.filesystems[host] = answer["filesystems"]
+    if on_plan is not None:
+        on_plan(report)
     if yes:
         _execute(report, timeout_s)
     report.wall_s = time.monotonic() - start
@@ -166,33 +178,34 @@ def _execute(report: Report, timeout_s: float) -> None:
 _INTERNAL = ("host", "dev", "ino")  # host is the partition; dev/ino are st_dev/st_ino for joins here
 
 
-def store_report(store: Any, report: Report) -> str:
-    """Per host: purge.actions, purge.filesystems, then the jobs row last. Returns the run id."""
+def store_phase(store: Any, report: Report, phase: str) -> None:
+    """Per host: purge.actions and purge.filesystems of one phase ("plan": every host, before any
+    deletion; "outcome": the hosts that planned), then that phase's jobs row, which commits them."""
     from runner.jobenv import code_version
     from runner.store import JobKey
 
-    run_id = f"{report.started_at:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
     finished = datetime.now(timezone.utc)
-    for host, root in report.roots.items():
-        config = {"host": host, "runs_root": root, "run_glob": report.run_glob, "yes": report.yes}
+    for host in report.roots if phase == "plan" else report.plan:
+        config = {"host": host, "runs_root": report.roots[host], "run_glob": report.run_glob,
+                  "yes": report.yes}
         digest = _hash(config)
-        key = JobKey(run_id=run_id, job_id=f"purge-{digest}", probe=PROBE, host=host,
-                     checkpoint=NO_CHECKPOINT, checkpoint_fp=NO_CHECKPOINT, config_hash=digest,
-                     code_version=code_version(), finished_at=finished)
+        key = JobKey(run_id=report.run_id, job_id=f"purge-plan-{digest}" if phase == "plan" else f"purge-{digest}",
+                     probe=PROBE, host=host, checkpoint=NO_CHECKPOINT, checkpoint_fp=NO_CHECKPOINT,
+                     config_hash=digest, code_version=code_version(), finished_at=finished)
         freed = {f["fs"]: f["freed_bytes"] for f in report.filesystems.get(host, [])}
-        rows = report.plan.get(host, []) + report.outcome.get(host, [])
+        rows = (report.plan if phase == "plan" else report.outcome).get(host, [])
         actions = [{**{k: v for k, v in r.items() if k not in _INTERNAL},
-                    "fs_freed_bytes": freed.get(r["fs"]) if r["phase"] == "outcome" else None}
+                    "fs_freed_bytes": freed.get(r["fs"]) if phase == "outcome" else None}
                    for r in rows]
         store.write_table(key, "actions", actions)
-        store.write_table(key, "filesystems", [{k: v for k, v in f.items() if k != "host"}
+        store.write_table(key, "filesystems", [{**{k: v for k, v in f.items() if k != "host"}, "phase": phase}
                                                for f in report.filesystems.get(host, [])])
-        status = "ok" if report.host_ok(host) else "failed"
-        store.write_job(key, status=status, reason=_host_reason(report, host),
-                        started_at=report.started_at, wall_s=report.wall_s,
-                        summary=host_summary(report, host), config=config,
+        ok = host not in report.failures if phase == "plan" else report.host_ok(host)
+        store.write_job(key, status="ok" if ok else "failed",
+                        reason=report.failures.get(host, "") if phase == "plan" else _host_reason(report, host),
+                        started_at=report.started_at, wall_s=(finished - report.started_at).total_seconds(),
+                        summary=host_summary(report, host) | {"phase": phase}, config=config,
                         env=report.envs.get(host, {}))
-    return run_id
 
 
 def _hash(config: dict) -> str:
@@ -216,7 +229,7 @@ def host_summary(report: Report, host: str) -> dict[str, Any]:
             "planned_bytes": sum(r["alloc_bytes"] for r in plan if r["action"] == "remove"),
             "num_removed": count(outcome, "removed"), "num_failed": count(outcome, "failed"),
             "num_refused_at_deletion": sum(1 for r in outcome if r["reason"].startswith("at deletion")),
-            "freed_bytes": sum(f["freed_bytes"] or 0 for f in fs) if report.yes else None,
+            "freed_bytes": sum(f["freed_bytes"] or 0 for f in fs) if host in report.outcome else None,
             "adapters_verified": all(r["adapter_digests_verified"] is not False for r in outcome)}
 
 
@@ -363,6 +376,7 @@ def _verified(value: bool | None) -> str:
 def main(args: argparse.Namespace) -> int:
     from runner.cluster import load_cluster
     from runner.store import Store
+    from runner.sweep import LOCAL_HOST, connect_ray
 
     if not args.timeout_s > 0:
         raise InputError(f"--timeout-s: must be > 0 (got {args.timeout_s})")
@@ -371,10 +385,20 @@ def main(args: argparse.Namespace) -> int:
     check_glob(args.run)
     store = Store(args.store or cluster.store_root())
     address = args.address or cluster.spec.ray.address
-    # An embedded local Ray stands for the head host (as `labprobe idle` does): only its runs root.
-    connect(address, labels=None if address else {HOST_LABEL: cluster.head().name})
-    report = purge(roots, args.run, yes=args.yes, timeout_s=args.timeout_s)
-    run_id = store_report(store, report)
+    # As `sweep` and `idle`: no address (or `local`) is the embedded Ray on this machine, its one
+    # node labelled `local`, never posing as another host (the head's runs root is not this one's).
+    import ray
+
+    embedded = address in (None, "local") and not ray.is_initialized()
+    connect_ray(address)
+    if embedded and set(roots) - {LOCAL_HOST}:
+        print(f"labprobe purge: no --address: the embedded Ray on this machine is host `{LOCAL_HOST}` only; "
+              f"{', '.join(sorted(set(roots) - {LOCAL_HOST}))} will read as unreachable", file=sys.stderr)
+    report = purge(roots, args.run, yes=args.yes, timeout_s=args.timeout_s,
+                   on_plan=lambda planned: store_phase(store, planned, "plan"))
+    if report.yes:
+        store_phase(store, report, "outcome")
+    run_id = report.run_id
     if args.json:
         json.dump({"yes": report.yes, "plan": report.plan, "outcome": report.outcome,
                    "filesystems": report.filesystems, "failures": report.failures,

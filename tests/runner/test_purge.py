@@ -9,10 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from runner import purge as purge_mod
 from runner import purge_fs
 from runner.cli import main
 from runner.purge import filesystems, purge
@@ -205,6 +208,7 @@ def test_purge_removes_only_planned_checkpoints_and_adapters_survive(ray_cluster
     assert removed["fs_freed_bytes"].notna().all()
     assert set(done.loc[done["action"] != "removed", "action"]) == {"refuse"}
     fs = store.read("purge.filesystems")
+    fs = fs[fs["phase"] == "outcome"]
     assert set(fs["host"]) == set(HOSTS) and fs["freed_bytes"].notna().all()
     by_host = removed.groupby("host")["alloc_bytes"].sum().to_dict()
     assert dict(zip(fs["host"], fs["removed_bytes"])) == by_host
@@ -383,3 +387,66 @@ def test_digest_check_covers_the_adapters_of_runs_not_selected(lab, monkeypatch)
     assert by_run["donor"].action == "removed" and by_run["donor"].adapter_digests_verified is True
     assert by_run["borrower"].action == "failed" and by_run["borrower"].adapter_digests_verified is False
     assert set(by_run) == {"donor", "borrower"}
+
+
+def test_the_plan_is_stored_before_anything_is_deleted(ray_cluster, lab, monkeypatch):
+    """Ctrl-C during the deletions: the plan that was being carried out is in the store."""
+    store, real_execute = Store(lab["store"]), purge_mod._execute
+
+    def interrupted(report, timeout_s):
+        plan = store.read("purge.actions")  # committed by its jobs row before any deletion
+        assert set(plan["phase"]) == {"plan"} and len(plan) == len(EXPECTED)
+        assert (lab["roots"]["gx10"] / "clean-a" / "checkpoints").is_dir()
+        real_execute(report, timeout_s)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(purge_mod, "_execute", interrupted)
+    assert main(["purge", "--cluster", str(lab["cluster"]), "--yes"]) == 130  # the CLI's Ctrl-C
+    assert not (lab["roots"]["gx10"] / "clean-a" / "checkpoints").exists()  # the deletions happened
+    actions, jobs = store.read("purge.actions"), store.jobs()
+    assert set(actions["phase"]) == {"plan"}  # no outcome: an interrupted purge, visible as such
+    assert sorted(actions.loc[actions["action"] == "remove", "run"]) == ["borrower-hard", "clean-a", "clean-b"]
+    assert sorted(jobs["host"]) == sorted(HOSTS) and all(j.startswith("purge-plan-") for j in jobs["job_id"])
+
+
+def test_a_full_purge_stores_plan_and_outcome_under_one_run_id(ray_cluster, lab, capsys):
+    assert main(["purge", "--cluster", str(lab["cluster"]), "--yes"]) == 0
+    store = Store(lab["store"])
+    actions, jobs = store.read("purge.actions"), store.jobs()
+    assert actions["run_id"].nunique() == 1 and jobs["run_id"].nunique() == 1
+    by_phase = actions.groupby("phase")["run"].count().to_dict()
+    assert by_phase == {"plan": len(EXPECTED), "outcome": len(EXPECTED)}
+    assert sorted(jobs["host"]) == sorted(HOSTS * 2)
+    assert set(store.read("purge.filesystems")["phase"]) == {"plan", "outcome"}
+
+
+def test_without_an_address_only_this_machine_is_purged_as_host_local(tmp_path):
+    """The embedded Ray (no address, or `--address local`) is host `local` as in `sweep`, never the
+    head host: the head's runs root is left alone (unreachable), this machine's is purged."""
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(Path(__file__).parents[2])}
+    env.pop("RAY_ADDRESS", None)
+    procs = {}
+    for name, extra in {"none": [], "local": ["--address", "local"]}.items():
+        roots = {h: tmp_path / name / f"runs-{h}" for h in ("local", "gx10")}
+        for host, root in roots.items():
+            make_run(root, f"run-{host}")
+        cluster = tmp_path / name / "cluster.yaml"
+        cluster.write_text("store:\n  root: store\nray:\n  head: gx10\nhosts:\n" + "".join(
+            f"  - name: {h}\n    address: 127.0.0.1\n    runs_root: {roots[h]}\n" for h in roots))
+        procs[name] = roots, subprocess.Popen(
+            [sys.executable, "-m", "runner.cli", "purge", "--cluster", str(cluster), "--yes", "--json",
+             "--timeout-s", "120", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for name, (roots, proc) in procs.items():
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 1, err[-2000:]  # gx10 unreachable from here
+        printed = json.loads(out)
+        assert {h: s["num_removed"] for h, s in printed["summary"].items()} == {"local": 1, "gx10": 0}
+        assert "no alive Ray node carries labprobe.host=gx10" in printed["failures"]["gx10"]
+        assert "host `local` only" in err
+        jobs = Store(tmp_path / name / "store").jobs()
+        assert sorted(zip(jobs["host"], jobs["status"])) == [("gx10", "failed"), ("local", "ok"), ("local", "ok")]
+        assert set(Store(tmp_path / name / "store").read("purge.actions")["host"]) == {"local"}
+        assert not (roots["local"] / "run-local" / "checkpoints").exists()
+        assert (roots["gx10"] / "run-gx10" / "checkpoints").is_dir()
+        assert (roots["local"] / "run-local" / "adapter" / "adapter_model.safetensors").is_file()
