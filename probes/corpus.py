@@ -83,7 +83,8 @@ def load(*, corpus: Path | None, lengths: Path | None, checkpoint: Path | None,
         _write_atomic(cache, result)
     except OSError as exc:
         # the cache only saves time: a read-only or bad --cache-dir must not lose the run
-        _warn(f"cannot write the lengths cache under {cache_dir} ({exc.strerror or exc}); continuing without it")
+        _warn(f"cannot write the lengths cache under {cache_dir} ({exc.strerror or exc}); "
+              "continuing without it")
         return result
     _remember_or_warn(corpus, cache_dir, digest)
     return result
