@@ -375,41 +375,57 @@ def read_pinned(per_host: dict[str, tuple[str | None, Thresholds]]) -> list[GpuR
 
 # -- the job-side check ------------------------------------------------------------------------------
 
-def pick_card(host: str, readings: list[GpuReading], visible_env: str | None) -> str | None:
-    """The job-side decision: raise GpuBusyError unless the job's card reads idle.
+@dataclasses.dataclass(frozen=True)
+class Card:
+    """The card a GPU job runs on, as guard() settled it."""
 
-    `visible_env` is CUDA_VISIBLE_DEVICES (NVML indices or UUIDs). Set (Ray sets it for num_gpus
-    tasks): every GPU it names must read idle; returns None. Unset: some GPU must read idle, and the
-    first idle one is returned (its UUID) for the job to use, so it does not land on a busy GPU 0.
+    index: int
+    uuid: str
+    assigned: str | None
+    """CUDA_VISIBLE_DEVICES as found (Ray's assignment), None when unset."""
+    switched: bool
+    """True when the assigned card read busy and the job was pointed at this idle one instead."""
+
+
+def pick_card(host: str, readings: list[GpuReading], visible_env: str | None) -> Card:
+    """The job-side decision: an idle card of this host for the job, or GpuBusyError.
+
+    `visible_env` is CUDA_VISIBLE_DEVICES (NVML indices or UUIDs; Ray sets it for num_gpus tasks).
+    The first card it names is kept when it reads idle; when it reads busy (Ray counts GPUs
+    logically and may hand out the card someone is training on), or the variable is unset, the
+    first idle card of the host is chosen. Only when no card of the host reads idle does it refuse.
     """
     gpus = [r for r in readings if r.verdict != "no-gpu"]
     if not gpus:
         raise GpuBusyError(describe(host, readings))
-    if visible_env is not None:
-        wanted = {w.strip() for w in visible_env.split(",") if w.strip()}
-        visible = [r for r in gpus if str(r.index) in wanted or (r.uuid and r.uuid in wanted)]
-        if not visible:
-            raise GpuBusyError(f"{host}: CUDA_VISIBLE_DEVICES={visible_env!r} names no GPU that NVML sees")
-        busy = [r for r in visible if r.verdict != "idle"]
-        if busy:
-            raise GpuBusyError(describe(host, busy))
-        return None
+    wanted = [w.strip() for w in (visible_env or "").split(",") if w.strip()]
+    assigned = [r for w in wanted[:1] for r in gpus if w in (str(r.index), r.uuid)]
+    if visible_env is not None and not assigned:
+        raise GpuBusyError(f"{host}: CUDA_VISIBLE_DEVICES={visible_env!r} names no GPU that NVML sees")
+    if assigned and assigned[0].verdict == "idle":
+        return Card(index=assigned[0].index, uuid=assigned[0].uuid, assigned=visible_env, switched=False)
     idle = [r for r in gpus if r.verdict == "idle"]
     if not idle:
         raise GpuBusyError(describe(host, gpus))
-    return idle[0].uuid or str(idle[0].index)
+    return Card(index=idle[0].index, uuid=idle[0].uuid, assigned=visible_env, switched=bool(assigned))
 
 
-def guard(host: str, *, runs_dir: str | None = None, thresholds: Thresholds | None = None) -> None:
-    """A GPU job's first call (before anything initialises CUDA): refuse a busy card (pick_card).
+def guard(host: str, *, runs_dir: str | None = None, thresholds: Thresholds | None = None) -> Card:
+    """A GPU job's first call (before anything initialises CUDA): read every card of the host and
+    point the job at an idle one (pick_card); refuse only when none reads idle.
 
-    Where CUDA_VISIBLE_DEVICES was unset it is set to the idle card picked, except with fake
-    readings: there is no card to point at, and the variable would leak into later tests' Ray nodes.
+    Switching away from Ray's assignment is safe because the runner runs at most one GPU job per
+    host at a time: the idle card is no other job's. CUDA_VISIBLE_DEVICES becomes the chosen card's
+    UUID (indices can differ between NVML and CUDA orderings). With fake readings (tests) the
+    variable is only switched when it was set (by Ray inside a GPU task, or by a test that restores
+    it): an unset one set here would leak into the test process and the Ray nodes it starts later.
     """
     readings = read_local(host, runs_dir=runs_dir, thresholds=thresholds)
-    card = pick_card(host, readings, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    if card is not None and not os.environ.get(FAKE_ENV):
-        os.environ["CUDA_VISIBLE_DEVICES"] = card
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    card = pick_card(host, readings, visible)
+    if card.switched or (visible is None and not os.environ.get(FAKE_ENV)):
+        os.environ["CUDA_VISIBLE_DEVICES"] = card.uuid or str(card.index)
+    return card
 
 
 def describe(host: str, readings: list[GpuReading]) -> str:

@@ -245,34 +245,54 @@ def test_nvml_path_samples_every_gpu_over_the_window(monkeypatch):
 
 # -- guard --------------------------------------------------------------------------------------------
 
-def test_guard_refuses_a_busy_card_and_names_why(fake_nvml_dir, monkeypatch):
+def test_guard_on_a_two_gpu_host_moves_the_job_off_the_busy_card_ray_assigned(fake_nvml_dir, monkeypatch):
+    """Ray assigned GPU 0 (logical counting), someone trains on it, GPU 1 is idle: the job goes
+    to GPU 1 (by UUID, set before CUDA starts) instead of refusing forever."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # restored after the test: no leak
+    write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(31337, 4 * GIB)], mem=4 * GIB), gpu(1)])
+    card = idle.guard("box")
+    assert card == idle.Card(index=1, uuid="GPU-fake-1", assigned="0", switched=True)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-fake-1"
+    # Ray's card idle: kept as assigned, nothing switched.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    write_fake(fake_nvml_dir, "box", [gpu(0), gpu(1, processes=[(31337, 4 * GIB)], mem=4 * GIB)])
-    with pytest.raises(GpuBusyError, match=r"box: GPU 1 busy: pid 31337 computes on it \(4.00 GiB\)"):
-        idle.guard("box")
+    assert idle.guard("box") == idle.Card(index=1, uuid="GPU-fake-1", assigned="1", switched=False)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
+    # Both cards busy: refused, naming every card and why; the variable untouched.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    idle.guard("box")
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-1")
-    with pytest.raises(GpuBusyError, match="pid 31337"):
+    write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(31337, 4 * GIB)], mem=4 * GIB),
+                                      gpu(1, util=(0, 95, 90))])
+    with pytest.raises(GpuBusyError, match=r"box: GPU 0 busy: pid 31337 computes on it \(4.00 GiB\).*; "
+                                           r"GPU 1 busy: utilisation"):
         idle.guard("box")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+def test_guard_accepts_ray_assigning_by_uuid(fake_nvml_dir, monkeypatch):
+    write_fake(fake_nvml_dir, "box", [gpu(0), gpu(1, processes=[(31337, 4 * GIB)], mem=4 * GIB)])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-1")
+    assert idle.guard("box") == idle.Card(index=0, uuid="GPU-fake-0", assigned="GPU-fake-1", switched=True)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-fake-0"
 
 
 def test_pick_card_without_visible_devices_points_the_job_at_an_idle_card():
     hot = GpuReading(host="box", index=0, name="H200", verdict="busy", reason="utilisation >= 10%",
                      uuid="GPU-0")
     cool = GpuReading(host="box", index=1, name="H200", verdict="idle", reason="", uuid="GPU-1")
-    assert idle.pick_card("box", [hot, cool], None) == "GPU-1"
-    assert idle.pick_card("box", [hot, cool], "1") is None  # Ray chose the card: only check it
+    assert idle.pick_card("box", [hot, cool], None) == idle.Card(1, "GPU-1", None, False)
+    assert idle.pick_card("box", [hot, cool], "1") == idle.Card(1, "GPU-1", "1", False)
+    assert idle.pick_card("box", [hot, cool], "0") == idle.Card(1, "GPU-1", "0", True)
     with pytest.raises(GpuBusyError, match="box: GPU 0 busy: utilisation"):
         idle.pick_card("box", [hot], None)
+    with pytest.raises(GpuBusyError, match="box: GPU 0 busy: utilisation"):
+        idle.pick_card("box", [hot], "0")
     with pytest.raises(GpuBusyError, match="names no GPU"):
         idle.pick_card("box", [hot, cool], "7")
 
 
-def test_guard_with_fake_readings_checks_but_leaves_the_environment(fake_nvml_dir, monkeypatch):
+def test_guard_with_fake_readings_checks_but_leaves_an_unset_environment(fake_nvml_dir, monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     write_fake(fake_nvml_dir, "box", [gpu(0, util=(0, 80, 90)), gpu(1)])
-    idle.guard("box")
+    assert idle.guard("box").index == 1
     assert "CUDA_VISIBLE_DEVICES" not in os.environ
     write_fake(fake_nvml_dir, "box", [gpu(0, util=(0, 80, 90))])
     with pytest.raises(GpuBusyError, match="utilisation"):

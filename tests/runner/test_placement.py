@@ -158,3 +158,35 @@ def test_gpu_job_refuses_a_card_that_became_busy_and_is_placed_again(ray_cluster
         assert ray.get(job.remote("gpu-a"), timeout=60) == "0"  # Ray's logical GPU, read idle
     finally:
         ray_cluster.remove_node(node)
+
+
+def held_gpu_job(host: str) -> tuple[str, str, bool]:
+    """gpu_job holding its card a moment (so Ray hands a concurrent job the other one)."""
+    from runner.idle import guard
+
+    assigned = os.environ["CUDA_VISIBLE_DEVICES"]
+    card = guard(host)
+    time.sleep(2)
+    return os.environ["CUDA_VISIBLE_DEVICES"], assigned, card.switched
+
+
+def test_gpu_job_on_a_two_gpu_host_runs_on_the_idle_card_whichever_ray_assigned(ray_cluster, fake_nvml_dir):
+    """The placer says yes when any card is idle; Ray may then hand the job the busy one: the job
+    moves itself to the idle card rather than refusing forever."""
+    import ray
+    from runner.hosts import pinned
+
+    node = ray_cluster.add_node(num_cpus=1, num_gpus=2, labels={"labprobe.host": "gpu-b"})
+    try:
+        (fake_nvml_dir / "gpu-b.json").write_text(json.dumps([
+            {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-fake-0", "mem_used_bytes": 6 * GIB,
+             "util_pct": [0, 0, 0], "processes": [{"pid": 31337, "mem_used_bytes": 6 * GIB}]},
+            {"index": 1, "name": "NVIDIA H200", "uuid": "GPU-fake-1", "mem_used_bytes": 0,
+             "util_pct": [0, 0, 0], "processes": []}]))
+        assert GpuPlacer(deadline=None).try_place("gpu-b") == (True, "")
+        # Two jobs holding Ray's two cards at once, so one surely is assigned GPU 0 (the busy one).
+        job = ray.remote(max_retries=0, num_gpus=1, num_cpus=0)(held_gpu_job).options(**pinned("gpu-b"))
+        assert sorted(ray.get([job.remote("gpu-b") for _ in range(2)], timeout=60)) == [
+            ("1", "1", False), ("GPU-fake-1", "0", True)]
+    finally:
+        ray_cluster.remove_node(node)
