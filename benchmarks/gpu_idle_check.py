@@ -94,7 +94,7 @@ def end_hog(pid: int) -> None:
 
 def profile_job() -> dict:
     """What the GPU job wrapper does: guard first (raises GpuBusyError on a busy card), then the job."""
-    guard(HOST)
+    card = guard(HOST)
     import torch
 
     a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
@@ -108,7 +108,7 @@ def profile_job() -> dict:
     torch.cuda.synchronize()
     tflops = 10 * 2 * 8192**3 / (start.elapsed_time(end) / 1e3) / 1e12
     out = {"matmul_bf16_tflops": round(tflops, 1), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-           "device": torch.cuda.get_device_name()}
+           "device": torch.cuda.get_device_name(), "card": dataclasses.asdict(card)}
     out["profile"] = tiny_profile()
     return out
 
@@ -172,7 +172,9 @@ def after_hog(steps: list[dict], work: Path, t0: float) -> None:
     t0 = time.perf_counter()
     try:
         out = profile_job()
-        log(steps, "the job runs", True, job_wall_s=round(time.perf_counter() - t0, 2), job=out)
+        # tiny_profile reports the probe's failure instead of raising: the step holds only if it ran.
+        log(steps, "the job runs", out["profile"]["ran"] is True, job_wall_s=round(time.perf_counter() - t0, 2),
+            job=out)
     except GpuBusyError as exc:
         log(steps, "the job runs", False, error=str(exc))
     time.sleep(1.0)
