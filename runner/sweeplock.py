@@ -1,12 +1,12 @@
 """One sweep per store at a time, and the sweep's deadline.
 
-The lock is `<store>/.sweep.lock`, a small JSON file (pid, host, run_id, plan, start time) created
-atomically: written to a temp file, then hard-linked into place, which fails if a lock exists, so
-no reader ever sees a half-written lock and two sweeps cannot both win. A lock whose pid is dead
-on this host is stale (a sweep killed with SIGKILL or a crashed machine): the next sweep takes it
-over. A lock held from another host (a store on shared storage) cannot be checked from here and is
-respected; remove it by hand if that host's sweep is known dead. (A recycled pid could make a
-stale lock look alive; the message names the pid so a person can check.)
+The lock is `<store>/.sweep.lock`, a file that stays; a sweep holds an exclusive `flock` on it for
+its whole run and writes its holder info there (pid, host, run_id, plan, start time) for the "who
+is running" message. The kernel drops the lock when the holding process dies, however it dies
+(SIGKILL, a crash), so there is no stale lock to detect and take over, and no race between two
+sweeps taking over the same dead holder: exactly one `flock` succeeds. The file is never removed
+(removing it would let a late opener lock a file nobody else sees); on release it is emptied. On a
+store on NFS, Linux maps `flock` to NFS byte-range locks, so it holds across the lab's hosts too.
 
 Deadline `HH:MM` (local time) means the occurrence of that clock time nearest to now: within the
 past 12 hours it is already past (a late start: no new job starts), otherwise the next one. So
@@ -16,6 +16,7 @@ past 12 hours it is already past (a late start: no new job starts), otherwise th
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -33,27 +34,32 @@ class SweepLock:
         self.path = Path(store_root) / LOCK_NAME
         self.info = {"pid": os.getpid(), "host": socket.gethostname(), "run_id": run_id, "plan": plan,
                      "started_at": datetime.now().astimezone().isoformat(timespec="seconds")}
+        self._fd: int | None = None
 
     def acquire(self) -> None:
         """Take the lock, or raise InputError naming the running sweep (one line)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(3):
-            if self._try_create():
-                return
-            holder = self._read()
-            if holder is None or not self._stale(holder):
-                raise InputError(self._busy_message(holder))
-            # Stale: move it aside under a unique name; only one contender's rename succeeds.
-            try:
-                os.replace(self.path, self.path.with_name(f"{LOCK_NAME}.stale-{holder.get('pid')}-{os.getpid()}"))
-            except FileNotFoundError:
-                pass
-        raise InputError(f"could not take the sweep lock {self.path}")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:  # --store naming a file, a read-only place...
+            raise InputError(f"store {self.path.parent}: cannot hold the sweep lock there: "
+                             f"{exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read(fd)
+            os.close(fd)
+            raise InputError(self._busy_message(holder)) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(self.info).encode(), 0)
+        self._fd = fd
 
     def release(self) -> None:
-        holder = self._read()
-        if holder is not None and holder.get("run_id") == self.info["run_id"]:
-            self.path.unlink(missing_ok=True)
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        os.ftruncate(fd, 0)  # nobody holds it: no holder to name
+        os.close(fd)  # closing the last descriptor drops the flock
 
     def __enter__(self) -> SweepLock:
         self.acquire()
@@ -62,44 +68,35 @@ class SweepLock:
     def __exit__(self, *exc) -> None:
         self.release()
 
-    def _try_create(self) -> bool:
-        tmp = self.path.with_name(f".sweep.lock.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(self.info), encoding="utf-8")
-        try:
-            os.link(tmp, self.path)
-            return True
-        except FileExistsError:
-            return False
-        finally:
-            tmp.unlink(missing_ok=True)
-
-    def _read(self) -> dict | None:
-        try:
-            return json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError):
-            return None
-
-    def _stale(self, holder: dict) -> bool:
-        if not holder:  # vanished between our attempt and the read: try again
-            return True
-        if holder.get("host") != socket.gethostname():
-            return False
-        try:
-            os.kill(int(holder["pid"]), 0)
-        except ProcessLookupError:
-            return True
-        except (PermissionError, KeyError, ValueError, TypeError):
-            return False
-        return False
-
     def _busy_message(self, holder: dict | None) -> str:
-        if holder is None:
-            return f"another sweep holds {self.path} (unreadable lock); remove it if no sweep runs"
+        if not holder:  # the holder took the lock a moment ago and is writing its info
+            return f"another sweep is running on this store (it is starting; lock {self.path})"
         return (f"another sweep is running on this store: pid {holder.get('pid')} on {holder.get('host')}, "
                 f"run {holder.get('run_id')}, plan {holder.get('plan')!r}, started {holder.get('started_at')} "
                 f"(lock {self.path})")
+
+
+def holder(store_root: Path) -> dict | None:
+    """The running sweep's holder info when one holds `store_root`'s lock, else None."""
+    try:
+        fd = os.open(Path(store_root) / LOCK_NAME, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _read(fd) or {}
+    finally:
+        os.close(fd)
+    return None
+
+
+def _read(fd: int) -> dict | None:
+    try:
+        info = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
 
 
 def parse_deadline(text: str, *, now: datetime | None = None) -> float:

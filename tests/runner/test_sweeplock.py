@@ -1,4 +1,4 @@
-"""The sweep lock (atomic, stale when its pid is dead) and the deadline's nearest-occurrence rule."""
+"""The sweep lock (an flock: exclusive, dropped when its holder dies) and the deadline's nearest-occurrence rule."""
 
 from __future__ import annotations
 
@@ -6,12 +6,13 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from probes.result import InputError
-from runner.sweeplock import SweepLock, parse_deadline
+from runner.sweeplock import SweepLock, holder, parse_deadline
 
 TZ = timezone(timedelta(hours=1))
 
@@ -36,23 +37,70 @@ def test_bad_deadline_is_bad_input():
 def test_lock_is_exclusive_and_released(tmp_path):
     first = SweepLock(tmp_path, run_id="r1", plan="demo")
     first.acquire()
-    held = json.loads((tmp_path / ".sweep.lock").read_text())
+    held = holder(tmp_path)
     assert (held["pid"], held["run_id"], held["plan"]) == (os.getpid(), "r1", "demo") and held["started_at"]
     with pytest.raises(InputError, match=f"pid {os.getpid()} .* run r1, plan 'demo'"):
         SweepLock(tmp_path, run_id="r2", plan="demo").acquire()
     first.release()
+    assert holder(tmp_path) is None
     with SweepLock(tmp_path, run_id="r3", plan="demo"):
-        assert json.loads((tmp_path / ".sweep.lock").read_text())["run_id"] == "r3"
-    assert not (tmp_path / ".sweep.lock").exists()
+        assert holder(tmp_path)["run_id"] == "r3"
+    assert holder(tmp_path) is None
 
 
-def test_a_dead_pids_lock_is_taken_over_and_another_hosts_is_respected(tmp_path):
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    lock = tmp_path / ".sweep.lock"
-    lock.write_text(json.dumps({"pid": dead.pid, "host": os.uname().nodename, "run_id": "old", "plan": "p"}))
+def test_a_killed_holders_lock_is_free_at_once(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path), "old", "0"], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    assert holder(tmp_path)["run_id"] == "old"
+    proc.kill()
+    proc.wait()
+    assert holder(tmp_path) is None  # the kernel dropped it with the process: nothing stale to judge
     with SweepLock(tmp_path, run_id="new", plan="p"):
-        assert json.loads(lock.read_text())["run_id"] == "new"
-    lock.write_text(json.dumps({"pid": dead.pid, "host": "some-other-host", "run_id": "old", "plan": "p"}))
-    with pytest.raises(InputError, match="on some-other-host"):
-        SweepLock(tmp_path, run_id="new", plan="p").acquire()
+        assert holder(tmp_path)["run_id"] == "new"
+
+
+# Each contender waits at a barrier (a file appearing), tries once, reports, and keeps what it got.
+HOLD = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    from probes.result import InputError
+    from runner.sweeplock import SweepLock
+    root, run_id, go = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+    if go:
+        print("ready", flush=True)
+        while not (Path(root) / "go").exists():
+            pass
+    try:
+        SweepLock(root, run_id=run_id, plan="p").acquire()
+        print("held", flush=True)
+    except InputError as exc:
+        print("busy " + str(exc), flush=True)
+    time.sleep(30)
+""")
+
+
+def test_two_sweeps_racing_for_a_dead_holders_lock_one_wins(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path), "dead", "0"], stdout=subprocess.PIPE, text=True)
+    assert dead.stdout.readline().strip() == "held"
+    dead.kill()
+    dead.wait()
+    for _ in range(5):  # a few rounds: the window a takeover race needs is short
+        (tmp_path / "go").unlink(missing_ok=True)
+        procs = [subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path), f"r{i}", "1"], stdout=subprocess.PIPE,
+                                  text=True) for i in range(2)]
+        try:
+            assert [p.stdout.readline().strip() for p in procs] == ["ready", "ready"]
+            (tmp_path / "go").touch()
+            answers = sorted(p.stdout.readline().strip() for p in procs)
+            assert answers[1] == "held" and answers[0].startswith("busy another sweep is running on this store")
+            assert len(answers[0].splitlines()) == 1
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+
+
+def test_a_store_that_is_a_file_is_bad_input(tmp_path):
+    (tmp_path / "store").write_text("not a directory")
+    with pytest.raises(InputError, match="cannot hold the sweep lock"):
+        SweepLock(tmp_path / "store", run_id="r", plan="p").acquire()
