@@ -24,7 +24,10 @@ import probes
 from probes.result import InputError
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
-"""Host, checkpoint and corpus names become Parquet partition values and Ray labels: keep them plain."""
+"""Checkpoint and corpus names become Parquet partition values: keep them plain."""
+HOST_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$"
+"""Host names are also Ray label values (`labprobe.host=<name>`): what Ray's label check accepts
+(at most 63 characters, alphanumeric at both ends), so `ray start --labels` never refuses one."""
 
 RUNNER_FIELDS = ("checkpoint", "corpus", "tokenizer", "weights")
 """Probe Config fields the runner fills per job from the cluster file; a plan's `config` may not set them."""
@@ -66,7 +69,7 @@ class IdleThresholds(_Model):
 
 
 class Host(_Model):
-    name: str = Field(pattern=NAME_PATTERN)
+    name: str = Field(pattern=HOST_PATTERN)
     address: str
     gpus: int = Field(0, ge=0)
     checkpoints_root: str | None = None
@@ -194,7 +197,13 @@ def load_cluster(path: str | Path) -> Cluster:
     if not path.is_file():
         raise InputError(f"{path}: no such cluster file")
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{name}: not UTF-8 text (byte {exc.start}: {exc.object[exc.start:exc.start + 1]!r})") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the cluster file: {exc.strerror or exc}") from None
+    try:
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         raise InputError(f"{name}: malformed YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(raw, dict):
@@ -348,6 +357,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:  # `? [a, b]`: a list as a key; `key in seen` would raise a bare TypeError
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a {type(key).__name__} cannot be a key", key_node.start_mark) from None
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r}", key_node.start_mark)

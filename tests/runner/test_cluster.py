@@ -3,6 +3,7 @@ the file's directory; the repo's own cluster.yaml is valid."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,50 @@ def test_repo_cluster_yaml_is_valid():
     assert {"gx10", "ana-ml2", "local"} <= set(cluster.hosts)
     for name in cluster.checkpoints:  # the demo's checkpoints are really there for host `local`
         assert (Path(cluster.checkpoint_path(name, "local")) / "config.json").is_file(), name
+
+
+@pytest.mark.parametrize("name, ok", [
+    ("gx10", True), ("a", True), ("ana_ml2.lab", True), ("x" * 63, True),
+    ("gx10-", False), ("gx10.", False), ("-gx10", False), ("x" * 64, False), ("gx 10", False), ("gx/10", False),
+])
+def test_host_names_are_what_rays_label_check_accepts(tmp_path, name, ok):
+    data = mutate(hosts__0__name=name)
+    data["plans"]["demo"][0]["hosts"] = [name]
+    if ok:
+        assert name in load_cluster(write(tmp_path, data)).hosts
+    else:
+        assert errors_of(tmp_path, data)[0].startswith("cluster.yaml: hosts[0].name: ")
+
+
+def validate_fails_in_one_line(path: Path, capsys) -> str:
+    from runner import cli
+
+    assert cli.main(["validate", "--cluster", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and len(captured.err.strip().splitlines()) == 1, captured.err
+    return captured.err
+
+
+def test_a_cluster_file_that_is_not_utf8_is_bad_input(tmp_path, capsys):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("hosts:\n  - name: caf\xe9\n".encode("latin-1"))
+    err = validate_fails_in_one_line(path, capsys)
+    assert "latin1.yaml: not UTF-8 text (byte 20" in err, err
+
+
+def test_an_unreadable_cluster_file_is_bad_input(tmp_path, capsys):
+    path = write(tmp_path, GOOD)
+    path.chmod(0)
+    if os.access(path, os.R_OK):
+        pytest.skip("running as root: a mode-0 file is still readable")
+    err = validate_fails_in_one_line(path, capsys)
+    assert "cannot read the cluster file: Permission denied" in err, err
+
+
+@pytest.mark.parametrize("text, expected", [("? [a, b]\n: 1\n", "a list cannot be a key"),
+                                            ("hosts:\n  ? {x: 1}\n  : 2\n", "a dict cannot be a key")])
+def test_an_unhashable_yaml_key_is_bad_input(tmp_path, capsys, text, expected):
+    path = tmp_path / "keys.yaml"
+    path.write_text(text)
+    err = validate_fails_in_one_line(path, capsys)
+    assert "keys.yaml: malformed YAML: " in err and expected in err, err
