@@ -20,6 +20,7 @@ two names would be a lie in the store.
 from __future__ import annotations
 
 import argparse
+import math
 import secrets
 import sys
 import time
@@ -61,8 +62,10 @@ def new_run_id() -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.timeout_s <= 0 or args.gpu_wait_s < 0:
-        raise InputError("--timeout-s must be > 0 and --gpu-wait-s >= 0")
+    if not (math.isfinite(args.timeout_s) and args.timeout_s > 0):  # nan passes a plain `<= 0` check
+        raise InputError(f"--timeout-s: expected a finite number of seconds > 0, got {args.timeout_s:g}")
+    if not (math.isfinite(args.gpu_wait_s) and args.gpu_wait_s >= 0):
+        raise InputError(f"--gpu-wait-s: expected a finite number of seconds >= 0, got {args.gpu_wait_s:g}")
     cluster = load_cluster(args.cluster)
     jobs = expand(cluster, args.plan)
     store = Store(args.store if args.store is not None else cluster.store_root())
