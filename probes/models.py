@@ -83,22 +83,34 @@ def make_batch(*, vocab_size: int, batch_size: int, seq_len: int, device: torch.
 
 @dataclasses.dataclass
 class TrainStep:
-    """One optimiser step of LoRA training through the harness's compute_loss (AdamW)."""
+    """One optimiser step of LoRA training through the harness's compute_loss (AdamW). A list of
+    batches is gradient accumulation inside the step: each micro-batch's loss, weighted by its share
+    of the labelled tokens (so the gradient is the mean over all of them, as one batch gives), is
+    backpropagated in turn, then one optimiser step."""
 
     model: nn.Module
     loss_fn: object
-    batch: dict[str, torch.Tensor]
+    batch: dict[str, torch.Tensor] | list[dict[str, torch.Tensor]]
     optimizer: torch.optim.Optimizer
 
     def __call__(self) -> torch.Tensor:
-        loss = self.loss_fn(self.model, self.batch)
-        loss.backward()
+        batches = self.batch if isinstance(self.batch, list) else [self.batch]
+        labelled = [(b["labels"][:, 1:] != -100).sum() for b in batches]
+        total = sum(labelled)
+        loss_sum = 0.0
+        for b, n in zip(batches, labelled):
+            loss = self.loss_fn(self.model, b)
+            if len(batches) > 1:
+                loss = loss * (n / total)
+            loss.backward()
+            loss_sum = loss_sum + loss.detach()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
+        return loss_sum
 
 
-def train_step(model: nn.Module, harness: ModuleType, batch: dict[str, torch.Tensor], *,
+def train_step(model: nn.Module, harness: ModuleType,
+               batch: dict[str, torch.Tensor] | list[dict[str, torch.Tensor]], *,
                chunk_tokens: int) -> TrainStep:
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=1e-4)

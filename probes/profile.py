@@ -7,14 +7,24 @@ Tables (times in seconds, medians of timed steps after warm-up; probes/timing.py
   fitted value and the error of predicting it from a fit of the other points (`heldout_err_pct`).
   A CUDA out-of-memory at some length is a row with status "oom".
 - `fit`: least squares of step_s = a*batch*L^2 + b*batch*L + c over the GPU-bound points (>= 3),
-  one row per term with its share at `--production-len`.
-- `padding_penalty`: at batch 2 x production length, the same shape fully real (no mask) against the
-  second row half padding (explicit attention mask), in seconds and percent, and whether each keeps
-  SDPA's maskless `is_causal` fast path on every layer (read by the `mask` probe through the model's
-  own mask code).
+  one row per term with its share at `--seq-len` (the production length). Three points are
+  interpolated exactly, so the held-out check needs >= 4 fitted points: with fewer it fails as
+  "not measured". The default lengths leave >= 4 GPU-bound points for a 4B on an H200 (2,048 tokens
+  is at the launch-bound edge there).
+- `padding_penalty`: a batch of 2 x seq_len whose second row is half padding (explicit attention
+  mask) against two references: `unpadded_same_shape` (2 x seq_len fully real, no mask) and
+  `unpadded_same_tokens` (the same 1.5 x seq_len real tokens with no padding: the full row and the
+  half row as two micro-batches of one step, each maskless, gradients accumulated, one optimizer
+  step). The second is what padding costs; a packed row of 1.5 x seq_len would not do, since the
+  model's mask code then builds a block-diagonal mask and loses the fast path itself (NOTES.md).
+  In seconds and percent against both, and whether each case keeps SDPA's maskless `is_causal`
+  fast path on every layer (read by the `mask` probe through the model's own mask code).
 - `ce`: lm_head + cross-entropy alone, forward and backward, at the production shape, chunked and
-  unchunked (full fp32 logits), with peak memory over the inputs and its share of the step. Measured
-  with the reference implementation (probes/harness.py); a lab harness's own CE is in its step times.
+  unchunked (full fp32 logits), with peak memory over the inputs and its share of the step (the
+  measured step at seq_len when it is one of --seq-lens, else the fitted one: summary
+  `step_s_source`). Measured with the reference implementation (probes/harness.py); a lab harness's
+  own CE is in its step times. An out-of-memory while building the model or adding LoRA is a result
+  whose rows say "oom while loading", never a crash.
 - `kernels`: torch.profiler over `--profile-steps` steps at the production shape, device kernel rows
   only (probes/kernels.py), by category. Artifacts: the unedited key_averages() table and every raw
   timing. On the CPU (CI) the rows are CPU ops by self time and gpu_busy_frac is None.
@@ -51,11 +61,11 @@ class Config:
     """LoRA rank on every target module the harness discovers."""
     lora_alpha: float = 64.0
     """LoRA alpha."""
-    seq_lens: tuple[int, ...] = (1024, 2048, 4096, 8192)
-    """Sequence lengths of the scaling table (at least three)."""
+    seq_lens: tuple[int, ...] = (2048, 4096, 6144, 8192, 12288)
+    """Sequence lengths of the scaling table (at least three; four GPU-bound ones for a held-out error)."""
     batch_size: int = 1
     """Sequences per step in the scaling table."""
-    production_len: int = 4096
+    seq_len: int = 4096
     """The training run's sequence length: term shares, padding penalty, CE and kernels use it."""
     warmup_steps: int = 2
     """Untimed steps before each timing."""
@@ -73,7 +83,7 @@ class Config:
     def __post_init__(self) -> None:
         require(len(set(self.seq_lens)) >= 3, f"--seq-lens needs >= 3 distinct lengths (quadratic, linear "
                 f"and fixed terms), got {list(self.seq_lens)}")
-        require(min(self.seq_lens) >= 2 and self.production_len >= 2, "--seq-lens/--production-len must be >= 2")
+        require(min(self.seq_lens) >= 2 and self.seq_len >= 2, "--seq-lens/--seq-len must be >= 2")
         for name in ("lora_rank", "batch_size", "steps", "profile_steps"):
             require(getattr(self, name) >= 1, f"--{name.replace('_', '-')} must be >= 1")
         require(self.warmup_steps >= 0, "--warmup-steps must be >= 0")
@@ -112,13 +122,18 @@ class FitRow:
 class PaddingRow:
     case: str
     shape: str
+    """Batch shape(s) of the step: "2x4096", or "1x4096+1x2048" for two micro-batches."""
     real_tokens: int
     attention_mask: bool
     fast_path_all_layers: bool | None
     step_s: float | None
     spread_pct: float | None
-    penalty_s: float | None
-    penalty_pct: float | None
+    penalty_same_shape_s: float | None = None
+    """half_padded only: its step_s minus unpadded_same_shape's (the mask's own cost)."""
+    penalty_same_shape_pct: float | None = None
+    penalty_same_tokens_s: float | None = None
+    """half_padded only: its step_s minus unpadded_same_tokens's (what the padding costs)."""
+    penalty_same_tokens_pct: float | None = None
     status: str = "ok"
 
 
@@ -166,15 +181,27 @@ class _Session:
         self.config = config
         self.device = models.pick_device(config.device)
         self.harness = reference.load_harness(config.harness)
-        model = models.build_model(config.checkpoint, weights=config.weights, device=self.device)
-        self.model = models.with_lora(model, self.harness, rank=config.lora_rank, alpha=config.lora_alpha)
-        self.vocab_size = self.model.config.vocab_size
+        models.load_text_config(config.checkpoint)  # a bad config.json is an InputError, before any build
+        self.model = None
         self.raw: dict[str, dict] = {}
+
+    def load(self) -> None:
+        """Build the model and add LoRA (run under _oom_guard: an OOM here is a result, not a crash)."""
+        c = self.config
+        model = models.build_model(c.checkpoint, weights=c.weights, device=self.device)
+        self.model = models.with_lora(model, self.harness, rank=c.lora_rank, alpha=c.lora_alpha)
+        self.vocab_size = self.model.config.vocab_size
 
     def step(self, batch_size: int, seq_len: int, real_lengths=None) -> models.TrainStep:
         batch = models.make_batch(vocab_size=self.vocab_size, batch_size=batch_size, seq_len=seq_len,
                                   device=self.device, real_lengths=real_lengths)
         return models.train_step(self.model, self.harness, batch, chunk_tokens=self.config.ce_chunk)
+
+    def micro_step(self, seq_lens: list[int]) -> models.TrainStep:
+        """One step over several maskless batch-1 micro-batches (gradient accumulation)."""
+        batches = [models.make_batch(vocab_size=self.vocab_size, batch_size=1, seq_len=n, device=self.device,
+                                     seed=i) for i, n in enumerate(seq_lens)]
+        return models.train_step(self.model, self.harness, batches, chunk_tokens=self.config.ce_chunk)
 
     def time(self, key: str, fn) -> tuple[Timings, int | None]:
         models.release(self.device)
@@ -195,7 +222,8 @@ def _oom_guard(session: _Session, what, on_oom):
     except Exception as exc:
         if not models.is_oom(exc):
             raise
-        session.model.zero_grad(set_to_none=True)
+        if session.model is not None:
+            session.model.zero_grad(set_to_none=True)
         models.release(session.device)
         return on_oom(f"oom: {str(exc).splitlines()[0][:120]}")
 
@@ -241,7 +269,7 @@ def fit_scaling(session: _Session, rows: list[ScalingRow]) -> tuple[list[Scaling
             err = abs(fit_s - r.step_s) / r.step_s
         out.append(dataclasses.replace(r, in_fit=r.seq_len in errors, fit_s=fit_s,
                                        heldout_err_pct=None if err is None else 100 * err))
-    parts = design([session.config.production_len], b)[0] * coef
+    parts = design([session.config.seq_len], b)[0] * coef
     total = parts.sum()
     units = ("s per batch*token^2", "s per token", "s per batch")
     fit = [FitRow(term=term, coef=float(c), unit=u, share_at_production_pct=float(100 * p / total))
@@ -255,7 +283,7 @@ def _fast_path(config: Config, padding: str) -> bool | None:
     from probes import mask
 
     try:
-        result = mask.run(mask.Config(checkpoint=config.checkpoint, seq_len=config.production_len,
+        result = mask.run(mask.Config(checkpoint=config.checkpoint, seq_len=config.seq_len,
                                       batch_size=2, padding=padding))
     except Exception:
         return None
@@ -263,37 +291,44 @@ def _fast_path(config: Config, padding: str) -> bool | None:
 
 
 def padding_penalty(session: _Session) -> list[PaddingRow]:
-    n = session.config.production_len
-    cases = [("unpadded", None, "none"), ("half_padded", [n, n // 2], "right")]
-    rows, reference_s = [], None
-    for case, lengths, padding in cases:
-        real = 2 * n if lengths is None else sum(lengths)
-        base = dict(case=case, shape=f"2x{n}", real_tokens=real, attention_mask=lengths is not None,
+    """Half-padded 2 x n against the same shape unpadded and the same real tokens unpadded."""
+    n = session.config.seq_len
+    half = max(1, n // 2)
+    cases = [("unpadded_same_shape", f"2x{n}", 2 * n, "none", lambda: session.step(2, n)),
+             ("unpadded_same_tokens", f"1x{n}+1x{half}", n + half, "none", lambda: session.micro_step([n, half])),
+             ("half_padded", f"2x{n}", n + half, "right", lambda: session.step(2, n, real_lengths=[n, half]))]
+    rows = []
+    for case, shape, real, padding, make in cases:
+        base = dict(case=case, shape=shape, real_tokens=real, attention_mask=padding != "none",
                     fast_path_all_layers=_fast_path(session.config, padding))
 
-        def measure(lengths=lengths, case=case, base=base) -> PaddingRow:
-            t, _ = session.time(f"padding/{case}", session.step(2, n, real_lengths=lengths))
-            penalty = None if reference_s is None else t.median_s - reference_s
-            return PaddingRow(**base, step_s=t.median_s, spread_pct=100 * t.spread, penalty_s=penalty,
-                              penalty_pct=None if penalty is None else 100 * penalty / reference_s)
+        def measure(case=case, base=base, make=make) -> PaddingRow:
+            t, _ = session.time(f"padding/{case}", make())
+            return PaddingRow(**base, step_s=t.median_s, spread_pct=100 * t.spread)
 
-        row = _oom_guard(session, measure, lambda msg, base=base: PaddingRow(
-            **base, step_s=None, spread_pct=None, penalty_s=None, penalty_pct=None, status=msg))
-        reference_s = row.step_s if case == "unpadded" else reference_s
-        rows.append(row)
+        rows.append(_oom_guard(session, measure, lambda msg, base=base: PaddingRow(
+            **base, step_s=None, spread_pct=None, status=msg)))
+    same_shape, same_tokens, padded = (r.step_s for r in rows)
+    if padded is not None:
+        extra = {}
+        for name, ref in (("same_shape", same_shape), ("same_tokens", same_tokens)):
+            if ref is not None:
+                extra |= {f"penalty_{name}_s": padded - ref, f"penalty_{name}_pct": 100 * (padded - ref) / ref}
+        rows[2] = dataclasses.replace(rows[2], **extra)
     return rows
 
 
 def _production_step_s(config: Config, scaling: list[ScalingRow], coef) -> float | None:
     for r in scaling:
-        if r.seq_len == config.production_len and r.step_s is not None:
+        if r.seq_len == config.seq_len and r.step_s is not None:
             return r.step_s
-    return None if coef is None else float((design([config.production_len], config.batch_size) @ coef)[0])
+    return None if coef is None else float((design([config.seq_len], config.batch_size) @ coef)[0])
 
 
-def cross_entropy_table(session: _Session, step_s: float | None) -> list[CeRow]:
+def cross_entropy_table(session: _Session) -> list[CeRow]:
+    """CE alone; its share of the step is filled in by with_ce_share once the step time is known."""
     c, device = session.config, session.device
-    tokens = c.batch_size * c.production_len
+    tokens = c.batch_size * c.seq_len
     weight = session.model.get_base_model().get_output_embeddings().weight
     rows = []
     for mode, chunk in (("chunked", c.ce_chunk), ("unchunked", 0)):
@@ -314,16 +349,21 @@ def cross_entropy_table(session: _Session, step_s: float | None) -> list[CeRow]:
             t, peak = session.time(f"ce/{mode}", ce_step)
             return CeRow(**base, ce_s=t.median_s, spread_pct=100 * t.spread,
                          peak_mem_bytes=None if peak is None else peak - before,
-                         share_of_step_pct=None if not step_s else 100 * t.median_s / step_s)
+                         share_of_step_pct=None)
 
         rows.append(_oom_guard(session, measure, lambda msg, base=base: CeRow(
             **base, ce_s=None, spread_pct=None, peak_mem_bytes=None, share_of_step_pct=None, status=msg)))
     return rows
 
 
+def with_ce_share(rows: list[CeRow], step_s: float | None) -> list[CeRow]:
+    return [dataclasses.replace(r, share_of_step_pct=100 * r.ce_s / step_s) if r.ce_s and step_s else r
+            for r in rows]
+
+
 def kernel_profile(session: _Session) -> kernels.Profile | None:
     c = session.config
-    step = session.step(c.batch_size, c.production_len)
+    step = session.step(c.batch_size, c.seq_len)
 
     def measure() -> kernels.Profile:
         step()  # a warm step outside the profile: no allocator or autotuner start-up inside it
@@ -335,20 +375,32 @@ def kernel_profile(session: _Session) -> kernels.Profile | None:
 def run(config: Config) -> ProbeResult:
     session = _Session(config)
     result = ProbeResult(probe="profile", config=config)
+    failed = _oom_guard(session, session.load, lambda msg: msg.replace("oom:", "oom while loading:", 1))
+    if failed:
+        return _not_loaded(result, session, failed)
     # Every timing first, every profiler run after: CUPTI stays attached once started (kernels.py).
     timed = [_scaling_point(session, n) for n in sorted(set(config.seq_lens))]
     padding = padding_penalty(session)
-    step_s = _production_step_s(config, timed, None)
-    ce = cross_entropy_table(session, step_s)
+    ce = cross_entropy_table(session)
     scaling, fit, coef = fit_scaling(session, [_with_busy(session, r) for r in timed])
     step_s = _production_step_s(config, scaling, coef)
-    result.tables.update(scaling=scaling, fit=fit, padding_penalty=padding, ce=ce)
+    result.tables.update(scaling=scaling, fit=fit, padding_penalty=padding, ce=with_ce_share(ce, step_s))
     prof = kernel_profile(session)
     result.tables["kernels"] = [] if prof is None else kernels.kernel_table(prof)
     _summarise(result, session, scaling, step_s, prof)
     result.artifacts["timings.json"] = json.dumps(session.raw, indent=1)
     if prof is not None:
         result.artifacts["kernels_key_averages.txt"] = prof.table
+    return result
+
+
+def _not_loaded(result: ProbeResult, session: _Session, message: str) -> ProbeResult:
+    """The model (or its LoRA) did not fit: one row per length saying so, and a failed check."""
+    b = session.config.batch_size
+    result.tables["scaling"] = [ScalingRow(seq_len=n, batch_size=b, tokens=b * n, status=message)
+                                for n in sorted(set(session.config.seq_lens))]
+    result.summary = {"device": str(session.device), "harness": session.config.harness, "status": message}
+    result.checks.append(Check(name="model_loaded", ok=False, detail=message))
     return result
 
 
@@ -360,13 +412,16 @@ def _summarise(result: ProbeResult, session: _Session, scaling: list[ScalingRow]
     errors = [r.heldout_err_pct for r in scaling if r.in_fit and r.heldout_err_pct is not None]
     noisy = [r.seq_len for r in scaling if r.status == "ok" and not r.launch_bound and r.spread_pct > 2]
     padding = {r.case: r for r in result.tables["padding_penalty"]}
+    measured = any(r.seq_len == c.seq_len and r.step_s is not None for r in scaling)
     summary = {"device": torch.cuda.get_device_name(session.device) if cuda else "cpu",
-               "harness": c.harness, "production_len": c.production_len, "step_s": step_s,
+               "harness": c.harness, "seq_len": c.seq_len, "step_s": step_s,
+               "step_s_source": "measured" if measured else "fitted" if step_s is not None else None,
                "fitted_lens": fitted, "launch_bound_lens": launch,
                "max_heldout_err_pct": max(errors) if errors else None}
     summary.update({f"{f.term}_share_pct": f.share_at_production_pct for f in result.tables["fit"]})
     if "half_padded" in padding:
-        summary["padding_penalty_pct"] = padding["half_padded"].penalty_pct
+        summary["padding_penalty_same_shape_pct"] = padding["half_padded"].penalty_same_shape_pct
+        summary["padding_penalty_same_tokens_pct"] = padding["half_padded"].penalty_same_tokens_pct
     if prof is not None:
         wall = step_s if cuda and step_s else prof.wall_s / prof.num_steps
         summary.update(kernel_s_per_step=prof.kernel_s_per_step, step_wall_s=wall,
@@ -379,8 +434,10 @@ def _summarise(result: ProbeResult, session: _Session, scaling: list[ScalingRow]
         Check(name="fit_has_3_points", ok=len(fitted) >= 3,
               detail=f"fitted {fitted}; left out as launch-bound {launch}; "
                      f"oom/failed {[r.seq_len for r in scaling if r.status != 'ok']}"),
-        Check(name="heldout_err_le_5pct", ok=not errors or max(errors) <= 5.0,
-              detail="needs >= 4 fitted points" if not errors else f"max {max(errors):.2f}%"),
+        # three points are fitted exactly: with fewer than 4 nothing was held out, so not measured
+        Check(name="heldout_err_le_5pct", ok=len(fitted) >= 4 and bool(errors) and max(errors) <= 5.0,
+              detail=f"not measured: needs >= 4 GPU-bound fitted points, got {len(fitted)}"
+              if len(fitted) < 4 or not errors else f"max {max(errors):.2f}% over {len(fitted)} fitted points"),
         Check(name="spread_le_2pct", ok=not noisy, detail=f"GPU-bound lengths above 2%: {noisy}"),
     ]
     if prof is not None:
