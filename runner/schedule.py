@@ -3,8 +3,9 @@
 One tagged entry per (cluster file, plan), edited with python-crontab, never by hand: installing
 again replaces the entry (idempotent), `remove` deletes it, `show` lists every labprobe entry.
 cron runs commands with a bare environment from the user's home directory, so the entry carries
-what the sweep needs: it changes to the cluster file's directory, sets PATH (and
-RAY_AUTH_TOKEN_PATH when set here, never a token itself), runs the `labprobe` of this very
+what the sweep needs: it changes to the cluster file's directory, sets PATH (and RAY_AUTH_MODE and
+RAY_AUTH_TOKEN_PATH when set here, as `host-command` asks of every driver; never a token itself), runs
+the `labprobe` of this very
 environment by absolute path, and appends stdout and stderr to a log file.
 
 `--crontab-file F` edits F (created if absent) instead of the user's crontab: for tests, and for
@@ -166,6 +167,9 @@ def labprobe_command() -> list[str]:
 def sweep_command(cluster_path: Path, plan: str, deadline: str | None, log: Path) -> str:
     """`{ stamp; cd DIR && ENV labprobe sweep ...; } >> LOG 2>&1`: everything lands in the log."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    # A driver joining a token-auth cluster needs the mode as well as the token's path (hostcmd.py).
+    if os.environ.get("RAY_AUTH_MODE"):
+        env["RAY_AUTH_MODE"] = os.environ["RAY_AUTH_MODE"]
     if os.environ.get("RAY_AUTH_TOKEN_PATH"):
         env["RAY_AUTH_TOKEN_PATH"] = str(Path(os.environ["RAY_AUTH_TOKEN_PATH"]).absolute())
     sweep = labprobe_command() + ["sweep", "--cluster", str(cluster_path), "--plan", plan, "--report"]

@@ -155,6 +155,7 @@ def test_the_entry_carries_this_environment_and_never_a_token(lab, capsys, monke
     token_path = cluster.parent / "ray_token"
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token_path))
     monkeypatch.setenv("RAY_AUTH_TOKEN", "s3cret-token-value")
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
     schedule(capsys, "install", "--cluster", str(cluster), "--plan", "night", "--cron", "@daily",
              "--crontab-file", str(tab))
     (entry,) = entries(tab)
@@ -163,4 +164,25 @@ def test_the_entry_carries_this_environment_and_never_a_token(lab, capsys, monke
     assert f"{script} sweep --cluster {cluster.resolve()} --plan night --report" in command
     assert f"cd {cluster.parent.resolve()} &&" in command
     assert f"RAY_AUTH_TOKEN_PATH={token_path}" in command and "s3cret" not in tab.read_text()
+    assert " RAY_AUTH_MODE=token " in command  # host-command: keep it set for every driver
     assert f"PATH={shlex.quote(os.environ['PATH'])}" in command
+
+
+def test_the_entry_leaves_out_auth_settings_not_set_here(lab, capsys, monkeypatch):
+    cluster, tab = lab
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    schedule(capsys, "install", "--cluster", str(cluster), "--plan", "night", "--cron", "@daily",
+             "--crontab-file", str(tab))
+    (entry,) = entries(tab)
+    assert "RAY_AUTH" not in entry.command
+    # What the entry sets is what the sweep sees: run its assignments in cron's bare environment.
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", "/srv/ray token")
+    schedule(capsys, "install", "--cluster", str(cluster), "--plan", "night", "--cron", "@daily",
+             "--crontab-file", str(tab))
+    (entry,) = entries(tab)
+    assignments = entry.command.split(" && ", 1)[1].split(" /", 1)[0]
+    probe = subprocess.run(["sh", "-c", f"{assignments} env"], env={"PATH": "/usr/bin:/bin"},
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    assert "RAY_AUTH_MODE=token" in probe and "RAY_AUTH_TOKEN_PATH=/srv/ray token" in probe
