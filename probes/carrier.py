@@ -1,20 +1,24 @@
 """`carrier`: what each model of a family really delivers for LoRA training, and how far to trust it.
 
-For every `--checkpoint` (repeatable: a family), one row of table `carriers`: `params_total` (the
+For every `--checkpoint` (repeatable: a family), one row of table `carriers`, named by `model` (the
+checkpoint directory's name; not `checkpoint`, which is the store's job key): `params_total` (the
 base plus LoRA, a tied embedding once) and `params_trainable` (LoRA), `tokens_per_step`,
 `warmup_steps` and `steps` (the timed window the statistics use), `step_s` (median), `tok_per_s`,
-`spread_pct` ((max-min)/median) and `iqr_pct` (interquartile range / median), `peak_mem_bytes`,
+`spread_pct` ((max-min)/median over the window the statistics use), `spread_all_pct` (over every
+timed step after warm-up: the window is chosen for being quiet, so spread_pct is biased low) and
+`iqr_pct` (interquartile range / median), `peak_mem_bytes`,
 `gpu_busy_frac` (kernel time from torch.profiler over step time), `mfu` (probes/flops.py states the
 FLOP formula for a frozen base with LoRA; the peak is measured by a bf16 matmul or given with
 --peak-tflops, and named in the summary), and projected hours for `--token-budget` tokens per job
 (`hours_per_job`) and for `--num-arms` x `--num-seeds` jobs (`hours_sweep`).
 
-A spread above 2% extends the timed steps up to --max-steps; still above, `trustworthy` is False.
+A spread above 2% extends the timed steps up to --max-steps; still above, `trustworthy` is False
+(True means exactly: the last `--steps` timed steps agreed within 2%; probes/timing.py).
 A row whose GPU idles more than 10% of the step (`gpu_busy_frac` < 0.9) is `launch_bound`: its
 number measures the host's CPU as much as its GPU. On the CPU (CI), gpu_busy_frac, launch_bound
 and mfu are None: there is no device timeline to read. `--steps 0` reports parameter counts only,
-built on the meta device: no weights, no GPU. A CUDA out-of-memory becomes a row with status
-"oom", never a crash of the family.
+built on the meta device: no weights, no GPU. A CUDA out-of-memory (while building the model or
+adding LoRA, timing, or profiling) becomes a row with status "oom ...", never a crash of the family.
 """
 
 from __future__ import annotations
@@ -85,15 +89,16 @@ class Config:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CarrierRow:
-    checkpoint: str
-    params_total: int
-    params_trainable: int
+    model: str
+    params_total: int | None
+    params_trainable: int | None
     tokens_per_step: int
     warmup_steps: int | None = None
     steps: int | None = None
     step_s: float | None = None
     tok_per_s: float | None = None
     spread_pct: float | None = None
+    spread_all_pct: float | None = None
     iqr_pct: float | None = None
     peak_mem_bytes: int | None = None
     gpu_busy_frac: float | None = None
@@ -113,18 +118,32 @@ def _counts_only(config: Config, checkpoint: Path, harness) -> CarrierRow:
     model = models.build_model(checkpoint, weights="random", device=torch.device("meta"))
     model = models.with_lora(model, harness, rank=config.lora_rank, alpha=config.lora_alpha)
     total, trainable = models.count_params(model)
-    return CarrierRow(checkpoint=_name(checkpoint), params_total=total, params_trainable=trainable,
+    return CarrierRow(model=_name(checkpoint), params_total=total, params_trainable=trainable,
                       tokens_per_step=config.batch_size * config.seq_len, status="counts only")
+
+
+def _load(config: Config, checkpoint: Path, harness, device: torch.device):
+    """The model with LoRA; None after an out-of-memory (released), anything else propagates."""
+    try:
+        model = models.build_model(checkpoint, weights=config.weights, device=device)
+        return models.with_lora(model, harness, rank=config.lora_rank, alpha=config.lora_alpha)
+    except Exception as exc:
+        if not models.is_oom(exc):
+            raise
+        models.release(device)
+        return None
 
 
 def _measure(config: Config, checkpoint: Path, harness, device: torch.device,
              peak_flops: float | None, raw: dict) -> CarrierRow:
-    model = models.build_model(checkpoint, weights=config.weights, device=device)
-    model = models.with_lora(model, harness, rank=config.lora_rank, alpha=config.lora_alpha)
+    tokens = config.batch_size * config.seq_len
+    model = _load(config, checkpoint, harness, device)
+    if model is None:
+        return CarrierRow(model=_name(checkpoint), params_total=None, params_trainable=None,
+                          tokens_per_step=tokens, status="oom while loading")
     total, trainable = models.count_params(model)
     shape = flops.model_shape(model)
-    tokens = config.batch_size * config.seq_len
-    base = dict(checkpoint=_name(checkpoint), params_total=total, params_trainable=trainable,
+    base = dict(model=_name(checkpoint), params_total=total, params_trainable=trainable,
                 tokens_per_step=tokens)
     try:
         step = _train_step(config, model, harness, device)
@@ -139,13 +158,14 @@ def _measure(config: Config, checkpoint: Path, harness, device: torch.device,
     finally:
         del model
         models.release(device)
-    raw[f"{len(raw)}:{base['checkpoint']}"] = t.to_dict()
+    raw[f"{len(raw)}:{base['model']}"] = t.to_dict()
     step_flops = flops.step_flops(shape, batch_size=config.batch_size, seq_len=config.seq_len)
     hours = config.token_budget * t.median_s / tokens / 3600.0
     return CarrierRow(
         **base, warmup_steps=t.num_warmup, steps=t.num_steps, step_s=t.median_s,
-        tok_per_s=tokens / t.median_s, spread_pct=100 * t.spread, iqr_pct=100 * t.iqr,
-        peak_mem_bytes=peak_mem, mfu=None if peak_flops is None else step_flops / t.median_s / peak_flops,
+        tok_per_s=tokens / t.median_s, spread_pct=100 * t.spread, spread_all_pct=100 * t.spread_all,
+        iqr_pct=100 * t.iqr, peak_mem_bytes=peak_mem,
+        mfu=None if peak_flops is None else step_flops / t.median_s / peak_flops,
         hours_per_job=hours, hours_sweep=hours * config.num_arms * config.num_seeds,
         trustworthy=t.trustworthy)
 
@@ -162,8 +182,9 @@ def _with_busy(config: Config, checkpoint: Path, harness, device: torch.device,
     every timing of the family, since CUPTI slows later launches once started (kernels.py)."""
     if row.status != "ok" or device.type != "cuda":
         return row
-    model = models.build_model(checkpoint, weights=config.weights, device=device)
-    model = models.with_lora(model, harness, rank=config.lora_rank, alpha=config.lora_alpha)
+    model = _load(config, checkpoint, harness, device)
+    if model is None:
+        return dataclasses.replace(row, status="oom while loading (for profiling)")
     try:
         step = _train_step(config, model, harness, device)
         step()  # the optimizer's state is created on the first step: keep that out of the profile
@@ -210,7 +231,7 @@ def run(config: Config) -> ProbeResult:
                       "num_untrustworthy": sum(r.trustworthy is False for r in rows)}
     if config.steps and device.type != "cuda":
         result.summary["note"] = "CPU: no device timeline, so gpu_busy_frac/launch_bound/mfu are None"
-    failed = [r.checkpoint for r in rows if "oom" in r.status]
+    failed = [r.model for r in rows if "oom" in r.status]
     result.checks.append(Check(name="all_measured", ok=not failed,
                                detail=f"out of memory: {', '.join(failed)}" if failed else
                                f"{len(rows)} checkpoint(s) {'counted' if config.steps == 0 else 'measured'}"))

@@ -98,6 +98,8 @@ class ScalingRow:
     tokens: int
     step_s: float | None = None
     spread_pct: float | None = None
+    spread_all_pct: float | None = None
+    """Over every timed step after warm-up (spread_pct is over the quiet window; probes/timing.py)."""
     iqr_pct: float | None = None
     steps: int | None = None
     peak_mem_bytes: int | None = None
@@ -234,7 +236,8 @@ def _scaling_point(session: _Session, seq_len: int) -> ScalingRow:
 
     def measure() -> ScalingRow:
         t, peak = session.time(f"scaling/{seq_len}", session.step(b, seq_len))
-        return ScalingRow(**base, step_s=t.median_s, spread_pct=100 * t.spread, iqr_pct=100 * t.iqr,
+        return ScalingRow(**base, step_s=t.median_s, spread_pct=100 * t.spread,
+                          spread_all_pct=100 * t.spread_all, iqr_pct=100 * t.iqr,
                           steps=t.num_steps, peak_mem_bytes=peak)
 
     return _oom_guard(session, measure, lambda msg: ScalingRow(**base, status=msg))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from transformers import Qwen3Config
@@ -78,7 +79,11 @@ def test_a_cpu_run_and_its_projections(family):
     first = result.tables["carriers"][0]
     assert first.mfu == pytest.approx(shape_flops / first.step_s / 0.5e12)
     assert "given: 0.5 TFLOP/s" in result.summary["peak"]
-    assert len(json.loads(result.artifacts["timings.json"])) == 2
+    raw = json.loads(result.artifacts["timings.json"])
+    assert len(raw) == 2
+    for row, timing in zip(result.tables["carriers"], raw.values()):
+        timed = np.array(timing["raw_s"][config.warmup_steps:])  # every timed step after warm-up
+        assert row.spread_all_pct == pytest.approx(100 * np.ptp(timed) / np.median(timed))
 
 
 def test_an_oom_is_a_row_and_the_family_goes_on(family, monkeypatch):
@@ -109,7 +114,7 @@ def test_checkpoint_is_repeatable_on_the_cli(family, capsys):
                  "--steps", "0", "--lora-rank", "2", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
-    assert [r["checkpoint"] for r in out["tables"]["carriers"]] == [family[0].name, family[1].name]
+    assert [r["model"] for r in out["tables"]["carriers"]] == [family[0].name, family[1].name]
     assert main(["probe", "carrier", "--checkpoint", str(family[0]), "--steps", "-1"]) == 2
 
 
@@ -131,3 +136,33 @@ def test_help_renders_every_documented_option(probe, capsys):
     assert main(["probe", probe, "--help"]) == 0
     out = capsys.readouterr().out
     assert "--max-steps" in out and "--harness" in out and "--weights" in out
+
+
+def test_an_oom_while_loading_is_a_row_and_the_family_goes_on(family, monkeypatch):
+    real = models.with_lora
+    calls = []
+
+    def with_lora(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(models, "with_lora", with_lora)
+    result = carrier.run(carrier.Config(checkpoint=family, weights="random", lora_rank=2, seq_len=8,
+                                        warmup_steps=0, steps=1, max_steps=1, device="cpu"))
+    oom, ok = result.tables["carriers"]
+    assert oom.status == "oom while loading" and oom.step_s is None and oom.model == family[0].name
+    assert ok.status == "ok" and ok.step_s > 0
+    assert not result.ok and family[0].name in result.checks[0].detail
+
+
+def test_no_row_column_is_named_like_a_store_key_column():
+    """A row column named like a key (the old `checkpoint`) is renamed by the store (row_checkpoint):
+    the family member is `model`."""
+    from dataclasses import fields
+
+    from runner.store import KEY_COLUMNS
+
+    assert not {f.name for f in fields(carrier.CarrierRow)} & set(KEY_COLUMNS)
+    assert "model" in {f.name for f in fields(carrier.CarrierRow)}

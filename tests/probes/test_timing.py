@@ -54,6 +54,9 @@ def test_a_noisy_start_extends_until_the_last_window_is_steady():
     assert t.raw_s == (5.0, 1.0, 1.5, 1.0, 1.0, 1.0)
     assert t.num_warmup == 3 and t.window_s == (1.0, 1.0, 1.0)
     assert t.trustworthy
+    # the quiet window hides the 1.5 s step; the spread over every timed step shows it
+    assert t.spread == 0.0 and t.spread_all == pytest.approx((1.5 - 1.0) / 1.0)
+    assert t.to_dict()["spread_all"] == pytest.approx(0.5)
 
 
 def test_extension_stops_at_the_cap_and_the_row_is_untrustworthy():
@@ -64,6 +67,15 @@ def test_extension_stops_at_the_cap_and_the_row_is_untrustworthy():
     assert t.window_s == pytest.approx(durations[5:9])
     assert t.spread == pytest.approx(0.2 / np.median(durations[5:9])) and t.spread > MAX_SPREAD
     assert not t.trustworthy
+    assert t.spread_all == pytest.approx(0.2 / np.median(durations[:9]))
+
+
+def test_spread_all_of_unextended_timings_is_the_window_spread():
+    clock = ScriptedClock([9.0, 1.0, 1.01, 0.99, 1.0])
+    t = time_steps(clock.step, device="cpu", warmup=1, steps=4, max_steps=8, clock=clock)
+    assert t.num_warmup == 1 and t.spread_all == pytest.approx(t.spread) == pytest.approx(0.02 / 1.0)
+    hand = Timings(raw_s=(9.0, 2.0, 1.0, 1.0, 1.0), num_warmup=2, device="cpu")  # no configured count
+    assert hand.spread_all == hand.spread == 0.0
 
 
 def test_real_cpu_work_is_timed_with_perf_counter():
