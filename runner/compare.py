@@ -10,7 +10,7 @@ column such as `seq_len` or `strategy`) are compared separately, never averaged 
 
 Warnings (compared numbers that may not be comparable): the hosts' rows carry different checkpoint
 fingerprints (not the same checkpoint), different software versions (python, torch, transformers,
-CUDA, driver), or a spread above 2% (a `*spread*` column, or several values for one cell).
+CUDA, driver, and the labprobe code each host ran, read on the host), or a spread above 2% (a `*spread*` column, or several values for one cell).
 
 Default metric: per probe below; CPU probes (whose tables are analyses that do not depend on the
 host) compare the job's wall time from the jobs table.
@@ -279,9 +279,12 @@ def _version_warnings(jobs: pd.DataFrame) -> list[str]:
     out = []
     for key in WARN_VERSIONS:
         seen = {h: sorted({e.get(key, "") for e in es}) for h, es in envs.items()}
+        if key == "code_version":  # unknown in jobs stored before hosts recorded it: no evidence either way
+            seen = {h: [v for v in vals if v] for h, vals in seen.items()}
         if len({v for vals in seen.values() for v in vals}) > 1:
             shown = ", ".join(f"{h} {'/'.join(v) or '-'}" for h, v in seen.items())
-            out.append(f"{key} versions differ: {shown}")
+            what = "labprobe code versions" if key == "code_version" else f"{key} versions"
+            out.append(f"{what} differ: {shown}")
     return out
 
 

@@ -1,7 +1,9 @@
 """What a job ran on: software versions and the GPU, collected on the host that runs the job.
 
 Stored per job (`env_json` of the jobs table) so `compare` can warn when two hosts' rows came from
-different torch/transformers/CUDA versions. Also the code version stamped on every row.
+different torch/transformers/CUDA versions or different labprobe code (`code_version`, read on the
+host from its own checkout: each host runs the probes from its own copy, which may lag the
+driver's). `code_version()` run by the driver is also the code version stamped on every row.
 """
 
 from __future__ import annotations
@@ -14,19 +16,21 @@ from pathlib import Path
 
 import probes
 
-VERSION_KEYS = ("python", "torch", "transformers", "cuda", "driver", "gpu")
+VERSION_KEYS = ("python", "torch", "transformers", "cuda", "driver", "gpu", "code_version")
 """Keys whose difference between compared hosts deserves a warning."""
 
 
 @functools.lru_cache(maxsize=1)
 def collect_env() -> dict[str, str]:
-    """python, torch, transformers, CUDA, NVIDIA driver, GPU name, hostname. Cached per worker process."""
+    """python, torch, transformers, CUDA, NVIDIA driver, GPU name, hostname, the code version of this
+    host's checkout. Cached per worker process."""
     import torch
     import transformers
 
     env = {"python": platform.python_version(), "torch": torch.__version__,
            "transformers": transformers.__version__, "cuda": torch.version.cuda or "",
-           "driver": "", "gpu": "", "hostname": socket.gethostname(), "platform": platform.platform()}
+           "driver": "", "gpu": "", "hostname": socket.gethostname(), "platform": platform.platform(),
+           "code_version": code_version()}
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
         env["driver"] = _driver_version()
@@ -49,7 +53,7 @@ def _driver_version() -> str:
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
-    """`<package version>+g<commit>[.dirty]` of the checkout the driver runs from; the version alone
+    """`<package version>+g<commit>[.dirty]` of the checkout this process runs from; the version alone
     outside a git checkout."""
     from importlib.metadata import PackageNotFoundError, version
 

@@ -73,6 +73,19 @@ def test_warnings_fingerprint_versions_spread(store):
     assert rows[("A", "seq_len=1024")]["untrusted"] == {"gx10": False, "ana-ml2": True}  # hatched in the plot
 
 
+def test_hosts_running_different_labprobe_code_are_warned(tmp_path):
+    store = Store(tmp_path)
+    put(store, host="gx10", ckpt="A", run=1, values={1024: 0.1}, env={**ENV, "code_version": "0.1.0+gabc1234"})
+    put(store, host="ana-ml2", ckpt="A", run=1, values={1024: 0.2}, env={**ENV, "code_version": "0.1.0+gdef5678"})
+    warnings = compare(store, "profile").warnings
+    [code] = [w for w in warnings if w.startswith("labprobe code versions differ: ")]
+    assert "gx10 0.1.0+gabc1234" in code and "ana-ml2 0.1.0+gdef5678" in code, code
+    # A job stored before hosts recorded their code version is no evidence of a difference.
+    put(store, host="ana-ml2", ckpt="A", run=2, values={1024: 0.2}, env=ENV)
+    put(store, host="gx10", ckpt="B", run=1, values={1024: 0.1}, env={**ENV, "code_version": "0.1.0+gabc1234"})
+    assert not any("code versions" in w for w in compare(store, "profile").warnings)
+
+
 def test_cli_json_plot_and_bad_input(store, tmp_path, capsys):
     png = tmp_path / "cmp.png"
     code = cli.main(["compare", "--probe", "profile", "--store", str(store.root), "--cluster", "/nonexistent",

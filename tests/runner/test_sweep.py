@@ -36,7 +36,9 @@ def sweep(cluster: Path, *args: str) -> int:
     return cli.main(["sweep", "--cluster", str(cluster), *args])
 
 
-def test_cpu_jobs_run_on_the_hosts_they_name_and_land_under_them(lab, capsys):
+def test_cpu_jobs_run_on_the_hosts_they_name_and_land_under_them(lab, capsys, monkeypatch):
+    # The driver's code version stamps the key column; each host reads its own into the job's env.
+    monkeypatch.setattr("runner.dispatch.code_version", lambda: "driver-copy")
     assert sweep(lab, "--plan", "cpu") == 0
     store = Store(lab.parent / "store")
     jobs = store.jobs()
@@ -47,6 +49,9 @@ def test_cpu_jobs_run_on_the_hosts_they_name_and_land_under_them(lab, capsys):
     # Where each job really ran: the node label its task saw, recorded in the job's environment.
     ran_on = [json.loads(e)["node_host"] for e in jobs["env_json"]]
     assert ran_on == list(jobs["host"])
+    assert set(jobs["code_version"]) == {"driver-copy"}
+    host_versions = {json.loads(e)["code_version"] for e in jobs["env_json"]}
+    assert "driver-copy" not in host_versions and all("+g" in v for v in host_versions), host_versions
     # Table rows sit in the partition of their host and checkpoint, and say so when read back.
     files = list((store.root / "mask.layers").rglob("*.parquet"))
     assert len(files) == 4
