@@ -204,3 +204,38 @@ def test_a_hosts_cpu_jobs_never_run_beside_its_gpu_job(gpu_lab, fake_nvml_dir, t
     for g in gpu:  # the node has a free CPU for them (GPU tasks take none): only the dispatch holds them
         beside = [r for r in runs if r is not g and r["start"] < g["end"] and r["end"] > g["start"]]
         assert not beside, f"ran beside a GPU job: {beside}"
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def test_a_timed_out_gpu_job_keeps_its_host_busy_until_its_worker_is_gone(gpu_lab, tmp_path):
+    """A force-cancel kills the worker asynchronously; on a multi-GPU host Ray would start the next GPU
+    job on another card beside the dying one, so the host stays busy until the worker is gone."""
+    pid_file = tmp_path / "pid"
+
+    def hang(job, **kwargs):
+        import os
+
+        pid_file.write_text(str(os.getpid()))
+        time.sleep(60)
+
+    launcher = RayLauncher(fn=hang)
+    [job] = expand(load_cluster(gpu_lab), "gpu")
+    launcher.submit(job, deadline=None)
+    t0 = time.monotonic()
+    while not pid_file.exists():
+        assert time.monotonic() - t0 < 60, "the GPU job never started"
+        time.sleep(0.05)
+    pid = int(pid_file.read_text())
+    [(expired, outcome)] = launcher.expire(0.0)
+    assert expired is job and outcome.reason.startswith("timeout") and launcher.in_flight() == {}
+    assert launcher.gpu_hosts() == {HOST}  # cancelled, not yet known gone: no next GPU job here
+    while launcher.gpu_hosts():
+        assert time.monotonic() - t0 < 60, "the cancelled job's host never became free"
+        time.sleep(0.05)
+    assert not alive(pid)
