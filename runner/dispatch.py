@@ -12,7 +12,10 @@ job runs (they would steal the CPU threads that launch its kernels: jitter in th
 and while a GPU job is due to be placed there (the host's running CPU jobs drain, then it starts).
 One GPU job per host is also what lets a GPU job's idleness guard move it to another idle card of
 a multi-GPU host (Ray picks the card; the guard may pick another). A GPU job cancelled at its
-timeout keeps its host busy until its worker is gone (launcher.gpu_hosts). Placed through
+timeout keeps its host busy until its worker is gone (launcher.gpu_hosts). Across sweeps (two
+stores, two drivers) the host's one `labprobe_gpu_slot` Ray resource, which every GPU job takes,
+keeps it to one GPU job at a time (runner/launch.py; nodes started by `labprobe host-command`
+offer it; on a node without it, only this sweep's own rule holds). Placed through
 `_place_gpu` (runner/placement.py's idleness-aware GpuPlacer when present).
 """
 

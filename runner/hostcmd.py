@@ -2,7 +2,8 @@
 
 A host is a Ray node labelled `labprobe.host=NAME` with the GPU count cluster.yaml gives it. The
 head host (`ray.head`, else the first host) runs `ray start --head`; every other host joins it at
-`<head address>:<port>`.
+`<head address>:<port>`. A host with GPUs also offers one `labprobe_gpu_slot` resource, which every
+GPU job takes: one GPU job per host at a time, even across sweeps on different stores.
 
 Token authentication: every node of one cluster must present the same token.
 Generate it once on the head (`ray get-auth-token --generate` writes `~/.ray/auth_token`), copy
@@ -14,11 +15,13 @@ only for local clusters). The printed line carries it.
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 
 from probes.result import InputError
 from runner.cluster import Cluster, load_cluster
 from runner.hosts import HOST_LABEL
+from runner.launch import GPU_SLOT
 
 TOKEN_NOTE = """\
 # Ray token auth: every node and every driver of one cluster uses the same token.
@@ -41,6 +44,8 @@ def ray_start_command(cluster: Cluster, name: str) -> list[str]:
     cmd = ["RAY_AUTH_MODE=token", "ray", "start"]
     cmd += ["--head", f"--port={port}"] if host.name == head.name else [f"--address={head.address}:{port}"]
     cmd += [f"--num-gpus={host.gpus}", "--labels", f"{HOST_LABEL}={host.name}"]
+    if host.gpus:  # one GPU job per host at a time, whichever sweep or driver submits it
+        cmd += ["--resources", json.dumps({GPU_SLOT: 1})]
     return cmd
 
 

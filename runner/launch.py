@@ -20,6 +20,9 @@ from typing import Any, Callable
 from runner.hosts import one_line, pinned
 from runner.plan import Job
 
+GPU_SLOT = "labprobe_gpu_slot"
+"""A custom Ray resource, 1 per GPU host (`labprobe host-command` starts nodes with it): every GPU job
+takes it, so a host runs one GPU job at a time across every sweep and driver, not just within one."""
 DRAIN_S = 60.0
 """How long a cancelled GPU job's host stays busy at most, waiting for its worker to be killed."""
 
@@ -156,6 +159,8 @@ class RayLauncher(Launcher):
 
     def submit(self, job: Job, *, deadline: float | None, guard: GpuGuard | None = None) -> None:
         remote, resources = (self._gpu_remote, {}) if job.gpu else (self._remote, {"num_cpus": self._num_cpus})
+        if job.gpu and job.host in _slot_hosts():  # a node started without it: this sweep's own rule only
+            resources = {"resources": {GPU_SLOT: 1}}
         ref = remote.options(**resources, **pinned(job.host)).remote(job, deadline=deadline, guard=guard)
         self._pending[ref] = (job, time.monotonic())
 
@@ -212,3 +217,13 @@ class RayLauncher(Launcher):
         now = time.monotonic()
         late = [r for r, (_, t0) in self._pending.items() if now - t0 > timeout_s]
         return self._drop(late, f"timeout: not finished within {timeout_s:g} s")
+
+
+def _slot_hosts() -> set[str]:
+    """Hosts whose alive nodes offer the GPU slot resource."""
+    import ray
+
+    from runner.hosts import HOST_LABEL
+
+    return {(n.get("Labels") or {}).get(HOST_LABEL) for n in ray.nodes()
+            if n.get("Alive") and n.get("Resources", {}).get(GPU_SLOT, 0) >= 1}

@@ -239,3 +239,32 @@ def test_a_timed_out_gpu_job_keeps_its_host_busy_until_its_worker_is_gone(gpu_la
         assert time.monotonic() - t0 < 60, "the cancelled job's host never became free"
         time.sleep(0.05)
     assert not alive(pid)
+
+
+def test_two_sweeps_never_run_gpu_jobs_on_one_host_at_once(ray_cluster, fake_nvml_dir, tmp_path):
+    """Two drivers (two sweeps on different stores) each submit a GPU job to a two-card host started as
+    `labprobe host-command` says: the host's one GPU slot makes them take turns."""
+    from runner.launch import GPU_SLOT
+
+    host = "gpu2host"
+    node = ray_cluster.add_node(num_cpus=1, num_gpus=2, resources={GPU_SLOT: 1}, labels={"labprobe.host": host})
+    try:
+        ray_cluster.wait_for_nodes()
+        path = write_cluster(tmp_path, {"gpu": [{"probe": "profile", "hosts": [host], "checkpoints": ["qwen3-0.6b-base"],
+                                                 "config": {"steps": n}} for n in (5, 6)]},
+                             extra_hosts=[{"name": host, "gpus": 2}])
+        (tmp_path / "calls").mkdir()
+        fn = interval_job(tmp_path / "calls", gpu_s=1.5, cpu_s=0.0)
+        launchers = [RayLauncher(fn=fn), RayLauncher(fn=fn)]
+        for launcher, job in zip(launchers, expand(load_cluster(path), "gpu")):
+            launcher.submit(job, deadline=None)
+        t0 = time.monotonic()
+        while any(launcher.in_flight() for launcher in launchers):
+            assert time.monotonic() - t0 < 60
+            for launcher in launchers:
+                launcher.poll(0.1)
+        first, second = sorted((json.loads(p.read_text()) for p in (tmp_path / "calls").glob("*.json")),
+                               key=lambda r: r["start"])
+        assert second["start"] >= first["end"], (first, second)
+    finally:
+        ray_cluster.remove_node(node)
