@@ -199,7 +199,8 @@ def load_cluster(path: str | Path) -> Cluster:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"{name}: not UTF-8 text (byte {exc.start}: {exc.object[exc.start:exc.start + 1]!r})") from None
+        bad = exc.object[exc.start:exc.start + 1]
+        raise InputError(f"{name}: not UTF-8 text (byte {exc.start}: {bad!r})") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read the cluster file: {exc.strerror or exc}") from None
     try:

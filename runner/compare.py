@@ -10,7 +10,8 @@ column such as `seq_len` or `strategy`) are compared separately, never averaged 
 
 Warnings (compared numbers that may not be comparable): the hosts' rows carry different checkpoint
 fingerprints (not the same checkpoint), different software versions (python, torch, transformers,
-CUDA, driver, and the labprobe code each host ran, read on the host), or a spread above 2% (a `*spread*` column, or several values for one cell).
+CUDA, driver, and the labprobe code each host ran, read on the host), or a spread above 2% (a
+`*spread*` column, or several values for one cell).
 
 Default metric: per probe below; CPU probes (whose tables are analyses that do not depend on the
 host) compare the job's wall time from the jobs table.

@@ -46,4 +46,5 @@ def test_a_host_without_gpus_offers_no_gpu_slot(tmp_path, capsys):
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump({"hosts": [{"name": "cpu1", "address": "cpu1.lab"}]}))
     assert cli.main(["host-command", "cpu1", "--cluster", str(path)]) == 0
-    assert last_line(capsys) == "RAY_AUTH_MODE=token ray start --head --port=6379 --num-gpus=0 --labels labprobe.host=cpu1"
+    assert last_line(capsys) == ("RAY_AUTH_MODE=token ray start --head --port=6379 --num-gpus=0 "
+                                 "--labels labprobe.host=cpu1")

@@ -250,9 +250,9 @@ def test_two_sweeps_never_run_gpu_jobs_on_one_host_at_once(ray_cluster, fake_nvm
     node = ray_cluster.add_node(num_cpus=1, num_gpus=2, resources={GPU_SLOT: 1}, labels={"labprobe.host": host})
     try:
         ray_cluster.wait_for_nodes()
-        path = write_cluster(tmp_path, {"gpu": [{"probe": "profile", "hosts": [host], "checkpoints": ["qwen3-0.6b-base"],
-                                                 "config": {"steps": n}} for n in (5, 6)]},
-                             extra_hosts=[{"name": host, "gpus": 2}])
+        plan = [{"probe": "profile", "hosts": [host], "checkpoints": ["qwen3-0.6b-base"], "config": {"steps": n}}
+                for n in (5, 6)]
+        path = write_cluster(tmp_path, {"gpu": plan}, extra_hosts=[{"name": host, "gpus": 2}])
         (tmp_path / "calls").mkdir()
         fn = interval_job(tmp_path / "calls", gpu_s=1.5, cpu_s=0.0)
         launchers = [RayLauncher(fn=fn), RayLauncher(fn=fn)]
