@@ -304,10 +304,23 @@ def _spread_warnings(rows: pd.DataFrame, cells: pd.DataFrame, dims: list[str]) -
     return out
 
 
+_HIGHER = ("per_s", "mfu", "gain_vs_random", "gpu_busy_frac", "entropy_ratio", "sources_per_batch")
+_LOWER = ("_s", "_bytes", "_pct", "pad_fraction", "hours", "_tokens", "_samples")
+
+
+def better(metric: str) -> str:
+    """'lower is better', 'higher is better', or '' where the unit does not say (a count, a size)."""
+    if metric.endswith(_HIGHER):
+        return "higher is better"
+    if metric.endswith(_LOWER) or metric.startswith("hours"):
+        return "lower is better"
+    return ""
+
+
 def render(result: Comparison) -> str:
-    lower = result.metric.endswith("_s") and not result.metric.endswith("per_s")
+    direction = better(result.metric)
     title = (f"== {result.probe}: {result.table}.{result.metric} by host "
-             f"(ratio to {result.baseline}; {'lower' if lower else 'higher'} is better)")
+             f"(ratio to {result.baseline}{'; ' + direction if direction else ''})")
     table = []
     for row in result.rows:
         line: dict[str, Any] = {"checkpoint": row["checkpoint"]}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from runner.compare import Comparison
+from runner.compare import Comparison, better
 
 COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C")
 
@@ -35,8 +35,8 @@ def plot_comparison(result: Comparison, path: Path) -> Path:
                 ax.annotate(f"{ratio:.2f}×", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                             xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(range(len(labels)), [lab.replace(" ", "\n") for lab in labels], fontsize=8)
-    lower = result.metric.endswith("_s") and not result.metric.endswith("per_s")
-    ax.set_ylabel(f"{result.metric} ({'lower' if lower else 'higher'} is better)")
+    direction = better(result.metric)
+    ax.set_ylabel(f"{result.metric} ({direction})" if direction else result.metric)
     ax.set_ylim(0, top * 1.15)
     ax.set_title(f"{result.probe}: {result.table}.{result.metric} by host, ratio to {result.baseline}")
     ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))

@@ -126,3 +126,11 @@ def test_a_row_column_named_checkpoint_does_not_shadow_the_key(tmp_path):
     result = compare(store, "carrier", host_order=["gx10", "ana-ml2"])
     assert (result.table, result.metric) == ("carriers", "tok_per_s")
     assert [(r["checkpoint"], r["ratios"]) for r in result.rows] == [("family", {"gx10": 1.0, "ana-ml2": 0.8})]
+
+
+def test_the_direction_follows_the_unit():
+    from runner.compare import better
+
+    assert better("step_s") == better("pad_fraction") == better("peak_mem_bytes") == "lower is better"
+    assert better("tok_per_s") == better("mfu") == better("gain_vs_random") == "higher is better"
+    assert better("num_layers") == ""
