@@ -18,12 +18,12 @@ full-attention layer keeps the maskless fast path). Exit 1 when one fails: a pre
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
+from probes.checkpoint import read_config
 from probes.result import Check, InputError, ProbeResult, require
 
 # Reduced width: masks do not depend on widths, only on layer types, window and inputs.
@@ -83,14 +83,8 @@ def load_text_config(checkpoint: Path):
     """The decoder's config from a checkpoint dir or config.json; multimodal -> its text part."""
     from transformers import AutoConfig
 
-    path = checkpoint / "config.json" if checkpoint.is_dir() else checkpoint
-    if not path.is_file():
-        raise InputError(f"{path}: no such config file")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: malformed config: {exc}") from None
-    if not isinstance(raw, dict) or "model_type" not in raw:
+    path, raw = read_config(checkpoint)
+    if "model_type" not in raw:
         raise InputError(f"{path}: field 'model_type' is missing")
     model_type = raw.pop("model_type")
     try:

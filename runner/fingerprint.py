@@ -15,6 +15,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from probes.checkpoint import read_config
 from probes.result import InputError
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
@@ -23,13 +24,7 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
 def fingerprint(path: str | Path) -> str:
     """16 hex digits over config.json content + weight-file names and sizes. `path`: a dir or config.json."""
     path = Path(path)
-    config_file = path / "config.json" if path.is_dir() else path
-    if not config_file.is_file():
-        raise InputError(f"{path}: no config.json (checkpoint missing on this host?)")
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{config_file}: malformed config: {exc}") from None
+    config_file, config = read_config(path)
     root = config_file.parent
     weights = sorted(
         (str(p.relative_to(root)), p.stat().st_size)

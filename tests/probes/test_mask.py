@@ -166,7 +166,7 @@ def test_cli_json_shape(gemma3, capsys):
 
 
 @pytest.mark.parametrize("content, needle", [
-    (None, "no such config file"),
+    (None, "no config.json"),
     ("{not json", "malformed config"),
     ('{"hidden_size": 4}', "field 'model_type' is missing"),
     ('{"model_type": "no-such-model"}', "field 'model_type' 'no-such-model'"),
