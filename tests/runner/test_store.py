@@ -8,7 +8,6 @@ import os
 import signal
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
