@@ -2,7 +2,9 @@
 # Every GPU check of issue 4 in one call: the 4B profile and the three-carrier bench, twice, at 4,096 and
 # 16,384 tokens a step (benchmarks/bench_gpu.py), plus the teammate's NVML idleness check if present.
 # Runs from a plain checkout with no install (PYTHONPATH=.). Results go to $OUT (default
-# benchmarks/results/out). Extra arguments go to bench_gpu.py (--quick: a smoke run).
+# benchmarks/results/out). Extra arguments go to bench_gpu.py (--quick: a smoke run; --profile-only: the 4B
+# profile alone, e.g. a re-check of the kernel table and padding penalty). Probe options use one spelling:
+# --seq-len (the production length), --seq-lens (the scaling list).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/results/out}
