@@ -121,7 +121,7 @@ def tiny_profile() -> dict:
         ckpt = Path(tempfile.mkdtemp(prefix="tiny-qwen3-"))
         (ckpt / "config.json").write_text(json.dumps(TINY_QWEN3))
         config = profile.Config(checkpoint=ckpt, weights="random", seq_lens=(256, 512, 1024),
-                                production_len=512, warmup_steps=1, steps=3, max_steps=5, profile_steps=1)
+                                seq_len=512, warmup_steps=1, steps=3, max_steps=5, profile_steps=1)
         t0 = time.perf_counter()
         result = profile.run(config)
         return {"ran": True, "wall_s": round(time.perf_counter() - t0, 2),

@@ -91,7 +91,7 @@ class Store:
         if not rows:
             return None
         keys = self._key_columns(key)
-        # A row's own column named like a key (a family probe's `checkpoint`) must neither be
+        # A row's own column named like a key (a probe's own `host`, say) must neither be
         # overwritten by the key nor shadow it: it is kept as `row_<name>`.
         data = [{**keys, **{(f"row_{k}" if k in KEY_COLUMNS else k): _cell(v) for k, v in row.items()}}
                 for row in rows]
