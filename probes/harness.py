@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import warnings
 from types import ModuleType
 from typing import Any
 
@@ -88,7 +89,10 @@ def apply_lora(model: nn.Module, *, rank: int, alpha: float, targets: list[str])
 
     config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0,
                         bias="none", task_type="CAUSAL_LM")
-    return get_peft_model(model, config)
+    with warnings.catch_warnings():
+        # PEFT asks transformers 5.x a deprecated question on every call; it is PEFT's to fix.
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return get_peft_model(model, config)
 
 
 def compute_loss(model: nn.Module, batch: dict[str, torch.Tensor], *,
