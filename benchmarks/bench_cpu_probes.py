@@ -145,10 +145,6 @@ def bench_tokenize(corpus_path: Path, cache: Path) -> dict:
             "cached_load_s": cached_s, "corpus_bytes": corpus_path.stat().st_size}
 
 
-def median(values: list[float]) -> float:
-    return statistics.median(values)
-
-
 def versions() -> str:
     import pyarrow
     import tokenizers
@@ -214,8 +210,8 @@ def report(rows: list[tuple], extra: dict, repeats: int) -> str:
         "clock of a whole `labprobe` process (interpreter start and imports included).", "",
         "| measurement | median s | runs s | target s | holds |", "|---|---|---|---|---|",
     ]
-    lines += [f"| {name} | {median(runs):.2f} | {', '.join(f'{t:.2f}' for t in runs)} | <= {target:g} | "
-              f"{'yes' if median(runs) <= target else 'NO'} |" for name, runs, target in rows]
+    lines += [f"| {name} | {statistics.median(runs):.2f} | {', '.join(f'{t:.2f}' for t in runs)} | <= {target:g} | "
+              f"{'yes' if statistics.median(runs) <= target else 'NO'} |" for name, runs, target in rows]
     lines += [
         "",
         f"Tokenization, cold cache, in-process: {tok['samples']:,} records ({tok['corpus_bytes'] / 1e6:.0f} MB "

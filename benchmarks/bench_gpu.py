@@ -29,6 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script, no install
 
 from probes import carrier, profile  # noqa: E402
+from runner.options import option_name  # noqa: E402
 from runner.probe_cmd import render  # noqa: E402
 from runner.tables import format_table  # noqa: E402
 
@@ -66,7 +67,7 @@ def cli_args(config: carrier.Config) -> list[str]:
         value = getattr(config, field.name)
         if value is None:
             continue
-        option = "--" + field.name.replace("_", "-")
+        option = option_name(field.name)
         for item in value if isinstance(value, tuple) else (value,):
             args += [option, str(item)]
     return args

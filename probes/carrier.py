@@ -36,8 +36,6 @@ from probes.mask import load_text_config
 from probes.result import Check, ProbeResult, require
 from probes.timing import time_steps
 
-LAUNCH_BOUND_BELOW = 0.9
-"""gpu_busy_frac under this: the GPU idles more than 10% of the step."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -186,9 +184,7 @@ def _with_busy(config: Config, checkpoint: Path, harness, device: torch.device,
     if model is None:
         return dataclasses.replace(row, status="oom while loading (for profiling)")
     try:
-        step = _train_step(config, model, harness, device)
-        step()  # the optimizer's state is created on the first step: keep that out of the profile
-        busy = kernels.busy_per_step_s(kernels.profile_steps(step, device=device, num_steps=1))
+        frac = kernels.busy_frac(_train_step(config, model, harness, device), device=device, step_s=row.step_s)
     except Exception as exc:
         if not models.is_oom(exc):
             raise
@@ -196,8 +192,7 @@ def _with_busy(config: Config, checkpoint: Path, harness, device: torch.device,
     finally:
         del model
         models.release(device)
-    frac = busy / row.step_s
-    return dataclasses.replace(row, gpu_busy_frac=frac, launch_bound=frac < LAUNCH_BOUND_BELOW)
+    return dataclasses.replace(row, gpu_busy_frac=frac, launch_bound=frac < kernels.LAUNCH_BOUND_BELOW)
 
 
 def _peak(config: Config, device: torch.device) -> tuple[float | None, str]:

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from probes.checkpoint import read_config
 from probes.result import InputError, require
 
 DEFAULT_CACHE_DIR = Path("~/.cache/labprobe/lengths")
@@ -70,7 +71,7 @@ def load(*, corpus: Path | None, lengths: Path | None, checkpoint: Path | None,
         return tokenize_corpus(corpus, checkpoint)
     cache_dir = cache_dir.expanduser()
     digest = corpus_sha256(corpus, cache_dir)
-    cache = cache_dir / f"{digest[:20]}-{tokenizer_sha256(checkpoint)[:20]}.parquet"
+    cache = _cache_file(cache_dir, digest, checkpoint)
     try:
         if cache.is_file():
             result = _from_table(_read_parquet(cache, read_dictionary=["source"]), cache, "cache")
@@ -202,7 +203,11 @@ def _write_atomic(path: Path, lengths: Lengths) -> None:
 
 def cache_path(corpus: Path, checkpoint: Path, cache_dir: Path) -> Path:
     """Where load() keeps this corpus's lengths for this tokenizer."""
-    return cache_dir / f"{corpus_sha256(corpus, cache_dir)[:20]}-{tokenizer_sha256(checkpoint)[:20]}.parquet"
+    return _cache_file(cache_dir, corpus_sha256(corpus, cache_dir), checkpoint)
+
+
+def _cache_file(cache_dir: Path, corpus_digest: str, checkpoint: Path) -> Path:
+    return cache_dir / f"{corpus_digest[:20]}-{tokenizer_sha256(checkpoint)[:20]}.parquet"
 
 
 def corpus_sha256(path: Path, cache_dir: Path) -> str:
@@ -435,10 +440,7 @@ def vocab_size(checkpoint: Path | None) -> int | None:
         return None
     config = checkpoint / "config.json" if checkpoint.is_dir() else None
     if config is not None and config.is_file():
-        try:
-            raw = json.loads(config.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputError(f"{config}: malformed config: {exc}") from None
+        config, raw = read_config(config)
         size = raw.get("vocab_size") or (raw.get("text_config") or {}).get("vocab_size")
         if size is not None:
             if not isinstance(size, int) or size <= 0:

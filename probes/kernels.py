@@ -151,3 +151,13 @@ def kernel_table(profile: Profile) -> list[KernelRow]:
 
 def busy_per_step_s(profile: Profile) -> float:
     return busy_s(device_rows(profile.events, profile.device_type)) / profile.num_steps
+
+
+LAUNCH_BOUND_BELOW = 0.9
+"""gpu_busy_frac under this: the GPU idles more than 10% of the step (the host CPU sets its time)."""
+
+
+def busy_frac(step: Callable[[], object], *, device: torch.device, step_s: float) -> float:
+    """Kernel-busy time of one profiled step over the step's timed wall time."""
+    step()  # a fresh step's first call sets up optimizer state: keep it out of the profile
+    return busy_per_step_s(profile_steps(step, device=device, num_steps=1)) / step_s

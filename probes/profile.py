@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +44,6 @@ from probes import kernels, models
 from probes.result import Check, ProbeResult, require
 from probes.timing import Timings, time_steps
 
-LAUNCH_BOUND_BELOW = 0.9
 TERMS = ("quadratic", "linear", "fixed")
 
 
@@ -157,6 +155,11 @@ def design(seq_lens, batch_size: int) -> np.ndarray:
     return np.stack([batch_size * lengths ** 2, batch_size * lengths, np.ones_like(lengths)], axis=1)
 
 
+def predict(coef: np.ndarray, seq_len: int, batch_size: int) -> float:
+    """The fitted step time at one length."""
+    return float((design([seq_len], batch_size) @ coef)[0])
+
+
 def fit_terms(seq_lens, step_s, batch_size: int) -> np.ndarray:
     """Least-squares (a, b, c); three points are interpolated exactly."""
     coef, *_ = np.linalg.lstsq(design(seq_lens, batch_size), np.asarray(step_s, float), rcond=None)
@@ -171,7 +174,7 @@ def heldout_errors(seq_lens, step_s, batch_size: int) -> list[float | None]:
     for i in range(len(seq_lens)):
         rest = [j for j in range(len(seq_lens)) if j != i]
         coef = fit_terms([seq_lens[j] for j in rest], [step_s[j] for j in rest], batch_size)
-        predicted = float((design([seq_lens[i]], batch_size) @ coef)[0])
+        predicted = predict(coef, seq_lens[i], batch_size)
         out.append(abs(predicted - step_s[i]) / step_s[i])
     return out
 
@@ -213,8 +216,7 @@ class _Session:
         return t, models.peak_mem_bytes(self.device)
 
     def busy_frac(self, fn, step_s: float) -> float:
-        fn()  # a fresh step's first call sets up optimizer state: keep it out of the profile
-        return kernels.busy_per_step_s(kernels.profile_steps(fn, device=self.device, num_steps=1)) / step_s
+        return kernels.busy_frac(fn, device=self.device, step_s=step_s)
 
 
 def _oom_guard(session: _Session, what, on_oom):
@@ -250,7 +252,7 @@ def _with_busy(session: _Session, row: ScalingRow) -> ScalingRow:
 
     def measure() -> ScalingRow:
         busy = session.busy_frac(session.step(row.batch_size, row.seq_len), row.step_s)
-        return dataclasses.replace(row, gpu_busy_frac=busy, launch_bound=busy < LAUNCH_BOUND_BELOW)
+        return dataclasses.replace(row, gpu_busy_frac=busy, launch_bound=busy < kernels.LAUNCH_BOUND_BELOW)
 
     return _oom_guard(session, measure, lambda msg: dataclasses.replace(row, status=f"profiler {msg}"))
 
@@ -266,7 +268,7 @@ def fit_scaling(session: _Session, rows: list[ScalingRow]) -> tuple[list[Scaling
     errors = dict(zip(lens, heldout_errors(lens, times, b)))
     out = []
     for r in rows:
-        fit_s = float((design([r.seq_len], b) @ coef)[0])
+        fit_s = predict(coef, r.seq_len, b)
         err = errors.get(r.seq_len)
         if r.seq_len not in errors and r.step_s:  # left out of the fit: its error is held out already
             err = abs(fit_s - r.step_s) / r.step_s
@@ -300,10 +302,12 @@ def padding_penalty(session: _Session) -> list[PaddingRow]:
     cases = [("unpadded_same_shape", f"2x{n}", 2 * n, "none", lambda: session.step(2, n)),
              ("unpadded_same_tokens", f"1x{n}+1x{half}", n + half, "none", lambda: session.micro_step([n, half])),
              ("half_padded", f"2x{n}", n + half, "right", lambda: session.step(2, n, real_lengths=[n, half]))]
+    # One mask probe per padding mode, not per case: the two unpadded cases ask the same question.
+    fast = {padding: _fast_path(session.config, padding) for padding in {c[3] for c in cases}}
     rows = []
     for case, shape, real, padding, make in cases:
         base = dict(case=case, shape=shape, real_tokens=real, attention_mask=padding != "none",
-                    fast_path_all_layers=_fast_path(session.config, padding))
+                    fast_path_all_layers=fast[padding])
 
         def measure(case=case, base=base, make=make) -> PaddingRow:
             t, _ = session.time(f"padding/{case}", make())
@@ -325,7 +329,7 @@ def _production_step_s(config: Config, scaling: list[ScalingRow], coef) -> float
     for r in scaling:
         if r.seq_len == config.seq_len and r.step_s is not None:
             return r.step_s
-    return None if coef is None else float((design([config.seq_len], config.batch_size) @ coef)[0])
+    return None if coef is None else predict(coef, config.seq_len, config.batch_size)
 
 
 def cross_entropy_table(session: _Session) -> list[CeRow]:

@@ -55,8 +55,7 @@ class Timings:
     @property
     def spread(self) -> float:
         """(max - min) / median over the window: a fraction, 0.02 is 2%."""
-        w = self.window_s
-        return (max(w) - min(w)) / self.median_s
+        return _spread(list(self.window_s))
 
     @property
     def spread_all(self) -> float:
