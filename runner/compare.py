@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from probes.result import InputError
 from runner.jobenv import VERSION_KEYS
-from runner.store import KEY_COLUMNS, Store
+from runner.store import KEY_COLUMNS, PARTITIONING, Store
 from runner.tables import format_table
 
 SPREAD_LIMIT = 0.02
@@ -139,8 +139,7 @@ def _latest_ok_jobs(store: Store, probe: str, extra: list[str] = ()) -> pd.DataF
     folder = store.root / "jobs"
     if not folder.is_dir():
         return pd.DataFrame(columns=JOB_READ_COLUMNS)
-    partitioning = ds.partitioning(pa.schema([("host", pa.string()), ("checkpoint", pa.string())]), flavor="hive")
-    dataset = ds.dataset(folder, format="parquet", partitioning=partitioning)
+    dataset = ds.dataset(folder, format="parquet", partitioning=PARTITIONING)
     columns = JOB_READ_COLUMNS + [c for c in extra if c not in JOB_READ_COLUMNS]
     missing = [c for c in columns if c not in dataset.schema.names]
     if missing:
@@ -175,13 +174,10 @@ def _table_rows(store: Store, name: str, jobs: pd.DataFrame) -> pd.DataFrame:
     so older runs cost nothing and orphans of a crashed write never enter."""
     tables = []
     for job in jobs.itertuples(index=False):
-        path = store.root / name / f"host={job.host}" / f"checkpoint={job.checkpoint}" / f"{job.job_id}-{job.run_id}.parquet"
+        path = store.file_path(name, host=job.host, checkpoint=job.checkpoint, job_id=job.job_id,
+                               run_id=job.run_id)
         if path.is_file():
-            table = pq.read_table(path)
-            # A row's own `host`/`checkpoint` column (a family probe names its members) must not shadow
-            # the job's key: it is kept as row_host / row_checkpoint.
-            table = table.rename_columns([f"row_{c}" if c in ("host", "checkpoint") else c
-                                          for c in table.column_names])
+            table = pq.read_table(path)  # the store keeps host and checkpoint in the path only
             tables.append(table.append_column("host", pa.array([job.host] * table.num_rows, pa.string()))
                           .append_column("checkpoint", pa.array([job.checkpoint] * table.num_rows, pa.string())))
     if not tables:

@@ -127,8 +127,7 @@ class Dispatch:
     def _handle(self, job: Job, outcome: Outcome) -> None:
         if outcome.status == "refused":  # the card turned busy between placement and start
             self.waiting[job.job_id] = outcome.reason
-            if self.placer is not None:
-                self.placer.refused(job.host, outcome.reason)
+            self.placer.refused(job.host, outcome.reason)
             self.gpu_queue.appendleft(job)
             return
         self.record(job, outcome)
@@ -177,7 +176,7 @@ class Dispatch:
         now = time.time()
         return {j.host for j in self.gpu_queue if self.cluster.hosts[j.host].gpus > 0 and j.host in self.capacity
                 and self.gpus.get(j.host, 0) >= 1
-                and (self.placer is None or now >= self.placer.next_attempt_at(j.host))}
+                and now >= self.placer.next_attempt_at(j.host)}
 
     def _dispatch_gpu(self) -> None:
         # A host is busy while any of its jobs runs: its GPU job (one per host) or its CPU jobs
@@ -199,7 +198,7 @@ class Dispatch:
                     busy_hosts.add(job.host)
                 elif why:
                     self.waiting[job.job_id] = why
-        if self.gpu_queue and self.placer is not None and self.placer.expired():
+        if self.gpu_queue and self.placer.expired():
             for job in _drain(self.gpu_queue):
                 why = self.waiting.get(job.job_id, "no placement attempt succeeded")
                 self.fail(job, f"no idle GPU on {job.host} before the deadline: {why}", status="skipped")
@@ -208,9 +207,6 @@ class Dispatch:
         """Submit `job` to its host if the host's GPU reads idle. -> (placed, why not)."""
         runs_dir = self.cluster.runs_dir(job.host)
         thresholds = _thresholds(self.cluster.hosts[job.host].idle)
-        if self.placer is None:  # no idleness module: Ray's logical GPU accounting only
-            self.launcher.submit(job, deadline=self.deadline)
-            return True, ""
         if time.time() < self.placer.next_attempt_at(job.host):
             return False, ""
         placed, why = self.placer.try_place(job.host, runs_dir=runs_dir, thresholds=thresholds)
@@ -220,13 +216,9 @@ class Dispatch:
 
 
 def _make_placer(deadline: float, backoff_s: tuple[float, ...] | None, read_here_for: Cluster | None) -> Any:
-    try:
-        from runner.idle import read_local
-        from runner.placement import GpuPlacer
-    except ImportError:
-        print("labprobe sweep: runner.placement not available: GPU jobs use Ray's logical GPUs only",
-              file=sys.stderr)
-        return None
+    from runner.idle import read_local
+    from runner.placement import GpuPlacer
+
     kwargs: dict[str, Any] = {} if backoff_s is None else {"backoff_s": backoff_s}
     if read_here_for is not None:
         cluster = read_here_for

@@ -52,9 +52,6 @@ def fingerprints(paths: dict[str, str]) -> dict[str, str]:
 def host_fingerprints(by_host: dict[str, dict[str, str]]) -> dict[str, str]:
     """Run as a task pinned to a host: fingerprints of that host's checkpoints (it finds its own
     entry by the node's label, so one mapping serves every host's task)."""
-    import ray
+    from runner.hosts import node_host
 
-    from runner.hosts import HOST_LABEL
-
-    host = ray.get_runtime_context().get_node_labels().get(HOST_LABEL, "")
-    return fingerprints(by_host.get(host, {}))
+    return fingerprints(by_host.get(node_host(), {}))

@@ -9,10 +9,13 @@ with a timeout.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from typing import Any, Callable
 
 HOST_LABEL = "labprobe.host"
+LOCAL_HOST = "local"
+"""The host name of this machine's node in the embedded Ray (no address, or `local`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,9 +26,9 @@ class HostFailure:
     reason: str
 
 
-def connect(address: str | None = None, *, num_cpus: int | None = None,
-            labels: dict[str, str] | None = None) -> None:
-    """Join the lab's Ray cluster at `address`, or start an embedded local Ray when None.
+def connect(address: str | None = None) -> None:
+    """Join the lab's Ray cluster at `address`, or, with None or "local", start the embedded Ray:
+    one node on this machine, labelled host `local`.
 
     Does nothing when Ray is already initialised (the tests' shared cluster, a second call).
     """
@@ -35,12 +38,33 @@ def connect(address: str | None = None, *, num_cpus: int | None = None,
         return
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                               "configure_logging": False}
-    if address is None:
+    if address in (None, "local"):
         # "local" always starts a new Ray here; None would join any Ray already running on this
         # machine (another user's, a test's), and labels cannot be set on a cluster one joins.
         address = "local"
-        kwargs.update(num_cpus=num_cpus, labels=labels)
+        kwargs["labels"] = {HOST_LABEL: LOCAL_HOST}
     ray.init(address=address, **kwargs)
+
+
+def warn_embedded(command: str, address: str | None, hosts: set[str], consequence: str) -> None:
+    """On the embedded Ray only host `local` exists: say so when the work names other hosts.
+    `consequence` names them with `{hosts}`."""
+    elsewhere = sorted(hosts - {LOCAL_HOST})
+    if address in (None, "local") and elsewhere:
+        print(f"labprobe {command}: no --address: the embedded Ray on this machine is host `{LOCAL_HOST}` "
+              f"only; " + consequence.format(hosts=", ".join(elsewhere)), file=sys.stderr)
+
+
+def node_host() -> str:
+    """The host label of the Ray node running this code; "" outside Ray. Never imports Ray (a GPU
+    box running probes inline has none)."""
+    ray = sys.modules.get("ray")
+    try:
+        if ray is not None and ray.is_initialized():
+            return ray.get_runtime_context().get_node_labels().get(HOST_LABEL, "")
+    except Exception:  # a half-initialised Ray: the label is only informative
+        pass
+    return ""
 
 
 def pinned(host: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from probes.result import InputError
+from runner.hosts import node_host
 
 FAKE_ENV = "LABPROBE_FAKE_NVML_DIR"
 GIB = 1024**3
@@ -325,24 +326,13 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _node_host() -> str:
-    """The labprobe.host label of the Ray node running this, if inside Ray (never imports Ray)."""
-    ray = sys.modules.get("ray")
-    try:
-        if ray is not None and ray.is_initialized():
-            return ray.get_runtime_context().get_node_labels().get("labprobe.host", "")
-    except Exception:  # a half-initialised Ray: the label is only informative
-        pass
-    return ""
-
-
 def read_local(host: str, *, runs_dir: str | None = None,
                thresholds: Thresholds | None = None) -> list[GpuReading]:
     """Read every GPU of this machine (run it on `host`: a pinned Ray task, or inline there)."""
     t = thresholds or Thresholds()
     fake = os.environ.get(FAKE_ENV)
     samples = _read_fake(fake, host) if fake else _read_nvml(t)
-    node, reader = _node_host(), os.getpid()
+    node, reader = node_host(), os.getpid()
     if isinstance(samples, str):
         return [GpuReading(host=host, index=-1, name="", verdict="no-gpu", reason=samples,
                            node_host=node, reader_pid=reader)]
@@ -366,7 +356,7 @@ def read_local(host: str, *, runs_dir: str | None = None,
 
 def read_pinned(per_host: dict[str, tuple[str | None, Thresholds]]) -> list[GpuReading]:
     """read_local for the host whose node this runs on (run_on_hosts passes one argument to all)."""
-    host = _node_host()
+    host = node_host()
     if host not in per_host:
         raise RuntimeError(f"node label labprobe.host={host!r} is not one of {sorted(per_host)}")
     runs_dir, thresholds = per_host[host]
@@ -462,7 +452,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from runner.cluster import load_cluster
     from runner.hosts import HostFailure
-    from runner.sweep import connect_ray
+    from runner.hosts import connect
 
     if not args.timeout_s > 0:
         raise InputError(f"--timeout-s: must be > 0 (got {args.timeout_s})")
@@ -470,7 +460,7 @@ def main(args: argparse.Namespace) -> int:
     per_host = {name: (cluster.runs_dir(name), Thresholds.from_cluster(h.idle))
                 for name, h in cluster.hosts.items()}
     # No address: the sweep's embedded Ray, one node labelled `local`; the other hosts read unreachable.
-    connect_ray(args.address or cluster.spec.ray.address)
+    connect(args.address or cluster.spec.ray.address)
     results = read_hosts(per_host, timeout_s=args.timeout_s)
     rows: list[dict[str, Any]] = []
     for host, got in results.items():

@@ -20,6 +20,12 @@ VERSION_KEYS = ("python", "torch", "transformers", "cuda", "driver", "gpu", "cod
 """Keys whose difference between compared hosts deserves a warning."""
 
 
+def base_env() -> dict[str, str]:
+    """What every job row records of the machine, torch or not (purge records only this)."""
+    return {"hostname": socket.gethostname(), "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
 @functools.lru_cache(maxsize=1)
 def collect_env() -> dict[str, str]:
     """python, torch, transformers, CUDA, NVIDIA driver, GPU name, hostname, the code version of this
@@ -27,10 +33,8 @@ def collect_env() -> dict[str, str]:
     import torch
     import transformers
 
-    env = {"python": platform.python_version(), "torch": torch.__version__,
-           "transformers": transformers.__version__, "cuda": torch.version.cuda or "",
-           "driver": "", "gpu": "", "hostname": socket.gethostname(), "platform": platform.platform(),
-           "code_version": code_version()}
+    env = {**base_env(), "torch": torch.__version__, "transformers": transformers.__version__,
+           "cuda": torch.version.cuda or "", "driver": "", "gpu": "", "code_version": code_version()}
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
         env["driver"] = _driver_version()

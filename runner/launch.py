@@ -17,7 +17,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from runner.hosts import one_line, pinned
+from runner.hosts import node_host, one_line, pinned
 from runner.plan import Job
 
 GPU_SLOT = "labprobe_gpu_slot"
@@ -67,7 +67,7 @@ def execute(job: Job, *, deadline: float | None = None, guard: GpuGuard | None =
 
         # Imports (torch, transformers, the probe) happen before the clock starts: wall_s is the
         # probe's own run, comparable across hosts, not a fresh worker's start-up.
-        env = {**collect_env(), "node_host": _node_host()}
+        env = {**collect_env(), "node_host": node_host()}
         fp = fingerprint(job.paths["checkpoint"])
         module, config = probes.get(job.probe), job.probe_config()
         t0 = time.perf_counter()
@@ -77,18 +77,6 @@ def execute(job: Job, *, deadline: float | None = None, guard: GpuGuard | None =
                        started_at=started, wall_s=time.perf_counter() - t0)
     return Outcome(status="ok", result=result, env=env, checkpoint_fp=fp, started_at=started,
                    wall_s=time.perf_counter() - t0)
-
-
-def _node_host() -> str:
-    """The labprobe.host label of the Ray node running this job ("" inline): proof of where it ran."""
-    import sys
-
-    ray = sys.modules.get("ray")
-    if ray is None or not ray.is_initialized():
-        return ""
-    from runner.hosts import HOST_LABEL
-
-    return ray.get_runtime_context().get_node_labels().get(HOST_LABEL, "")
 
 
 class Launcher(abc.ABC):

@@ -25,9 +25,7 @@ import dataclasses
 import hashlib
 import json
 import os
-import platform
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -37,7 +35,8 @@ from typing import Any, Callable
 
 from probes.result import InputError
 from runner import purge_fs
-from runner.hosts import HOST_LABEL, HostFailure, run_on_hosts
+from runner.hosts import HostFailure, node_host, run_on_hosts
+from runner.jobenv import base_env
 from runner.tables import format_table
 
 PROBE = "purge"
@@ -115,11 +114,8 @@ def _on_host(roots: dict[str, str], run_glob: str, planned: dict[str, list[str]]
     """Plan (planned None) or execute on the host this task landed on, told by its own label.
     Bad input on the host (no runs root) comes back as a value, not an error, so the driver can
     stop everything before any host deletes anything."""
-    import ray
-
-    host = ray.get_runtime_context().get_node_labels().get(HOST_LABEL, "")
-    env = {"hostname": socket.gethostname(), "python": platform.python_version(),
-           "platform": platform.platform()}
+    host = node_host()
+    env = base_env()
     try:
         if planned is None:
             rows = purge_fs.scan_root(roots[host], run_glob, host)
@@ -376,7 +372,7 @@ def _verified(value: bool | None) -> str:
 def main(args: argparse.Namespace) -> int:
     from runner.cluster import load_cluster
     from runner.store import Store
-    from runner.sweep import LOCAL_HOST, connect_ray
+    from runner.hosts import connect, warn_embedded
 
     if not args.timeout_s > 0:
         raise InputError(f"--timeout-s: must be > 0 (got {args.timeout_s})")
@@ -390,10 +386,9 @@ def main(args: argparse.Namespace) -> int:
     import ray
 
     embedded = address in (None, "local") and not ray.is_initialized()
-    connect_ray(address)
-    if embedded and set(roots) - {LOCAL_HOST}:
-        print(f"labprobe purge: no --address: the embedded Ray on this machine is host `{LOCAL_HOST}` only; "
-              f"{', '.join(sorted(set(roots) - {LOCAL_HOST}))} will read as unreachable", file=sys.stderr)
+    connect(address)
+    if embedded:
+        warn_embedded("purge", address, set(roots), "{hosts} will read as unreachable")
     report = purge(roots, args.run, yes=args.yes, timeout_s=args.timeout_s,
                    on_plan=lambda planned: store_phase(store, planned, "plan"))
     if report.yes:

@@ -34,7 +34,7 @@ KEY_COLUMNS = ("run_id", "job_id", "probe", "host", "checkpoint", "checkpoint_fp
 JOB_COLUMNS = KEY_COLUMNS + ("status", "reason", "started_at", "wall_s", "summary_json",
                              "config_json", "env_json", "plan")
 STATUSES = ("ok", "failed", "skipped")
-_PARTITION = ds.partitioning(pa.schema([("host", pa.string()), ("checkpoint", pa.string())]),
+PARTITIONING = ds.partitioning(pa.schema([("host", pa.string()), ("checkpoint", pa.string())]),
                              flavor="hive")
 
 
@@ -67,8 +67,13 @@ class Store:
         self.root = Path(root)
 
     # -- writing -------------------------------------------------------------------------------
-    def _partition_dir(self, name: str, key: JobKey) -> Path:
-        return self.root / name / f"host={key.host}" / f"checkpoint={key.checkpoint}"
+    def file_path(self, name: str, *, host: str, checkpoint: str, job_id: str, run_id: str) -> Path:
+        """Where table `name` keeps one job's rows (the key says it: no listing needed)."""
+        return self.root / name / f"host={host}" / f"checkpoint={checkpoint}" / f"{job_id}-{run_id}.parquet"
+
+    def _file(self, name: str, key: JobKey) -> Path:
+        return self.file_path(name, host=key.host, checkpoint=key.checkpoint, job_id=key.job_id,
+                              run_id=key.run_id)
 
     def _write(self, path: Path, table: pa.Table) -> Path:
         if path.exists():
@@ -96,7 +101,7 @@ class Store:
         data = [{**keys, **{(f"row_{k}" if k in KEY_COLUMNS else k): _cell(v) for k, v in row.items()}}
                 for row in rows]
         name = f"{key.probe}.{table}"
-        path = self._partition_dir(name, key) / f"{key.job_id}-{key.run_id}.parquet"
+        path = self._file(name, key)
         return self._write(path, pa.Table.from_pylist(data))
 
     def write_job(self, key: JobKey, *, status: str, reason: str = "", started_at: datetime,
@@ -107,7 +112,7 @@ class Store:
                "summary_json": json.dumps(_jsonable(summary), sort_keys=True),
                "config_json": json.dumps(_jsonable(config), sort_keys=True),
                "env_json": json.dumps(_jsonable(env), sort_keys=True), "plan": plan}
-        path = self._partition_dir("jobs", key) / f"{key.job_id}-{key.run_id}.parquet"
+        path = self._file("jobs", key)
         return self._write(path, pa.Table.from_pylist([row]))
 
     def write_artifacts(self, key: JobKey, files: dict[str, str]) -> Path:
@@ -163,13 +168,13 @@ class Store:
         folder = self.root / name
         if not folder.is_dir():
             return pd.DataFrame(columns=list(columns or (JOB_COLUMNS if name == "jobs" else KEY_COLUMNS)))
-        dataset = ds.dataset(folder, format="parquet", partitioning=_PARTITION)
+        dataset = ds.dataset(folder, format="parquet", partitioning=PARTITIONING)
         schemas = [f.physical_schema for f in dataset.get_fragments()]
         if not schemas:
             return pd.DataFrame(columns=list(columns or KEY_COLUMNS))
         # Rows written at different times may type a column differently (int vs null): unify.
-        schema = pa.unify_schemas(schemas + [_PARTITION.schema], promote_options="permissive")
-        dataset = ds.dataset(folder, format="parquet", partitioning=_PARTITION, schema=schema)
+        schema = pa.unify_schemas(schemas + [PARTITIONING.schema], promote_options="permissive")
+        dataset = ds.dataset(folder, format="parquet", partitioning=PARTITIONING, schema=schema)
         table = dataset.to_table(columns=columns, filter=filters)
         return table.to_pandas()
 

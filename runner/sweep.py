@@ -29,13 +29,11 @@ from pathlib import Path
 
 from probes.result import InputError
 from runner.cluster import load_cluster
-from runner.hosts import HOST_LABEL, HostFailure, connect, run_on_hosts
+from runner.hosts import HostFailure, connect, run_on_hosts, warn_embedded
 from runner.plan import DEFAULT_PLAN, Job, checkpoints_by_host, expand
 from runner.store import Store
 from runner.sweeplock import SweepLock, parse_deadline
 
-LOCAL_HOST = "local"
-"""The host label of the embedded local Ray's one node."""
 FINGERPRINT_TIMEOUT_S = 120.0
 MAX_FAILURES_SHOWN = 20
 
@@ -78,8 +76,9 @@ def main(args: argparse.Namespace) -> int:
     with SweepLock(store.root, run_id=run_id, plan=args.plan):
         if args.inline is None:
             address = args.address or cluster.spec.ray.address
-            connect_ray(address)
-            _warn_embedded(address, jobs)
+            connect(address)
+            warn_embedded("sweep", address, {j.host for j in jobs},
+                          "jobs for {hosts} will fail (pass --address or set ray.address)")
         counts = run_sweep(cluster=cluster, store=store, plan=args.plan, jobs=jobs, run_id=run_id,
                            force=args.force, deadline=deadline, timeout_s=args.timeout_s,
                            gpu_wait_s=args.gpu_wait_s, inline=args.inline is not None)
@@ -87,30 +86,6 @@ def main(args: argparse.Namespace) -> int:
     if args.report:
         _report(store, run_id)
     return 1 if counts.failed else 0
-
-
-def connect_ray(address: str | None) -> None:
-    """Join `address`, or start the embedded local Ray (one node labelled `local`) when None.
-
-    `address="local"` (not None) for the embedded case: ray.init(address=None) joins any Ray that
-    `ray start` or another process left on this machine, which must not capture the demo.
-    """
-    import ray
-
-    if address == "local":
-        address = None
-    if address is not None or ray.is_initialized():
-        connect(address)
-        return
-    ray.init(address="local", labels={HOST_LABEL: LOCAL_HOST}, include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
-
-
-def _warn_embedded(address: str | None, jobs: list[Job]) -> None:
-    elsewhere = sorted({j.host for j in jobs} - {LOCAL_HOST})
-    if address in (None, "local") and elsewhere:
-        print(f"labprobe sweep: no --address: the embedded Ray on this machine is host `{LOCAL_HOST}` only; "
-              f"jobs for {', '.join(elsewhere)} will fail (pass --address or set ray.address)", file=sys.stderr)
 
 
 def run_sweep(*, cluster, store: Store, plan: str, jobs: list[Job], run_id: str, force: bool = False,
@@ -212,11 +187,8 @@ def print_end(store: Store, jobs: list[Job], counts, run_id: str, host_order: li
 
 
 def _report(store: Store, run_id: str) -> None:
-    try:
-        from runner.report import write_report
-    except ImportError as exc:
-        print(f"labprobe sweep: --report: runner.report is not available ({exc})", file=sys.stderr)
-        return
+    from runner.report import write_report
+
     path, text = write_report(store, run_id)
     print(text)
     print(f"report: {path}")

@@ -2,7 +2,7 @@
 the command itself in a fresh process, runs the plan end to end and stores the rows.
 
 The other sweep tests join the shared test cluster or run --inline, so only this one exercises
-`connect_ray(None)`: the path a fresh machine takes."""
+`runner.hosts.connect(None)`: the path a fresh machine takes."""
 
 from __future__ import annotations
 
