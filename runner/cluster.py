@@ -317,7 +317,7 @@ def build_probe_config(probe: str, config: dict[str, Any], *, placeholders: bool
         except ValidationError as exc:
             err = exc.errors()[0]
             raise ConfigFieldError(key, f"{err['msg']} (got {value!r})") from None
-    runner = filled if filled is not None else _placeholders(fields, corpus) if placeholders else {}
+    runner = filled if filled is not None else _placeholders(corpus) if placeholders else {}
     for key, value in runner.items():
         if key in fields:
             values[key] = TypeAdapter(hints[key]).validate_python(_runner_value(key, value, hints[key]))
@@ -344,7 +344,7 @@ def _required(field: dataclasses.Field) -> bool:
     return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
 
 
-def _placeholders(fields: dict[str, dataclasses.Field], corpus: str | None) -> dict[str, Any]:
+def _placeholders(corpus: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {"checkpoint": Path("checkpoint"), "tokenizer": Path("tokenizer"), "weights": "random"}
     if corpus is not None:
         out["corpus"] = Path("corpus.jsonl")

@@ -28,7 +28,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import uuid
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -72,7 +71,6 @@ class Report:
     failures: dict[str, str] = dataclasses.field(default_factory=dict)
     envs: dict[str, dict] = dataclasses.field(default_factory=dict)
     started_at: datetime = dataclasses.field(default_factory=lambda: datetime.now(timezone.utc))
-    wall_s: float = 0.0
     run_id: str = ""
 
     def __post_init__(self) -> None:
@@ -136,7 +134,6 @@ def purge(roots: dict[str, str], run_glob: str = "*", *, yes: bool = False, time
           on_plan: Callable[[Report], None] | None = None) -> Report:
     """Plan on every host; `on_plan(report)` (storing the plan) before anything is deleted; with
     `yes`, execute the plan on every host that answered."""
-    start = time.monotonic()
     report = Report(yes=yes, roots=roots, run_glob=check_glob(run_glob))
     answers = run_on_hosts(_on_host, list(roots), roots, run_glob, None, timeout_s=timeout_s)
     bad = [a["bad_input"] for a in answers.values() if isinstance(a, dict) and "bad_input" in a]
@@ -152,7 +149,6 @@ def purge(roots: dict[str, str], run_glob: str = "*", *, yes: bool = False, time
         on_plan(report)
     if yes:
         _execute(report, timeout_s)
-    report.wall_s = time.monotonic() - start
     return report
 
 

@@ -70,14 +70,14 @@ def write_report(store: Store, run_id: str, *, threshold_pct: float = 3.0,
 def collect(store: Store, run_id: str, *, threshold_pct: float, max_spread_pct: float) -> RunData:
     """This run's jobs and rows, and the drift alerts its rows raise. A run with no jobs (a resumed
     sweep that found everything stored) gives an empty report that says so."""
-    jobs = store.jobs()
-    jobs = jobs[jobs["run_id"] == run_id]
+    all_jobs = store.jobs()
+    jobs = all_jobs[all_jobs["run_id"] == run_id]
     jobs = jobs.sort_values("finished_at", kind="stable").drop_duplicates("job_id", keep="last")
     tables, alerts, watched = {}, [], []
     for name in store.table_names():
         if name == "jobs":
             continue
-        history = store.read(name)
+        history = store.read(name, jobs=all_jobs)
         rows = history[history["run_id"] == run_id]
         if rows.empty:
             continue

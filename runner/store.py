@@ -147,11 +147,13 @@ class Store:
         return sorted(p.name for p in self.root.iterdir()
                       if p.is_dir() and (p.name == "jobs" or "." in p.name) and not p.name.startswith("."))
 
-    def read(self, name: str, *, columns: list[str] | None = None, filters: Any = None) -> pd.DataFrame:
+    def read(self, name: str, *, columns: list[str] | None = None, filters: Any = None,
+             jobs: pd.DataFrame | None = None) -> pd.DataFrame:
         """Table `name` ("jobs" or "<probe>.<table>") as a DataFrame; empty when nothing is stored.
 
         Rows of a job whose job row was never written (the writer died between its tables and
-        its job row) are left out: a job row, written last, is what commits a result.
+        its job row) are left out: a job row, written last, is what commits a result. `jobs`: the
+        jobs table already read, so a caller reading several tables reads it once.
         """
         if name == "jobs":
             return self._read_files(name, columns=columns, filters=filters)
@@ -159,7 +161,8 @@ class Store:
         wanted = None if columns is None else list(dict.fromkeys([*columns, *ids]))
         frame = self._read_files(name, columns=wanted, filters=filters)
         if not frame.empty:
-            jobs = self._read_files("jobs", columns=ids)
+            if jobs is None:
+                jobs = self._read_files("jobs", columns=ids)
             keep = pd.MultiIndex.from_frame(frame[ids]).isin(pd.MultiIndex.from_frame(jobs[ids]))
             frame = frame[keep].reset_index(drop=True)
         return frame if columns is None else frame[list(columns)]
