@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from runner.cluster import Cluster
-from runner.hosts import HOST_LABEL, live_hosts, one_line
+from runner.hosts import HOST_LABEL, one_line
 from runner.jobenv import code_version
 from runner.launch import GpuGuard, Launcher, Outcome
 from runner.plan import Job
@@ -238,17 +238,15 @@ def _live_capacity() -> dict[str, tuple[int, float]]:
     """Alive hosts -> (CPUs, GPUs) their alive nodes offer Ray."""
     import ray
 
-    live = live_hosts()
-    by_node = {node_id: host for host, ids in live.items() for node_id in ids}
     cpus: dict[str, float] = {}
     gpus: dict[str, float] = {}
-    for node in ray.nodes():
-        host = by_node.get(node["NodeID"])
-        if host is not None and node.get("Alive"):
+    for node in ray.nodes():  # one read a poll: the labels and the resources of the same snapshot
+        host = (node.get("Labels") or {}).get(HOST_LABEL)
+        if host and node.get("Alive"):
             resources = node.get("Resources", {})
             cpus[host] = cpus.get(host, 0.0) + resources.get("CPU", 0.0)
             gpus[host] = gpus.get(host, 0.0) + resources.get("GPU", 0.0)
-    return {host: (int(cpus.get(host, 0.0)), gpus.get(host, 0.0)) for host in live}
+    return {host: (int(cpus[host]), gpus[host]) for host in cpus}
 
 
 def _drain(queue: collections.deque | None) -> list[Job]:
