@@ -63,21 +63,18 @@ def job_id(probe: str, config_hash: str, checkpoint_fp: str, host: str, checkpoi
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def plan_config_hash(entry: PlanEntry, checkpoint_weights: str) -> str:
-    config = build_probe_config(entry.probe, entry.config, placeholders=True, corpus=entry.corpus)
-    fields = config_to_dict(config)
-    for key in RUNNER_FIELDS:
-        fields.pop(key, None)
+def _placeholder_config(entry: PlanEntry) -> dict[str, Any]:
+    """The entry's Config with placeholder host paths, built (and validated) once per entry, as a dict."""
+    return config_to_dict(build_probe_config(entry.probe, entry.config, placeholders=True, corpus=entry.corpus))
+
+
+def plan_config_hash(entry: PlanEntry, built: dict[str, Any], checkpoint_weights: str) -> str:
+    """`built` is _placeholder_config(entry): its runner fields give way to the names they came from."""
+    fields = {k: v for k, v in built.items() if k not in RUNNER_FIELDS}
     fields["corpus"] = entry.corpus
     fields["weights"] = checkpoint_weights
     blob = json.dumps([entry.probe, fields], sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def _typed_config(entry: PlanEntry) -> dict[str, Any]:
-    """The entry's fields as the Config holds them (validated), JSON-able."""
-    built = config_to_dict(build_probe_config(entry.probe, entry.config, placeholders=True, corpus=entry.corpus))
-    return {k: built[k] for k in entry.config}
 
 
 def expand(cluster: Cluster, plan: str) -> list[Job]:
@@ -90,10 +87,10 @@ def expand(cluster: Cluster, plan: str) -> list[Job]:
     for index, entry in enumerate(plans[plan]):
         hosts = list(cluster.hosts) if entry.hosts == "all" else entry.hosts
         ckpts = list(cluster.checkpoints) if entry.checkpoints == "all" else entry.checkpoints
-        config = _typed_config(entry)
+        built = _placeholder_config(entry)
+        config = {k: built[k] for k in entry.config}  # the entry's own fields, typed
         for ckpt in ckpts:
-            weights = cluster.checkpoints[ckpt].weights
-            chash = plan_config_hash(entry, weights)
+            chash = plan_config_hash(entry, built, cluster.checkpoints[ckpt].weights)
             for host in hosts:
                 if (entry.probe, ckpt, host, chash) in seen:
                     continue

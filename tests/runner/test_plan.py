@@ -91,3 +91,15 @@ def test_a_repeated_entry_is_one_job(tmp_path):
     jobs = expand(load_cluster(cluster_file(tmp_path, plans)), "p")
     assert sorted((j.checkpoint, j.host) for j in jobs) == sorted(
         (c, h) for c in ("qwen3-0.6b-base", "gemma-3-4b") for h in ("a", "b"))
+
+
+def test_each_entry_builds_its_probe_config_once(tmp_path, monkeypatch):
+    """Its typed fields and every checkpoint's config hash come from one build, not 1 + checkpoints."""
+    import runner.plan
+
+    calls = []
+    real = runner.plan.build_probe_config
+    monkeypatch.setattr(runner.plan, "build_probe_config", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    plans = {"p": [{"probe": "mask", "config": {"seq_len": 64}}, {"probe": "padding", "corpus": "demo"}]}
+    jobs = expand(load_cluster(cluster_file(tmp_path, plans)), "p")
+    assert len(jobs) == 2 * 2 * 2 and calls == ["mask", "padding"]
