@@ -12,7 +12,6 @@ directory holding the yaml, so the file means the same thing from any working di
 from __future__ import annotations
 
 import dataclasses
-import re
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -22,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 import probes
 from probes.result import InputError
+from runner.clock import parse_hh_mm
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 """Checkpoint and corpus names become Parquet partition values: keep them plain."""
@@ -117,8 +117,8 @@ class Schedule(_Model):
     @field_validator("deadline")
     @classmethod
     def _hh_mm(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", value):
-            raise ValueError(f"expected HH:MM (24-hour), got {value!r}")
+        if value is not None:
+            parse_hh_mm(value)  # its ValueError becomes pydantic's error at `schedule.deadline`
         return value
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shlex
 import sys
 from datetime import datetime
@@ -30,7 +29,6 @@ from runner.cluster import Cluster, load_cluster
 
 TAG = "labprobe-sweep"
 """Every entry's comment starts with this; the rest names the plan and the cluster file."""
-DEADLINE = re.compile(r"([01]\d|2[0-3]):[0-5]\d")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -131,8 +129,6 @@ def install(tab: CronTab, cluster: Cluster, *, plan: str | None = None, cron: st
                          f"(plans: {', '.join(cluster.spec.plans) or 'none'})")
     if not CronSlices.is_valid(cron):
         raise InputError(f"--cron: invalid cron expression {cron!r} (expected e.g. '0 1 * * *' or '@daily')")
-    if deadline is not None and not DEADLINE.fullmatch(deadline):
-        raise InputError(f"--deadline: expected HH:MM (24-hour), got {deadline!r}")
     if deadline is not None:
         _check_deadline_after_start(cron, deadline)
     log_path = _log_path(cluster, plan, log)
@@ -194,9 +190,11 @@ def _log_path(cluster: Cluster, plan: str, log: Path | None) -> Path:
 
 def _check_deadline_after_start(cron: str, deadline: str) -> None:
     """The sweep reads HH:MM as its nearest occurrence (runner/sweeplock.py): a deadline less than
-    12 h after the start. A 01:00 start with a 23:00 deadline would skip every job, every night."""
+    12 h after the start. A 01:00 start with a 23:00 deadline would skip every job, every night.
+    A malformed HH:MM is an InputError naming --deadline, from the sweep's own parser."""
     from runner.sweeplock import parse_deadline
 
+    parse_deadline(deadline)
     fields = cron.split()
     if len(fields) != 5 or not (fields[0].isdigit() and fields[1].isdigit()):
         return  # several start times: each is its own case; nothing simple to check

@@ -19,12 +19,12 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import socket
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from probes.result import InputError
+from runner.clock import parse_hh_mm
 
 LOCK_NAME = ".sweep.lock"
 
@@ -101,11 +101,12 @@ def _read(fd: int) -> dict | None:
 
 def parse_deadline(text: str, *, now: datetime | None = None) -> float:
     """`HH:MM` (local time) -> epoch seconds: the occurrence nearest to now (see module docstring)."""
-    match = re.fullmatch(r"([01]?\d|2[0-3]):([0-5]\d)", text.strip())
-    if not match:
-        raise InputError(f"--deadline: expected HH:MM (24-hour local time), got {text!r}")
+    try:
+        hour, minute = parse_hh_mm(text)  # what cluster.yaml and `schedule install` accept, no more
+    except ValueError as exc:
+        raise InputError(f"--deadline: {exc}") from None
     now = now or datetime.now().astimezone()
-    today = now.replace(hour=int(match[1]), minute=int(match[2]), second=0, microsecond=0)
+    today = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
     if today <= now - timedelta(hours=12):
         today += timedelta(days=1)
     elif today > now + timedelta(hours=12):
