@@ -28,12 +28,12 @@ import os
 import re
 import subprocess
 import sys
-import uuid
 from datetime import datetime, timezone
 from typing import Any, Callable
 
 from probes.result import InputError
 from runner import purge_fs
+from runner.clock import new_run_id
 from runner.hosts import HostFailure, node_host, run_on_hosts
 from runner.jobenv import base_env
 from runner.tables import format_table
@@ -74,7 +74,7 @@ class Report:
     run_id: str = ""
 
     def __post_init__(self) -> None:
-        self.run_id = self.run_id or f"{self.started_at:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+        self.run_id = self.run_id or new_run_id(self.started_at)
 
     def host_ok(self, host: str) -> bool:
         rows = self.outcome.get(host, [])

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import secrets
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from probes.result import InputError
+from runner.clock import new_run_id
 from runner.cluster import load_cluster
 from runner.hosts import HostFailure, connect, run_on_hosts, warn_embedded
 from runner.plan import DEFAULT_PLAN, Job, checkpoints_by_host, expand
@@ -53,10 +52,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "this process (you are on HOST: debugging, or a GPU box on its own)")
     parser.add_argument("--gpu-wait-s", type=float, default=1800.0,
                         help="without --deadline: how long GPU jobs wait for an idle card (default: 1800)")
-
-
-def new_run_id() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
 
 
 def main(args: argparse.Namespace) -> int:

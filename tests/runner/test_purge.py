@@ -9,8 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -409,11 +411,20 @@ def test_the_plan_is_stored_before_anything_is_deleted(ray_cluster, lab, monkeyp
     assert sorted(jobs["host"]) == sorted(HOSTS) and all(j.startswith("purge-plan-") for j in jobs["job_id"])
 
 
+def test_a_purge_run_id_names_its_utc_start_second():
+    report = purge_mod.Report(yes=False, roots={}, run_glob="*",
+                              started_at=datetime(2026, 12, 3, 7, 22, 7, 500_000, tzinfo=timezone.utc))
+    assert re.fullmatch(r"20261203T072207Z-[0-9a-f]{4}", report.run_id), report.run_id
+    assert purge_mod.Report(yes=False, roots={}, run_glob="*", run_id="given").run_id == "given"
+
+
 def test_a_full_purge_stores_plan_and_outcome_under_one_run_id(ray_cluster, lab, capsys):
     assert main(["purge", "--cluster", str(lab["cluster"]), "--yes"]) == 0
     store = Store(lab["store"])
     actions, jobs = store.read("purge.actions"), store.jobs()
     assert actions["run_id"].nunique() == 1 and jobs["run_id"].nunique() == 1
+    # The sweep's run-id form (runner/clock.py): a purge's run sorts among the sweeps' by its start.
+    assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{4}", actions["run_id"].iloc[0]), actions["run_id"].iloc[0]
     by_phase = actions.groupby("phase")["run"].count().to_dict()
     assert by_phase == {"plan": len(EXPECTED), "outcome": len(EXPECTED)}
     assert sorted(jobs["host"]) == sorted(HOSTS * 2)
