@@ -20,7 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("runner.validate", "check cluster.yaml and expand every plan, running nothing"),
     "compare": ("runner.compare", "compare hosts on the same work from the store"),
     "host-command": ("runner.hostcmd", "print the `ray start` line for one host"),
-    "idle": ("runner.idle", "read every GPU of the lab through NVML: idle or busy, and why"),
+    "idle": ("runner.idle_cmd", "read every GPU of the lab through NVML: idle or busy, and why"),
     "schedule": ("runner.schedule", "install, remove or show the overnight sweep's crontab entry"),
     "history": ("runner.history", "a metric over past runs, with drift alerts"),
     "purge": ("runner.purge", "safely purge intermediate checkpoints across hosts"),

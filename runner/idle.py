@@ -13,31 +13,23 @@ reads `busy` from what NVML and the file system show:
 - when the host names a runs directory, a file under it modified within `runs_fresh_min`.
 
 A host without nvidia-ml-py, the NVML library or a GPU reads as one `no-gpu` row, never an
-error. With env LABPROBE_FAKE_NVML_DIR set, readings come from `<dir>/<host>.json` (tests):
-
-    [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-...", "mem_used_bytes": 0,
-      "mem_total_bytes": 150000000000, "util_pct": [0, 3, 0],
-      "processes": [{"pid": 4242, "mem_used_bytes": 8000000000}]}]
+error. The samples come from runner/nvml.py (NVML, or fake files in tests), the runs directory's
+newest file from runner/freshness.py; `labprobe idle` is runner/idle_cmd.py.
 
 Never imports Ray at module import time: the GPU box runs this standalone.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import heapq
-import json
 import os
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from probes.result import InputError
+from runner.freshness import FileAge, newest_file
 from runner.hosts import node_host
+from runner.nvml import FAKE_ENV, GpuSample, read_samples
 
-FAKE_ENV = "LABPROBE_FAKE_NVML_DIR"
 GIB = 1024**3
 
 
@@ -73,26 +65,6 @@ class Thresholds:
                   if getattr(idle, theirs, None) is not None}
         return cls(**values)
 
-
-@dataclasses.dataclass(frozen=True)
-class GpuSample:
-    """What NVML (or the fake file) showed for one GPU over the window: the verdict's input."""
-    index: int
-    name: str
-    uuid: str = ""
-    mem_used_bytes: tuple[int, ...] = ()
-    """Memory used at each sample."""
-    mem_total_bytes: int | None = None
-    util_pct: tuple[float, ...] = ()
-    """Utilisation at each sample."""
-    processes: tuple[tuple[int, int | None], ...] = ()
-    """(pid, memory used or None where NVML cannot tell) of every compute process seen in the window."""
-
-
-@dataclasses.dataclass(frozen=True)
-class FileAge:
-    path: str
-    age_s: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,7 +147,7 @@ def _ago(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-# -- what counts as ours, and the runs directory ---------------------------------------------------
+# -- what counts as ours, and the readings ---------------------------------------------------------
 
 def _ppid(pid: int) -> int:
     """Parent pid from /proc/<pid>/stat (the command name may hold spaces and parentheses)."""
@@ -215,123 +187,11 @@ def own_pids(pid: int | None = None) -> frozenset[int]:
     return frozenset(ours)
 
 
-def newest_file(root: str, *, fresh_s: float, now: float | None = None) -> FileAge | None:
-    """The newest file under `root`, stopping at the first one younger than `fresh_s`.
-
-    One scandir pass, one stat per entry, symlinks not followed (no loops, no leaving the tree),
-    unreadable folders skipped. Newest folders first: a live run creates files, which bumps its
-    folder's mtime, so a busy tree usually stops after a few folders. None when there is no file.
-    """
-    now = time.time() if now is None else now
-    best: FileAge | None = None
-    heap: list[tuple[float, str]] = [(0.0, root)]
-    while heap:
-        try:
-            with os.scandir(heapq.heappop(heap)[1]) as it:
-                entries = list(it)
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    heapq.heappush(heap, (-entry.stat(follow_symlinks=False).st_mtime, entry.path))
-                elif entry.is_file(follow_symlinks=False):
-                    age = now - entry.stat(follow_symlinks=False).st_mtime
-                    if best is None or age < best.age_s:
-                        best = FileAge(entry.path, age)
-                        if age < fresh_s:
-                            return best
-            except OSError:  # gone between listing and stat
-                continue
-    return best
-
-
-# -- readings: NVML or the fake file ---------------------------------------------------------------
-
-def _read_fake(directory: str, host: str) -> list[GpuSample] | str:
-    """Samples from `<directory>/<host>.json`; a reason string when there is no such file."""
-    path = Path(directory) / f"{host}.json"
-    if not path.is_file():
-        return f"no GPU: no fake NVML file {path}"
-    try:
-        gpus = json.loads(path.read_text())
-        return [GpuSample(
-            index=int(g["index"]), name=str(g.get("name", "")), uuid=str(g.get("uuid", "")),
-            mem_used_bytes=(int(g.get("mem_used_bytes", 0)),),
-            mem_total_bytes=g.get("mem_total_bytes"),
-            util_pct=tuple(float(u) for u in g.get("util_pct", [0.0])),
-            processes=tuple((int(p["pid"]), p.get("mem_used_bytes")) for p in g.get("processes", [])),
-        ) for g in gpus]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"{path}: malformed fake NVML reading: {exc}") from None
-
-
-def _nvml_memory_used(pynvml: Any, handle: Any) -> int:
-    """Memory used without the driver's reserved part (NVML v2) where the driver offers it."""
-    try:
-        return int(pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2).used)
-    except Exception:  # older drivers or bindings: v1 counts reserved memory as used
-        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
-
-
-def _nvml_processes(pynvml: Any, handle: Any) -> list[tuple[int, int | None]]:
-    procs = list(pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
-    try:
-        procs += list(pynvml.nvmlDeviceGetMPSComputeRunningProcesses(handle))
-    except Exception:  # MPS queries are unsupported on many drivers
-        pass
-    # usedGpuMemory is None where NVML cannot tell (NVML_VALUE_NOT_AVAILABLE, some containers)
-    return [(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory)) for p in procs]
-
-
-def _read_nvml(t: Thresholds) -> list[GpuSample] | str:
-    """Sample every GPU together for `t.window_s`; a reason string when NVML or GPUs are missing."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception as exc:  # ImportError, NVMLError_LibraryNotFound, driver not loaded ...
-        return f"no GPU: NVML unavailable ({type(exc).__name__}: {exc})"
-    try:
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        if not handles:
-            return "no GPU: NVML sees no device"
-        num_samples = max(2, round(t.window_s * t.sample_hz))
-        mems: list[list[int]] = [[] for _ in handles]
-        utils: list[list[float]] = [[] for _ in handles]
-        procs: list[dict[int, int | None]] = [{} for _ in handles]
-        start = time.monotonic()
-        for k in range(num_samples):
-            for i, h in enumerate(handles):
-                try:
-                    utils[i].append(float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
-                except pynvml.NVMLError_NotSupported:  # MIG instances have no device utilisation
-                    pass
-                mems[i].append(_nvml_memory_used(pynvml, h))
-                for pid, mem in _nvml_processes(pynvml, h):
-                    old = procs[i].get(pid)
-                    procs[i][pid] = mem if old is None else max(old, mem or 0)
-            if k + 1 < num_samples:
-                time.sleep(max(0.0, start + (k + 1) * t.window_s / (num_samples - 1) - time.monotonic()))
-        return [GpuSample(
-            index=i, name=_text(pynvml.nvmlDeviceGetName(h)), uuid=_text(pynvml.nvmlDeviceGetUUID(h)),
-            mem_used_bytes=tuple(mems[i]), mem_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
-            util_pct=tuple(utils[i]), processes=tuple(sorted(procs[i].items())),
-        ) for i, h in enumerate(handles)]
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def read_local(host: str, *, runs_dir: str | None = None,
                thresholds: Thresholds | None = None) -> list[GpuReading]:
     """Read every GPU of this machine (run it on `host`: a pinned Ray task, or inline there)."""
     t = thresholds or Thresholds()
-    fake = os.environ.get(FAKE_ENV)
-    samples = _read_fake(fake, host) if fake else _read_nvml(t)
+    samples = read_samples(host, window_s=t.window_s, sample_hz=t.sample_hz)
     node, reader = node_host(), os.getpid()
     if isinstance(samples, str):
         return [GpuReading(host=host, index=-1, name="", verdict="no-gpu", reason=samples,
@@ -352,15 +212,6 @@ def read_local(host: str, *, runs_dir: str | None = None,
             newest_file=newest.path if newest else "", newest_file_age_s=newest.age_s if newest else None,
             node_host=node, reader_pid=reader))
     return readings
-
-
-def read_pinned(per_host: dict[str, tuple[str | None, Thresholds]]) -> list[GpuReading]:
-    """read_local for the host whose node this runs on (run_on_hosts passes one argument to all)."""
-    host = node_host()
-    if host not in per_host:
-        raise RuntimeError(f"node label labprobe.host={host!r} is not one of {sorted(per_host)}")
-    runs_dir, thresholds = per_host[host]
-    return read_local(host, runs_dir=runs_dir, thresholds=thresholds)
 
 
 # -- the job-side check ------------------------------------------------------------------------------
@@ -423,58 +274,3 @@ def describe(host: str, readings: list[GpuReading]) -> str:
     return f"{host}: " + "; ".join(
         f"GPU {r.index} {r.verdict}: {r.reason}" if r.index >= 0 else f"{r.verdict}: {r.reason}"
         for r in readings)
-
-
-# -- `labprobe idle` ----------------------------------------------------------------------------------
-
-def read_hosts(per_host: dict[str, tuple[str | None, Thresholds]], *,
-               timeout_s: float) -> dict[str, list[GpuReading] | Any]:
-    """Every host at once, one pinned task each: host -> its readings, or a HostFailure."""
-    from runner.hosts import run_on_hosts
-
-    window_s = max((t.window_s for _, t in per_host.values()), default=0.0)
-    # num_cpus=0: a reading must not queue behind the jobs that fill a host's CPUs.
-    return run_on_hosts(read_pinned, list(per_host), per_host, timeout_s=timeout_s + window_s, num_cpus=0)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = ("Read every GPU of the lab through NVML, all hosts at once: idle or busy, and "
-                          "why. Exit 0 when no GPU reads busy and every host answered, else 1.")
-    parser.add_argument("--cluster", default="cluster.yaml", help="the lab's cluster file")
-    parser.add_argument("--address", default=None,
-                        help="Ray address (default: the cluster file's ray.address; unset there: an "
-                             "embedded local Ray, its node labelled `local`)")
-    parser.add_argument("--json", action="store_true", help="print a JSON list of readings")
-    parser.add_argument("--timeout-s", type=float, default=30.0,
-                        help="seconds to wait for a host, on top of the sampling window")
-
-
-def main(args: argparse.Namespace) -> int:
-    from runner.cluster import load_cluster
-    from runner.hosts import HostFailure
-    from runner.hosts import connect
-
-    if not args.timeout_s > 0:
-        raise InputError(f"--timeout-s: must be > 0 (got {args.timeout_s})")
-    cluster = load_cluster(args.cluster)
-    per_host = {name: (cluster.runs_dir(name), Thresholds.from_cluster(h.idle))
-                for name, h in cluster.hosts.items()}
-    # No address: the sweep's embedded Ray, one node labelled `local`; the other hosts read unreachable.
-    connect(args.address or cluster.spec.ray.address)
-    results = read_hosts(per_host, timeout_s=args.timeout_s)
-    rows: list[dict[str, Any]] = []
-    for host, got in results.items():
-        if isinstance(got, HostFailure):
-            rows.append({"host": host, "gpu": None, "name": "", "verdict": "unreachable",
-                         "reason": got.reason})
-        else:
-            rows += [r.to_dict() | {"gpu": r.index if r.index >= 0 else None} for r in got]
-    if args.json:
-        json.dump(rows, sys.stdout, indent=1)
-        print()
-    else:
-        from runner.tables import format_table
-
-        print(format_table([{"host": r["host"], "gpu": "-" if r["gpu"] is None else r["gpu"], "name": r["name"],
-                             "verdict": r["verdict"], "reason": r["reason"]} for r in rows]))
-    return 0 if all(r["verdict"] in ("idle", "no-gpu") for r in rows) else 1

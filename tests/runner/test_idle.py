@@ -1,20 +1,20 @@
-"""GPU idleness: the verdict from readings, what counts as ours, the runs directory, the fake and
-no-NVML paths, the job-side guard and `labprobe idle` over a real Ray cluster."""
+"""GPU idleness: the verdict from samples, what counts as ours, readings from fake files and the
+NVML path (with the runs directory), and the job-side guard."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from probes.result import InputError
+from nvml_util import GIB, fake_pynvml, gpu, write_fake
 from runner import idle
-from runner.idle import GIB, FileAge, GpuBusyError, GpuReading, GpuSample, Thresholds, verdict
+from runner.freshness import FileAge
+from runner.idle import GpuBusyError, GpuReading, Thresholds, verdict
+from runner.nvml import FAKE_ENV, GpuSample
 
 T = Thresholds()
 
@@ -82,7 +82,7 @@ def test_busy_reason_lists_every_cause():
     assert len(reason.split("; ")) == 4
 
 
-# -- ours, and the runs directory -----------------------------------------------------------------------
+# -- ours ---------------------------------------------------------------------------------------------
 
 def test_own_pids_hold_self_parent_and_child_but_not_a_detached_process():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
@@ -100,56 +100,7 @@ def test_own_pids_hold_self_parent_and_child_but_not_a_detached_process():
         child.wait()
 
 
-def test_newest_file_finds_the_newest_and_stops_at_a_fresh_one(tmp_path):
-    now = time.time()
-    files = {"a/old.log": 7200, "a/b/c/newer.log": 3600, "top.txt": 5000}
-    for rel, age in files.items():
-        path = tmp_path / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("x")
-        os.utime(path, (now - age, now - age))
-    (tmp_path / "a" / "loop").symlink_to(tmp_path)  # must not be followed
-    got = idle.newest_file(str(tmp_path), fresh_s=600, now=now)
-    assert got.path == str(tmp_path / "a/b/c/newer.log") and got.age_s == pytest.approx(3600, abs=1)
-    (tmp_path / "a" / "ckpt.pt").write_text("y")
-    got = idle.newest_file(str(tmp_path), fresh_s=600)
-    assert got.path.endswith("ckpt.pt") and got.age_s < 600
-    assert idle.newest_file(str(tmp_path / "missing"), fresh_s=600) is None
-
-
-def test_newest_file_opens_the_newest_folder_first_and_stops_there(tmp_path, monkeypatch):
-    old = time.time() - 7200
-    for i in range(30):
-        (tmp_path / f"run{i}").mkdir()
-        (tmp_path / f"run{i}" / "log.txt").write_text("x")
-        os.utime(tmp_path / f"run{i}" / "log.txt", (old, old))
-        if i != 17:  # run17 is live: a file was just created in it, so its folder is the newest
-            os.utime(tmp_path / f"run{i}", (old, old))
-    os.utime(tmp_path / "run17" / "log.txt")
-    opened = []
-    real_scandir = os.scandir
-
-    def counting_scandir(path):
-        opened.append(path)
-        return real_scandir(path)
-
-    monkeypatch.setattr(idle.os, "scandir", counting_scandir)
-    got = idle.newest_file(str(tmp_path), fresh_s=600)
-    assert got.path == str(tmp_path / "run17" / "log.txt") and got.age_s < 600
-    assert opened == [str(tmp_path), str(tmp_path / "run17")]  # a full walk would open all 31
-
-
-# -- readings: fake file, no NVML -----------------------------------------------------------------------
-
-def write_fake(directory: Path, host: str, gpus: list[dict]) -> None:
-    (directory / f"{host}.json").write_text(json.dumps(gpus))
-
-
-def gpu(index=0, processes=(), util=(0, 0, 0), mem=0) -> dict:
-    return {"index": index, "name": "NVIDIA H200", "uuid": f"GPU-fake-{index}", "mem_used_bytes": mem,
-            "mem_total_bytes": 150 * GIB, "util_pct": list(util),
-            "processes": [{"pid": p, "mem_used_bytes": m} for p, m in processes]}
-
+# -- readings -----------------------------------------------------------------------------------------
 
 def test_read_local_from_fake_file(fake_nvml_dir, tmp_path):
     write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(os.getpid(), 2 * GIB)], mem=2 * GIB),
@@ -166,73 +117,17 @@ def test_read_local_from_fake_file(fake_nvml_dir, tmp_path):
     assert r0.verdict == "idle" and "nope missing: not checked" in r0.reason
 
 
-def test_missing_fake_file_reads_no_gpu(fake_nvml_dir):
+def test_a_host_without_gpu_reads_one_no_gpu_row(fake_nvml_dir):
     (reading,) = idle.read_local("nowhere")
     assert (reading.verdict, reading.index) == ("no-gpu", -1) and "nowhere.json" in reading.reason
 
 
-def test_malformed_fake_file_is_an_input_error_naming_it(fake_nvml_dir):
-    (fake_nvml_dir / "bad.json").write_text('[{"name": "no index"}]')
-    with pytest.raises(InputError, match="bad.json"):
-        idle.read_local("bad")
-
-
-def test_no_nvml_reads_no_gpu_never_an_error(monkeypatch):
-    monkeypatch.delenv(idle.FAKE_ENV, raising=False)
-    monkeypatch.setitem(sys.modules, "pynvml", None)  # nvidia-ml-py not installed
-    (reading,) = idle.read_local("cpu-box")
-    assert reading.verdict == "no-gpu" and "NVML unavailable" in reading.reason
-
-
-def test_no_nvml_library_on_this_machine_reads_no_gpu(monkeypatch):
-    monkeypatch.delenv(idle.FAKE_ENV, raising=False)
-    pynvml = pytest.importorskip("pynvml")
-    try:
-        pynvml.nvmlInit()
-        pynvml.nvmlShutdown()
-        pytest.skip("this machine has NVML")
-    except pynvml.NVMLError:
-        pass
-    (reading,) = idle.read_local("cpu-box")
-    assert reading.verdict == "no-gpu" and "NVMLError" in reading.reason
-
-
-def test_nvml_path_samples_every_gpu_over_the_window(monkeypatch):
-    """CI has no NVML: a stand-in module with pynvml's names checks the sampling code path that the
-    H200 run exercises for real (benchmarks/gpu_idle_check.py)."""
-    import types
-
-    class NVMLError(Exception):
-        pass
-
-    class NotSupported(NVMLError):
-        pass
-
+def test_read_local_over_the_nvml_path_sums_up_each_gpu_s_window(monkeypatch):
+    """The stand-in pynvml (tests/runner/nvml_util.py): the thresholds' window reaches the sampling,
+    and each GPU's samples become one reading (runner/nvml.py's own test checks the samples)."""
     calls = {"util": 0}
-    utils = iter([5.0, 60.0, 0.0])  # GPU 0 across three samples
-
-    def util(h):
-        if h == 1:
-            raise NotSupported("MIG")
-        calls["util"] += 1
-        return types.SimpleNamespace(gpu=next(utils))
-
-    def memory(h, version=None):  # v1 counts the driver's reserved memory as used: 99 GiB here
-        used = 99 * GIB if version is None else [2 * GIB, 0][h]
-        return types.SimpleNamespace(used=used, total=150 * GIB)
-
-    procs = iter([[], [types.SimpleNamespace(pid=4242, usedGpuMemory=None)],
-                  [types.SimpleNamespace(pid=4242, usedGpuMemory=2 * GIB)]])
-    fake = types.SimpleNamespace(
-        NVMLError=NVMLError, NVMLError_NotSupported=NotSupported, nvmlMemory_v2=2,
-        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
-        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetName=lambda h: b"NVIDIA H200",
-        nvmlDeviceGetUUID=lambda h: f"GPU-{h}", nvmlDeviceGetUtilizationRates=util,
-        nvmlDeviceGetMemoryInfo=memory,
-        nvmlDeviceGetComputeRunningProcesses=lambda h: next(procs) if h == 0 else [],
-        nvmlDeviceGetMPSComputeRunningProcesses=lambda h: (_ for _ in ()).throw(NotSupported("no MPS")))
-    monkeypatch.delenv(idle.FAKE_ENV, raising=False)
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.delenv(FAKE_ENV, raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(calls))
     t0 = time.perf_counter()
     r0, r1 = idle.read_local("box", thresholds=Thresholds(window_s=0.2, sample_hz=15))
     assert 0.2 <= time.perf_counter() - t0 < 2
@@ -307,45 +202,3 @@ def test_thresholds_from_cluster_overrides():
     t = Thresholds.from_cluster(IdleThresholds(max_util_pct=50, max_mem_used_mib=512, runs_quiet_min=30))
     assert t == Thresholds(util_pct=50.0, mem_used_bytes=512 * 2**20, runs_fresh_min=30.0)
     assert Thresholds.from_cluster(None) == Thresholds()
-
-
-# -- labprobe idle over the shared Ray cluster -----------------------------------------------------------
-
-def test_labprobe_idle_reads_every_host(ray_cluster, fake_nvml_dir, tmp_path, capsys):
-    from runner.cli import main
-
-    runs = tmp_path / "runs"
-    (runs / "exp").mkdir(parents=True)
-    (runs / "exp" / "log.txt").write_text("step 10")
-    (tmp_path / "cluster.yaml").write_text(f"""
-hosts:
-  - {{name: gx10, address: 10.0.0.1, gpus: 1, runs_root: {runs}}}
-  - {{name: ana-ml2, address: 10.0.0.2, gpus: 2, idle: {{max_util_pct: 50}}}}
-  - {{name: ghost, address: 10.0.0.3}}
-""")
-    write_fake(fake_nvml_dir, "gx10", [gpu(0)])
-    write_fake(fake_nvml_dir, "ana-ml2", [gpu(0, util=(30, 40)), gpu(1, processes=[(4242, 9 * GIB)])])
-    code = main(["idle", "--cluster", str(tmp_path / "cluster.yaml"), "--json", "--timeout-s", "20"])
-    rows = json.loads(capsys.readouterr().out)
-    assert code == 1
-    got = {(r["host"], r["gpu"]): r for r in rows}
-    assert set(got) == {("gx10", 0), ("ana-ml2", 0), ("ana-ml2", 1), ("ghost", None)}
-    assert got["gx10", 0]["verdict"] == "busy" and "log.txt changed" in got["gx10", 0]["reason"]
-    assert got["gx10", 0]["node_host"] == "gx10"  # read on the node carrying the label
-    assert got["ana-ml2", 0]["verdict"] == "idle"  # 40% is under this host's 50% threshold
-    assert got["ana-ml2", 1]["verdict"] == "busy" and got["ana-ml2", 1]["pids"] == [4242]
-    assert got["ghost", None]["verdict"] == "unreachable" and "ghost" in got["ghost", None]["reason"]
-    write_fake(fake_nvml_dir, "ana-ml2", [gpu(0)])
-    code = main(["idle", "--cluster", str(tmp_path / "cluster.yaml")])
-    lines = capsys.readouterr().out.splitlines()
-    assert code == 1 and len(lines) == 2 + 3  # header, rule, one line per GPU or host
-    assert any(line.split()[:4] == ["ana-ml2", "0", "NVIDIA", "H200"] and "idle" in line for line in lines)
-
-
-def test_labprobe_idle_bad_input_is_one_line_exit_2(tmp_path, capsys):
-    from runner.cli import main
-
-    assert main(["idle", "--timeout-s", "0"]) == 2
-    assert capsys.readouterr().err.strip() == "labprobe idle: error: --timeout-s: must be > 0 (got 0.0)"
-    assert main(["idle", "--cluster", str(tmp_path / "none.yaml")]) == 2
-    assert "none.yaml: no such cluster file" in capsys.readouterr().err
