@@ -5,22 +5,22 @@ and a final `adapter/`. `scan_root` plans: each `checkpoints/` to remove, or the
 its reasons. `execute` deletes: adapters' sha256 first, every planned `checkpoints/` re-checked at
 the moment of deletion and removed by a walk that never follows a symlink nor crosses into another
 filesystem, the sha256 again, and the space available on each filesystem before and after.
-Nothing but `checkpoints/` directories is ever touched.
+Nothing but `checkpoints/` directories is ever touched. The no-follow walk, removal and digests
+themselves are runner/fstree.py; this module decides what they may touch.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import hashlib
 import os
 import stat
 
 from probes.result import InputError
+from runner.fstree import DIR_FLAGS, Tree, is_inside, remove_tree, tree_digests, walk_tree
 
 ADAPTER = "adapter"
 CHECKPOINTS = "checkpoints"
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 _MAX_LISTED = 3  # offending paths named per reason; the rest are counted
 
 
@@ -48,68 +48,10 @@ class ActionRow:
     ino: int = dataclasses.field(default=0, repr=False)
 
 
-@dataclasses.dataclass
-class Tree:
-    """What a no-follow walk of one directory found."""
-
-    files: dict[tuple[int, int], str] = dataclasses.field(default_factory=dict)
-    dirs: set[tuple[int, int]] = dataclasses.field(default_factory=set)
-    num_files: int = 0
-    bytes: int = 0
-    alloc_bytes: int = 0
-    symlinks: list[tuple[str, str]] = dataclasses.field(default_factory=list)
-    """(relative path, link text) of each symlink met."""
-    mounts: list[str] = dataclasses.field(default_factory=list)
-    errors: list[str] = dataclasses.field(default_factory=list)
-
-
-def walk_tree(top: str, label: str) -> Tree:
-    """Walk `top` with lstat only: symlinks are recorded, never followed; other filesystems are
-    recorded, never entered. Paths are reported as `label/relative`."""
-    tree = Tree()
-    top_st = os.lstat(top)
-    tree.dirs.add((top_st.st_dev, top_st.st_ino))
-    stack = [(top, label)]
-    while stack:
-        path, shown = stack.pop()
-        try:
-            with os.scandir(path) as entries:
-                found = list(entries)
-        except OSError as exc:
-            tree.errors.append(f"cannot list {shown}: {exc.strerror}")
-            continue
-        for entry in found:
-            rel = f"{shown}/{entry.name}"
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError as exc:
-                tree.errors.append(f"cannot stat {rel}: {exc.strerror}")
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                tree.symlinks.append((rel, os.readlink(entry.path)))
-            elif stat.S_ISDIR(st.st_mode):
-                if st.st_dev != top_st.st_dev:
-                    tree.mounts.append(rel)
-                    continue
-                tree.dirs.add((st.st_dev, st.st_ino))
-                stack.append((entry.path, rel))
-            else:
-                tree.num_files += 1
-                if (st.st_dev, st.st_ino) not in tree.files:
-                    tree.files[(st.st_dev, st.st_ino)] = rel
-                    tree.bytes += st.st_size
-                    tree.alloc_bytes += st.st_blocks * 512
-    return tree
-
-
 def _listed(items: list[str]) -> str:
     shown = ", ".join(sorted(items)[:_MAX_LISTED])
     more = len(items) - _MAX_LISTED
     return f"{shown} (+{more} more)" if more > 0 else shown
-
-
-def is_inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def _symlink_reason(what: str, link: str, root: str, checkpoints: str) -> str:
@@ -312,60 +254,14 @@ def scan_root(runs_root: str, run_glob: str = "*", host: str = "") -> list[Actio
 
 
 def adapter_digests(run_path: str) -> dict[str, str] | None:
-    """sha256 of every file of the run's adapter (relative path -> hex); None when there is no
-    adapter directory. Reading is harmless, so links are followed here (unlike anywhere else): an
-    adapter whose bytes lived behind a link into a deleted checkpoint shows as changed."""
+    """sha256 of every file of the run's adapter (relative path -> hex, links followed: see
+    fstree.tree_digests); None when there is no adapter directory."""
     adapter = os.path.join(run_path, ADAPTER)
-    if not os.path.isdir(adapter):
-        return None
-    top = os.path.realpath(adapter)
-    digests = {}
-    for folder, dirs, files in os.walk(top, followlinks=False):
-        for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
-            path = os.path.join(folder, name)
-            digests[os.path.relpath(path, top)] = _sha256(path)
-    return digests
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
-    except OSError as exc:  # a dangling link, a link to a directory: recorded, compared as such
-        return f"unreadable: {exc.strerror}"
-    return digest.hexdigest()
-
-
-def remove_tree(name: str, parent_fd: int, expect: tuple[int, int] | None = None) -> None:
-    """Delete directory `name` under `parent_fd` bottom-up through directory fds opened with
-    O_NOFOLLOW: a symlink is unlinked, never followed; a directory on another device is an error
-    (never descended); a directory swapped since it was checked (`expect`: dev, ino) is an error."""
-    st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
-    if not stat.S_ISDIR(st.st_mode):
-        raise OSError(f"{name} is no longer a directory")
-    fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-    try:
-        opened = os.fstat(fd)
-        if not os.path.samestat(st, opened) or (expect and expect != (opened.st_dev, opened.st_ino)):
-            raise OSError(f"{name} changed while it was being removed")
-        with os.scandir(fd) as entries:
-            found = list(entries)
-        for entry in found:
-            if entry.is_dir(follow_symlinks=False):
-                child = entry.stat(follow_symlinks=False)
-                if child.st_dev != opened.st_dev:
-                    raise OSError(f"{entry.name} is another filesystem's mount point")
-                remove_tree(entry.name, fd, (child.st_dev, child.st_ino))
-            else:
-                os.unlink(entry.name, dir_fd=fd)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=parent_fd)
+    return tree_digests(adapter) if os.path.isdir(adapter) else None
 
 
 # -- deleting -----------------------------------------------------------------------------------
+
 @dataclasses.dataclass
 class Executed:
     actions: list[ActionRow]
@@ -390,7 +286,7 @@ def execute(runs_root: str, run_glob: str, planned: list[str], host: str = "") -
     todo = [r for r in rows if r.path in approved and r.action == "remove"]
     avail_before = _avail_by_dev(root, todo)
     outcome = []
-    root_fd = os.open(root, _DIR_FLAGS)
+    root_fd = os.open(root, DIR_FLAGS)
     try:
         for row in rows:
             if row.path not in approved:
@@ -435,7 +331,7 @@ def _delete_checked(root: str, root_fd: int, row: ActionRow) -> ActionRow:
         why = again.reason if again else "checkpoints/ no longer found"
         return dataclasses.replace(row, action="refuse", reason=f"at deletion: {why}")
     try:
-        run_fd = os.open(row.run, _DIR_FLAGS, dir_fd=root_fd)
+        run_fd = os.open(row.run, DIR_FLAGS, dir_fd=root_fd)
         try:
             remove_tree(CHECKPOINTS, run_fd, (again.dev, again.ino))
         finally:
