@@ -32,11 +32,11 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from probes.result import InputError
+from runner.drift import SPREAD_LIMIT_PCT, above_spread_limit, is_spread_column, spread_fraction, spread_pct
 from runner.jobenv import VERSION_KEYS
 from runner.store import KEY_COLUMNS, PARTITIONING, Store
 from runner.tables import format_table
 
-SPREAD_LIMIT = 0.02
 DEFAULT_METRICS: dict[str, list[tuple[str, str]]] = {
     "profile": [("scaling", "step_s")],
     "carrier": [("carriers", "tok_per_s")],
@@ -194,7 +194,7 @@ def _label_columns(rows: pd.DataFrame, metric: str) -> list[str]:
     """The fewest label columns (string/int/bool) that tell a job's rows apart, taking only columns
     with the same values on every host (seq_len, strategy), never per-host results (steps taken)."""
     skip = set(KEY_COLUMNS) | {metric}
-    candidates = [c for c in rows.columns if c not in skip and "spread" not in c
+    candidates = [c for c in rows.columns if c not in skip and not is_spread_column(c)
                   and (pd.api.types.is_integer_dtype(rows[c]) or pd.api.types.is_bool_dtype(rows[c])
                        or pd.api.types.is_string_dtype(rows[c]) or rows[c].dtype == object)]
     dims: list[str] = []
@@ -218,27 +218,33 @@ def _aligned(rows: pd.DataFrame, col: str) -> bool:
 
 
 def _cells(rows: pd.DataFrame, metric: str, dims: list[str]) -> pd.DataFrame:
-    """One row per (checkpoint, dims..., host): median, min, max, n of the metric, and whether it is
-    untrusted (several values spread above 2%, or a row's own spread column above 2%)."""
+    """One row per (checkpoint, dims..., host): median, min, max, n of the metric, the spread of its
+    values (percent), and whether it is untrusted (several values spread above the limit, or a
+    row's own spread column above it: runner/drift.py's rule)."""
     keys = ["checkpoint", *dims, "host"]
-    rows = rows.assign(_spread=_row_spread(rows))
+    rows = rows.assign(_spread_pct=_row_spread_pct(rows))
     grouped = rows.groupby(keys, sort=False, dropna=False)
     cells = grouped[metric].agg(["median", "min", "max", "count"])
-    cells["row_spread"] = grouped["_spread"].max()
+    cells["row_spread_pct"] = grouped["_spread_pct"].max()
     cells = cells.reset_index().sort_values(["checkpoint", *dims], kind="stable")
     cells["group"] = [" ".join(f"{d}={v}" for d, v in zip(dims, vals))
                       for vals in cells[dims].itertuples(index=False)] if dims else ""
-    spread = (cells["max"] - cells["min"]) / cells["median"].abs().where(cells["median"] != 0)
-    cells["untrusted"] = ((cells["count"] > 1) & (spread > SPREAD_LIMIT)) | (cells["row_spread"] > SPREAD_LIMIT)
+    # NaN where the median is 0 or a single value: no spread of values to judge.
+    cells["spread_pct"] = (cells["max"] - cells["min"]) / cells["median"].abs().where(cells["median"] != 0) * 100.0
+    cells["untrusted"] = (((cells["count"] > 1) & above_spread_limit(cells["spread_pct"]))
+                          | above_spread_limit(cells["row_spread_pct"]))
     return cells
 
 
-def _row_spread(rows: pd.DataFrame) -> pd.Series:
-    """Each row's largest own spread (as a fraction): columns named *spread*, `_pct` ones in percent."""
+def _spread_columns(rows: pd.DataFrame) -> list[str]:
+    return [c for c in rows.columns if is_spread_column(c) and pd.api.types.is_numeric_dtype(rows[c])]
+
+
+def _row_spread_pct(rows: pd.DataFrame) -> pd.Series:
+    """Each row's largest own spread, in percent, over its spread columns (a missing one reads 0)."""
     spread = pd.Series(0.0, index=rows.index)
-    for col in [c for c in rows.columns if "spread" in c and pd.api.types.is_numeric_dtype(rows[c])]:
-        scale = 100.0 if col.endswith("_pct") else 1.0
-        spread = spread.combine(rows[col].fillna(0.0) / scale, max)
+    for col in _spread_columns(rows):
+        spread = spread.combine(spread_pct(rows[col].fillna(0.0), col), max)
     return spread
 
 
@@ -287,16 +293,15 @@ def _version_warnings(jobs: pd.DataFrame) -> list[str]:
 
 def _spread_warnings(rows: pd.DataFrame, cells: pd.DataFrame, dims: list[str]) -> list[str]:
     out = []
-    for cell in cells.itertuples(index=False):
-        if cell.count > 1 and cell.median and (cell.max - cell.min) / abs(cell.median) > SPREAD_LIMIT:
-            spread = (cell.max - cell.min) / abs(cell.median)
-            out.append(f"{cell.checkpoint} {cell.group} @ {cell.host}: {cell.count} values spread {spread:.1%}".replace("  ", " "))
-    for col in [c for c in rows.columns if "spread" in c and pd.api.types.is_numeric_dtype(rows[c])]:
-        scale = 100.0 if col.endswith("_pct") else 1.0  # spread_pct is in percent, spread a fraction
-        high = rows[rows[col] > SPREAD_LIMIT * scale]
+    high_values = cells[(cells["count"] > 1) & above_spread_limit(cells["spread_pct"])]
+    for cell in high_values.itertuples(index=False):
+        out.append(f"{cell.checkpoint} {cell.group} @ {cell.host}: {cell.count} values spread "
+                   f"{cell.spread_pct:.1f}%".replace("  ", " "))
+    for col in _spread_columns(rows):
+        high = rows[above_spread_limit(spread_pct(rows[col], col))]
         for (ckpt, host), part in high.groupby(["checkpoint", "host"]):
-            out.append(f"{ckpt} @ {host}: {col} up to {part[col].max() / scale:.1%} (> {SPREAD_LIMIT:.0%}): "
-                       "not yet a number")
+            out.append(f"{ckpt} @ {host}: {col} up to {spread_fraction(part[col], col).max():.1%} "
+                       f"(> {SPREAD_LIMIT_PCT:.0f}%): not yet a number")
     return out
 
 

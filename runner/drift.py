@@ -33,6 +33,31 @@ _UNIT_SUFFIX = re.compile(r"_(s|ms|us|ns|bytes|per_s|pct|fraction)$")
 DRIFT_COLUMNS = ("run_id", "finished_at", "value", "spread_pct", "baseline", "num_previous",
                  "change_pct", "trusted", "alert")
 
+# -- the trust rule, owned here: compare, the report and drift all read spreads through it ------
+SPREAD_LIMIT_PCT = 2.0
+"""A value whose spread ((max-min)/median) is above this many percent is untrusted: not yet a number."""
+
+
+def is_spread_column(name: str) -> bool:
+    """Spread columns say so in their name: `spread_pct`, `step_s_spread_pct`, `spread` (a fraction)."""
+    return "spread" in name
+
+
+def spread_pct(values: pd.Series, column: str) -> pd.Series:
+    """`column`'s spreads in percent: a `*_pct` column is in percent already, any other a fraction."""
+    return values * (1.0 if column.endswith("_pct") else 100.0)
+
+
+def spread_fraction(values: pd.Series, column: str) -> pd.Series:
+    """`column`'s spreads as fractions, for `:.1%` printing as compare always printed them (`:.1f`
+    of the percent would round a stored 6.55 to 6.5 where `:.1%` of 6.55 / 100 gives 6.6)."""
+    return values / (100.0 if column.endswith("_pct") else 1.0)
+
+
+def above_spread_limit(spread_in_pct: pd.Series, limit_pct: float = SPREAD_LIMIT_PCT) -> pd.Series:
+    """True where the spread (in percent) is above the limit; NaN is not above it (callers decide)."""
+    return spread_in_pct > limit_pct
+
 
 def spread_column(columns: list[str] | pd.Index, metric: str) -> str | None:
     """The column holding `metric`'s spread: `<stem>_spread_pct`, `<stem>_spread`, `spread_pct`, `spread`."""
@@ -64,7 +89,7 @@ def identity_columns(frame: pd.DataFrame, metric: str) -> list[str]:
 
 
 def drift_table(frame: pd.DataFrame, metric: str, *, by: list[str] | None = None,
-                threshold_pct: float = 3.0, max_spread_pct: float = 2.0,
+                threshold_pct: float = 3.0, max_spread_pct: float = SPREAD_LIMIT_PCT,
                 min_previous: int = 1) -> pd.DataFrame:
     """One row per series and run: the value, the median of earlier runs, the change, the alert.
 
@@ -84,8 +109,7 @@ def drift_table(frame: pd.DataFrame, metric: str, *, by: list[str] | None = None
     work = frame[series + ["run_id", "finished_at", metric] + ([spread] if spread else [])].copy()
     work["value"] = pd.to_numeric(work[metric], errors="coerce").astype(float)
     if spread:
-        scale = 1.0 if spread.endswith("_pct") else 100.0
-        work["spread_pct"] = pd.to_numeric(work[spread], errors="coerce").astype(float) * scale
+        work["spread_pct"] = spread_pct(pd.to_numeric(work[spread], errors="coerce").astype(float), spread)
     else:
         work["spread_pct"] = 0.0  # exact metric: nothing to distrust
     work = work.dropna(subset=["value"])
@@ -101,7 +125,8 @@ def drift_table(frame: pd.DataFrame, metric: str, *, by: list[str] | None = None
     runs["baseline"] = grouped.transform(lambda s: s.expanding().median().shift(1))
     runs["num_previous"] = runs.groupby(series, dropna=False, sort=False).cumcount()
     runs["change_pct"] = (runs["value"] - runs["baseline"]) / runs["baseline"] * 100.0
-    runs["trusted"] = runs["spread_pct"].fillna(float("inf")) <= max_spread_pct
+    # An unreadable spread (NaN) is no evidence of a steady value: untrusted.
+    runs["trusted"] = ~above_spread_limit(runs["spread_pct"].fillna(float("inf")), max_spread_pct)
     runs["alert"] = (runs["trusted"] & (runs["num_previous"] >= min_previous)
                      & (runs["change_pct"].abs() > threshold_pct))
     runs = runs.sort_values(series + ["finished_at"], kind="stable").reset_index(drop=True)

@@ -24,7 +24,8 @@ import pandas as pd
 
 from probes.result import InputError
 from runner import plots
-from runner.drift import default_metric, describe_alert, drift_table, spread_column
+from runner.drift import (SPREAD_LIMIT_PCT, above_spread_limit, default_metric, describe_alert, drift_table,
+                          spread_column, spread_pct)
 from runner.store import KEY_COLUMNS, Store
 from runner.tables import format_value
 
@@ -56,7 +57,7 @@ class RunData:
 
 
 def write_report(store: Store, run_id: str, *, threshold_pct: float = 3.0,
-                 max_spread_pct: float = 2.0) -> tuple[Path, str]:
+                 max_spread_pct: float = SPREAD_LIMIT_PCT) -> tuple[Path, str]:
     """Write the run's HTML report; return its path and a short text summary for stdout."""
     data = collect(store, run_id, threshold_pct=threshold_pct, max_spread_pct=max_spread_pct)
     path = store.root / "reports" / f"{run_id}.html"
@@ -271,7 +272,8 @@ def _carriers(data: RunData) -> str:
                        if c in rows and pd.to_numeric(rows[c], errors="coerce").notna().any()]
             if metrics:
                 fig = plots.host_bars(rows, metrics, untrusted=_untrusted(rows), colors=data.colors,
-                                      title=f"{checkpoint}: per host (hatched: spread above 2%, not yet a number)")
+                                      title=f"{checkpoint}: per host (hatched: spread above {SPREAD_LIMIT_PCT:g}%, "
+                                            "not yet a number)")
                 parts.append(_img(fig, f"{checkpoint} per host"))
     return "<h2>Carriers: per-host comparison</h2>" + "".join(parts) if parts else ""
 
@@ -282,8 +284,7 @@ def _untrusted(rows: pd.DataFrame) -> pd.Series:
     spread = spread_column(rows.columns, "step_s")
     if spread is None:
         return pd.Series(False, index=rows.index)
-    scale = 1.0 if spread.endswith("_pct") else 100.0
-    return pd.to_numeric(rows[spread], errors="coerce") * scale > 2.0
+    return above_spread_limit(spread_pct(pd.to_numeric(rows[spread], errors="coerce"), spread))
 
 
 def _scaling(data: RunData) -> str:
