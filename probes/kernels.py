@@ -66,11 +66,16 @@ class Profile:
     """The unedited key_averages() table: raw evidence."""
     wall_s: float
     """Host wall clock over the profiled steps (profiler overhead included)."""
+    rows: list = dataclasses.field(init=False, repr=False)
+    """device_rows(events, device_type), filtered once here: every figure below is over these."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rows", device_rows(self.events, self.device_type))
 
     @property
     def kernel_s_per_step(self) -> float:
         """Sum of the device rows' own times per step (>= busy time when kernels overlap)."""
-        return sum(map(self_us, device_rows(self.events, self.device_type))) / 1e6 / self.num_steps
+        return sum(map(self_us, self.rows)) / 1e6 / self.num_steps
 
 
 def profile_steps(step: Callable[[], object], *, device: torch.device, num_steps: int) -> Profile:
@@ -129,11 +134,10 @@ def busy_s(rows: list) -> float:
 
 def kernel_table(profile: Profile) -> list[KernelRow]:
     """Per category: time and calls per step, each device row counted once by its self time."""
-    rows = device_rows(profile.events, profile.device_type)
     time_us: dict[str, float] = {}
     calls: dict[str, int] = {}
     by_name: dict[tuple[str, str], float] = {}
-    for e in rows:
+    for e in profile.rows:
         category = categorize(e.name)
         us = self_us(e)
         time_us[category] = time_us.get(category, 0.0) + us
@@ -150,7 +154,7 @@ def kernel_table(profile: Profile) -> list[KernelRow]:
 
 
 def busy_per_step_s(profile: Profile) -> float:
-    return busy_s(device_rows(profile.events, profile.device_type)) / profile.num_steps
+    return busy_s(profile.rows) / profile.num_steps
 
 
 LAUNCH_BOUND_BELOW = 0.9
