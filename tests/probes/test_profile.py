@@ -1,16 +1,16 @@
-"""profile: the fit against synthetic timings with known coefficients, and the whole probe on a tiny
-random Qwen3 on the CPU. The kernel table is tested in test_kernels.py."""
+"""profile: the whole probe on a tiny random Qwen3 on the CPU (every table, an OOM as a row or a
+result, the held-out check and the CE share), and the micro-batch reference of the padding penalty.
+The fit is tested in test_profile_fit.py, the kernel table in test_kernels.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from transformers import Qwen3Config
 
-from probes import models, profile
+from probes import models, profile, profile_measure
 from probes import harness as reference
 from probes.result import InputError
 
@@ -21,30 +21,6 @@ def tiny(tmp_path_factory) -> Path:
     Qwen3Config(hidden_size=32, intermediate_size=48, num_attention_heads=2, num_key_value_heads=1,
                 head_dim=16, vocab_size=128, num_hidden_layers=2, tie_word_embeddings=True).save_pretrained(path)
     return path
-
-
-def test_fit_recovers_known_coefficients():
-    a, b, c, batch = 3e-9, 2e-5, 0.04, 2
-    lens = [1024, 2048, 4096, 6144, 8192]
-    times = [a * batch * n * n + b * batch * n + c for n in lens]
-    coef = profile.fit_terms(lens, times, batch)
-    np.testing.assert_allclose(coef, [a, b, c], rtol=1e-6)
-    assert max(profile.heldout_errors(lens, times, batch)) < 1e-6
-
-
-def test_three_points_are_interpolated_exactly_and_have_no_heldout_error():
-    lens, times = [512, 1500, 4096], [0.31, 0.29, 0.95]  # not even monotone: still exact
-    coef = profile.fit_terms(lens, times, 1)
-    for n, t in zip(lens, times):
-        assert coef[0] * n * n + coef[1] * n + coef[2] == pytest.approx(t, rel=1e-9)
-    assert profile.heldout_errors(lens, times, 1) == [None, None, None]
-
-
-def test_heldout_error_is_the_prediction_from_the_other_points():
-    lens, times = [1, 2, 3, 4], [1.0, 4.0, 9.0, 17.0]  # t = L^2 except the last point
-    errors = profile.heldout_errors(lens, times, 1)
-    # leaving out L=4: the other three give exactly L^2, predicting 16 against 17
-    assert errors[3] == pytest.approx(1 / 17)
 
 
 @pytest.fixture(scope="module")
@@ -81,14 +57,14 @@ def test_the_probe_runs_on_the_cpu_with_every_table(result):
 
 
 def test_an_oom_at_one_length_is_a_row_not_a_crash(tiny, monkeypatch):
-    real_step = profile._Session.step
+    real_step = profile_measure.Session.step
 
     def step(self, batch_size, seq_len, real_lengths=None):
         if seq_len == 24:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
         return real_step(self, batch_size, seq_len, real_lengths)
 
-    monkeypatch.setattr(profile._Session, "step", step)
+    monkeypatch.setattr(profile_measure.Session, "step", step)
     out = profile.run(profile.Config(checkpoint=tiny, weights="random", lora_rank=4, seq_lens=(8, 16, 24, 32),
                                      seq_len=16, warmup_steps=0, steps=1, max_steps=1,
                                      profile_steps=1, device="cpu"))
