@@ -121,13 +121,13 @@ def make_corpus(path: Path, num: int) -> None:
 
 
 def bench_tokenize(corpus_path: Path, cache: Path) -> dict:
-    from probes import corpus
+    from probes import corpus, corpus_records
 
     start = time.perf_counter()
     corpus.load_tokenizer(TOKENIZER)  # once, so the figure below is not the transformers import
     load_tokenizer_s = time.perf_counter() - start
     start = time.perf_counter()
-    records = corpus.read_corpus(corpus_path)
+    records = corpus_records.read_corpus(corpus_path)
     parse_s = time.perf_counter() - start
     del records
     start = time.perf_counter()

@@ -1,11 +1,12 @@
 """Corpus -> token lengths, shared by the `padding` and `bucket` probes.
 
 A corpus is JSONL or Parquet; each record holds `messages` (chat turns, rendered with the
-tokenizer's own chat template, as training renders them) or `text`, and optionally `source`.
-Tokenization uses the checkpoint's own fast tokenizer from a local directory, batched. Lengths are
-cached as Parquet under `<cache_dir>/<corpus sha256>-<tokenizer sha256>.parquet`, so a second run
-over the same bytes with the same tokenizer reads the cache and never parses or tokenizes. A
-lengths file (Parquet or CSV with `length` and optional `source`) skips tokenization entirely.
+tokenizer's own chat template, as training renders them) or `text`, and optionally `source`; the
+file is read and checked by probes/corpus_records.py. Tokenization uses the checkpoint's own fast
+tokenizer from a local directory, batched. Lengths are cached as Parquet under
+`<cache_dir>/<corpus sha256>-<tokenizer sha256>.parquet`, so a second run over the same bytes with
+the same tokenizer reads the cache and never parses or tokenizes. A lengths file (Parquet or CSV
+with `length` and optional `source`) skips tokenization entirely.
 
 Every user error raises InputError naming the file, the record (1-based) and the field.
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 import sys
 from pathlib import Path
@@ -26,10 +26,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from probes.checkpoint import read_config
+from probes.corpus_records import DEFAULT_SOURCE, Records, is_parquet, read_corpus, read_parquet
 from probes.result import InputError, require
 
 DEFAULT_CACHE_DIR = Path("~/.cache/labprobe/lengths")
-DEFAULT_SOURCE = "default"
 _CACHE_VERSION = b"labprobe-lengths-v1"
 _CHUNK = 8192  # records per tokenizer batch: bounded memory, still batched
 # Files that decide how text becomes tokens (and so belong in the tokenizer's hash).
@@ -74,7 +74,7 @@ def load(*, corpus: Path | None, lengths: Path | None, checkpoint: Path | None,
     cache = _cache_file(cache_dir, digest, checkpoint)
     try:
         if cache.is_file():
-            result = _from_table(_read_parquet(cache, read_dictionary=["source"]), cache, "cache")
+            result = _from_table(read_parquet(cache, read_dictionary=["source"]), cache, "cache")
             _remember_or_warn(corpus, cache_dir, digest)
             return result
     except (pa.ArrowInvalid, OSError, InputError):
@@ -110,8 +110,8 @@ def read_lengths_file(path: Path) -> Lengths:
     if not path.is_file():
         raise InputError(f"{path}: no such lengths file")
     try:
-        if _is_parquet(path):
-            table = _read_parquet(path)
+        if is_parquet(path):
+            table = read_parquet(path)
         else:
             from pyarrow import csv
 
@@ -120,16 +120,6 @@ def read_lengths_file(path: Path) -> Lengths:
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputError(f"{path}: unreadable lengths file: {str(exc).splitlines()[0]}") from None
     return _from_table(table, path, "lengths file")
-
-
-def _read_parquet(path: Path, **kwargs) -> pa.Table:
-    # ParquetFile, not pq.read_table: the latter imports pyarrow.dataset (~0.2 s of a 1 s CLI run)
-    return pq.ParquetFile(path, **kwargs).read()
-
-
-def _is_parquet(path: Path) -> bool:
-    with path.open("rb") as f:
-        return f.read(4) == b"PAR1"
 
 
 def _from_table(table: pa.Table, path: Path, origin: str) -> Lengths:
@@ -252,105 +242,6 @@ def tokenizer_sha256(checkpoint: Path) -> str:
     for file in files:
         digest.update(file.name.encode() + b"\0" + file_sha256(file).encode())
     return digest.hexdigest()
-
-
-# ---- reading a corpus -------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class Records:
-    """Parsed corpus: each item is a text (str) or a conversation (list of turns)."""
-
-    path: Path
-    items: list[str | list[dict[str, Any]]]
-    sources: list[str]
-    numbers: list[int]  # how an error names each record: its 1-based record number
-    lines: list[int] | None = None  # JSONL: the line each record came from
-
-    def where(self, i: int) -> str:
-        line = f" (line {self.lines[i]})" if self.lines else ""
-        return f"{self.path}: record {self.numbers[i]}{line}"
-
-
-def read_corpus(path: Path) -> Records:
-    if not path.is_file():
-        raise InputError(f"{path}: no such corpus file")
-    records = _read_parquet_corpus(path) if _is_parquet(path) else _read_jsonl_corpus(path)
-    if not records.items:
-        raise InputError(f"{path}: empty corpus (no records)")
-    return records
-
-
-def _read_jsonl_corpus(path: Path) -> Records:
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise InputError(f"{path}: line {line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset "
-                         f"{exc.start})") from None
-    records = Records(path=path, items=[], sources=[], numbers=[], lines=[])
-    # split on "\n" only: str.splitlines() also splits on U+2028 and friends, which JSON strings may hold
-    for line_no, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        number = len(records.items) + 1
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}: record {number} (line {line_no}): malformed JSON: {exc.msg} "
-                             f"(column {exc.colno})") from None
-        records.lines.append(line_no)
-        records.numbers.append(number)
-        _add_record(records, record)
-    return records
-
-
-def _read_parquet_corpus(path: Path) -> Records:
-    try:
-        table = _read_parquet(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise InputError(f"{path}: unreadable Parquet corpus: {str(exc).splitlines()[0]}") from None
-    if not {"messages", "text"} & set(table.column_names):
-        raise InputError(f"{path}: neither field 'messages' nor 'text' is present "
-                         f"(columns: {', '.join(table.column_names)})")
-    columns = {n: table.column(n).to_pylist() for n in ("messages", "text", "source")
-               if n in table.column_names}
-    records = Records(path=path, items=[], sources=[], numbers=[])
-    for i in range(table.num_rows):
-        records.numbers.append(i + 1)
-        _add_record(records, {n: values[i] for n, values in columns.items()})
-    return records
-
-
-def _add_record(records: Records, record: Any) -> None:
-    i = len(records.items)
-    where = records.where(i)
-    if not isinstance(record, dict):
-        raise InputError(f"{where}: not a JSON object")
-    messages, text, source = record.get("messages"), record.get("text"), record.get("source")
-    if messages is not None:
-        records.items.append(_checked_messages(messages, where))
-    elif text is not None:
-        if not isinstance(text, str):
-            raise InputError(f"{where}: field 'text' must be a string, got {type(text).__name__}")
-        records.items.append(text)
-    else:
-        raise InputError(f"{where}: record has neither 'messages' nor 'text'")
-    if source is not None and not isinstance(source, str):
-        raise InputError(f"{where}: field 'source' must be a string, got {type(source).__name__}")
-    records.sources.append(source or DEFAULT_SOURCE)
-
-
-def _checked_messages(messages: Any, where: str) -> list[dict[str, Any]]:
-    if not isinstance(messages, list) or not messages:
-        raise InputError(f"{where}: field 'messages' must be a non-empty list of turns")
-    for t, turn in enumerate(messages):
-        if not isinstance(turn, dict) or not isinstance(turn.get("role"), str):
-            raise InputError(f"{where}: field 'messages[{t}].role' must be a string")
-        if not isinstance(turn.get("content"), str):
-            raise InputError(f"{where}: field 'messages[{t}].content' must be a string")
-    return messages
 
 
 # ---- tokenizing -------------------------------------------------------------------------------
