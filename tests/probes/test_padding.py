@@ -62,7 +62,6 @@ def loop_optimum(lengths, batch_size, max_length) -> int:
 
 def expected_strategies(lengths, batch_size, max_length, seeds) -> dict[str, dict]:
     real = sum(min(x, max_length) for x in lengths)
-    total = sum(lengths)
     fixed = sum(max_length - min(x, max_length) for x in lengths)
     shuffled = []
     for seed in seeds:
