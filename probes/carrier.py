@@ -83,6 +83,7 @@ class Config:
         require(self.seq_len >= 2, "--seq-len must be >= 2")
         require(bool(self.harness.strip()), "--harness is empty: give an import path (default probes.harness)")
         require(self.peak_tflops is None or self.peak_tflops > 0, "--peak-tflops must be > 0")
+        models.check_common(self)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

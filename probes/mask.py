@@ -87,10 +87,15 @@ def load_text_config(checkpoint: Path):
     if "model_type" not in raw:
         raise InputError(f"{path}: field 'model_type' is missing")
     model_type = raw.pop("model_type")
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if model_type not in CONFIG_MAPPING:  # its error lists every known type: kilobytes, not a line
+        raise InputError(f"{path}: field 'model_type' {model_type!r} is unknown to this transformers")
     try:
         config = AutoConfig.for_model(model_type, **raw)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"{path}: field 'model_type' {model_type!r}: {exc}") from None
+    except Exception as exc:  # transformers validates fields (strict dataclasses) with its own errors
+        detail = " ".join(str(exc).split())[:300]
+        raise InputError(f"{path}: {type(exc).__name__}: {detail}") from None
     return config.get_text_config()
 
 

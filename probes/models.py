@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
+import re
 from pathlib import Path
 from types import ModuleType
 from typing import Literal
@@ -19,9 +21,17 @@ from torch import nn
 
 from probes import harness as reference
 from probes.mask import load_text_config
-from probes.result import InputError
+from probes.result import InputError, require
 
 Weights = Literal["checkpoint", "random"]
+
+
+def check_common(config) -> None:
+    """The options profile and carrier share: --device spelling, --ce-chunk, --lora-alpha."""
+    require(re.fullmatch(r"auto|cpu|cuda(:\d+)?", config.device) is not None,
+            f"--device {config.device!r}: expected auto, cpu, cuda or cuda:N")
+    require(config.ce_chunk >= 1, "--ce-chunk must be >= 1")
+    require(math.isfinite(config.lora_alpha) and config.lora_alpha > 0, "--lora-alpha must be a number > 0")
 
 
 def pick_device(device: str) -> torch.device:

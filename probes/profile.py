@@ -86,6 +86,7 @@ class Config:
         for name in ("lora_rank", "batch_size", "steps", "profile_steps"):
             require(getattr(self, name) >= 1, f"--{name.replace('_', '-')} must be >= 1")
         require(self.warmup_steps >= 0, "--warmup-steps must be >= 0")
+        models.check_common(self)
         require(bool(self.harness.strip()), "--harness is empty: give an import path (default probes.harness)")
         require(self.max_steps >= self.steps, f"--max-steps {self.max_steps} < --steps {self.steps}")
 

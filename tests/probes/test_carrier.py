@@ -166,3 +166,16 @@ def test_no_row_column_is_named_like_a_store_key_column():
 
     assert not {f.name for f in fields(carrier.CarrierRow)} & set(KEY_COLUMNS)
     assert "model" in {f.name for f in fields(carrier.CarrierRow)}
+
+
+@pytest.mark.parametrize("option, value, needle", [
+    ("--device", "bogus", "--device 'bogus'"), ("--device", "cuda:x", "--device 'cuda:x'"),
+    ("--ce-chunk", "0", "--ce-chunk must be >= 1"), ("--ce-chunk", "-5", "--ce-chunk must be >= 1"),
+    ("--lora-alpha", "nan", "--lora-alpha"), ("--lora-alpha", "-1", "--lora-alpha"),
+])
+@pytest.mark.parametrize("probe", ["carrier", "profile"])
+def test_shared_gpu_options_are_checked_before_any_work(capsys, probe, option, value, needle):
+    checkpoint = Path(__file__).resolve().parents[2] / "demo" / "checkpoints" / "qwen3-0.6b-base"
+    assert main(["probe", probe, "--checkpoint", str(checkpoint), "--weights", "random", option, value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err
