@@ -114,6 +114,15 @@ class Schedule(_Model):
     deadline: str | None = None
     log: str | None = None
 
+    @field_validator("deadline", mode="before")
+    @classmethod
+    def _unquoted(cls, value):
+        # YAML 1.1 reads an unquoted 22:30 as the base-60 integer 1350 (07:00 stays a string)
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 24 * 60:
+            raise ValueError(f"YAML read an unquoted HH:MM as the number {value}: "
+                             f"quote it, deadline: \"{value // 60:02d}:{value % 60:02d}\"")
+        return value
+
     @field_validator("deadline")
     @classmethod
     def _hh_mm(cls, value: str | None) -> str | None:

@@ -181,3 +181,14 @@ def test_an_unhashable_yaml_key_is_bad_input(tmp_path, capsys, text, expected):
     path.write_text(text)
     err = validate_fails_in_one_line(path, capsys)
     assert "keys.yaml: malformed YAML: " in err and expected in err, err
+
+
+def test_an_unquoted_deadline_is_named_with_its_fix(tmp_path):
+    path = write(tmp_path, mutate())
+    path.write_text(path.read_text().replace("deadline: 07:00", "deadline: 22:30").replace(
+        "deadline: '07:00'", "deadline: 22:30"))
+    assert "deadline: 22:30" in path.read_text()  # written unquoted, as a user would
+    with pytest.raises(ClusterError) as info:
+        load_cluster(path)
+    assert info.value.errors[0].startswith("cluster.yaml: schedule.deadline: "), info.value.errors
+    assert 'quote it, deadline: "22:30"' in info.value.errors[0]
