@@ -114,6 +114,15 @@ class Schedule(_Model):
     deadline: str | None = None
     log: str | None = None
 
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from crontab import CronSlices  # the parser `schedule install` writes the entry with
+
+        if not CronSlices.is_valid(value):
+            raise ValueError(f"invalid cron expression {value!r} (expected e.g. '0 1 * * *' or '@daily')")
+        return value
+
     @field_validator("deadline", mode="before")
     @classmethod
     def _unquoted(cls, value):

@@ -192,3 +192,9 @@ def test_an_unquoted_deadline_is_named_with_its_fix(tmp_path):
         load_cluster(path)
     assert info.value.errors[0].startswith("cluster.yaml: schedule.deadline: "), info.value.errors
     assert 'quote it, deadline: "22:30"' in info.value.errors[0]
+
+
+@pytest.mark.parametrize("cron", ["99 99 * * *", "0 22 * *", "@sometimes"])
+def test_a_cron_that_schedule_install_refuses_is_refused_at_load(tmp_path, cron):
+    errors = errors_of(tmp_path, mutate(schedule__cron=cron))
+    assert errors[0].startswith("cluster.yaml: schedule.cron: ") and repr(cron) in errors[0], errors
