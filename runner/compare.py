@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 from probes.result import InputError
 from runner.drift import SPREAD_LIMIT_PCT, above_spread_limit, is_spread_column, spread_fraction, spread_pct
 from runner.jobenv import VERSION_KEYS
+from runner.options import plot_file
 from runner.store import KEY_COLUMNS, PARTITIONING, Store
 from runner.tables import format_table
 
@@ -69,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--by", choices=["host"], default="host", help="columns of the comparison")
     parser.add_argument("--baseline", help="host the ratios are relative to (default: the first host)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--plot", type=Path, help="write a PNG bar chart here")
+    parser.add_argument("--plot", type=plot_file, help="write a PNG bar chart here")
     parser.add_argument("--store", type=Path, help="store root (default: the cluster file's, else ./results)")
     parser.add_argument("--cluster", default="cluster.yaml", help="cluster file (store root, host order)")
 

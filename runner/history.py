@@ -19,6 +19,7 @@ import pandas as pd
 
 from probes.result import InputError
 from runner.drift import SERIES_KEYS, default_metric, describe_alert, drift_table
+from runner.options import plot_file
 from runner.store import Store
 from runner.tables import format_table
 
@@ -38,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="alert when a value moves more than this against the median of earlier runs (default: 3)")
     parser.add_argument("--max-spread-pct", type=float, default=2.0, metavar="PCT",
                         help="trust a value only when its spread is at most this (default: 2)")
-    parser.add_argument("--plot", type=Path, metavar="FILE", help="also draw the metric over time into this PNG")
+    parser.add_argument("--plot", type=plot_file, metavar="FILE", help="also draw the metric over time into this PNG")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     parser.add_argument("--store", type=Path, metavar="D",
                         help="the store (default: the cluster file's, else ./results)")

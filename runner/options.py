@@ -81,3 +81,13 @@ def build_config(config_cls: type, namespace: argparse.Namespace) -> Any:
         return config_cls(**values)
     except TypeError as exc:  # a wrong type that argparse could not catch
         raise InputError(str(exc)) from None
+
+
+def plot_file(text: str) -> Path:
+    """argparse type of --plot: a file matplotlib can write by its suffix, not a folder."""
+    path = Path(text)
+    if path.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a .png, .svg or .pdf file name")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder: give a file name")
+    return path

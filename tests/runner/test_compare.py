@@ -134,3 +134,14 @@ def test_the_direction_follows_the_unit():
     assert better("step_s") == better("pad_fraction") == better("peak_mem_bytes") == "lower is better"
     assert better("tok_per_s") == better("mfu") == better("gain_vs_random") == "higher is better"
     assert better("num_layers") == ""
+
+
+@pytest.mark.parametrize("command", ["compare", "history"])
+def test_a_plot_path_that_cannot_be_an_image_is_one_line_exit_2(tmp_path, capsys, command):
+    folder = tmp_path / "plot.png"
+    folder.mkdir()
+    for bad, needle in ((folder, "is a folder"), (tmp_path / "plot.txt", "expected a .png, .svg or .pdf")):
+        assert cli.main([command, "--probe", "mask", "--store", str(tmp_path / "store"), "--plot", str(bad)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "--plot" in err and needle in err and "\n" not in err
+    assert not (tmp_path / "store").exists()  # refused before anything was read or written
