@@ -225,6 +225,10 @@ def summary(rows: list[SweepRow], random: list[int], data: corpus_mod.Lengths) -
 def run(config: Config) -> ProbeResult:
     data = corpus_mod.load(corpus=config.corpus, lengths=config.lengths, checkpoint=config.checkpoint,
                            cache_dir=config.cache_dir)
+    # With one batch or less there is nothing to bucket: every bucket size is the same single cut.
+    require(len(data.length) > config.batch_size,
+            f"{config.lengths or config.corpus}: {len(data.length)} samples, bucketing needs more than "
+            f"--batch-size {config.batch_size}")
     rows, raw, random = sweep(data, config)
     clipped = np.minimum(data.length, config.max_length)
     return ProbeResult(probe="bucket", config=config, tables={"sweep": rows},

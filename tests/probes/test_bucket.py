@@ -199,3 +199,12 @@ def test_bucket_sizes_must_be_multiples_of_the_batch(tmp_path, capsys):
     assert main(["probe", "bucket", "--lengths", str(path), "--batch-size", "4", "--bucket-sizes", "6"]) == 2
     err = capsys.readouterr().err
     assert "--bucket-sizes must be multiples of --batch-size 4" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("num_samples", [2, 8])
+def test_a_corpus_of_one_batch_or_less_is_bad_input(tmp_path, capsys, num_samples):
+    path = tmp_path / "lengths.csv"
+    path.write_text("length\n" + "".join(f"{n}\n" for n in range(1, num_samples + 1)))
+    assert main(["probe", "bucket", "--lengths", str(path), "--batch-size", "8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert str(path) in err and f"{num_samples} samples" in err and "--batch-size 8" in err and "\n" not in err
