@@ -17,14 +17,6 @@ from runner.cli import main
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("tiny")
-    Qwen3Config(hidden_size=32, intermediate_size=48, num_attention_heads=2, num_key_value_heads=1,
-                head_dim=16, vocab_size=128, num_hidden_layers=2, tie_word_embeddings=True).save_pretrained(path)
-    return path
-
-
 @pytest.fixture
 def lab_path(monkeypatch):
     monkeypatch.syspath_prepend(str(DATA))

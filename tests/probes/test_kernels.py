@@ -6,24 +6,14 @@ from __future__ import annotations
 
 import statistics
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 from torch.autograd import DeviceType
-from transformers import Qwen3Config
 
 from probes import harness as reference
 from probes import kernels, models
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("tiny")
-    Qwen3Config(hidden_size=32, intermediate_size=48, num_attention_heads=2, num_key_value_heads=1,
-                head_dim=16, vocab_size=128, num_hidden_layers=2, tie_word_embeddings=True).save_pretrained(path)
-    return path
 
 
 @pytest.fixture(scope="module")
