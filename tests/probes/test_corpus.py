@@ -19,7 +19,6 @@ from probes import corpus
 from probes.result import InputError
 from runner.cli import main
 
-DEMO_TOKENIZER = Path(__file__).resolve().parents[2] / "demo" / "tokenizer"
 
 RECORDS = [
     {"text": "Hello world, a short text.", "source": "web"},
@@ -30,13 +29,6 @@ RECORDS = [
     {"text": "Bonjour à tous, ünïcödé text 🙂.", "source": "web"},
     {"text": "a line\u2028separator and\u0085next line stay inside one record", "source": "web"},
 ]
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("tok") / "checkpoint"
-    shutil.copytree(DEMO_TOKENIZER, path)
-    return path
 
 
 @pytest.fixture(scope="module")

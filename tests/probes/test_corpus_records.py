@@ -5,7 +5,6 @@ its source, record number and JSONL line), and every corpus the reader rejects, 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,7 +15,6 @@ from probes import corpus_records
 from probes.result import InputError
 from runner.cli import main
 
-DEMO_TOKENIZER = Path(__file__).resolve().parents[2] / "demo" / "tokenizer"
 
 CHAT = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]
 RECORDS = [
@@ -24,13 +22,6 @@ RECORDS = [
     {"messages": CHAT},  # no source: the default one
     {"text": "a line\u2028separator and\u0085next line inside one record", "source": "code"},
 ]
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("tok") / "checkpoint"
-    shutil.copytree(DEMO_TOKENIZER, path)
-    return path
 
 
 def test_jsonl_records_keep_their_number_line_and_source(tmp_path):
