@@ -12,7 +12,7 @@
    three "nodes": spin jobs cannot go faster than 2x here whatever the runner does, sleep jobs show
    the runner's own fan-out. On hosts with their own cores the spin case behaves like sleep.
 3. compare over a store of --rows rows (1,000 jobs x rows/1,000 rows, 2 hosts x 10 checkpoints x
-   50 runs): `runner.compare.compare` wall, in process (store read + pandas), cold and warm.
+   50 runs): `runner.analysis.compare.compare` wall, in process (store read + pandas), cold and warm.
 Prints one line per figure.
 """
 
@@ -41,7 +41,7 @@ def job_fn(mode: str, work_s: float):
         import time as time_
 
         from probes.result import ProbeResult
-        from runner.launch import Outcome
+        from runner.dispatch.launch import Outcome
 
         t0 = time_.perf_counter()
         if mode == "sleep":
@@ -68,11 +68,11 @@ def cluster_file(folder: Path, hosts: list[str], num_jobs: int) -> Path:
 
 
 def sweep_wall(yaml_path: Path, store: Path, fn) -> tuple[float, object]:
-    from runner.cluster import load_cluster
-    from runner.launch import RayLauncher
-    from runner.plan import expand
-    from runner.store import Store
-    from runner.sweep import new_run_id, run_sweep
+    from runner.cli.sweep import new_run_id, run_sweep
+    from runner.dispatch.launch import RayLauncher
+    from runner.lab.cluster import load_cluster
+    from runner.lab.plan import expand
+    from runner.store.store import Store
 
     cluster = load_cluster(yaml_path)
     jobs = expand(cluster, "p")
@@ -143,7 +143,7 @@ def bench_fanout(tmp: Path, num_jobs: int, work_s: float) -> None:
 
 
 def build_store(root: Path, num_rows: int) -> None:
-    from runner.store import JobKey, Store
+    from runner.store.store import JobKey, Store
 
     store = Store(root)
     rows_per_job = num_rows // 1000
@@ -164,8 +164,8 @@ def build_store(root: Path, num_rows: int) -> None:
 
 
 def bench_compare(tmp: Path, num_rows: int) -> None:
-    from runner.compare import compare
-    from runner.store import Store
+    from runner.analysis.compare import compare
+    from runner.store.store import Store
 
     root = tmp / "big"
     t0 = time.perf_counter()

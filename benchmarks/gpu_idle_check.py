@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from runner.idle import GpuBusyError, guard, read_local
-from runner.nvml import FAKE_ENV
+from runner.gpu.idle import GpuBusyError, guard, read_local
+from runner.gpu.nvml import FAKE_ENV
 
 HOST = "gpu-box"
 

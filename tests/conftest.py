@@ -11,7 +11,7 @@ import pytest
 # Tests run on one machine with throwaway clusters; the product keeps Ray's token auth on.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-# GPU idleness in tests comes from JSON files `<dir>/<host>.json` instead of NVML (runner/nvml.py).
+# GPU idleness in tests comes from JSON files `<dir>/<host>.json` instead of NVML (runner/gpu/nvml.py).
 # Set before the cluster starts so every node's workers inherit it; tests rewrite the files.
 FAKE_NVML_DIR = Path(tempfile.mkdtemp(prefix="labprobe-fake-nvml-"))
 os.environ["LABPROBE_FAKE_NVML_DIR"] = str(FAKE_NVML_DIR)

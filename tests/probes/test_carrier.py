@@ -162,7 +162,7 @@ def test_no_row_column_is_named_like_a_store_key_column():
     the family member is `model`."""
     from dataclasses import fields
 
-    from runner.store import KEY_COLUMNS
+    from runner.store.store import KEY_COLUMNS
 
     assert not {f.name for f in fields(carrier.CarrierRow)} & set(KEY_COLUMNS)
     assert "model" in {f.name for f in fields(carrier.CarrierRow)}

@@ -19,7 +19,6 @@ from probes import corpus
 from probes.result import InputError
 from runner.cli import main
 
-
 RECORDS = [
     {"text": "Hello world, a short text.", "source": "web"},
     {"messages": [{"role": "user", "content": "What is two plus two?"},

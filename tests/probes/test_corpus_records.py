@@ -15,7 +15,6 @@ from probes import corpus_records
 from probes.result import InputError
 from runner.cli import main
 
-
 CHAT = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]
 RECORDS = [
     {"text": "plain", "source": "web"},

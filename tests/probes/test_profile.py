@@ -4,12 +4,11 @@ The fit is tested in test_profile_fit.py, the kernel table in test_kernels.py.""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
-from probes import models, profile, profile_measure
 from probes import harness as reference
+from probes import models, profile, profile_measure
 from probes.result import InputError
 
 

@@ -16,10 +16,9 @@ import yaml
 from crontab import CronTab
 
 from probes.result import InputError
-from runner import schedule
-from runner.clock import new_run_id, parse_hh_mm
-from runner.cluster import ClusterError, load_cluster
-from runner.sweeplock import parse_deadline
+from runner.clock import new_run_id, parse_deadline, parse_hh_mm
+from runner.lab import schedule
+from runner.lab.cluster import ClusterError, load_cluster
 
 GOOD = ["00:00", "07:00", "09:59", "12:30", "19:45", "20:00", "23:59"]
 BAD = ["7:05", "7:5", "07:5", "24:00", "12:60", "25:99", "07:60", " 07:00", "07:00 ", "07:00\n", "0700",

@@ -1,0 +1,1 @@
+"""Analysis of the store: compare, history, drift, the morning report, plots."""

@@ -1,0 +1,315 @@
+"""`labprobe compare`: how do the hosts compare on the same work? Checkpoints by hosts, from the store.
+
+    labprobe compare --probe P [--table T] [--metric M] [--by host] [--baseline HOST] [--json]
+                     [--plot FILE] [--store D] [--cluster F]
+
+For each (checkpoint, row group) and host it takes the rows of the newest ok job per
+(host, checkpoint, config), the median of the metric over them, and the ratio to the baseline
+host. Row groups: rows of one table that differ in a label column (a string, integer or bool
+column such as `seq_len` or `strategy`) are compared separately, never averaged together.
+
+Warnings (compared numbers that may not be comparable): the hosts' rows carry different checkpoint
+fingerprints (not the same checkpoint), different software versions (python, torch, transformers,
+CUDA, driver, and the labprobe code each host ran, read on the host), or a spread above 2% (a
+`*spread*` column, or several values for one cell).
+
+Default metric: per probe below; CPU probes (whose tables are analyses that do not depend on the
+host) compare the job's wall time from the jobs table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from probes.result import InputError
+from runner.analysis.drift import (
+    SPREAD_LIMIT_PCT,
+    above_spread_limit,
+    is_spread_column,
+    spread_fraction,
+    spread_pct,
+)
+from runner.hosts.jobenv import VERSION_KEYS
+from runner.store.store import KEY_COLUMNS, PARTITIONING, Store
+from runner.tables import format_table
+
+DEFAULT_METRICS: dict[str, list[tuple[str, str]]] = {
+    "profile": [("scaling", "step_s")],
+    "carrier": [("carriers", "tok_per_s")],
+}
+"""probe -> (table, metric) candidates in order; the first stored wins, else jobs.wall_s."""
+METRIC_PREFERENCE = ("step_s", "s_per_step", "tok_per_s", "wall_s", "pad_fraction", "gain")
+WARN_VERSIONS = tuple(k for k in VERSION_KEYS if k != "gpu")  # a different GPU is what we compare
+
+
+@dataclasses.dataclass
+class Comparison:
+    probe: str
+    table: str
+    metric: str
+    baseline: str
+    hosts: list[str]
+    rows: list[dict[str, Any]]
+    """{checkpoint, group, values: {host: median}, ratios: {host: value/baseline}, counts: {host: n}}"""
+    warnings: list[str]
+    gpus: dict[str, str]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def compare(store: Store, probe: str, *, table: str | None = None, metric: str | None = None,
+            baseline: str | None = None, host_order: list[str] | None = None) -> Comparison:
+    table, metric = _choose(store, probe, table, metric)
+    jobs = _latest_ok_jobs(store, probe, extra=[metric] if table == "jobs" else [])
+    if jobs.empty:
+        raise InputError(f"{store.root}: no ok jobs of probe {probe!r} stored")
+    rows = jobs if table == "jobs" else _table_rows(store, f"{probe}.{table}", jobs)
+    if rows.empty:
+        raise InputError(f"{store.root}: no rows of {probe}.{table} from its newest ok jobs")
+    if metric not in rows.columns or not pd.api.types.is_numeric_dtype(rows[metric]):
+        numeric = [c for c in rows.columns if pd.api.types.is_float_dtype(rows[c])]
+        raise InputError(f"--metric: no column {metric!r} in {probe}.{table} (numeric: {', '.join(numeric)})")
+    hosts = _host_order(rows["host"].unique(), host_order or [])
+    baseline = baseline or hosts[0]
+    if baseline not in hosts:
+        raise InputError(f"--baseline: host {baseline!r} has no rows (hosts: {', '.join(hosts)})")
+    dims = _label_columns(rows, metric)
+    cells = _cells(rows, metric, dims)
+    warnings = _fingerprint_warnings(rows) + _version_warnings(jobs) + _spread_warnings(rows, cells, dims)
+    gpus = {h: _env(jobs[jobs["host"] == h]).get("gpu", "") for h in hosts}
+    return Comparison(probe=probe, table=table, metric=metric, baseline=baseline, hosts=hosts,
+                      rows=_pivot(cells, hosts, baseline), warnings=warnings, gpus=gpus)
+
+
+JOB_READ_COLUMNS = ["run_id", "job_id", "probe", "host", "checkpoint", "checkpoint_fp", "config_hash",
+                    "finished_at", "status", "env_json"]
+
+
+def _latest_ok_jobs(store: Store, probe: str, extra: list[str] = ()) -> pd.DataFrame:
+    """Newest job row per (host, checkpoint, config_hash), kept when that newest row is ok.
+
+    Read straight through pyarrow.dataset with only the columns needed (the store is laid out for
+    that): at 1,000 jobs this is most of compare's time.
+    """
+    folder = store.root / "jobs"
+    if not folder.is_dir():
+        return pd.DataFrame(columns=JOB_READ_COLUMNS)
+    dataset = ds.dataset(folder, format="parquet", partitioning=PARTITIONING)
+    columns = JOB_READ_COLUMNS + [c for c in extra if c not in JOB_READ_COLUMNS]
+    missing = [c for c in columns if c not in dataset.schema.names]
+    if missing:
+        raise InputError(f"--metric: no column {missing[0]!r} in the jobs table (numeric: wall_s)")
+    jobs = dataset.to_table(columns=columns, filter=ds.field("probe") == probe).to_pandas()
+    if jobs.empty:
+        return jobs
+    jobs = jobs.sort_values("finished_at", kind="stable")
+    latest = jobs.drop_duplicates(["host", "checkpoint", "config_hash"], keep="last")
+    return latest[latest["status"] == "ok"].reset_index(drop=True)
+
+
+def _choose(store: Store, probe: str, table: str | None, metric: str | None) -> tuple[str, str]:
+    names = set(store.table_names())
+    if table is None:
+        for cand_table, cand_metric in DEFAULT_METRICS.get(probe, []):
+            if f"{probe}.{cand_table}" in names:
+                return cand_table, metric or cand_metric
+        return "jobs", metric or "wall_s"
+    if table != "jobs" and f"{probe}.{table}" not in names:
+        stored = sorted(n.split(".", 1)[1] for n in names if n.startswith(probe + "."))
+        raise InputError(f"--table: no table {probe}.{table} stored (stored: {', '.join(stored) or 'none'})")
+    if metric is None:
+        cols = ["wall_s"] if table == "jobs" else list(ds.dataset(store.root / f"{probe}.{table}").schema.names)
+        metric = next((m for m in METRIC_PREFERENCE if m in cols), None) or next(
+            (c for c in cols if c.endswith(("_s", "_per_s", "_fraction"))), cols[-1])
+    return table, metric
+
+
+def _table_rows(store: Store, name: str, jobs: pd.DataFrame) -> pd.DataFrame:
+    """Rows of the newest ok jobs only, read from their own files (the path is known from the key),
+    so older runs cost nothing and orphans of a crashed write never enter."""
+    tables = []
+    for job in jobs.itertuples(index=False):
+        path = store.file_path(name, host=job.host, checkpoint=job.checkpoint, job_id=job.job_id,
+                               run_id=job.run_id)
+        if path.is_file():
+            table = pq.read_table(path)  # the store keeps host and checkpoint in the path only
+            tables.append(table.append_column("host", pa.array([job.host] * table.num_rows, pa.string()))
+                          .append_column("checkpoint", pa.array([job.checkpoint] * table.num_rows, pa.string())))
+    if not tables:
+        return pd.DataFrame(columns=list(KEY_COLUMNS))
+    return pa.concat_tables(tables, promote_options="permissive").to_pandas()
+
+
+def _host_order(present, order: list[str]) -> list[str]:
+    present = set(present)
+    return [h for h in order if h in present] + sorted(present - set(order))
+
+
+def _label_columns(rows: pd.DataFrame, metric: str) -> list[str]:
+    """The fewest label columns (string/int/bool) that tell a job's rows apart, taking only columns
+    with the same values on every host (seq_len, strategy), never per-host results (steps taken)."""
+    skip = set(KEY_COLUMNS) | {metric}
+    candidates = [c for c in rows.columns if c not in skip and not is_spread_column(c)
+                  and (pd.api.types.is_integer_dtype(rows[c]) or pd.api.types.is_bool_dtype(rows[c])
+                       or pd.api.types.is_string_dtype(rows[c]) or rows[c].dtype == object)]
+    dims: list[str] = []
+    for col in candidates:
+        if not rows.duplicated(["job_id", *dims]).any():
+            break
+        if rows.groupby("job_id")[col].nunique().max() > 1 and _aligned(rows, col):
+            dims.append(col)
+    if rows.groupby(["host", "checkpoint"])["config_hash"].nunique().max() > 1:
+        dims.append("config_hash")
+    return dims
+
+
+def _aligned(rows: pd.DataFrame, col: str) -> bool:
+    """Every host shows the same set of values of `col` for a checkpoint."""
+    for _, part in rows.groupby("checkpoint"):
+        sets = {frozenset(map(str, v)) for _, v in part.groupby("host")[col]}
+        if len(sets) > 1:
+            return False
+    return True
+
+
+def _cells(rows: pd.DataFrame, metric: str, dims: list[str]) -> pd.DataFrame:
+    """One row per (checkpoint, dims..., host): median, min, max, n of the metric, the spread of its
+    values (percent), and whether it is untrusted (several values spread above the limit, or a
+    row's own spread column above it: runner/analysis/drift.py's rule)."""
+    keys = ["checkpoint", *dims, "host"]
+    rows = rows.assign(_spread_pct=_row_spread_pct(rows))
+    grouped = rows.groupby(keys, sort=False, dropna=False)
+    cells = grouped[metric].agg(["median", "min", "max", "count"])
+    cells["row_spread_pct"] = grouped["_spread_pct"].max()
+    cells = cells.reset_index().sort_values(["checkpoint", *dims], kind="stable")
+    cells["group"] = [" ".join(f"{d}={v}" for d, v in zip(dims, vals))
+                      for vals in cells[dims].itertuples(index=False)] if dims else ""
+    # NaN where the median is 0 or a single value: no spread of values to judge.
+    cells["spread_pct"] = (cells["max"] - cells["min"]) / cells["median"].abs().where(cells["median"] != 0) * 100.0
+    cells["untrusted"] = (((cells["count"] > 1) & above_spread_limit(cells["spread_pct"]))
+                          | above_spread_limit(cells["row_spread_pct"]))
+    return cells
+
+
+def _spread_columns(rows: pd.DataFrame) -> list[str]:
+    return [c for c in rows.columns if is_spread_column(c) and pd.api.types.is_numeric_dtype(rows[c])]
+
+
+def _row_spread_pct(rows: pd.DataFrame) -> pd.Series:
+    """Each row's largest own spread, in percent, over its spread columns (a missing one reads 0)."""
+    spread = pd.Series(0.0, index=rows.index)
+    for col in _spread_columns(rows):
+        spread = spread.combine(spread_pct(rows[col].fillna(0.0), col), max)
+    return spread
+
+
+def _pivot(cells: pd.DataFrame, hosts: list[str], baseline: str) -> list[dict[str, Any]]:
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for cell in cells[["checkpoint", "group", "host", "median", "count", "untrusted"]].itertuples(index=False):
+        row = out.setdefault((cell.checkpoint, cell.group), {"checkpoint": cell.checkpoint, "group": cell.group,
+                                                             "values": {}, "ratios": {}, "counts": {},
+                                                             "untrusted": {}})
+        row["values"][cell.host] = float(cell.median)
+        row["counts"][cell.host] = int(cell.count)
+        row["untrusted"][cell.host] = bool(cell.untrusted)
+    for row in out.values():
+        base = row["values"].get(baseline)
+        row["ratios"] = {h: (v / base if base not in (None, 0) else None) for h, v in row["values"].items()}
+    return list(out.values())
+
+
+def _fingerprint_warnings(rows: pd.DataFrame) -> list[str]:
+    out = []
+    fps = rows.groupby("checkpoint")[["host", "checkpoint_fp"]].apply(lambda p: p.drop_duplicates())
+    for ckpt, part in fps.groupby(level=0):
+        if part["checkpoint_fp"].nunique() > 1:
+            seen = ", ".join(f"{h} {fp}" for h, fp in zip(part["host"], part["checkpoint_fp"]))
+            out.append(f"checkpoint {ckpt}: fingerprints differ across hosts ({seen}): not the same checkpoint")
+    return out
+
+
+def _env(jobs: pd.DataFrame) -> dict[str, str]:
+    return json.loads(jobs["env_json"].iloc[-1]) if len(jobs) else {}
+
+
+def _version_warnings(jobs: pd.DataFrame) -> list[str]:
+    envs = {h: [json.loads(e) for e in part["env_json"]] for h, part in jobs.groupby("host")}
+    out = []
+    for key in WARN_VERSIONS:
+        seen = {h: sorted({e.get(key, "") for e in es}) for h, es in envs.items()}
+        if key == "code_version":  # unknown in jobs stored before hosts recorded it: no evidence either way
+            seen = {h: [v for v in vals if v] for h, vals in seen.items()}
+        if len({v for vals in seen.values() for v in vals}) > 1:
+            shown = ", ".join(f"{h} {'/'.join(v) or '-'}" for h, v in seen.items())
+            what = "labprobe code versions" if key == "code_version" else f"{key} versions"
+            out.append(f"{what} differ: {shown}")
+    return out
+
+
+def _spread_warnings(rows: pd.DataFrame, cells: pd.DataFrame, dims: list[str]) -> list[str]:
+    out = []
+    high_values = cells[(cells["count"] > 1) & above_spread_limit(cells["spread_pct"])]
+    for cell in high_values.itertuples(index=False):
+        out.append(f"{cell.checkpoint} {cell.group} @ {cell.host}: {cell.count} values spread "
+                   f"{cell.spread_pct:.1f}%".replace("  ", " "))
+    for col in _spread_columns(rows):
+        high = rows[above_spread_limit(spread_pct(rows[col], col))]
+        for (ckpt, host), part in high.groupby(["checkpoint", "host"]):
+            out.append(f"{ckpt} @ {host}: {col} up to {spread_fraction(part[col], col).max():.1%} "
+                       f"(> {SPREAD_LIMIT_PCT:.0f}%): not yet a number")
+    return out
+
+
+_HIGHER = ("per_s", "mfu", "gain_vs_random", "gpu_busy_frac", "entropy_ratio", "sources_per_batch")
+_LOWER = ("_s", "_bytes", "_pct", "pad_fraction", "hours", "_tokens", "_samples")
+
+
+def better(metric: str) -> str:
+    """'lower is better', 'higher is better', or '' where the unit does not say (a count, a size)."""
+    if metric.endswith(_HIGHER):
+        return "higher is better"
+    if metric.endswith(_LOWER) or metric.startswith("hours"):
+        return "lower is better"
+    return ""
+
+
+def render(result: Comparison) -> str:
+    direction = better(result.metric)
+    title = (f"== {result.probe}: {result.table}.{result.metric} by host "
+             f"(ratio to {result.baseline}{'; ' + direction if direction else ''})")
+    table = []
+    for row in result.rows:
+        line: dict[str, Any] = {"checkpoint": row["checkpoint"]}
+        if any(r["group"] for r in result.rows):
+            line["group"] = row["group"]
+        for host in result.hosts:
+            line[host] = row["values"].get(host)
+            if host != result.baseline:
+                ratio = row["ratios"].get(host)
+                line[f"{host}/{result.baseline}"] = None if ratio is None else f"{ratio:.3f}x"
+        table.append(line)
+    parts = [format_table(table, title=title)]
+    gpus = ", ".join(f"{h}: {g}" for h, g in result.gpus.items() if g)
+    if gpus:
+        parts.append(f"GPUs: {gpus}")
+    parts += [f"warning: {w}" for w in result.warnings]
+    return "\n".join(parts)
+
+
+def end_of_sweep_text(store: Store, probe_names: list[str], host_order: list[str] | None = None) -> str:
+    """The per-host comparison printed at the end of a sweep: one default table per probe stored."""
+    parts = []
+    for probe in probe_names:
+        try:
+            parts.append(render(compare(store, probe, host_order=host_order)))
+        except InputError:  # nothing ok stored for this probe (all skipped, say): nothing to compare
+            continue
+    return "\n\n".join(parts)

@@ -1,0 +1,81 @@
+"""`labprobe history --probe P`: one metric over past runs, per host, with drift alerts.
+
+Reads a probe table from the store, follows one metric (default: the table's headline timing,
+`step_s` where there is one) per series (host, checkpoint fingerprint, probe config hash, and the
+row's identity columns), and flags a run whose value moved by more than --threshold-pct against
+the median of that series' earlier runs, when its spread is at most --max-spread-pct
+(runner/analysis/drift.py has the rule). Prints a table per series (or --json), optionally a plot.
+Exit 1 when the newest run of some series drifted, so a cron job or CI step can act on it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from probes.result import InputError
+from runner.analysis.drift import SERIES_KEYS
+from runner.store.store import Store
+from runner.tables import format_table
+
+DEFAULT_TABLES = {"carrier": "carriers", "profile": "scaling", "padding": "strategies", "bucket": "sweep"}
+"""The table followed when a probe wrote several and --table is not given."""
+
+
+def choose_table(store: Store, probe: str, table: str | None) -> str:
+    names = [n.split(".", 1)[1] for n in store.table_names() if n.startswith(f"{probe}.")]
+    if not names:
+        raise InputError(f"--probe: no results of probe {probe!r} in the store {store.root}")
+    if table is not None:
+        if table not in names:
+            raise InputError(f"--table: probe {probe!r} has no table {table!r} (tables: {', '.join(names)})")
+        return f"{probe}.{table}"
+    if len(names) == 1:
+        return f"{probe}.{names[0]}"
+    if DEFAULT_TABLES.get(probe) in names:
+        return f"{probe}.{DEFAULT_TABLES[probe]}"
+    raise InputError(f"--table: probe {probe!r} has several tables, name one: {', '.join(names)}")
+
+
+def select_rows(frame: pd.DataFrame, *, host: str | None, checkpoint: str | None, table: str) -> pd.DataFrame:
+    for column, value in (("host", host), ("checkpoint", checkpoint)):
+        if value is None:
+            continue
+        known = sorted(frame[column].astype(str).unique())
+        if value not in known:
+            raise InputError(f"--{column}: no rows for {column} {value!r} in {table} ({column}s: {', '.join(known)})")
+        frame = frame[frame[column].astype(str) == value]
+    return frame
+
+
+def newest_drifted(drift: pd.DataFrame, by: list[str]) -> bool:
+    if drift.empty:
+        return False
+    series = [c for c in SERIES_KEYS if c in drift] + [c for c in by if c not in SERIES_KEYS]
+    newest = drift.sort_values("finished_at", kind="stable").groupby(series, dropna=False).tail(1)
+    return bool(newest["alert"].any())
+
+
+def render(drift: pd.DataFrame, table: str, metric: str, by: list[str], alerts: list[str],
+           *, plot: Path | None) -> str:
+    spread = drift.attrs["spread_column"]
+    parts = [f"{table}: {metric} over {drift['run_id'].nunique()} run(s)"
+             + (f" (spread from {spread})" if spread else " (no spread column: values taken as exact)")]
+    series = ["host", "checkpoint"] + [c for c in by if c not in SERIES_KEYS]
+    for key, rows in drift.groupby(series + ["checkpoint_fp", "config_hash"], sort=True, dropna=False):
+        title = "== " + " ".join(f"{c}={v}" for c, v in zip(series + ["fp", "config"], key))
+        records = [{"finished_at": r.finished_at.strftime("%Y-%m-%d %H:%M"), "run_id": r.run_id,
+                    metric: r.value, "spread_pct": r.spread_pct, "baseline": _or_none(r.baseline),
+                    "change_pct": _or_none(r.change_pct), "alert": "DRIFT" if r.alert else ""}
+                   for r in rows.itertuples()]
+        parts.append(format_table(records, title=title))
+    parts.append("drift alerts:\n" + "\n".join(f"  {a}" for a in alerts) if alerts else "drift alerts: none")
+    if plot:
+        parts.append(f"plot: {plot}")
+    return "\n\n".join(parts)
+
+
+def _or_none(value: float) -> float | None:
+    """No earlier run, no baseline: shown as None rather than nan."""
+    return None if pd.isna(value) else float(value)

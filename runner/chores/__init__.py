@@ -1,0 +1,1 @@
+"""Lab chores across hosts: the safe purge of intermediate checkpoints."""

@@ -1,0 +1,62 @@
+"""`labprobe`: a thin entry point. It parses, builds, launches, writes; nothing else.
+
+Each subcommand lives in its own module with `add_arguments(parser)` and `main(args) -> int`;
+only the invoked one is imported, so `labprobe probe padding` never pays for Ray or torch.
+Exit codes: 0 all checks passed / all jobs ran, 1 a check or job failed, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from probes.result import InputError
+from runner.cli.options import OneLineParser
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "probe": ("runner.cli.probe", "run one probe inline on this machine"),
+    "sweep": ("runner.cli.sweep", "run a plan of probes over the lab's hosts with Ray"),
+    "validate": ("runner.cli.validate", "check cluster.yaml and expand every plan, running nothing"),
+    "compare": ("runner.cli.compare", "compare hosts on the same work from the store"),
+    "host-command": ("runner.cli.host_command", "print the `ray start` line for one host"),
+    "idle": ("runner.cli.idle", "read every GPU of the lab through NVML: idle or busy, and why"),
+    "schedule": ("runner.cli.schedule", "install, remove or show the overnight sweep's crontab entry"),
+    "history": ("runner.cli.history", "a metric over past runs, with drift alerts"),
+    "purge": ("runner.cli.purge", "safely purge intermediate checkpoints across hosts"),
+}
+
+
+def _top_help() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: labprobe COMMAND [options]   (labprobe COMMAND --help for its options)", "",
+             "commands:"]
+    lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_top_help())
+        return 0 if argv else 2
+    name = argv[0]
+    if name not in COMMANDS:
+        print(f"labprobe: error: unknown command {name!r} (known: {', '.join(COMMANDS)})",
+              file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    parser = OneLineParser(prog=f"labprobe {name}", description=COMMANDS[name][1])
+    module.add_arguments(parser)
+    try:
+        args = parser.parse_args(argv[1:])
+        return int(module.main(args))
+    except InputError as exc:
+        print(f"labprobe {name}: error: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # argparse's --help (0) and usage errors (2), as a return code
+        return exc.code if isinstance(exc.code, int) else 2
+    except KeyboardInterrupt:
+        print(f"labprobe {name}: interrupted", file=sys.stderr)
+        return 130
+

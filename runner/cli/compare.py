@@ -1,0 +1,52 @@
+"""`labprobe compare`: how do the hosts compare on the same work? Checkpoints by hosts, from the store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from runner.analysis.compare import compare, render
+from runner.cli.options import plot_file
+from runner.store.store import Store
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--probe", required=True, help="the probe whose results to compare")
+    parser.add_argument("--table", help="the probe's table, or `jobs` (default: per probe)")
+    parser.add_argument("--metric", help="numeric column to compare (default: per probe/table)")
+    parser.add_argument("--by", choices=["host"], default="host", help="columns of the comparison")
+    parser.add_argument("--baseline", help="host the ratios are relative to (default: the first host)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--plot", type=plot_file, help="write a PNG bar chart here")
+    parser.add_argument("--store", type=Path, help="store root (default: the cluster file's, else ./results)")
+    parser.add_argument("--cluster", default="cluster.yaml", help="cluster file (store root, host order)")
+
+
+def main(args: argparse.Namespace) -> int:
+    store, order = _store_and_order(args.store, args.cluster)
+    result = compare(store, args.probe, table=args.table, metric=args.metric, baseline=args.baseline,
+                     host_order=order)
+    if args.json:
+        json.dump(result.to_json_dict(), sys.stdout, indent=1, default=str)
+        print()
+    else:
+        print(render(result))
+    if args.plot is not None:
+        from runner.analysis.compare_plot import plot_comparison
+
+        plot_comparison(result, args.plot)
+        print(f"plot: {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _store_and_order(store: Path | None, cluster_file: str) -> tuple[Store, list[str]]:
+    order: list[str] = []
+    if Path(cluster_file).is_file():
+        from runner.lab.cluster import load_cluster
+
+        cluster = load_cluster(cluster_file)
+        order = list(cluster.hosts)
+        store = store if store is not None else cluster.store_root()
+    return Store(store if store is not None else Path("results")), order

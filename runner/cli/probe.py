@@ -1,0 +1,54 @@
+"""`labprobe probe NAME [options]`: run one probe inline and print its tables (or --json)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import probes
+from runner.cli.options import add_config_options, build_config
+from runner.tables import format_table
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", metavar="NAME",
+                        help="probe: " + "; ".join(f"{n} ({d})" for n, (_, d) in probes.REGISTRY.items()))
+    parser.add_argument("options", nargs=argparse.REMAINDER, help="the probe's options (NAME --help)")
+
+
+def probe_parser(name: str) -> tuple[argparse.ArgumentParser, type]:
+    from runner.cli.options import OneLineParser
+
+    module = probes.get(name)
+    parser = OneLineParser(prog=f"labprobe probe {name}", description=(module.__doc__ or "").strip(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_options(parser, module.Config)
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    return parser, module
+
+
+def main(args: argparse.Namespace) -> int:
+    parser, module = probe_parser(args.name)
+    options = parser.parse_args(args.options)
+    config = build_config(module.Config, options)
+    result = module.run(config)
+    if options.json:
+        json.dump(result.to_json_dict(), sys.stdout, indent=1)
+        print()
+    else:
+        print(render(result))
+    return 0 if result.ok else 1
+
+
+def render(result: probes.ProbeResult) -> str:
+    parts = []
+    for name in result.tables:
+        parts.append(format_table(result.records(name), title=f"== {result.probe}.{name}"))
+    if result.summary:
+        parts.append("== summary\n" + "\n".join(f"  {k}: {v}" for k, v in result.summary.items()))
+    if result.checks:
+        parts.append("== checks\n" + "\n".join(
+            f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}" for c in result.checks))
+    return "\n\n".join(parts)
+

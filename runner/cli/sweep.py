@@ -1,0 +1,189 @@
+"""`labprobe sweep`: run a plan of probes over the lab's hosts with Ray; results into the store.
+
+    labprobe sweep [--cluster F] [--plan P] [--address A] [--store D] [--force]
+                   [--deadline HH:MM] [--report] [--timeout-s N] [--gpu-wait-s N]
+
+Expands the plan into jobs (runner/lab/plan.py), fingerprints each host's checkpoints on that host,
+skips jobs already stored ok (unless --force), dispatches the rest as pinned Ray tasks
+(runner/dispatch/loop.py), writes each result as it arrives, shows progress per host, and ends with the
+per-host comparison. Exit 0 when every job ran (skipped GPU or deadline jobs included), 1 when some
+failed, 2 on bad input (and when another sweep holds the store's lock).
+
+No --address (and no `ray.address` in the cluster file): an embedded local Ray on this machine,
+one node labelled `labprobe.host=local`. Only plan entries naming the host `local` run there;
+jobs for other hosts fail at once with "no alive Ray node carries ...". The bundled `demo` plan
+names `local`, so `labprobe sweep` from the repo root runs it end to end on a fresh machine.
+We do not pretend this machine is gx10 and ana-ml2: a per-host comparison of one machine under
+two names would be a lie in the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+from probes.result import InputError
+from runner.clock import new_run_id, parse_deadline
+from runner.dispatch.lock import SweepLock
+from runner.hosts.nodes import HostFailure, connect, run_on_hosts, warn_embedded
+from runner.lab.cluster import load_cluster
+from runner.lab.plan import DEFAULT_PLAN, Job, checkpoints_by_host, expand
+from runner.store.store import Store
+
+FINGERPRINT_TIMEOUT_S = 120.0
+MAX_FAILURES_SHOWN = 20
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cluster", default="cluster.yaml", help="the cluster file (default: ./cluster.yaml)")
+    parser.add_argument("--plan", default=DEFAULT_PLAN, help=f"plan to run (default: {DEFAULT_PLAN})")
+    parser.add_argument("--address", help="Ray address (host:port or auto; `local`: the embedded Ray); "
+                        "default: the cluster file's ray.address, else the embedded local Ray (host `local`)")
+    parser.add_argument("--store", type=Path, help="store root (default: the cluster file's store.root)")
+    parser.add_argument("--force", action="store_true", help="run jobs already stored ok again")
+    parser.add_argument("--deadline", metavar="HH:MM", help="local time after which no job starts (the "
+                        "occurrence nearest to now: within the past 12 h it is already past)")
+    parser.add_argument("--report", action="store_true", help="write the HTML report of this run")
+    parser.add_argument("--timeout-s", type=float, default=3600.0, help="per-job timeout (default: 3600)")
+    parser.add_argument("--inline", metavar="HOST", help="no Ray: run the plan's jobs for HOST one by one in "
+                        "this process (you are on HOST: debugging, or a GPU box on its own)")
+    parser.add_argument("--gpu-wait-s", type=float, default=1800.0,
+                        help="without --deadline: how long GPU jobs wait for an idle card (default: 1800)")
+
+
+def main(args: argparse.Namespace) -> int:
+    if not (math.isfinite(args.timeout_s) and args.timeout_s > 0):  # nan passes a plain `<= 0` check
+        raise InputError(f"--timeout-s: expected a finite number of seconds > 0, got {args.timeout_s:g}")
+    if not (math.isfinite(args.gpu_wait_s) and args.gpu_wait_s >= 0):
+        raise InputError(f"--gpu-wait-s: expected a finite number of seconds >= 0, got {args.gpu_wait_s:g}")
+    cluster = load_cluster(args.cluster)
+    jobs = expand(cluster, args.plan)
+    store = Store(args.store if args.store is not None else cluster.store_root())
+    deadline = parse_deadline(args.deadline) if args.deadline else None
+    if args.inline is not None:
+        jobs = [j for j in jobs if j.host == args.inline]
+        if not jobs:
+            raise InputError(f"--inline: plan {args.plan!r} has no job on host {args.inline!r}")
+    run_id = new_run_id()
+    with SweepLock(store.root, run_id=run_id, plan=args.plan):
+        if args.inline is None:
+            address = args.address or cluster.spec.ray.address
+            connect(address)
+            warn_embedded("sweep", address, {j.host for j in jobs},
+                          "jobs for {hosts} will fail (pass --address or set ray.address)")
+        counts = run_sweep(cluster=cluster, store=store, plan=args.plan, jobs=jobs, run_id=run_id,
+                           force=args.force, deadline=deadline, timeout_s=args.timeout_s,
+                           gpu_wait_s=args.gpu_wait_s, inline=args.inline is not None)
+    print_end(store, jobs, counts, run_id, list(cluster.hosts))
+    if args.report:
+        _report(store, run_id)
+    return 1 if counts.failed else 0
+
+
+def run_sweep(*, cluster, store: Store, plan: str, jobs: list[Job], run_id: str, force: bool = False,
+              deadline: float | None = None, timeout_s: float = 3600.0, gpu_wait_s: float = 1800.0,
+              launcher=None, progress: bool = True, gpu_backoff_s: tuple[float, ...] | None = None,
+              inline: bool = False):
+    """Fingerprint, skip what is done, dispatch the rest. -> dispatch.Counts.
+
+    Ray must be connected, unless `inline`: then every job runs here, in this process, as if this
+    machine were the jobs' host (fingerprints and GPU readings taken here too).
+    """
+    from runner.dispatch.launch import InlineLauncher, RayLauncher
+    from runner.dispatch.loop import Dispatch
+
+    ready, unreachable = fingerprint_jobs(jobs, here=inline)
+    done = set() if force else store.done_job_ids()
+    todo = [j for j in ready if j.job_id not in done]
+    bar = Progress(todo + [j for j, _ in unreachable], enabled=progress)
+    hosts = {j.host for j in jobs}
+    dispatch = Dispatch(cluster=cluster, store=store, run_id=run_id, plan=plan,
+                        launcher=launcher or (InlineLauncher() if inline else RayLauncher()), deadline=deadline,
+                        timeout_s=timeout_s, gpu_wait_s=gpu_wait_s, on_record=bar.update, gpu_backoff_s=gpu_backoff_s,
+                        live=(lambda: {h: (1, cluster.hosts[h].gpus) for h in hosts}) if inline else None,
+                        read_here=inline)
+    dispatch.counts.already_done = len(ready) - len(todo)
+    for job, reason in unreachable:
+        dispatch.fail(job, reason)
+    try:
+        return dispatch.run(todo)
+    finally:
+        bar.close()
+
+
+def fingerprint_jobs(jobs: list[Job], *, here: bool = False) -> tuple[list[Job], list[tuple[Job, str]]]:
+    """Each job with its host-computed checkpoint fingerprint (and so its job_id); jobs whose host
+    is unreachable or cannot read the checkpoint come back apart, with the reason. `here`: computed
+    in this process (an inline sweep, run on the host itself)."""
+    from runner.store.fingerprint import fingerprints, host_fingerprints
+
+    by_host = checkpoints_by_host(jobs)
+    if here:
+        answers = {host: fingerprints(paths) for host, paths in by_host.items()}
+    else:
+        answers = run_on_hosts(host_fingerprints, sorted(by_host), by_host, timeout_s=FINGERPRINT_TIMEOUT_S)
+    ready, unreachable = [], []
+    for job in jobs:
+        answer = answers[job.host]
+        fp = answer.reason if isinstance(answer, HostFailure) else answer.get(job.checkpoint, "error: not read")
+        if isinstance(answer, HostFailure) or fp.startswith("error: "):
+            why = f"host {job.host}: {answer.reason}" if isinstance(answer, HostFailure) else fp[len("error: "):]
+            unreachable.append((job.with_fingerprint(""), why))
+        else:
+            ready.append(job.with_fingerprint(fp))
+    return ready, unreachable
+
+
+class Progress:
+    """A tqdm bar with per-host counts on a terminal; one line per finished job otherwise (cron logs)."""
+
+    def __init__(self, jobs: list[Job], *, enabled: bool = True) -> None:
+        self.total = {h: sum(j.host == h for j in jobs) for h in dict.fromkeys(j.host for j in jobs)}
+        self.done = dict.fromkeys(self.total, 0)
+        self.enabled, self.num_done, self.t0 = enabled, 0, time.monotonic()
+        self.bar = None
+        if enabled and sys.stderr.isatty() and jobs:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=len(jobs), unit="job", file=sys.stderr, dynamic_ncols=True)
+
+    def update(self, job: Job, status: str) -> None:
+        self.num_done += 1
+        self.done[job.host] = self.done.get(job.host, 0) + 1
+        hosts = " ".join(f"{h} {self.done[h]}/{n}" for h, n in self.total.items())
+        if self.bar is not None:
+            self.bar.set_postfix_str(hosts, refresh=False)
+            self.bar.update(1)
+        elif self.enabled:
+            print(f"[{self.num_done}/{sum(self.total.values())} {time.monotonic() - self.t0:5.1f}s] {status:7} "
+                  f"{job.probe} {job.checkpoint} @ {job.host}   ({hosts})", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def print_end(store: Store, jobs: list[Job], counts, run_id: str, host_order: list[str]) -> None:
+    from runner.analysis.compare import end_of_sweep_text
+
+    print(f"run {run_id}: {counts.ok} ok, {counts.failed} failed, {counts.skipped} skipped, "
+          f"{counts.already_done} already done (store {store.root})")
+    for job, reason in counts.failures[:MAX_FAILURES_SHOWN]:
+        print(f"  failed: {job.probe} {job.checkpoint} @ {job.host}: {reason}")
+    if len(counts.failures) > MAX_FAILURES_SHOWN:
+        print(f"  ... and {len(counts.failures) - MAX_FAILURES_SHOWN} more failed (the store's jobs table has all)")
+    text = end_of_sweep_text(store, list(dict.fromkeys(j.probe for j in jobs)), host_order)
+    if text:
+        print()
+        print(text)
+
+
+def _report(store: Store, run_id: str) -> None:
+    from runner.analysis.report import write_report
+
+    path, text = write_report(store, run_id)
+    print(text)
+    print(f"report: {path}")

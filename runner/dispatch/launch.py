@@ -1,0 +1,215 @@
+"""Launchers: where a job runs. One job function, two ways to call it (as optimum-benchmark's
+launchers do): inline in this process (tests, debugging, the GPU box itself) or as a Ray task pinned
+to the job's host with `label_selector`.
+
+`execute` is what runs on the host: it checks the deadline at start (so a job queued before the
+deadline never starts after it), reads GPU idleness at start for GPU jobs (refusing on a busy card),
+fingerprints the checkpoint there, runs the probe and returns an `Outcome`. A probe's exception
+becomes a failed Outcome with a one-line reason; only infrastructure failures (node death, worker
+crash, cancellation) surface as Ray errors, which the Ray launcher turns into failed Outcomes too.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from runner.hosts.nodes import GPU_SLOT, node_host, one_line, pinned
+from runner.lab.plan import Job
+
+DRAIN_S = 60.0
+"""How long a cancelled GPU job's host stays busy at most, waiting for its worker to be killed."""
+
+@dataclasses.dataclass(kw_only=True)
+class Outcome:
+    status: str
+    """ok | failed | skipped | refused (a GPU job that found its card busy at start: placed again)."""
+    reason: str = ""
+    result: Any = None
+    """The ProbeResult when ok."""
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    checkpoint_fp: str = ""
+    started_at: datetime = dataclasses.field(default_factory=lambda: datetime.now(timezone.utc))
+    wall_s: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GpuGuard:
+    """What a GPU job needs to re-read its card's idleness at start."""
+    runs_dir: str | None = None
+    thresholds: Any = None
+
+
+def execute(job: Job, *, deadline: float | None = None, guard: GpuGuard | None = None) -> Outcome:
+    """Run one job here (on its host). Never raises for a probe's own failure."""
+    started = datetime.now(timezone.utc)
+    if deadline is not None and time.time() >= deadline:
+        return Outcome(status="skipped", reason="deadline", started_at=started)
+    if guard is not None:
+        from runner.gpu.idle import GpuBusyError
+        from runner.gpu.idle import guard as idle_guard
+
+        try:
+            idle_guard(job.host, runs_dir=guard.runs_dir, thresholds=guard.thresholds)
+        except GpuBusyError as exc:
+            return Outcome(status="refused", reason=str(exc), started_at=started)
+    t0 = time.perf_counter()
+    env: dict[str, str] = {}
+    try:
+        import probes
+        from runner.hosts.jobenv import collect_env
+        from runner.store.fingerprint import fingerprint
+
+        # Imports (torch, transformers, the probe) happen before the clock starts: wall_s is the
+        # probe's own run, comparable across hosts, not a fresh worker's start-up.
+        env = {**collect_env(), "node_host": node_host()}
+        fp = fingerprint(job.paths["checkpoint"])
+        module, config = probes.get(job.probe), job.probe_config()
+        t0 = time.perf_counter()
+        result = module.run(config)
+    except Exception as exc:  # the probe's failure is this job's answer, not the sweep's
+        return Outcome(status="failed", reason=one_line(exc), env=env, checkpoint_fp=job.checkpoint_fp,
+                       started_at=started, wall_s=time.perf_counter() - t0)
+    return Outcome(status="ok", result=result, env=env, checkpoint_fp=fp, started_at=started,
+                   wall_s=time.perf_counter() - t0)
+
+
+class Launcher(abc.ABC):
+    """Submit jobs, then poll for their outcomes. Every wait is bounded."""
+
+    @abc.abstractmethod
+    def submit(self, job: Job, *, deadline: float | None, guard: GpuGuard | None = None) -> None: ...
+
+    @abc.abstractmethod
+    def poll(self, timeout_s: float) -> list[tuple[Job, Outcome]]:
+        """Outcomes of finished jobs (maybe none), waiting at most `timeout_s`."""
+
+    @abc.abstractmethod
+    def in_flight(self) -> dict[str, list[Job]]:
+        """host -> jobs submitted and not yet reported."""
+
+    @abc.abstractmethod
+    def abandon(self, host: str, reason: str) -> list[tuple[Job, Outcome]]:
+        """Give up on `host`'s in-flight jobs (its node died): each becomes a failed Outcome."""
+
+    def expire(self, timeout_s: float) -> list[tuple[Job, Outcome]]:
+        """Jobs in flight longer than `timeout_s`, cancelled and failed."""
+        return []
+
+    def gpu_hosts(self) -> set[str]:
+        """Hosts where a GPU job may still be running: in flight, or cancelled and not yet gone."""
+        return {host for host, jobs in self.in_flight().items() if any(j.gpu for j in jobs)}
+
+
+class InlineLauncher(Launcher):
+    """Runs each job at submit time in this process: no Ray, no parallelism."""
+
+    def __init__(self) -> None:
+        self._done: list[tuple[Job, Outcome]] = []
+
+    def submit(self, job: Job, *, deadline: float | None, guard: GpuGuard | None = None) -> None:
+        self._done.append((job, execute(job, deadline=deadline, guard=guard)))
+
+    def poll(self, timeout_s: float) -> list[tuple[Job, Outcome]]:
+        done, self._done = self._done, []
+        if not done:
+            time.sleep(timeout_s)  # nothing runs in the background: only a GPU wait gets here
+        return done
+
+    def in_flight(self) -> dict[str, list[Job]]:
+        return {}
+
+    def abandon(self, host: str, reason: str) -> list[tuple[Job, Outcome]]:
+        return []
+
+
+class RayLauncher(Launcher):
+    """Each job a Ray task pinned to its host's node; GPU jobs take num_gpus=1 there, each in a
+    fresh worker process."""
+
+    def __init__(self, *, num_cpus: float = 1.0, fn: Callable[..., Outcome] = execute) -> None:
+        """`fn`: the job function, `execute` or a wrapper with its signature (tests slow it down)."""
+        import ray
+
+        self._ray = ray
+        self._remote = ray.remote(max_retries=0)(fn)  # a retry on a dead pinned node hangs
+        # Ray gives GPU tasks max_calls=1 only when num_gpus is in the decorator, not in .options():
+        # say it here, so no GPU job inherits the last one's CUDA context, cached memory or devices.
+        self._gpu_remote = ray.remote(max_retries=0, num_gpus=1, num_cpus=0, max_calls=1)(fn)
+        self._num_cpus = num_cpus
+        self._pending: dict[Any, tuple[Job, float]] = {}
+        self._draining: dict[Any, tuple[Job, float]] = {}  # GPU tasks cancelled, maybe not yet gone
+
+    def submit(self, job: Job, *, deadline: float | None, guard: GpuGuard | None = None) -> None:
+        remote, resources = (self._gpu_remote, {}) if job.gpu else (self._remote, {"num_cpus": self._num_cpus})
+        if job.gpu and job.host in _slot_hosts():  # a node started without it: this sweep's own rule only
+            resources = {"resources": {GPU_SLOT: 1}}
+        ref = remote.options(**resources, **pinned(job.host)).remote(job, deadline=deadline, guard=guard)
+        self._pending[ref] = (job, time.monotonic())
+
+    def poll(self, timeout_s: float) -> list[tuple[Job, Outcome]]:
+        if not self._pending:
+            time.sleep(min(timeout_s, 0.05))
+            return []
+        refs = list(self._pending)
+        first, _ = self._ray.wait(refs, num_returns=1, timeout=timeout_s)  # back as soon as one is done...
+        done = self._ray.wait(refs, num_returns=len(refs), timeout=0)[0] if first else []  # ...with all done
+        out = []
+        for ref in done:
+            job, _ = self._pending.pop(ref)
+            try:
+                outcome = self._ray.get(ref, timeout=30)
+            except Exception as exc:  # NodeDiedError, WorkerCrashedError, TaskCancelledError, OOM...
+                outcome = Outcome(status="failed", reason=one_line(exc))
+            out.append((job, outcome))
+        return out
+
+    def in_flight(self) -> dict[str, list[Job]]:
+        out: dict[str, list[Job]] = {}
+        for job, _ in self._pending.values():
+            out.setdefault(job.host, []).append(job)
+        return out
+
+    def gpu_hosts(self) -> set[str]:
+        hosts = super().gpu_hosts()
+        if self._draining:
+            gone = self._ray.wait(list(self._draining), num_returns=len(self._draining), timeout=0)[0]
+            now = time.monotonic()
+            for ref in [r for r, (_, t) in self._draining.items() if r in gone or now - t > DRAIN_S]:
+                del self._draining[ref]
+            hosts |= {job.host for job, _ in self._draining.values()}
+        return hosts
+
+    def _drop(self, refs: list, reason: str) -> list[tuple[Job, Outcome]]:
+        out = []
+        for ref in refs:
+            job, _ = self._pending.pop(ref)
+            try:
+                self._ray.cancel(ref, force=True)
+            except Exception:  # already gone with its node; the failure is recorded either way
+                pass
+            if job.gpu:  # its host counts as busy until the killed worker is really gone
+                self._draining[ref] = (job, time.monotonic())
+            out.append((job, Outcome(status="failed", reason=reason)))
+        return out
+
+    def abandon(self, host: str, reason: str) -> list[tuple[Job, Outcome]]:
+        return self._drop([r for r, (job, _) in self._pending.items() if job.host == host], reason)
+
+    def expire(self, timeout_s: float) -> list[tuple[Job, Outcome]]:
+        now = time.monotonic()
+        late = [r for r, (_, t0) in self._pending.items() if now - t0 > timeout_s]
+        return self._drop(late, f"timeout: not finished within {timeout_s:g} s")
+
+
+def _slot_hosts() -> set[str]:
+    """Hosts whose alive nodes offer the GPU slot resource."""
+    import ray
+
+    from runner.hosts.nodes import HOST_LABEL
+
+    return {(n.get("Labels") or {}).get(HOST_LABEL) for n in ray.nodes()
+            if n.get("Alive") and n.get("Resources", {}).get(GPU_SLOT, 0) >= 1}

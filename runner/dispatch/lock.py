@@ -1,0 +1,94 @@
+"""One sweep per store at a time.
+
+The lock is `<store>/.sweep.lock`, a file that stays; a sweep holds an exclusive `flock` on it for
+its whole run and writes its holder info there (pid, host, run_id, plan, start time) for the "who
+is running" message. The kernel drops the lock when the holding process dies, however it dies
+(SIGKILL, a crash), so there is no stale lock to detect and take over, and no race between two
+sweeps taking over the same dead holder: exactly one `flock` succeeds. The file is never removed
+(removing it would let a late opener lock a file nobody else sees); on release it is emptied. On a
+store on NFS, Linux maps `flock` to NFS byte-range locks, so it holds across the lab's hosts too.
+
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+from datetime import datetime
+from pathlib import Path
+
+from probes.result import InputError
+
+LOCK_NAME = ".sweep.lock"
+
+
+class SweepLock:
+    def __init__(self, store_root: Path, *, run_id: str, plan: str) -> None:
+        self.path = Path(store_root) / LOCK_NAME
+        self.info = {"pid": os.getpid(), "host": socket.gethostname(), "run_id": run_id, "plan": plan,
+                     "started_at": datetime.now().astimezone().isoformat(timespec="seconds")}
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise InputError naming the running sweep (one line)."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:  # --store naming a file, a read-only place...
+            raise InputError(f"store {self.path.parent}: cannot hold the sweep lock there: "
+                             f"{exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read(fd)
+            os.close(fd)
+            raise InputError(self._busy_message(holder)) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(self.info).encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        os.ftruncate(fd, 0)  # nobody holds it: no holder to name
+        os.close(fd)  # closing the last descriptor drops the flock
+
+    def __enter__(self) -> SweepLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def _busy_message(self, holder: dict | None) -> str:
+        if not holder:  # the holder took the lock a moment ago and is writing its info
+            return f"another sweep is running on this store (it is starting; lock {self.path})"
+        return (f"another sweep is running on this store: pid {holder.get('pid')} on {holder.get('host')}, "
+                f"run {holder.get('run_id')}, plan {holder.get('plan')!r}, started {holder.get('started_at')} "
+                f"(lock {self.path})")
+
+
+def holder(store_root: Path) -> dict | None:
+    """The running sweep's holder info when one holds `store_root`'s lock, else None."""
+    try:
+        fd = os.open(Path(store_root) / LOCK_NAME, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _read(fd) or {}
+    finally:
+        os.close(fd)
+    return None
+
+
+def _read(fd: int) -> dict | None:
+    try:
+        info = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None

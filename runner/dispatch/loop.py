@@ -1,0 +1,263 @@
+"""The sweep's dispatch loop: jobs out to hosts, outcomes into the store the moment they arrive.
+
+Failure is per job, never per sweep: a probe's exception, a node that dies (its in-flight and
+queued jobs fail with the reason), a job past its timeout, a host no alive node carries (fails at
+once: a label selector matching nothing would wait forever) all become stored `failed` jobs, and
+the loop carries on. Every wait is bounded (ray.wait with a timeout; hosts re-checked each second).
+
+CPU jobs: per host, at most as many in flight as the host's nodes have CPUs, so a job's timeout
+runs from (about) its real start and the deadline is checked before each start.
+GPU jobs: at most one per host at a time, and alone there: a host's CPU jobs are held while its GPU
+job runs (they would steal the CPU threads that launch its kernels: jitter in the measurement),
+and while a GPU job is due to be placed there (the host's running CPU jobs drain, then it starts).
+One GPU job per host is also what lets a GPU job's idleness guard move it to another idle card of
+a multi-GPU host (Ray picks the card; the guard may pick another). A GPU job cancelled at its
+timeout keeps its host busy until its worker is gone (launcher.gpu_hosts). Across sweeps (two
+stores, two drivers) the host's one `labprobe_gpu_slot` Ray resource, which every GPU job takes,
+keeps it to one GPU job at a time (runner/dispatch/launch.py; nodes started by `labprobe host-command`
+offer it; on a node without it, only this sweep's own rule holds). Placed through
+`_place_gpu` (runner/dispatch/placement.py's idleness-aware GpuPlacer when present).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from runner.dispatch.launch import GpuGuard, Launcher, Outcome
+from runner.hosts.jobenv import code_version
+from runner.hosts.nodes import HOST_LABEL, one_line
+from runner.lab.cluster import Cluster
+from runner.lab.plan import Job
+from runner.store.store import JobKey, Store
+
+HOST_CHECK_S = 1.0
+POLL_S = 0.2
+
+
+@dataclasses.dataclass
+class Counts:
+    ok: int = 0
+    failed: int = 0
+    skipped: int = 0
+    already_done: int = 0
+    failures: list[tuple[Job, str]] = dataclasses.field(default_factory=list)
+
+
+class Dispatch:
+    def __init__(self, *, cluster: Cluster, store: Store, run_id: str, plan: str, launcher: Launcher,
+                 deadline: float | None = None, timeout_s: float = 3600.0, gpu_wait_s: float = 1800.0,
+                 on_record: Callable[[Job, str], None] | None = None,
+                 live: Callable[[], dict[str, tuple[int, float]]] | None = None,
+                 gpu_backoff_s: tuple[float, ...] | None = None, read_here: bool = False) -> None:
+        """`live`: host -> (CPUs, GPUs) of the hosts alive now (default: from Ray). `read_here`: read
+        GPU idleness in this process (an inline sweep on the host itself), not by a pinned task."""
+        self.cluster, self.store, self.run_id, self.plan = cluster, store, run_id, plan
+        self.launcher, self.deadline, self.timeout_s = launcher, deadline, timeout_s
+        self.counts = Counts()
+        self.on_record = on_record or (lambda job, status: None)
+        self.cpu_queues: dict[str, collections.deque[Job]] = collections.defaultdict(collections.deque)
+        self.gpu_queue: collections.deque[Job] = collections.deque()
+        self.capacity: dict[str, int] = {}
+        self.gpus: dict[str, float] = {}
+        self.waiting: dict[str, str] = {}  # job_id -> why its GPU host was not idle
+        self.seen_alive: set[str] = set()
+        self.live = live or _live_capacity
+        self.placer = _make_placer(deadline if deadline is not None else time.time() + gpu_wait_s, gpu_backoff_s,
+                                   cluster if read_here else None)
+
+    # -- recording ----------------------------------------------------------------------------
+    def record(self, job: Job, outcome: Outcome) -> None:
+        key = JobKey(run_id=self.run_id, job_id=job.job_id, probe=job.probe, host=job.host,
+                     checkpoint=job.checkpoint, checkpoint_fp=outcome.checkpoint_fp or job.checkpoint_fp,
+                     config_hash=job.config_hash, code_version=code_version(),
+                     finished_at=datetime.now(timezone.utc))
+        status = outcome.status
+        try:
+            if status == "ok":
+                self.store.write_result(key, outcome.result, started_at=outcome.started_at,
+                                        wall_s=outcome.wall_s, env=outcome.env, plan=self.plan)
+            else:
+                self._write_row(key, job, outcome)
+        except Exception as exc:  # a result the store refused: keep the sweep going, say why
+            status, outcome = "failed", dataclasses.replace(outcome, status="failed",
+                                                            reason=f"store: {one_line(exc)}")
+            try:
+                self._write_row(dataclasses.replace(key, finished_at=datetime.now(timezone.utc)), job, outcome)
+            except Exception as again:  # the store takes nothing (disk full?): say so, carry on
+                print(f"labprobe sweep: could not store {job.probe} {job.checkpoint} @ {job.host}: "
+                      f"{one_line(again)}", file=sys.stderr)
+        setattr(self.counts, status, getattr(self.counts, status) + 1)
+        if status == "failed":
+            self.counts.failures.append((job, outcome.reason))
+        self.on_record(job, status)
+
+    def _write_row(self, key: JobKey, job: Job, outcome: Outcome) -> None:
+        self.store.write_job(key, status=outcome.status, reason=outcome.reason, started_at=outcome.started_at,
+                             wall_s=outcome.wall_s, summary={}, config={**job.config, **job.paths},
+                             env=outcome.env, plan=self.plan)
+
+    def fail(self, job: Job, reason: str, status: str = "failed") -> None:
+        self.record(job, Outcome(status=status, reason=reason))
+
+    # -- the loop -----------------------------------------------------------------------------
+    def run(self, jobs: list[Job]) -> Counts:
+        for job in jobs:
+            (self.gpu_queue if job.gpu else self.cpu_queues[job.host]).append(job)
+        last_check = 0.0
+        while self._queued() or any(self.launcher.in_flight().values()):
+            if self.deadline is not None and time.time() >= self.deadline:
+                self._skip_queued()
+            if time.monotonic() - last_check >= HOST_CHECK_S:
+                self._check_hosts()
+                last_check = time.monotonic()
+            self._fill_cpu()
+            self._dispatch_gpu()
+            for job, outcome in self.launcher.poll(POLL_S) + self.launcher.expire(self.timeout_s):
+                self._handle(job, outcome)
+        return self.counts
+
+    def _queued(self) -> bool:
+        return bool(self.gpu_queue) or any(self.cpu_queues.values())
+
+    def _handle(self, job: Job, outcome: Outcome) -> None:
+        if outcome.status == "refused":  # the card turned busy between placement and start
+            self.waiting[job.job_id] = outcome.reason
+            self.placer.refused(job.host, outcome.reason)
+            self.gpu_queue.appendleft(job)
+            return
+        self.record(job, outcome)
+
+    def _skip_queued(self) -> None:
+        for queue in list(self.cpu_queues.values()) + [self.gpu_queue]:
+            while queue:
+                job = queue.popleft()
+                why = self.waiting.get(job.job_id)
+                self.fail(job, f"deadline (waited for an idle GPU on {job.host}: {why})" if why else "deadline",
+                          status="skipped")
+
+    def _check_hosts(self) -> None:
+        live = self.live()
+        self.capacity = {h: cpus for h, (cpus, _) in live.items()}
+        self.gpus = {h: gpus for h, (_, gpus) in live.items()}
+        in_flight = self.launcher.in_flight()
+        for host in set(self.cpu_queues) | {j.host for j in self.gpu_queue} | set(in_flight):
+            if host in live:
+                self.seen_alive.add(host)
+                continue
+            reason = (f"host {host}: its Ray node died or left (no alive node carries {HOST_LABEL}={host})"
+                      if host in self.seen_alive else f"host {host}: no alive Ray node carries {HOST_LABEL}={host}")
+            for job, outcome in self.launcher.abandon(host, reason):
+                self.record(job, outcome)
+            for job in _drain(self.cpu_queues.get(host)) + _take(self.gpu_queue, host):
+                self.fail(job, reason)
+
+    def _fill_cpu(self) -> None:
+        in_flight = self.launcher.in_flight()
+        held = self.launcher.gpu_hosts() | self._gpu_due()  # the host's GPU job runs, or is about to
+        for host, queue in self.cpu_queues.items():
+            if host in self.capacity and self.capacity[host] < 1:  # a 1-CPU task would pend forever there
+                for job in _drain(queue):
+                    self.fail(job, f"host {host}: its Ray node offers no CPU (started with --num-cpus=0?)")
+            if host in held:
+                continue
+            running = sum(not j.gpu for j in in_flight.get(host, []))
+            while queue and running < self.capacity.get(host, 0):
+                self.launcher.submit(queue.popleft(), deadline=self.deadline)
+                running += 1
+
+    # -- GPU jobs -----------------------------------------------------------------------------
+    def _gpu_due(self) -> set[str]:
+        """Hosts with a queued GPU job that would be placed now (not backing off): their CPU jobs wait."""
+        now = time.time()
+        return {j.host for j in self.gpu_queue if self.cluster.hosts[j.host].gpus > 0 and j.host in self.capacity
+                and self.gpus.get(j.host, 0) >= 1
+                and now >= self.placer.next_attempt_at(j.host)}
+
+    def _dispatch_gpu(self) -> None:
+        # A host is busy while any of its jobs runs: its GPU job (one per host) or its CPU jobs
+        # (held meanwhile by _fill_cpu, so they drain and the GPU job starts alone).
+        busy_hosts = self.launcher.gpu_hosts() | {h for h, jobs in self.launcher.in_flight().items() if jobs}
+        for job in list(self.gpu_queue):
+            host = self.cluster.hosts[job.host]
+            if host.gpus == 0:
+                self.gpu_queue.remove(job)
+                self.fail(job, f"no GPU: host {job.host} has gpus: 0 in {self.cluster.path.name}", status="skipped")
+            elif job.host in self.gpus and self.gpus[job.host] < 1:  # pending forever on a GPU-less node
+                self.gpu_queue.remove(job)
+                self.fail(job, f"host {job.host}: its Ray node offers no GPU (started without --num-gpus? "
+                               f"see `labprobe host-command {job.host}`)")
+            elif job.host not in busy_hosts and job.host in self.capacity:
+                placed, why = self._place_gpu(job)
+                if placed:
+                    self.gpu_queue.remove(job)
+                    busy_hosts.add(job.host)
+                elif why:
+                    self.waiting[job.job_id] = why
+        if self.gpu_queue and self.placer.expired():
+            for job in _drain(self.gpu_queue):
+                why = self.waiting.get(job.job_id, "no placement attempt succeeded")
+                self.fail(job, f"no idle GPU on {job.host} before the deadline: {why}", status="skipped")
+
+    def _place_gpu(self, job: Job) -> tuple[bool, str]:
+        """Submit `job` to its host if the host's GPU reads idle. -> (placed, why not)."""
+        runs_dir = self.cluster.runs_dir(job.host)
+        thresholds = _thresholds(self.cluster.hosts[job.host].idle)
+        if time.time() < self.placer.next_attempt_at(job.host):
+            return False, ""
+        placed, why = self.placer.try_place(job.host, runs_dir=runs_dir, thresholds=thresholds)
+        if placed:
+            self.launcher.submit(job, deadline=self.deadline, guard=GpuGuard(runs_dir=runs_dir, thresholds=thresholds))
+        return placed, why
+
+
+def _make_placer(deadline: float, backoff_s: tuple[float, ...] | None, read_here_for: Cluster | None) -> Any:
+    from runner.dispatch.placement import GpuPlacer
+    from runner.gpu.idle import read_local
+
+    kwargs: dict[str, Any] = {} if backoff_s is None else {"backoff_s": backoff_s}
+    if read_here_for is not None:
+        cluster = read_here_for
+        kwargs["read"] = lambda host: read_local(host, runs_dir=cluster.runs_dir(host),
+                                                 thresholds=_thresholds(cluster.hosts[host].idle))
+    return GpuPlacer(deadline=deadline, **kwargs)
+
+
+def _thresholds(idle: Any) -> Any:
+    """cluster.yaml's per-host idle thresholds as runner.gpu.idle.Thresholds."""
+    from runner.gpu.idle import Thresholds
+
+    return Thresholds.from_cluster(idle)
+
+
+def _live_capacity() -> dict[str, tuple[int, float]]:
+    """Alive hosts -> (CPUs, GPUs) their alive nodes offer Ray."""
+    import ray
+
+    cpus: dict[str, float] = {}
+    gpus: dict[str, float] = {}
+    for node in ray.nodes():  # one read a poll: the labels and the resources of the same snapshot
+        host = (node.get("Labels") or {}).get(HOST_LABEL)
+        if host and node.get("Alive"):
+            resources = node.get("Resources", {})
+            cpus[host] = cpus.get(host, 0.0) + resources.get("CPU", 0.0)
+            gpus[host] = gpus.get(host, 0.0) + resources.get("GPU", 0.0)
+    return {host: (int(cpus[host]), gpus[host]) for host in cpus}
+
+
+def _drain(queue: collections.deque | None) -> list[Job]:
+    out = list(queue or [])
+    if queue is not None:
+        queue.clear()
+    return out
+
+
+def _take(queue: collections.deque, host: str) -> list[Job]:
+    out = [j for j in queue if j.host == host]
+    for job in out:
+        queue.remove(job)
+    return out

@@ -1,0 +1,102 @@
+"""Placing a GPU job on a host whose GPU really reads idle, with per-host backoff and a deadline.
+
+The sweep asks `try_place(host)` before it submits a GPU job there; a busy, GPU-less or
+unreachable host is backed off (2, 5, 15, 30, 60 s by default, then 60 s each time) and asked again
+no sooner than `next_attempt_at(host)`. A job that refuses to start (its own `guard` found the card
+busy) reports it through `refused`, which backs the host off the same way. An idle reading resets
+the host's backoff. Once `expired()`, the sweep records its waiting jobs `skipped` with
+`reason(host)`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from runner.gpu.idle import GpuReading, Thresholds, describe, read_local
+
+READ_TIMEOUT_S = 30.0
+"""A reading takes the sampling window plus a task round trip; more than this means the host is stuck."""
+
+
+class GpuPlacer:
+    def __init__(self, *, deadline: float | None, backoff_s: tuple[float, ...] = (2, 5, 15, 30, 60),
+                 clock: Callable[[], float] = time.time,
+                 read: Callable[[str], list[GpuReading]] | None = None):
+        if not backoff_s or any(b < 0 for b in backoff_s):
+            raise ValueError(f"backoff_s: needs at least one delay, none negative (got {backoff_s})")
+        self.deadline = deadline
+        self.backoff_s = tuple(backoff_s)
+        self._clock = clock
+        self._read = read
+        self._failures: dict[str, int] = {}
+        self._next_at: dict[str, float] = {}
+        self._reasons: dict[str, str] = {}
+
+    def try_place(self, host: str, *, runs_dir: str | None = None,
+                  thresholds: Thresholds | None = None) -> tuple[bool, str]:
+        """(True, "") when some GPU of `host` reads idle now; else (False, why) and the host backs off.
+
+        Asked while the host is still backing off, it answers (False, ...) without reading.
+        """
+        now = self._clock()
+        if now < self._next_at.get(host, now):
+            return False, (f"{host}: backing off for {self._next_at[host] - now:.0f} s more "
+                           f"(last: {self._reasons.get(host, '')})")
+        ok, reason = self._judge(host, runs_dir, thresholds)
+        if ok:
+            self._failures.pop(host, None)
+            self._next_at.pop(host, None)
+            self._reasons.pop(host, None)
+            return True, ""
+        self.refused(host, reason)
+        return False, reason
+
+    def refused(self, host: str, reason: str) -> None:
+        """A job found `host` busy (at placement or when it started): ask it again later."""
+        num = self._failures.get(host, 0)
+        self._failures[host] = num + 1
+        delay = self.backoff_s[min(num, len(self.backoff_s) - 1)]
+        at = self._clock() + delay
+        # Waking past the deadline helps nobody: the sweep wakes then to record the skip.
+        self._next_at[host] = at if self.deadline is None else min(at, self.deadline)
+        self._reasons[host] = reason
+
+    def next_attempt_at(self, host: str) -> float:
+        """When `host` may be asked again; 0.0 for a host that is not backing off.
+
+        Not "now" for such a host: `clock() < next_attempt_at(h)` would then hold whenever the clock
+        ticked between the two reads, and the host would never be tried.
+        """
+        return self._next_at.get(host, 0.0)
+
+    def reason(self, host: str) -> str:
+        """Why `host` was last refused ("" when it was not): the reason a skipped job records."""
+        return self._reasons.get(host, "")
+
+    def expired(self) -> bool:
+        return self.deadline is not None and self._clock() >= self.deadline
+
+    def _judge(self, host: str, runs_dir: str | None, thresholds: Thresholds | None) -> tuple[bool, str]:
+        try:
+            readings = (self._read(host) if self._read is not None
+                        else self._ray_read(host, runs_dir, thresholds))
+        except Exception as exc:  # a reader that fails is an unreachable host, not a crash of the sweep
+            return False, f"{host}: unreachable: {type(exc).__name__}: {exc}"
+        if isinstance(readings, str):
+            return False, readings
+        wrong = {r.node_host for r in readings if r.node_host and r.node_host != host}
+        if wrong:
+            return False, f"{host}: read on a node labelled {sorted(wrong)}, not {host}"
+        if any(r.verdict == "idle" for r in readings):
+            return True, ""
+        return False, describe(host, readings)
+
+    def _ray_read(self, host: str, runs_dir: str | None,
+                  thresholds: Thresholds | None) -> list[GpuReading] | str:
+        from runner.hosts.nodes import HostFailure, run_on_hosts
+
+        window_s = (thresholds or Thresholds()).window_s
+        got = run_on_hosts(read_local, [host], host, runs_dir=runs_dir, thresholds=thresholds,
+                           timeout_s=READ_TIMEOUT_S + window_s, num_cpus=0)[host]
+        return f"{host}: unreachable: {got.reason}" if isinstance(got, HostFailure) else got

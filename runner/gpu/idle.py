@@ -1,0 +1,276 @@
+"""GPU idleness, observed on the GPU itself: is anything (or anyone) using this card right now?
+
+Ray counts GPUs logically, so a card busy with a training run Ray did not start looks free to it,
+and matching process names fails (a wrapper's own command line carries the pattern). So a GPU
+reads `busy` from what NVML and the file system show:
+
+- a compute process on the card that is not labprobe's own (this process, its ancestors and
+  descendants: inside a Ray worker that is the worker and the raylet above it, never a sibling
+  worker, which may be another job on the same card);
+- memory used (less what our own processes hold) at or above `Thresholds.mem_used_bytes` at any
+  sample: this also catches runs whose pids NVML cannot show (other PID namespaces, containers);
+- utilisation at or above `Thresholds.util_pct` in any sample over `window_s`;
+- when the host names a runs directory, a file under it modified within `runs_fresh_min`.
+
+A host without nvidia-ml-py, the NVML library or a GPU reads as one `no-gpu` row, never an
+error. The samples come from runner/gpu/nvml.py (NVML, or fake files in tests), the runs directory's
+newest file from runner/gpu/freshness.py; `labprobe idle` is runner/cli/idle.py.
+
+Never imports Ray at module import time: the GPU box runs this standalone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from runner.gpu.freshness import FileAge, newest_file
+from runner.gpu.nvml import FAKE_ENV, GpuSample, read_samples
+from runner.hosts.nodes import node_host
+
+GIB = 1024**3
+
+
+class GpuBusyError(RuntimeError):
+    """A GPU job refusing to start on a busy card; str(e) is the reason."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    util_pct: float = 10.0
+    """Busy at or above this utilisation in any sample. Idle cards read 0; a training step 50-100."""
+    mem_used_bytes: int = 1 * GIB
+    """Busy at or above this much memory used by others. An idle H200 reads well under 0.1 GiB (NVML
+    v2, reserved memory excluded); a bare CUDA context is ~0.5 GiB, any training run holds several GiB."""
+    window_s: float = 3.0
+    """Utilisation is sampled over this window: a training loop between steps (data loading,
+    checkpointing) can read 0% for a moment, rarely for seconds."""
+    sample_hz: float = 5.0
+    """Samples per second. NVML's own utilisation period is 1/6-1 s, so 5 Hz misses no period."""
+    runs_fresh_min: float = 10.0
+    """A file under the runs directory changed within this many minutes means a run is live:
+    training runs write logs or metrics at least every few minutes."""
+
+    @classmethod
+    def from_cluster(cls, idle: Any | None) -> Thresholds:
+        """From a cluster.yaml host's `idle:` overrides (runner.lab.cluster.IdleThresholds); None: defaults."""
+        if idle is None:
+            return cls()
+        mapping = {"max_util_pct": ("util_pct", float), "window_s": ("window_s", float),
+                   "runs_quiet_min": ("runs_fresh_min", float),
+                   "max_mem_used_mib": ("mem_used_bytes", lambda mib: int(mib * 1024**2))}
+        values = {mine: conv(getattr(idle, theirs)) for theirs, (mine, conv) in mapping.items()
+                  if getattr(idle, theirs, None) is not None}
+        return cls(**values)
+
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuReading:
+    host: str
+    index: int
+    name: str
+    verdict: str
+    """idle | busy | no-gpu"""
+    reason: str
+    uuid: str = ""
+    mem_used_bytes: int | None = None
+    """The most memory used seen in the window (all processes)."""
+    mem_total_bytes: int | None = None
+    util_max_pct: float | None = None
+    num_samples: int = 0
+    pids: tuple[int, ...] = ()
+    """Foreign compute processes on the card."""
+    own_pids: tuple[int, ...] = ()
+    """labprobe's own compute processes on the card (not counted)."""
+    newest_file: str = ""
+    newest_file_age_s: float | None = None
+    node_host: str = ""
+    """The host label of the Ray node that took the reading; empty outside Ray."""
+    reader_pid: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# -- the verdict (pure) ---------------------------------------------------------------------------
+
+def verdict(sample: GpuSample, *, own_pids: frozenset[int] | set[int] = frozenset(),
+            newest: FileAge | None = None, runs_dir: str | None = None,
+            thresholds: Thresholds | None = None) -> tuple[str, str]:
+    """("idle" | "busy", reason) from one GPU's samples, our pids and the runs directory's newest file.
+
+    A busy reason lists every cause found; an idle reason says what was seen, so either can be
+    checked by a person reading `labprobe idle`.
+    """
+    t = thresholds or Thresholds()
+    causes: list[str] = []
+    foreign = [(pid, mem) for pid, mem in sample.processes if pid not in own_pids]
+    for pid, mem in foreign:
+        causes.append(f"pid {pid} computes on it ({_gib(mem)})" if mem is not None
+                      else f"pid {pid} computes on it")
+    own_mem = sum(mem or 0 for pid, mem in sample.processes if pid in own_pids)
+    mem_others = max(0, max(sample.mem_used_bytes, default=0) - own_mem)
+    if mem_others >= t.mem_used_bytes:
+        ours = f", ours {_gib(own_mem)} excluded" if own_mem else ""
+        causes.append(f"memory used {_gib(mem_others)} >= {_gib(t.mem_used_bytes)}{ours}")
+    hot = [u for u in sample.util_pct if u >= t.util_pct]
+    if hot:
+        causes.append(f"utilisation >= {t.util_pct:g}% in {len(hot)} of {len(sample.util_pct)} "
+                      f"samples over {t.window_s:g} s (max {max(hot):g}%)")
+    fresh_s = t.runs_fresh_min * 60
+    if newest is not None and newest.age_s < fresh_s:
+        causes.append(f"{newest.path} changed {_ago(newest.age_s)} ago "
+                      f"(< {t.runs_fresh_min:g} min: a run is writing)")
+    if causes:
+        return "busy", "; ".join(causes)
+    seen = [f"no foreign process, {_gib(mem_others)} used",
+            f"util max {max(sample.util_pct, default=0):g}% over {len(sample.util_pct)} samples"]
+    if newest is not None:
+        seen.append(f"newest file under {runs_dir or 'the runs dir'} {_ago(newest.age_s)} old")
+    elif runs_dir:
+        seen.append(f"no file under {runs_dir}")
+    return "idle", ", ".join(seen)
+
+
+def _gib(num_bytes: int | float | None) -> str:
+    return "? GiB" if num_bytes is None else f"{num_bytes / GIB:.2f} GiB"
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+# -- what counts as ours, and the readings ---------------------------------------------------------
+
+def _ppid(pid: int) -> int:
+    """Parent pid from /proc/<pid>/stat (the command name may hold spaces and parentheses)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def own_pids(pid: int | None = None) -> frozenset[int]:
+    """This process, its ancestors (short of init) and its descendants.
+
+    In a Ray worker the ancestors are the raylet (and, for an embedded Ray, the driver that started
+    it); sibling workers are not ours: one may be another GPU job on the same card. A process
+    started apart from this one (another person's run, a separate session) is never ours.
+    """
+    pid = os.getpid() if pid is None else pid
+    ours = {pid}
+    parent = _ppid(pid) if Path("/proc").is_dir() else os.getppid()
+    while parent > 1 and parent not in ours:
+        ours.add(parent)
+        parent = _ppid(parent)
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        entries = []
+    for child in entries:
+        children.setdefault(_ppid(child), []).append(child)
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in ours:
+                ours.add(child)
+                todo.append(child)
+    return frozenset(ours)
+
+
+def read_local(host: str, *, runs_dir: str | None = None,
+               thresholds: Thresholds | None = None) -> list[GpuReading]:
+    """Read every GPU of this machine (run it on `host`: a pinned Ray task, or inline there)."""
+    t = thresholds or Thresholds()
+    samples = read_samples(host, window_s=t.window_s, sample_hz=t.sample_hz)
+    node, reader = node_host(), os.getpid()
+    if isinstance(samples, str):
+        return [GpuReading(host=host, index=-1, name="", verdict="no-gpu", reason=samples,
+                           node_host=node, reader_pid=reader)]
+    ours = own_pids()
+    newest = newest_file(runs_dir, fresh_s=t.runs_fresh_min * 60) if runs_dir else None
+    unchecked = f"; runs dir {runs_dir} missing: not checked" if runs_dir and not os.path.isdir(runs_dir) else ""
+    readings = []
+    for s in samples:
+        word, reason = verdict(s, own_pids=ours, newest=newest, runs_dir=runs_dir, thresholds=t)
+        reason += unchecked
+        readings.append(GpuReading(
+            host=host, index=s.index, name=s.name, verdict=word, reason=reason, uuid=s.uuid,
+            mem_used_bytes=max(s.mem_used_bytes, default=None), mem_total_bytes=s.mem_total_bytes,
+            util_max_pct=max(s.util_pct, default=None), num_samples=len(s.util_pct),
+            pids=tuple(p for p, _ in s.processes if p not in ours),
+            own_pids=tuple(p for p, _ in s.processes if p in ours),
+            newest_file=newest.path if newest else "", newest_file_age_s=newest.age_s if newest else None,
+            node_host=node, reader_pid=reader))
+    return readings
+
+
+# -- the job-side check ------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Card:
+    """The card a GPU job runs on, as guard() settled it."""
+
+    index: int
+    uuid: str
+    assigned: str | None
+    """CUDA_VISIBLE_DEVICES as found (Ray's assignment), None when unset."""
+    switched: bool
+    """True when the assigned card read busy and the job was pointed at this idle one instead."""
+
+
+def pick_card(host: str, readings: list[GpuReading], visible_env: str | None) -> Card:
+    """The job-side decision: an idle card of this host for the job, or GpuBusyError.
+
+    `visible_env` is CUDA_VISIBLE_DEVICES (NVML indices or UUIDs; Ray sets it for num_gpus tasks).
+    The first card it names is kept when it reads idle; when it reads busy (Ray counts GPUs
+    logically and may hand out the card someone is training on), or the variable is unset, the
+    first idle card of the host is chosen. Only when no card of the host reads idle does it refuse.
+    """
+    gpus = [r for r in readings if r.verdict != "no-gpu"]
+    if not gpus:
+        raise GpuBusyError(describe(host, readings))
+    wanted = [w.strip() for w in (visible_env or "").split(",") if w.strip()]
+    assigned = [r for w in wanted[:1] for r in gpus if w in (str(r.index), r.uuid)]
+    if visible_env is not None and not assigned:
+        raise GpuBusyError(f"{host}: CUDA_VISIBLE_DEVICES={visible_env!r} names no GPU that NVML sees")
+    if assigned and assigned[0].verdict == "idle":
+        return Card(index=assigned[0].index, uuid=assigned[0].uuid, assigned=visible_env, switched=False)
+    idle = [r for r in gpus if r.verdict == "idle"]
+    if not idle:
+        raise GpuBusyError(describe(host, gpus))
+    return Card(index=idle[0].index, uuid=idle[0].uuid, assigned=visible_env, switched=bool(assigned))
+
+
+def guard(host: str, *, runs_dir: str | None = None, thresholds: Thresholds | None = None) -> Card:
+    """A GPU job's first call (before anything initialises CUDA): read every card of the host and
+    point the job at an idle one (pick_card); refuse only when none reads idle.
+
+    Switching away from Ray's assignment is safe because the runner runs at most one GPU job per
+    host at a time: the idle card is no other job's. CUDA_VISIBLE_DEVICES becomes the chosen card's
+    UUID (indices can differ between NVML and CUDA orderings). With fake readings (tests) the
+    variable is only switched when it was set (by Ray inside a GPU task, or by a test that restores
+    it): an unset one set here would leak into the test process and the Ray nodes it starts later.
+    """
+    readings = read_local(host, runs_dir=runs_dir, thresholds=thresholds)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    card = pick_card(host, readings, visible)
+    if card.switched or (visible is None and not os.environ.get(FAKE_ENV)):
+        os.environ["CUDA_VISIBLE_DEVICES"] = card.uuid or str(card.index)
+    return card
+
+
+def describe(host: str, readings: list[GpuReading]) -> str:
+    """One line for a host's non-idle GPUs: why no job should start there."""
+    return f"{host}: " + "; ".join(
+        f"GPU {r.index} {r.verdict}: {r.reason}" if r.index >= 0 else f"{r.verdict}: {r.reason}"
+        for r in readings)

@@ -1,0 +1,1 @@
+"""The lab model: cluster.yaml's schema, plan expansion, the overnight schedule."""

@@ -1,0 +1,1 @@
+"""The store: every result keyed by host and checkpoint, and checkpoint fingerprints."""

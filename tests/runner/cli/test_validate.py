@@ -1,0 +1,56 @@
+"""`labprobe validate`: the repo's cluster file expands with the job counts computed by hand; a broken
+file lists every problem by key path, one line each, exit 2; nothing runs (no Ray, no store)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from runner import cli
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_repo_cluster_file_expands_every_plan(capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    lock = REPO / "results" / ".sweep.lock"
+    had_lock = lock.exists()  # a sweep from the repo leaves it (emptied); validate must not make one
+    assert cli.main(["validate"]) == 0
+    out = capsys.readouterr().out
+    data = yaml.safe_load((REPO / "cluster.yaml").read_text())
+    num_ckpts, hosts = len(data["checkpoints"]), [h["name"] for h in data["hosts"]]
+    for plan, entries in data["plans"].items():
+        per_host = dict.fromkeys(hosts, 0)
+        for entry in entries:
+            entry_hosts = hosts if entry.get("hosts", "all") == "all" else entry["hosts"]
+            ckpts = entry.get("checkpoints", "all")
+            for host in entry_hosts:
+                per_host[host] += num_ckpts if ckpts == "all" else len(ckpts)
+        total = sum(per_host.values())
+        shown = ", ".join(f"{h} {n}" for h, n in per_host.items() if n)
+        assert f"plan {plan}: {total} jobs" in out and shown in out, (plan, shown, out)
+    assert lock.exists() == had_lock
+
+
+def test_broken_file_lists_each_problem_with_its_key_path(tmp_path, capsys):
+    data = yaml.safe_load((REPO / "cluster.yaml").read_text())
+    data["hosts"].append(dict(data["hosts"][0]))                # a duplicate host
+    data["plans"]["demo"][0]["hosts"] = ["local", "gx11"]        # an unknown host
+    data["plans"]["demo"][1]["checkpoints"] = ["qwen9"]          # an unknown checkpoint
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert cli.main(["validate", "--cluster", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["labprobe validate: error: cluster.yaml: hosts[3].name: duplicate host 'gx10'",
+                   "labprobe validate: error: cluster.yaml: plans.demo[0].hosts[1]: unknown host 'gx11'",
+                   "labprobe validate: error: cluster.yaml: plans.demo[1].checkpoints[0]: unknown checkpoint 'qwen9'"]
+    data = yaml.safe_load((REPO / "cluster.yaml").read_text())
+    data["hosts"][1]["gpus"] = "two"                             # a wrong type
+    data["store"]["rooot"] = "x"                                 # an unknown key
+    path.write_text(yaml.safe_dump(data))
+    assert cli.main(["validate", "--cluster", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2
+    assert err[0] == "labprobe validate: error: cluster.yaml: store: unknown key 'rooot'"
+    assert err[1].startswith("labprobe validate: error: cluster.yaml: hosts[1].gpus: ") and "'two'" in err[1]

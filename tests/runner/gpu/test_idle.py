@@ -1,0 +1,204 @@
+"""GPU idleness: the verdict from samples, what counts as ours, readings from fake files and the
+NVML path (with the runs directory), and the job-side guard."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from nvml_util import GIB, fake_pynvml, gpu, write_fake
+
+from runner.gpu import idle
+from runner.gpu.freshness import FileAge
+from runner.gpu.idle import GpuBusyError, GpuReading, Thresholds, verdict
+from runner.gpu.nvml import FAKE_ENV, GpuSample
+
+T = Thresholds()
+
+
+def sample(**kw) -> GpuSample:
+    base = dict(index=0, name="NVIDIA H200", mem_used_bytes=(0, 0, 0), util_pct=(0.0, 0.0, 0.0))
+    return GpuSample(**(base | kw))
+
+
+# -- verdict ------------------------------------------------------------------------------------------
+
+def test_quiet_card_reads_idle():
+    word, reason = verdict(sample(mem_used_bytes=(300 * 2**20,) * 3), thresholds=T)
+    assert word == "idle"
+    assert "0.29 GiB used" in reason  # 300 MiB / 1024 MiB
+
+
+def test_foreign_process_is_busy_and_named():
+    word, reason = verdict(sample(processes=((4242, 3 * GIB),)), own_pids={1, os.getpid()}, thresholds=T)
+    assert word == "busy"
+    assert "pid 4242" in reason and "3.00 GiB" in reason
+
+
+def test_foreign_process_without_memory_figure_is_still_busy():
+    word, reason = verdict(sample(processes=((77, None),)), own_pids=set(), thresholds=T)
+    assert (word, reason) == ("busy", "pid 77 computes on it")
+
+
+def test_own_process_is_not_counted_nor_its_memory():
+    me = os.getpid()
+    s = sample(processes=((me, 20 * GIB),), mem_used_bytes=(20 * GIB + 100 * 2**20,))
+    word, reason = verdict(s, own_pids={me}, thresholds=T)
+    assert word == "idle", reason
+    # the same card with the process not ours: busy on the pid and on memory
+    word, reason = verdict(s, own_pids=set(), thresholds=T)
+    assert word == "busy" and f"pid {me}" in reason and "memory used 20.10 GiB" in reason
+
+
+def test_memory_at_threshold_is_busy_just_under_is_idle():
+    assert verdict(sample(mem_used_bytes=(0, T.mem_used_bytes, 0)), thresholds=T)[0] == "busy"
+    assert verdict(sample(mem_used_bytes=(T.mem_used_bytes - 1,)), thresholds=T)[0] == "idle"
+
+
+def test_high_utilisation_in_part_of_the_window_is_busy():
+    util = (0.0, 0.0, 0.0, 97.0, 0.0, 12.0, 0.0, 0.0)
+    word, reason = verdict(sample(util_pct=util), thresholds=T)
+    assert word == "busy"
+    assert "in 2 of 8 samples" in reason and "max 97%" in reason
+    assert verdict(sample(util_pct=(9.9,) * 8), thresholds=T)[0] == "idle"
+    assert verdict(sample(util_pct=util), thresholds=Thresholds(util_pct=98))[0] == "idle"
+
+
+def test_fresh_file_under_runs_dir_is_busy_old_file_is_idle():
+    fresh = FileAge("/runs/exp1/events.out", 42.0)
+    word, reason = verdict(sample(), newest=fresh, runs_dir="/runs", thresholds=T)
+    assert word == "busy" and "/runs/exp1/events.out changed 42 s ago" in reason
+    old = FileAge("/runs/exp1/events.out", T.runs_fresh_min * 60 + 1)
+    word, reason = verdict(sample(), newest=old, runs_dir="/runs", thresholds=T)
+    assert word == "idle" and "10.0 min old" in reason
+
+
+def test_busy_reason_lists_every_cause():
+    s = sample(processes=((9, 5 * GIB),), mem_used_bytes=(5 * GIB,), util_pct=(100.0,))
+    _, reason = verdict(s, newest=FileAge("/r/x", 5.0), thresholds=T)
+    assert len(reason.split("; ")) == 4
+
+
+# -- ours ---------------------------------------------------------------------------------------------
+
+def test_own_pids_hold_self_parent_and_child_but_not_a_detached_process():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    # `sh` starts a sleeper in the background and exits: the sleeper is reparented away from us,
+    # like someone else's training run (it is no descendant of ours).
+    out = subprocess.run(["sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True)
+    detached = int(out.stdout)
+    try:
+        ours = idle.own_pids()
+        assert {os.getpid(), os.getppid(), child.pid} <= ours
+        assert detached not in ours
+    finally:
+        child.kill()
+        os.kill(detached, 9)
+        child.wait()
+
+
+# -- readings -----------------------------------------------------------------------------------------
+
+def test_read_local_from_fake_file(fake_nvml_dir, tmp_path):
+    write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(os.getpid(), 2 * GIB)], mem=2 * GIB),
+                                      gpu(1, processes=[(999_999, 8 * GIB)], mem=8 * GIB)])
+    r0, r1 = idle.read_local("box")
+    assert (r0.verdict, r0.own_pids, r0.pids) == ("idle", (os.getpid(),), ())
+    assert (r1.verdict, r1.pids) == ("busy", (999_999,)) and "pid 999999" in r1.reason
+    (tmp_path / "run1").mkdir()
+    (tmp_path / "run1" / "metrics.jsonl").write_text("{}")
+    readings = idle.read_local("box", runs_dir=str(tmp_path))
+    assert [r.verdict for r in readings] == ["busy", "busy"]
+    assert readings[0].newest_file.endswith("metrics.jsonl") and "metrics.jsonl changed" in readings[0].reason
+    (r0, _) = idle.read_local("box", runs_dir=str(tmp_path / "nope"))
+    assert r0.verdict == "idle" and "nope missing: not checked" in r0.reason
+
+
+def test_a_host_without_gpu_reads_one_no_gpu_row(fake_nvml_dir):
+    (reading,) = idle.read_local("nowhere")
+    assert (reading.verdict, reading.index) == ("no-gpu", -1) and "nowhere.json" in reading.reason
+
+
+def test_read_local_over_the_nvml_path_sums_up_each_gpu_s_window(monkeypatch):
+    """The stand-in pynvml (tests/runner/nvml_util.py): the thresholds' window reaches the sampling,
+    and each GPU's samples become one reading (runner/gpu/nvml.py's own test checks the samples)."""
+    calls = {"util": 0}
+    monkeypatch.delenv(FAKE_ENV, raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(calls))
+    t0 = time.perf_counter()
+    r0, r1 = idle.read_local("box", thresholds=Thresholds(window_s=0.2, sample_hz=15))
+    assert 0.2 <= time.perf_counter() - t0 < 2
+    assert calls["util"] == 3 and r0.num_samples == 3 and r0.util_max_pct == 60.0
+    assert (r0.verdict, r0.pids, r0.name, r0.uuid) == ("busy", (4242,), "NVIDIA H200", "GPU-0")
+    assert "pid 4242 computes on it (2.00 GiB)" in r0.reason and "1 of 3 samples" in r0.reason
+    assert (r1.verdict, r1.num_samples) == ("idle", 0)  # no utilisation on a MIG device: not an error
+    assert r1.mem_used_bytes == 0 and r1.mem_total_bytes == 150 * GIB  # v2's figure, not v1's
+
+
+# -- guard --------------------------------------------------------------------------------------------
+
+def test_guard_on_a_two_gpu_host_moves_the_job_off_the_busy_card_ray_assigned(fake_nvml_dir, monkeypatch):
+    """Ray assigned GPU 0 (logical counting), someone trains on it, GPU 1 is idle: the job goes
+    to GPU 1 (by UUID, set before CUDA starts) instead of refusing forever."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # restored after the test: no leak
+    write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(31337, 4 * GIB)], mem=4 * GIB), gpu(1)])
+    card = idle.guard("box")
+    assert card == idle.Card(index=1, uuid="GPU-fake-1", assigned="0", switched=True)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-fake-1"
+    # Ray's card idle: kept as assigned, nothing switched.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert idle.guard("box") == idle.Card(index=1, uuid="GPU-fake-1", assigned="1", switched=False)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
+    # Both cards busy: refused, naming every card and why; the variable untouched.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(31337, 4 * GIB)], mem=4 * GIB),
+                                      gpu(1, util=(0, 95, 90))])
+    with pytest.raises(GpuBusyError, match=r"box: GPU 0 busy: pid 31337 computes on it \(4.00 GiB\).*; "
+                                           r"GPU 1 busy: utilisation"):
+        idle.guard("box")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+def test_guard_accepts_ray_assigning_by_uuid(fake_nvml_dir, monkeypatch):
+    write_fake(fake_nvml_dir, "box", [gpu(0), gpu(1, processes=[(31337, 4 * GIB)], mem=4 * GIB)])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-1")
+    assert idle.guard("box") == idle.Card(index=0, uuid="GPU-fake-0", assigned="GPU-fake-1", switched=True)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-fake-0"
+
+
+def test_pick_card_without_visible_devices_points_the_job_at_an_idle_card():
+    hot = GpuReading(host="box", index=0, name="H200", verdict="busy", reason="utilisation >= 10%",
+                     uuid="GPU-0")
+    cool = GpuReading(host="box", index=1, name="H200", verdict="idle", reason="", uuid="GPU-1")
+    assert idle.pick_card("box", [hot, cool], None) == idle.Card(1, "GPU-1", None, False)
+    assert idle.pick_card("box", [hot, cool], "1") == idle.Card(1, "GPU-1", "1", False)
+    assert idle.pick_card("box", [hot, cool], "0") == idle.Card(1, "GPU-1", "0", True)
+    with pytest.raises(GpuBusyError, match="box: GPU 0 busy: utilisation"):
+        idle.pick_card("box", [hot], None)
+    with pytest.raises(GpuBusyError, match="box: GPU 0 busy: utilisation"):
+        idle.pick_card("box", [hot], "0")
+    with pytest.raises(GpuBusyError, match="names no GPU"):
+        idle.pick_card("box", [hot, cool], "7")
+
+
+def test_guard_with_fake_readings_checks_but_leaves_an_unset_environment(fake_nvml_dir, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    write_fake(fake_nvml_dir, "box", [gpu(0, util=(0, 80, 90)), gpu(1)])
+    assert idle.guard("box").index == 1
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+    write_fake(fake_nvml_dir, "box", [gpu(0, util=(0, 80, 90))])
+    with pytest.raises(GpuBusyError, match="utilisation"):
+        idle.guard("box")
+    with pytest.raises(GpuBusyError, match="no-gpu"):
+        idle.guard("absent")
+
+
+def test_thresholds_from_cluster_overrides():
+    from runner.lab.cluster import IdleThresholds
+
+    t = Thresholds.from_cluster(IdleThresholds(max_util_pct=50, max_mem_used_mib=512, runs_quiet_min=30))
+    assert t == Thresholds(util_pct=50.0, mem_used_bytes=512 * 2**20, runs_fresh_min=30.0)
+    assert Thresholds.from_cluster(None) == Thresholds()

@@ -1,0 +1,140 @@
+"""The runner's architecture, enforced: data flows top-down between its packages, no import cycles.
+
+    cli  ->  analysis, chores  ->  dispatch  ->  lab, gpu, store  ->  hosts  ->  clock, tables, log
+
+A module may import its own package and any package of a lower layer, never one of its own layer
+or above. Imports inside functions count too (a lazy import is still a dependency).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LAYERS = {"cli": 5, "analysis": 4, "chores": 4, "dispatch": 3, "lab": 2, "gpu": 2, "store": 2,
+          "hosts": 1, "clock": 0, "tables": 0, "log": 0}
+MAX_LOOSE_MODULES = 3
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(p for p in parts if p != "__init__")
+
+
+def imported(path: Path) -> set[str]:
+    """Every project module `path` imports (`from a import b` counts `a` and, if a module, `a.b`)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {n for n in names if n.split(".")[0] in ("runner", "probes")}
+
+
+def project_modules() -> dict[str, Path]:
+    files = list((ROOT / "runner").rglob("*.py")) + list((ROOT / "probes").rglob("*.py"))
+    return {module_name(f): f for f in files}
+
+
+def test_every_runner_package_has_a_layer_and_few_modules_are_loose():
+    runner = ROOT / "runner"
+    tops = {p.stem if p.is_file() else p.name for p in runner.iterdir()
+            if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.stem != "__init__")}
+    assert tops <= set(LAYERS), f"runner/ items without a layer: {sorted(tops - set(LAYERS))}"
+    loose = [p.name for p in runner.glob("*.py") if p.stem != "__init__"]
+    assert len(loose) <= MAX_LOOSE_MODULES, loose
+
+
+def layering_violations(modules: dict[str, Path]) -> list[str]:
+    bad = []
+    for name, path in modules.items():
+        parts = name.split(".")
+        if parts[0] != "runner" or len(parts) < 2:
+            continue
+        for target in imported(path):
+            tparts = target.split(".")
+            if tparts[0] == "probes" or len(tparts) < 2 or tparts[1] == parts[1]:
+                continue
+            if LAYERS[tparts[1]] >= LAYERS[parts[1]]:
+                bad.append(f"{name} imports {target}")
+    return sorted(set(bad))
+
+
+def test_no_layer_imports_its_own_layer_or_above():
+    assert layering_violations(project_modules()) == []
+
+
+def test_probes_never_import_the_runner_or_ray():
+    for name, path in project_modules().items():
+        if name.startswith("probes"):
+            tree = ast.parse(path.read_text())
+            roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+            roots |= {n.module.split(".")[0] for n in ast.walk(tree)
+                      if isinstance(n, ast.ImportFrom) and n.module and n.level == 0}
+            assert not roots & {"runner", "ray"}, f"{name} imports {sorted(roots & {'runner', 'ray'})}"
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle among the modules of `graph`, or [] (depth-first search, colours)."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return []
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return []
+
+
+def test_no_import_cycle_between_modules():
+    modules = project_modules()
+    graph = {name: {t for t in imported(path) if t in modules and t != name} for name, path in modules.items()}
+    # a package's __init__ imported for a submodule is not an edge back from that submodule
+    assert find_cycle(graph) == []
+
+
+@pytest.mark.parametrize("graph, cyclic", [
+    ({"a": {"b"}, "b": {"c"}, "c": set()}, False),
+    ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, True),
+])
+def test_the_cycle_finder_finds_cycles(graph, cyclic):
+    assert bool(find_cycle(graph)) is cyclic
+
+
+def test_the_layering_check_catches_an_upward_import(tmp_path):
+    low = tmp_path / "runner" / "store" / "x.py"
+    low.parent.mkdir(parents=True)
+    low.write_text("from runner.cli import main\n")
+    assert imported(low) == {"runner.cli", "runner.cli.main"}
+    assert layering_violations({"runner.store.x": low}) == ["runner.store.x imports runner.cli",
+                                                            "runner.store.x imports runner.cli.main"]
+
+
+def test_sizes_modules_at_most_400_lines_functions_at_most_60():
+    long_modules, long_functions = [], []
+    for name, path in project_modules().items():
+        text = path.read_text()
+        if text.count("\n") > 400:
+            long_modules.append(f"{name}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > 60:
+                    long_functions.append(f"{name}.{node.name}: {length} lines")
+    assert long_modules == [] and long_functions == []
