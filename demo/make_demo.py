@@ -135,7 +135,7 @@ def make_tokenizer(corpus: Path, out: Path) -> None:
 
 
 def qwen3(hidden: int, intermediate: int, layers: int, heads: int) -> dict:
-    """Qwen3-*-Base config.json as published (NOTES.md: real configs)."""
+    """Qwen3-*-Base config.json as published (docs/measurement.md: real configs)."""
     return {
         "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
         "bos_token_id": 151643, "eos_token_id": 151643, "head_dim": 128, "hidden_act": "silu",

@@ -14,7 +14,7 @@ For T = batch x seq_len tokens, a step costs
 
 Not counted: element-wise work, norms, softmax, the optimizer. The peak is named by the caller:
 measured with a large bf16 matmul on the device (`measure_peak_flops`), or given (the H200's
-bf16 dense rate measured here: ~790 TFLOP/s on random data, NOTES.md).
+bf16 dense rate measured here: ~790 TFLOP/s on random data, docs/measurement.md).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def step_flops(shape: Shape, *, batch_size: int, seq_len: int) -> float:
 
 
 def measure_peak_flops(device: torch.device, *, size: int = 8192, repeats: int = 10) -> float:
-    """bf16 dense matmul rate on random data (zeros run faster: METHOD.md), FLOP/s."""
+    """bf16 dense matmul rate on random data (zeros run faster: docs/measurement.md), FLOP/s."""
     a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
     b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
     for _ in range(3):

@@ -1,7 +1,7 @@
 """Kernel time from torch.profiler, counted once.
 
 `key_averages()` lists an ATen op AND the kernels it launched, each with the same device time, so
-summing every row double-counts (NOTES.md: 266 ms summed against 130 ms of kernels). Here only
+summing every row double-counts (docs/measurement.md: 266 ms summed against 130 ms of kernels). Here only
 device rows are counted: events whose `device_type` is CUDA (kernels, memcpy, memset), each a leaf
 with its own duration. The same code runs on a CPU profile with device_type CPU, where the rows
 nest (an op and its children) and each is counted by its SELF time: that is how CI checks that

@@ -197,7 +197,7 @@ def record_forward(config: Config, text_config) -> tuple[list[Call], Batch]:
     if inner is None:  # eager is each model's own function, not in the global table
         inner = _eager_of(text_config)
     AttentionInterface.register(_RECORDER, _recorder(calls, inner))
-    # Without this second registration, padding masks silently arrive as None (NOTES.md).
+    # Without this second registration, padding masks silently arrive as None (docs/measurement.md).
     AttentionMaskInterface.register(_RECORDER, ALL_MASK_ATTENTION_FUNCTIONS[impl])
     # Special tokens inside the reduced vocabulary, or transformers warns about every one.
     tiny = text_config.__class__(**{**text_config.to_dict(), **_TINY, "pad_token_id": 0,

@@ -16,7 +16,7 @@ Tables (times in seconds, medians of timed steps after warm-up; probes/timing.py
   `unpadded_same_tokens` (the same 1.5 x seq_len real tokens with no padding: the full row and the
   half row as two micro-batches of one step, each maskless, gradients accumulated, one optimizer
   step). The second is what padding costs; a packed row of 1.5 x seq_len would not do, since the
-  model's mask code then builds a block-diagonal mask and loses the fast path itself (NOTES.md).
+  model's mask code then builds a block-diagonal mask and loses the fast path itself (docs/measurement.md).
   In seconds and percent against both, and whether each case keeps SDPA's maskless `is_causal`
   fast path on every layer (read by the `mask` probe through the model's own mask code).
 - `ce`: lm_head + cross-entropy alone, forward and backward, at the production shape, chunked and

@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 
 MAX_SPREAD = 0.02
-"""Above this spread a median is not yet a number (DESIGN.md's measurement rules)."""
+"""Above this spread a median is not yet a number (docs/measurement.md's timing rules)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

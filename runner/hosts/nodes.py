@@ -2,7 +2,7 @@
 
 A host is a Ray node carrying the label `labprobe.host=<name>` (`ray start --labels ...`). Tasks
 are pinned with `label_selector`. A selector that matches no alive node leaves a task pending
-forever with no error (NOTES.md), so every helper here checks the live labels first and waits
+forever with no error (docs/measurement.md), so every helper here checks the live labels first and waits
 with a timeout.
 """
 

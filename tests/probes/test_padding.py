@@ -173,7 +173,7 @@ def test_ce_chunks_from_vocab_size(tmp_path):
     rows = result.tables["ce_chunks"]
     full = rows[0]
     assert full.kind == "full" and full.chunk_tokens == 16384 and full.num_chunks == 1
-    # NOTES.md: Qwen3 at 16,384 tokens, full logits are 4.6 GiB bf16 and 9.3 GiB fp32
+    # Qwen3 at 16,384 tokens, full logits are 4.6 GiB bf16 and 9.3 GiB fp32
     assert full.logits_bf16_bytes / 2**30 == pytest.approx(4.64, abs=0.01)
     assert full.logits_fp32_bytes / 2**30 == pytest.approx(9.27, abs=0.01)
     chunks = [r.chunk_tokens for r in rows[1:]]
