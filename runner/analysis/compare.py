@@ -1,6 +1,6 @@
 """`labprobe compare`: how do the hosts compare on the same work? Checkpoints by hosts, from the store.
 
-    labprobe compare --probe P [--table T] [--metric M] [--by host] [--baseline HOST] [--json]
+    labprobe compare --probe P [--table T] [--metric M] [--baseline HOST] [--json]
                      [--plot FILE] [--store D] [--cluster F]
 
 For each (checkpoint, row group) and host it takes the rows of the newest ok job per
@@ -13,8 +13,10 @@ fingerprints (not the same checkpoint), different software versions (python, tor
 CUDA, driver, and the labprobe code each host ran, read on the host), or a spread above 2% (a
 `*spread*` column, or several values for one cell).
 
-Default metric: per probe below; CPU probes (whose tables are analyses that do not depend on the
-host) compare the job's wall time from the jobs table.
+Default metric: each probe's answer (DEFAULT_METRICS): mask the layers keeping the fast path, padding
+the pad fraction per strategy, bucket the 90%-gain bucket size, carrier tok/s, profile the fit's terms
+(its coefficients, one row group per term). `--table summary` compares any figure of the jobs'
+summaries (one row per job); `--table jobs` their wall time, the default of a probe not listed.
 """
 
 from __future__ import annotations
@@ -40,11 +42,16 @@ from runner.hosts.jobenv import VERSION_KEYS
 from runner.store.store import KEY_COLUMNS, PARTITIONING, Store
 from runner.tables import format_table
 
+SUMMARY = "summary"
+"""The pseudo-table of the jobs' summary figures (the `summary_json` of each job row)."""
 DEFAULT_METRICS: dict[str, list[tuple[str, str]]] = {
-    "profile": [("scaling", "step_s")],
+    "mask": [(SUMMARY, "layers_fast_path")],
+    "padding": [("strategies", "pad_fraction")],
+    "bucket": [(SUMMARY, "bucket_size_90pct_gain")],
     "carrier": [("carriers", "tok_per_s")],
+    "profile": [("fit", "coef"), ("scaling", "step_s")],
 }
-"""probe -> (table, metric) candidates in order; the first stored wins, else jobs.wall_s."""
+"""probe -> (table, metric) candidates in order, its answer first; the first stored wins, else jobs.wall_s."""
 METRIC_PREFERENCE = ("step_s", "s_per_step", "tok_per_s", "wall_s", "pad_fraction", "gain")
 WARN_VERSIONS = tuple(k for k in VERSION_KEYS if k != "gpu")  # a different GPU is what we compare
 
@@ -68,10 +75,12 @@ class Comparison:
 def compare(store: Store, probe: str, *, table: str | None = None, metric: str | None = None,
             baseline: str | None = None, host_order: list[str] | None = None) -> Comparison:
     table, metric = _choose(store, probe, table, metric)
-    jobs = _latest_ok_jobs(store, probe, extra=[metric] if table == "jobs" else [])
+    extra = [metric] if table == "jobs" else ["summary_json"] if table == SUMMARY else []
+    jobs = _latest_ok_jobs(store, probe, extra=extra)
     if jobs.empty:
         raise InputError(f"{store.root}: no ok jobs of probe {probe!r} stored")
-    rows = jobs if table == "jobs" else _table_rows(store, f"{probe}.{table}", jobs)
+    rows = (jobs if table == "jobs" else _summary_rows(jobs) if table == SUMMARY
+            else _table_rows(store, f"{probe}.{table}", jobs))
     if rows.empty:
         raise InputError(f"{store.root}: no rows of {probe}.{table} from its newest ok jobs")
     if metric not in rows.columns or not pd.api.types.is_numeric_dtype(rows[metric]):
@@ -119,12 +128,14 @@ def _choose(store: Store, probe: str, table: str | None, metric: str | None) -> 
     names = set(store.table_names())
     if table is None:
         for cand_table, cand_metric in DEFAULT_METRICS.get(probe, []):
-            if f"{probe}.{cand_table}" in names:
+            if cand_table == SUMMARY or f"{probe}.{cand_table}" in names:
                 return cand_table, metric or cand_metric
         return "jobs", metric or "wall_s"
-    if table != "jobs" and f"{probe}.{table}" not in names:
+    if table not in ("jobs", SUMMARY) and f"{probe}.{table}" not in names:
         stored = sorted(n.split(".", 1)[1] for n in names if n.startswith(probe + "."))
         raise InputError(f"--table: no table {probe}.{table} stored (stored: {', '.join(stored) or 'none'})")
+    if metric is None and table == SUMMARY:
+        raise InputError("--metric: name the summary figure to compare (--table summary)")
     if metric is None:
         cols = ["wall_s"] if table == "jobs" else list(ds.dataset(store.root / f"{probe}.{table}").schema.names)
         metric = next((m for m in METRIC_PREFERENCE if m in cols), None) or next(
@@ -146,6 +157,14 @@ def _table_rows(store: Store, name: str, jobs: pd.DataFrame) -> pd.DataFrame:
     if not tables:
         return pd.DataFrame(columns=list(KEY_COLUMNS))
     return pa.concat_tables(tables, promote_options="permissive").to_pandas()
+
+
+def _summary_rows(jobs: pd.DataFrame) -> pd.DataFrame:
+    """One row per job: its key columns and the scalar figures of its summary (not the key's names)."""
+    figures = [{k: v for k, v in json.loads(s or "{}").items()
+                if isinstance(v, (int, float, str, bool)) and k not in jobs.columns} for s in jobs["summary_json"]]
+    return pd.concat([jobs.drop(columns=["summary_json"]).reset_index(drop=True),
+                      pd.DataFrame(figures, index=range(len(jobs)))], axis=1)
 
 
 def _host_order(present, order: list[str]) -> list[str]:
@@ -283,8 +302,8 @@ def better(metric: str) -> str:
 
 def render(result: Comparison) -> str:
     direction = better(result.metric)
-    title = (f"== {result.probe}: {result.table}.{result.metric} by host "
-             f"(ratio to {result.baseline}{'; ' + direction if direction else ''})")
+    notes = ([f"ratio to {result.baseline}"] if len(result.hosts) > 1 else []) + ([direction] if direction else [])
+    title = f"== {result.probe}: {result.table}.{result.metric} by host" + (f" ({'; '.join(notes)})" if notes else "")
     table = []
     for row in result.rows:
         line: dict[str, Any] = {"checkpoint": row["checkpoint"]}
@@ -303,13 +322,3 @@ def render(result: Comparison) -> str:
     parts += [f"warning: {w}" for w in result.warnings]
     return "\n".join(parts)
 
-
-def end_of_sweep_text(store: Store, probe_names: list[str], host_order: list[str] | None = None) -> str:
-    """The per-host comparison printed at the end of a sweep: one default table per probe stored."""
-    parts = []
-    for probe in probe_names:
-        try:
-            parts.append(render(compare(store, probe, host_order=host_order)))
-        except InputError:  # nothing ok stored for this probe (all skipped, say): nothing to compare
-            continue
-    return "\n\n".join(parts)

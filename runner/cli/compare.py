@@ -14,9 +14,9 @@ from runner.store.store import Store
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--probe", required=True, help="the probe whose results to compare")
-    parser.add_argument("--table", help="the probe's table, or `jobs` (default: per probe)")
-    parser.add_argument("--metric", help="numeric column to compare (default: per probe/table)")
-    parser.add_argument("--by", choices=["host"], default="host", help="columns of the comparison")
+    parser.add_argument("--table", help="the probe's table, `summary` (its jobs' summary figures) "
+                        "or `jobs` (default: the table of the probe's answer)")
+    parser.add_argument("--metric", help="numeric column to compare (default: the probe's answer)")
     parser.add_argument("--baseline", help="host the ratios are relative to (default: the first host)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--plot", type=plot_file, help="write a PNG bar chart here")

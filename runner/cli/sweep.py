@@ -167,7 +167,7 @@ class Progress:
 
 
 def print_end(store: Store, jobs: list[Job], counts, run_id: str, host_order: list[str]) -> None:
-    from runner.analysis.compare import end_of_sweep_text
+    from runner.analysis.answers import answers_text
 
     print(f"run {run_id}: {counts.ok} ok, {counts.failed} failed, {counts.skipped} skipped, "
           f"{counts.already_done} already done (store {store.root})")
@@ -175,7 +175,8 @@ def print_end(store: Store, jobs: list[Job], counts, run_id: str, host_order: li
         print(f"  failed: {job.probe} {job.checkpoint} @ {job.host}: {reason}")
     if len(counts.failures) > MAX_FAILURES_SHOWN:
         print(f"  ... and {len(counts.failures) - MAX_FAILURES_SHOWN} more failed (the store's jobs table has all)")
-    text = end_of_sweep_text(store, list(dict.fromkeys(j.probe for j in jobs)), host_order)
+    work = [(j.probe, j.host, j.checkpoint, j.config_hash) for j in jobs]  # the sweep's answers (analysis)
+    text = answers_text(store, run_id, work=work, host_order=host_order)
     if text:
         print()
         print(text)

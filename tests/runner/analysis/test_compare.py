@@ -105,15 +105,46 @@ def test_cli_json_plot_and_bad_input(store, tmp_path, capsys):
     assert cli.main(["compare", "--probe", "mask", "--store", str(store.root), "--cluster", "/x"]) == 2
 
 
-def test_jobs_wall_time_is_the_default_for_cpu_probes(tmp_path):
+def test_jobs_wall_time_is_the_default_only_for_a_probe_without_an_answer(tmp_path):
     store = Store(tmp_path)
     for host, wall in (("gx10", 2.0), ("ana-ml2", 3.0)):
-        key = JobKey(run_id="r", job_id=host, probe="mask", host=host, checkpoint="A", checkpoint_fp="f",
+        key = JobKey(run_id="r", job_id=host, probe="replay", host=host, checkpoint="A", checkpoint_fp="f",
                      config_hash="c", code_version="v", finished_at=T0)
         store.write_job(key, status="ok", started_at=T0, wall_s=wall, summary={}, config={}, env=ENV)
-    result = compare(store, "mask", host_order=["gx10", "ana-ml2"])
+    result = compare(store, "replay", host_order=["gx10", "ana-ml2"])
     assert (result.table, result.metric) == ("jobs", "wall_s")
     assert result.rows[0]["ratios"] == {"gx10": 1.0, "ana-ml2": 1.5}
+
+
+def test_the_default_metric_of_a_cpu_probe_is_its_answer(tmp_path):
+    """mask and bucket compare their summary's answer, padding the pad fraction per strategy: never wall time."""
+    store = Store(tmp_path)
+    fast = {"gx10": 28, "ana-ml2": 0}  # ana-ml2's transformers loses the fast path on every layer
+    for host in ("gx10", "ana-ml2"):
+        for probe, summary in (("mask", {"layers_fast_path": fast[host], "model_type": "qwen3"}),
+                               ("bucket", {"bucket_size_90pct_gain": 136}), ("padding", {})):
+            key = JobKey(run_id="r", job_id=f"{probe}-{host}", probe=probe, host=host, checkpoint="A",
+                         checkpoint_fp="f", config_hash="c", code_version="v", finished_at=T0)
+            if probe == "padding":
+                store.write_table(key, "strategies", [{"strategy": s, "pad_fraction": f}
+                                                      for s, f in (("fixed", 0.86), ("sorted", 0.02))])
+            store.write_job(key, status="ok", started_at=T0, wall_s=5.0, summary=summary, config={}, env=ENV)
+    order = ["gx10", "ana-ml2"]
+    mask = compare(store, "mask", host_order=order)
+    assert (mask.table, mask.metric) == ("summary", "layers_fast_path")
+    assert mask.rows[0]["values"] == {h: float(v) for h, v in fast.items()}
+    assert compare(store, "bucket", host_order=order).rows[0]["values"] == {"gx10": 136.0, "ana-ml2": 136.0}
+    padding = compare(store, "padding", host_order=order)
+    assert (padding.table, padding.metric) == ("strategies", "pad_fraction")
+    assert {r["group"]: r["values"]["ana-ml2"] for r in padding.rows} == {"strategy=fixed": 0.86, "strategy=sorted": 0.02}
+    with pytest.raises(InputError, match="--metric: name the summary figure"):
+        compare(store, "mask", table="summary")
+
+
+def test_the_by_option_is_gone(tmp_path, capsys):
+    """`--by` was parsed and never read: it is refused now, not silently ignored."""
+    assert cli.main(["compare", "--probe", "mask", "--by", "host", "--store", str(tmp_path), "--cluster", "/x"]) == 2
+    assert "--by" in capsys.readouterr().err
 
 
 def test_a_row_column_named_checkpoint_does_not_shadow_the_key(tmp_path):

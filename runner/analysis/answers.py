@@ -1,0 +1,249 @@
+"""What each probe answered, per host and checkpoint: the end of a sweep and the report's findings.
+
+`answers(store, run_id, work=...)` takes the work of a sweep (probe, host, checkpoint, config hash
+per job; by default the jobs the run stored) and, for each, the newest ok job of that work in the
+store. When this run's attempt failed or was skipped (a node died, say), the newest ok value of an
+earlier run is shown, marked `earlier` with its run id, rather than nothing. Each answer holds the
+probe's headline figures, computed from its stored rows (runner/analysis/answer_figures.py):
+
+- mask: full-attention layers keeping the is_causal fast path, those that lose it, sliding layers
+  whose band is right, layers that attend across packed sequences, and the checks;
+- padding: the pad fraction (in percent) of each batching strategy, and the truncation;
+- bucket: the smallest bucket that wins 90% of the global sort's gain, its padding, and its price
+  in source diversity (sources per batch there against random batching);
+- carrier: tok/s, step time, spread and trust per model (and variant, where the rows have one),
+  with the ranked advice its summary carries;
+- profile: each fit term's share at the production length, the held-out error, the padding penalty;
+- any other probe: its summary's scalar figures.
+
+Ratios to a baseline host (the first of `host_order` with a value) are given only where two or more
+hosts answered, and only for what the host measures (carrier tok/s, profile step time). `changes`
+lists the exact figures (mask, padding, bucket) that differ from the previous ok run of the same work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Callable, Iterable
+
+import pandas as pd
+
+from runner.analysis import answer_figures as figs
+from runner.store.store import Store
+from runner.tables import format_value
+
+WORK_KEY = ("probe", "host", "checkpoint", "config_hash")
+CHECKS_FAILED = "checks failed: "
+
+
+@dataclasses.dataclass
+class Answer:
+    probe: str
+    host: str
+    checkpoint: str
+    config_hash: str
+    outcome: str
+    """This run's outcome for the work: ok, failed, skipped, or `stored` (no job this run: done before)."""
+    reason: str
+    """This run's reason: why it failed or was skipped, or the checks that failed."""
+    run_id: str | None
+    """The run whose figures are shown; None when the work was never done ok."""
+    earlier: bool
+    """The figures are an earlier run's (this run's attempt failed, was skipped, or was not needed)."""
+    figures: list[dict[str, Any]]
+    """One dict per answer row (a carrier family: one per model and variant); empty when never ok."""
+    notes: list[str]
+    changes: list[str]
+
+
+@dataclasses.dataclass
+class ProbeAnswers:
+    probe: str
+    question: str
+    hosts: list[str]
+    baseline: str | None
+    """The host ratios are relative to; None with fewer than two hosts answering (no ratios)."""
+    ratio_of: str | None
+    answers: list[Answer]
+
+
+def answers(store: Store, run_id: str, *, work: Iterable[tuple[str, str, str, str]] | None = None,
+            host_order: list[str] | None = None) -> list[ProbeAnswers]:
+    """Per probe (in the work's order), the answer of each host x checkpoint. See the module doc."""
+    jobs = store.jobs()
+    cache: dict[str, pd.DataFrame] = {}
+
+    def read(name: str) -> pd.DataFrame:
+        if name not in cache:
+            cache[name] = store.read(name, jobs=jobs) if name in store.table_names() else pd.DataFrame()
+        return cache[name]
+
+    return build(jobs, read, run_id, work=work, host_order=host_order)
+
+
+def build(jobs: pd.DataFrame, read: Callable[[str], pd.DataFrame], run_id: str, *,
+          work: Iterable[tuple[str, str, str, str]] | None = None,
+          host_order: list[str] | None = None) -> list[ProbeAnswers]:
+    """`answers` over frames already read: `jobs` (all job rows) and `read(table_name)`."""
+    jobs = jobs.sort_values("finished_at", kind="stable") if not jobs.empty else jobs
+    if work is None:
+        mine = jobs[jobs["run_id"] == run_id] if not jobs.empty else jobs
+        work = list(mine[list(WORK_KEY)].itertuples(index=False, name=None)) if not mine.empty else []
+    work = list(dict.fromkeys(tuple(w) for w in work))
+    groups = jobs.groupby(list(WORK_KEY), sort=False).indices if not jobs.empty else {}
+    sections = []
+    for probe in dict.fromkeys(w[0] for w in work):
+        found = [_answer(jobs.iloc[groups.get(key, [])], key, run_id, read) for key in work if key[0] == probe]
+        sections.append(_section(probe, found, host_order or []))
+    return sections
+
+
+def _answer(rows: pd.DataFrame, key: tuple[str, str, str, str], run_id: str,
+            read: Callable[[str], pd.DataFrame]) -> Answer:
+    probe, host, checkpoint, config_hash = key
+    attempt = rows[rows["run_id"] == run_id].tail(1)
+    ok = rows[rows["status"] == "ok"]
+    outcome = attempt["status"].iloc[0] if len(attempt) else "stored"
+    reason = str(attempt["reason"].iloc[0] or "") if len(attempt) else ""
+    answer = Answer(probe=probe, host=host, checkpoint=checkpoint, config_hash=config_hash, outcome=outcome,
+                    reason=reason, run_id=None, earlier=False, figures=[], notes=[], changes=[])
+    if ok.empty:
+        return answer
+    shown = ok.iloc[-1]
+    answer.run_id, answer.earlier = str(shown["run_id"]), str(shown["run_id"]) != run_id
+    answer.figures, answer.notes = _figures(probe, shown, read)
+    if answer.earlier and outcome in ("failed", "skipped"):
+        answer.notes.insert(0, f"this run {outcome}: {reason}; the figures are run {answer.run_id}'s")
+    if not answer.earlier and len(ok) > 1:
+        before = ok.iloc[-2]
+        answer.changes = figs.changes(probe, _figures(probe, before, read)[0], answer.figures,
+                                      str(before["run_id"]), before["checkpoint_fp"] != shown["checkpoint_fp"])
+    return answer
+
+
+def _figures(probe: str, job: pd.Series, read: Callable[[str], pd.DataFrame]) -> tuple[list[dict], list[str]]:
+    """The probe's figures from one ok job's stored rows, and its notes (failed checks first)."""
+    tables = {}
+    for table in figs.TABLES.get(probe, ()):
+        frame = read(f"{probe}.{table}")
+        if not frame.empty:
+            frame = frame[(frame["job_id"] == job["job_id"]) & (frame["run_id"] == job["run_id"])]
+        tables[table] = frame.reset_index(drop=True)
+    summary = json.loads(job["summary_json"] or "{}")
+    config = json.loads(job["config_json"] or "{}")
+    reason = str(job["reason"] or "")
+    failed = reason[len(CHECKS_FAILED):].split(", ") if reason.startswith(CHECKS_FAILED) else []
+    extract = figs.EXTRACTORS.get(probe, figs.generic)
+    rows, notes = extract(tables, summary, config)
+    for row in rows:
+        row["checks"] = "failed: " + ", ".join(failed) if failed else "ok"
+    return rows, notes
+
+
+def _section(probe: str, found: list[Answer], host_order: list[str]) -> ProbeAnswers:
+    present = {a.host for a in found if a.figures}
+    hosts = [h for h in host_order if h in present] + sorted(present - set(host_order))
+    ratio_of = figs.RATIO_OF.get(probe)
+    baseline = hosts[0] if len(hosts) >= 2 and ratio_of else None
+    found.sort(key=lambda a: (a.checkpoint, hosts.index(a.host) if a.host in hosts else len(hosts), a.host))
+    if baseline is not None:
+        _add_ratios(found, baseline, ratio_of)
+    return ProbeAnswers(probe=probe, question=figs.QUESTIONS.get(probe, f"{probe}: the summary's figures"),
+                        hosts=hosts, baseline=baseline if baseline is not None else None,
+                        ratio_of=ratio_of if baseline is not None else None, answers=found)
+
+
+def _add_ratios(found: list[Answer], baseline: str, metric: str) -> None:
+    """Each row's metric over the baseline host's, for the same checkpoint and row identity."""
+    base = {(a.checkpoint, a.config_hash, figs.row_identity(r)): r.get(metric)
+            for a in found if a.host == baseline for r in a.figures}
+    for answer in found:
+        for row in answer.figures:
+            ref = base.get((answer.checkpoint, answer.config_hash, figs.row_identity(row)))
+            value = row.get(metric)
+            usable = isinstance(value, (int, float)) and isinstance(ref, (int, float)) and ref not in (0, None)
+            row[f"ratio_to_{baseline}"] = value / ref if usable else None
+
+
+def to_json(sections: list[ProbeAnswers]) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(s) for s in sections]
+
+
+# -- text ---------------------------------------------------------------------------------------
+def answers_text(store: Store, run_id: str, *, work: Iterable[tuple[str, str, str, str]] | None = None,
+                 host_order: list[str] | None = None) -> str:
+    """The end of a sweep: per probe, its answer for each host x checkpoint (see `answers`)."""
+    return render_text(answers(store, run_id, work=work, host_order=host_order), run_id)
+
+
+def render_text(sections: list[ProbeAnswers], run_id: str) -> str:
+    return "\n\n".join(_section_text(s, run_id) for s in sections)
+
+
+def table_rows(section: ProbeAnswers) -> list[dict[str, Any]]:
+    """The section as flat rows (checkpoint, host, [measured], figures...): one table for text or HTML."""
+    earlier = any(a.earlier for a in section.answers if a.figures)
+    out = []
+    for answer in section.answers:
+        for row in answer.figures:
+            line: dict[str, Any] = {"checkpoint": answer.checkpoint, "host": answer.host}
+            if earlier:
+                line["measured"] = f"earlier: run {answer.run_id}" if answer.earlier else "this run"
+            line.update(row)
+            out.append(line)
+    # Said once rather than per row: checks that all passed (mask's checks are its answer), and a
+    # carrier's model where it is the checkpoint itself.
+    drop = {"checks"} if section.probe != "mask" and all(r.get("checks") == "ok" for r in out) else set()
+    if all(r.get("model") in (None, r["checkpoint"]) for r in out):
+        drop.add("model")
+    keep = [k for k in dict.fromkeys(k for r in out for k in r)
+            if k not in drop and any(r.get(k) is not None for r in out)]
+    return [{k: r.get(k) for k in keep} for r in out]
+
+
+def section_notes(section: ProbeAnswers) -> list[str]:
+    """Notes, changes since the previous run, and work with no ok value at all (with the reason)."""
+    lines = []
+    for a in section.answers:
+        where = f"{a.checkpoint} @ {a.host}"
+        if not a.figures:
+            what = a.outcome if a.outcome != "stored" else "never done ok"
+            lines.append(f"{what}: {where}{': ' + a.reason if a.reason else ''}")
+            continue
+        lines += [f"{where}: {n}" for n in a.notes + a.changes]
+    return lines
+
+
+def _section_text(section: ProbeAnswers, run_id: str) -> str:
+    said = [f"ratio_to_{section.baseline}: {section.ratio_of} over {section.baseline}'s"] if section.baseline else []
+    checked = [a for a in section.answers if a.figures]
+    if section.probe != "mask" and checked and all(r.get("checks") == "ok" for a in checked for r in a.figures):
+        said.append("every check passed")
+    parts = [f"== {section.question}" + (f" ({'; '.join(said)})" if said else "")]
+    rows = table_rows(section)
+    if rows:
+        parts.append(_text_table(rows))
+    parts += [f"  {line}" for line in section_notes(section)]
+    return "\n".join(parts)
+
+
+def _text_table(rows: list[dict[str, Any]]) -> str:
+    columns = list(rows[0])
+    cells = [["-" if r[c] is None else _cell(c, r[c]) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    right = [all(isinstance(r[c], (int, float)) and not isinstance(r[c], bool) for r in rows if r[c] is not None)
+             for c in columns]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, right)).rstrip()
+
+    return "\n".join([line(columns)] + [line(row) for row in cells])
+
+
+def _cell(column: str, value: Any) -> str:
+    if column.startswith("ratio_to_") and isinstance(value, float):
+        return f"{value:.3f}x"
+    if column.endswith("_pct") and isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
+    return format_value(value)
