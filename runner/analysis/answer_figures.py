@@ -12,6 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+PROBE_ORDER = ("mask", "padding", "bucket", "carrier", "profile")
+"""The order answers are shown in when no plan gives one."""
 TABLES = {"mask": ("layers",), "padding": ("strategies",), "bucket": ("sweep",), "carrier": ("carriers",),
           "profile": ("fit",)}
 """The tables each probe's answer is computed from."""

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import pandas as pd
 
@@ -87,9 +88,10 @@ def build(jobs: pd.DataFrame, read: Callable[[str], pd.DataFrame], run_id: str, 
           host_order: list[str] | None = None) -> list[ProbeAnswers]:
     """`answers` over frames already read: `jobs` (all job rows) and `read(table_name)`."""
     jobs = jobs.sort_values("finished_at", kind="stable") if not jobs.empty else jobs
-    if work is None:
+    if work is None:  # the run's own jobs, probes in the usual order (a plan's order when given)
         mine = jobs[jobs["run_id"] == run_id] if not jobs.empty else jobs
         work = list(mine[list(WORK_KEY)].itertuples(index=False, name=None)) if not mine.empty else []
+        work.sort(key=lambda w: figs.PROBE_ORDER.index(w[0]) if w[0] in figs.PROBE_ORDER else len(figs.PROBE_ORDER))
     work = list(dict.fromkeys(tuple(w) for w in work))
     groups = jobs.groupby(list(WORK_KEY), sort=False).indices if not jobs.empty else {}
     sections = []

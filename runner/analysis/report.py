@@ -1,11 +1,13 @@
 """The morning report: one self-contained HTML page per sweep run, and a few lines for stdout.
 
-`write_report(store, run_id)` writes `<store>/reports/<run_id>.html`: drift alerts first (what
-got slower), then failed and skipped jobs with their reasons, then per-host comparisons: a table
-and bar charts per carrier (`carrier.carriers`), step-time scaling curves (`profile.scaling`),
-kernel-category breakdowns (`profile.kernels`), each probe's job summaries, and any other table
-the run wrote. Images are embedded as base64 PNG data URIs and the page loads nothing else, so
-it can be mailed or opened from a laptop. A table the run did not write is simply left out.
+`write_report(store, run_id)` writes `<store>/reports/<run_id>.html`. It opens with what the run
+found (runner/analysis/findings.py): each probe's answer per host and checkpoint with a one-line
+headline, what changed since the last run (drift alerts, answers that differ), what failed or was
+skipped and why. The raw tables follow, collapsed in one <details>: jobs per host, a table and bar
+charts per carrier (`carrier.carriers`), step-time scaling curves (`profile.scaling`),
+kernel-category breakdowns (`profile.kernels`), each probe's job summaries, and any other table the
+run wrote. Images are embedded as base64 PNG data URIs and the page loads nothing else, so it can
+be mailed or opened from a laptop. A table the run did not write is simply left out.
 
 Drift is watched on every table of the run whose headline metric has a spread column (timings):
 runner/analysis/drift.py's rule against the same host's earlier runs of the same work.
@@ -18,12 +20,13 @@ import html
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 
 from probes.result import InputError
-from runner.analysis import plots
+from runner.analysis import answers, plots
+from runner.analysis.answers import ProbeAnswers
 from runner.analysis.drift import (
     SPREAD_LIMIT_PCT,
     above_spread_limit,
@@ -33,11 +36,11 @@ from runner.analysis.drift import (
     spread_column,
     spread_pct,
 )
+from runner.analysis.findings import findings_html
+from runner.analysis.html_table import CSS, SPAN, html_table
 from runner.store.store import KEY_COLUMNS, Store
 from runner.tables import format_value
 
-SPAN = "__span__"
-"""A row holding this key renders as its first column, then this text across the rest."""
 MAX_ROWS = 40
 """Rows shown per generic table; the store keeps the rest."""
 CARRIER_METRICS = (("tok_per_s", "tokens/s", 1.0), ("step_s", "s/step", 1.0),
@@ -57,6 +60,8 @@ class RunData:
     alerts: list[str]
     watched: list[str]
     """`table: metric` pairs drift was checked on."""
+    answers: list[ProbeAnswers] = dataclasses.field(default_factory=list)
+    """Each probe's answer per host x checkpoint (runner/analysis/answers.py)."""
 
     @property
     def colors(self) -> dict[str, str]:
@@ -81,11 +86,11 @@ def collect(store: Store, run_id: str, *, threshold_pct: float, max_spread_pct: 
     all_jobs = store.jobs()
     jobs = all_jobs[all_jobs["run_id"] == run_id]
     jobs = jobs.sort_values("finished_at", kind="stable").drop_duplicates("job_id", keep="last")
-    tables, alerts, watched = {}, [], []
+    tables, alerts, watched, histories = {}, [], [], {}
     for name in store.table_names():
         if name == "jobs":
             continue
-        history = store.read(name, jobs=all_jobs)
+        history = histories[name] = store.read(name, jobs=all_jobs)
         rows = history[history["run_id"] == run_id]
         if rows.empty:
             continue
@@ -97,8 +102,9 @@ def collect(store: Store, run_id: str, *, threshold_pct: float, max_spread_pct: 
         drift = drift_table(history, metric, threshold_pct=threshold_pct, max_spread_pct=max_spread_pct)
         for _, row in drift[(drift["run_id"] == run_id) & drift["alert"]].iterrows():
             alerts.append(describe_alert(row, metric, drift.attrs["by"]))
+    found = answers.build(all_jobs, lambda name: histories.get(name, pd.DataFrame()), run_id)
     return RunData(run_id=run_id, jobs=jobs.reset_index(drop=True), tables=tables, alerts=alerts,
-                   watched=watched)
+                   watched=watched, answers=found)
 
 
 def _watched_metric(rows: pd.DataFrame) -> str | None:
@@ -133,69 +139,22 @@ def _problems(jobs: pd.DataFrame) -> pd.DataFrame:
 
 
 # -- HTML ---------------------------------------------------------------------------------------
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;
-max-width:1100px;color:#1d1d1f;padding:0 16px}
-h1{font-size:22px;margin-bottom:4px} h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
-h3{font-size:15px;margin-bottom:6px} .muted{color:#666;font-size:13px}
-table{border-collapse:collapse;font-size:12.5px;margin:8px 0 12px}
-th,td{border:1px solid #ddd;padding:3px 6px;text-align:left} td{max-width:360px;overflow-wrap:break-word}
-th,td.num,td.nw{white-space:nowrap} td.num{text-align:right;font-variant-numeric:tabular-nums}
-th{background:#f4f4f6} .alert{background:#fde8e8;border-left:4px solid #d33;padding:6px 10px;margin:4px 0}
-.ok{background:#e9f7ee;border-left:4px solid #2a8;padding:6px 10px} .bad td{background:#fff4f4}
-.wide{overflow-x:auto;max-width:100%} img{max-width:100%;height:auto;display:block;margin:6px 0 14px}
-"""
-
-
 def render_html(data: RunData) -> str:
     if data.jobs.empty:
         sections = [f"<h1>labprobe sweep {html.escape(data.run_id)}</h1><p class=\"ok\">This run ran no "
                     "jobs: everything its plan asks for was already stored (or the run id is unknown).</p>"]
     else:
-        sections = [_overview(data), _alerts(data), _failed_and_skipped(data), _carriers(data),
-                    _scaling(data), _kernels(data), _job_summaries(data), _other_tables(data)]
+        # What the run found first; the raw tables behind it follow, collapsed.
+        raw = [_per_host(data), _carriers(data), _scaling(data), _kernels(data), _job_summaries(data),
+               _other_tables(data)]
+        sections = [_title(data), findings_html(data.answers, alerts=data.alerts, watched=data.watched,
+                                                problems=_problems(data.jobs)),
+                    "<details id=\"raw\"><summary>Raw tables: jobs per host, carriers, scaling curves, kernels, "
+                    "job summaries, every table of the run</summary>" + "".join(s for s in raw if s) + "</details>"]
     title = f"labprobe sweep {html.escape(data.run_id)}"
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{title}</title><style>{_CSS}</style></head><body>\n"
+            f"<title>{title}</title><style>{CSS}</style></head><body>\n"
             + "\n".join(s for s in sections if s) + "\n</body></html>\n")
-
-
-def html_table(rows: Iterable[dict[str, Any]], *, row_class: Iterable[str] | None = None) -> str:
-    rows = list(rows)
-    if not rows:
-        return "<p class=\"muted\">(no rows)</p>"
-    columns = list(dict.fromkeys(k for r in rows for k in r if k != SPAN))
-    classes = list(row_class) if row_class is not None else [""] * len(rows)
-    # Long snake_case headers may break after an underscore, never inside a word.
-    head = "".join(f"<th>{html.escape(str(c)).replace('_', '_<wbr>')}</th>" for c in columns)
-    body = []
-    for row, cls in zip(rows, classes):
-        cells = []
-        if SPAN in row:  # a job with no measurements: its first cell, then one cell saying why
-            first = html.escape(format_value(row.get(columns[0])))
-            cells = [f'<td class="nw">{first}</td><td colspan="{len(columns) - 1}">{html.escape(row[SPAN])}</td>']
-            columns_here: list[str] = []
-        else:
-            columns_here = columns
-        for c in columns_here:
-            value = row.get(c)
-            value = None if _is_missing(value) else value
-            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-            short = value is not None and len(format_value(value)) <= 24  # names stay on one line
-            td = '<td class="num">' if numeric else ('<td class="nw">' if short else "<td>")
-            cells.append(f"{td}{'' if value is None else html.escape(format_value(value))}</td>")
-        tr = f'<tr class="{cls}">' if cls else "<tr>"
-        body.append(f"{tr}{''.join(cells)}</tr>")
-    # A table wider than the page scrolls by itself; the page never does.
-    return (f"<div class=\"wide\"><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody>"
-            "</table></div>")
-
-
-def _is_missing(value: Any) -> bool:
-    try:
-        return value is None or bool(pd.isna(value))
-    except (TypeError, ValueError):
-        return False
 
 
 def _img(fig, alt: str) -> str:
@@ -224,37 +183,24 @@ def _own_columns(frame: pd.DataFrame, *, drop: tuple[str, ...] = ()) -> list[str
 
 
 # -- sections -----------------------------------------------------------------------------------
-def _overview(data: RunData) -> str:
+def _title(data: RunData) -> str:
     jobs = data.jobs
     started, finished = jobs["started_at"].min(), jobs["finished_at"].max()
     plans = ", ".join(sorted(p for p in jobs.get("plan", pd.Series(dtype=str)).astype(str).unique() if p))
+    return (f"<h1>labprobe sweep {html.escape(data.run_id)}</h1>"
+            f"<p class=\"muted\">plan {html.escape(plans or '(none)')} · {_plain(started)} → "
+            f"{_plain(finished)} UTC · {len(jobs)} jobs · probes "
+            f"{html.escape(', '.join(sorted(jobs['probe'].unique())))}</p>")
+
+
+def _per_host(data: RunData) -> str:
     per_host = []
-    for host, rows in jobs.groupby("host", sort=True):
+    for host, rows in data.jobs.groupby("host", sort=True):
         counts = rows["status"].value_counts()
         per_host.append({"host": str(host), "jobs": len(rows), "ok": int(counts.get("ok", 0)),
                          "failed": int(counts.get("failed", 0)), "skipped": int(counts.get("skipped", 0)),
                          "busy_s": float(rows["wall_s"].sum())})
-    return (f"<h1>labprobe sweep {html.escape(data.run_id)}</h1>"
-            f"<p class=\"muted\">plan {html.escape(plans or '(none)')} · {_plain(started)} → "
-            f"{_plain(finished)} UTC · {len(jobs)} jobs · probes "
-            f"{html.escape(', '.join(sorted(jobs['probe'].unique())))}</p>" + html_table(per_host))
-
-
-def _alerts(data: RunData) -> str:
-    watched = html.escape("; ".join(data.watched) or "no timed table in this run")
-    if not data.alerts:
-        return f"<h2>Drift alerts</h2><p class=\"ok\">None. Watched: {watched}.</p>"
-    items = "".join(f"<div class=\"alert\">{html.escape(a)}</div>" for a in data.alerts)
-    return f"<h2>Drift alerts ({len(data.alerts)})</h2>{items}<p class=\"muted\">Watched: {watched}.</p>"
-
-
-def _failed_and_skipped(data: RunData) -> str:
-    bad = _problems(data.jobs)
-    if bad.empty:
-        return "<h2>Failed and skipped jobs</h2><p class=\"ok\">Every job ran, and every check passed.</p>"
-    rows = _records(bad, ["status", "probe", "host", "checkpoint", "reason", "wall_s", "job_id"])
-    return (f"<h2>Failed and skipped jobs, failed checks ({len(bad)})</h2>"
-            + html_table(rows, row_class=["bad" if r["status"] == "failed" else "" for r in rows]))
+    return "<h2>Jobs per host</h2>" + html_table(per_host)
 
 
 def _carriers(data: RunData) -> str:

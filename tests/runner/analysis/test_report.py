@@ -167,13 +167,14 @@ def test_report_names_every_host_carrier_failure_and_skip(lab):
     for name in HOSTS + tuple(CARRIERS):
         assert name in text
     assert "CUDA out of memory" in text and "deadline" in text and "truncated_below_1pct" in text
-    for section in ("Drift alerts", "Failed and skipped jobs", "Carriers", "Step-time scaling",
-                    "Kernel time by category", "Job summaries", "padding.strategies", "profile.fit"):
+    for section in ("What this run found", "What changed since the last run", "Failed and skipped jobs",
+                    "Carriers", "Step-time scaling", "Kernel time by category", "Job summaries",
+                    "padding.strategies", "profile.fit"):
         assert section in text
 
 
 def test_report_summary_counts_and_the_planted_drift(lab):
-    _, path, text = lab
+    text = lab[2]
     num_jobs = len(STEP_S) + 2 * len(HOSTS)  # carriers, then profile and padding per host
     assert f"run {LAST_RUN}: {num_jobs} job(s) on {len(HOSTS)} host(s)" in text
     assert f"{num_jobs - 2} ok, 1 failed, 1 skipped" in text
@@ -213,3 +214,55 @@ def test_a_run_with_no_jobs_gets_a_report_that_says_so(lab):
     assert "no jobs of this run" in text
     page = _parse(path)
     assert page.images == [] and "ran no jobs" in " ".join(page.text)
+
+
+def _findings(path: Path) -> tuple[str, str]:
+    """The page's text before the collapsed raw tables, and the raw part."""
+    page = path.read_text(encoding="utf-8")
+    head, raw = page.split("<details", 1)
+    return " ".join(_text(head).split()), raw
+
+
+def _text(fragment: str) -> str:
+    page = _Page()
+    page.feed(fragment)
+    return " ".join(page.text)
+
+
+def test_the_report_opens_with_the_findings_and_collapses_the_raw_tables(lab):
+    _, path, _ = lab
+    findings, raw = _findings(path)
+    order = [findings.index(h) for h in ("What this run found", "What changed since the last run",
+                                         "Failed and skipped jobs")]
+    assert order == sorted(order)
+    # Every plot and raw table is inside the one collapsed <details>, none before it.
+    assert "<img" not in path.read_text(encoding="utf-8").split("<details", 1)[0]
+    for heading in ("Jobs per host", "Carriers: per-host comparison", "Kernel time by category", "profile.fit"):
+        assert heading in _text(raw)
+
+
+def test_the_findings_show_each_probes_answer_from_the_stored_rows(lab):
+    """Recomputed from the stored tables: the carriers' tok/s, the pad fraction per strategy, the fit's
+    shares; ana-ml2's failed qwen3-4b carrier shows night-3's value, marked; the drift alert and the
+    newly failed check are what changed."""
+    store, path, _ = lab
+    findings, _ = _findings(path)
+    carriers = store.read("carrier.carriers")
+    tok = carriers.sort_values("finished_at").groupby(["host", "checkpoint"])["tok_per_s"].last()
+    for (host, carrier), value in tok.items():
+        assert f"{carrier} {host}" in findings and f"{value:,.1f}" in findings, (host, carrier)
+    failed_carrier, failed_host = FAILED
+    earlier = carriers[(carriers["host"] == failed_host) & (carriers["checkpoint"] == failed_carrier)]
+    earlier_run = earlier.sort_values("finished_at")["run_id"].iloc[-1]
+    assert earlier_run != LAST_RUN
+    assert f"{failed_carrier} {failed_host} earlier: run {earlier_run}" in findings
+    assert "shown instead" in findings and f"run {earlier_run}" in findings
+    strategies = store.read("padding.strategies")
+    for fraction in strategies[strategies["run_id"] == LAST_RUN]["pad_fraction"].unique():
+        assert f"{100 * fraction:g}".rstrip("0").rstrip(".") in findings
+    fit = store.read("profile.fit")
+    shares = fit[(fit["run_id"] == LAST_RUN) & (fit["host"] == "h200-a")].set_index("term")["share_at_production_pct"]
+    assert f"qwen3-4b h200-a this run {shares['quadratic']:g} {shares['linear']:g} {shares['fixed']:g}" in findings
+    slow_carrier, slow_host = SLOW
+    assert f"carrier {slow_host}/{slow_carrier}" in findings and "(1 drift alert(s), 1 changed answer(s))" in findings
+    assert f"padding {slow_carrier} @ {CHECK_FAILED_HOST}: since run night-3: checks ok -> failed" in findings

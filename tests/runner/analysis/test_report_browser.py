@@ -192,6 +192,23 @@ def test_report_loads_with_every_image_and_no_errors(browser, report):
     assert [u for u in seen["requests"] if not u.startswith("data:")] == [report.as_uri()]
 
 
+def test_the_findings_come_first_and_the_raw_tables_are_collapsed(browser, report):
+    """As a reader sees it: the first heading under the title is the findings, the first table is an
+    answer, and the plots sit in a closed <details> (loaded, but not taking the screen)."""
+    browser.load(report.as_uri())
+    layout = browser.page("Runtime.evaluate", returnByValue=True, expression=(
+        "({h2: Array.from(document.querySelectorAll('h2')).filter(h => h.checkVisibility())"
+        "    .map(h => [h.textContent, h.getBoundingClientRect().top]),"
+        "  details: Array.from(document.querySelectorAll('details')).map(d => d.open),"
+        "  visibleImages: Array.from(document.images).filter(i => i.checkVisibility()).length,"
+        "  firstTable: document.querySelector('table').closest('details') === null})"))["result"]["value"]
+    titles = [t for t, _ in layout["h2"]]
+    assert titles[0] == "What this run found", titles
+    assert titles[1].startswith("What changed since the last run") and titles[2].startswith("Failed and skipped")
+    assert [top for _, top in layout["h2"]] == sorted(top for _, top in layout["h2"])
+    assert layout["details"] == [False] and layout["visibleImages"] == 0 and layout["firstTable"]
+
+
 def test_report_screenshot_shows_a_rendered_page(browser, report, tmp_path):
     from PIL import Image
 
@@ -199,8 +216,8 @@ def test_report_screenshot_shows_a_rendered_page(browser, report, tmp_path):
     png = browser.screenshot()
     image = Image.open(io.BytesIO(png)).convert("RGB")
     # the whole page, not one screen; no horizontal overflow (a table wider than the page)
-    assert image.width == 1200 and image.height > 1500
-    # A rendered page has many colours (plots, tables); a blank or error page has a handful.
+    assert image.width == 1200 and image.height > 900
+    # A rendered page has many colours (text, tables); a blank or error page has a handful.
     assert len(image.getcolors(maxcolors=1 << 16) or range(1 << 16)) > 200
     target = os.environ.get("LABPROBE_REPORT_SCREENSHOT")
     if target:

@@ -66,7 +66,50 @@ def test_cpu_jobs_run_on_the_hosts_they_name_and_land_under_them(lab, capsys, mo
     assert mask["checkpoint_fp"].nunique() == 2
     out = capsys.readouterr().out
     assert "5 ok, 0 failed, 0 skipped, 0 already done" in out
-    assert "== mask: jobs.wall_s by host" in out and "ana-ml2/gx10" in out
+    # The end of the sweep shows each probe's answer, read back here from the stored rows.
+    layers = store.read("mask.layers")
+    for (host, ckpt), rows in layers.groupby(["host", "checkpoint"]):
+        full = rows[rows["window"].isna()]
+        line = next(x for x in out.splitlines() if x.startswith(f"{ckpt} ") and f" {host} " in x)
+        assert f" {len(rows)} " in line and f" {int(full['fast_path'].sum())} of {len(full)} " in line, line
+    size = json.loads(jobs.loc[jobs["probe"] == "bucket", "summary_json"].iloc[0])["bucket_size_90pct_gain"]
+    [line] = [x for x in out.splitlines() if x.startswith("qwen3-0.6b-base ") and " ana-ml2 " in x
+              and x.split()[2] == str(size)]
+    assert "== mask: does every layer keep the fast path" in out and "ratio_to" not in out  # analyses: no ratios
+
+
+def dies_on_ana_ml2(job, **kwargs):
+    """The job function, failing every job on ana-ml2 (as a node death fails them)."""
+    from runner.dispatch.launch import execute
+
+    if job.host == "ana-ml2":
+        raise RuntimeError("the node running it died")
+    return execute(job, **kwargs)
+
+
+def test_a_failed_rerun_still_shows_the_earlier_values_marked(lab, tmp_path, capsys):
+    """Issue 12 item 16: the newest ana-ml2 rows are failed; its earlier ok answers stay on screen."""
+    from runner.cli.sweep import new_run_id, print_end, run_sweep
+    from runner.dispatch.launch import RayLauncher
+    from runner.lab.cluster import load_cluster
+    from runner.lab.plan import expand
+
+    cluster = load_cluster(lab)
+    jobs = [j for j in expand(cluster, "cpu") if j.probe == "mask"]
+    store = Store(tmp_path)
+    assert run_sweep(cluster=cluster, store=store, plan="cpu", jobs=jobs, run_id=new_run_id(), progress=False).ok == 4
+    before = store.jobs()
+    run_id = new_run_id()
+    counts = run_sweep(cluster=cluster, store=store, plan="cpu", jobs=jobs, run_id=run_id, force=True,
+                       progress=False, launcher=RayLauncher(fn=dies_on_ana_ml2))
+    assert (counts.ok, counts.failed) == (2, 2)
+    print_end(store, jobs, counts, run_id, list(cluster.hosts))
+    out = capsys.readouterr().out
+    for ckpt in CHECKPOINTS:
+        ok = before[(before["host"] == "ana-ml2") & (before["checkpoint"] == ckpt) & (before["probe"] == "mask")]
+        earlier = ok.sort_values("finished_at")["run_id"].iloc[-1]
+        assert any(x.startswith(f"{ckpt} ") and f" ana-ml2  earlier: run {earlier} " in x for x in out.splitlines()), out
+        assert f"{ckpt} @ ana-ml2: this run failed: RuntimeError: the node running it died" in out
 
 
 def test_rerun_does_nothing_new_and_force_adds_without_rewriting(lab, capsys):
@@ -192,4 +235,11 @@ def test_the_bundled_demo_plan_runs_end_to_end(tmp_path, capsys):
         else:
             assert set(mine["status"]) == {"ok"}, mine["reason"].tolist()
     assert {"mask.layers", "padding.strategies", "bucket.sweep"} <= set(Store(tmp_path).table_names())
-    assert "== bucket: jobs.wall_s by host" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "== bucket: which bucket size wins 90%" in out and "ratio_to" not in out
+    strategies = Store(tmp_path).read("padding.strategies")
+    for ckpt, rows in strategies.groupby("checkpoint"):
+        [line] = [x for x in out.splitlines() if x.startswith(f"{ckpt} ") and " local " in x and "4,096" in x]
+        for fraction in rows["pad_fraction"]:
+            assert f" {100 * fraction:.3g} " in line + " " or f" {100 * fraction:.1f} " in line + " ", (fraction, line)
+    assert "skipped: qwen3-0.6b-base @ local: no GPU" in out

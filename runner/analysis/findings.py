@@ -1,0 +1,143 @@
+"""The morning report's first section: what tonight's run found (presentation only).
+
+Three parts, before any raw table: the answer of each probe (a one-line headline over its hosts and
+checkpoints, then the table of runner/analysis/answers.py with its notes), what changed since the
+last run (drift alerts on timings, and exact answers that differ from the previous run's), and what
+failed or was skipped, with the reason and, where an earlier run has a value, which run it is.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import pandas as pd
+
+from runner.analysis.answers import ProbeAnswers, section_notes, table_rows
+from runner.analysis.html_table import html_table
+from runner.tables import format_value
+
+
+def findings_html(sections: list[ProbeAnswers], *, alerts: list[str], watched: list[str],
+                  problems: pd.DataFrame) -> str:
+    return "\n".join([_found(sections), _changed(sections, alerts, watched), _failed(sections, problems)])
+
+
+def _found(sections: list[ProbeAnswers]) -> str:
+    parts = ["<h2 id=\"findings\">What this run found</h2>"]
+    if not sections:
+        parts.append("<p class=\"muted\">No probe ran in this run.</p>")
+    for section in sections:
+        parts.append(f"<h3>{html.escape(section.question)}</h3>")
+        parts.append(f"<p class=\"headline\">{html.escape(headline(section))}</p>")
+        rows = table_rows(section)
+        if rows:
+            cells = [{k: _cell(k, v) for k, v in r.items()} for r in rows]
+            classes = ["earlier" if str(r.get("measured", "")).startswith("earlier") else "" for r in rows]
+            parts.append(html_table(cells, row_class=classes))
+        notes = section_notes(section)
+        if notes:
+            parts.append("<ul class=\"notes\">" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
+    return "".join(parts)
+
+
+def _cell(column: str, value: Any) -> Any:
+    """Ratios as `0.762x`; the rest as html_table formats it."""
+    if column.startswith("ratio_to_") and isinstance(value, float):
+        return f"{value:.3f}x"
+    return value
+
+
+def headline(section: ProbeAnswers) -> str:
+    """One line over the section's hosts and checkpoints."""
+    answered = [a for a in section.answers if a.figures]
+    missing = len(section.answers) - len(answered)
+    if not answered:
+        return f"No value: {', '.join(sorted({a.outcome for a in section.answers}))} everywhere."
+    rows = [r for a in answered for r in a.figures]
+    failed = [f"{a.checkpoint} @ {a.host} ({a.figures[0]['checks'].removeprefix('failed: ')})"
+              for a in answered if str(a.figures[0].get("checks", "ok")) != "ok"]
+    text = _HEADLINES.get(section.probe, _generic)(rows)
+    text += f" Checks failed: {'; '.join(failed)}." if failed else " Every check passed."
+    earlier = sum(a.earlier for a in answered)
+    if earlier:
+        text += f" {earlier} of {len(answered)} from an earlier run."
+    if missing:
+        text += f" {missing} with no value."
+    return text
+
+
+def _span(rows: list[dict], key: str, unit: str = "") -> str:
+    values = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
+    if not values:
+        return "-"
+    lo, hi = format_value(float(min(values))), format_value(float(max(values)))
+    return f"{lo}{unit}" if lo == hi else f"{lo}-{hi}{unit}"
+
+
+def _mask(rows: list[dict]) -> str:
+    slow = sum(r.get("lose_fast_path", "none") != "none" for r in rows)
+    leaks = sum(r.get("cross_sequence", "none") != "none" for r in rows)
+    return (f"{len(rows) - slow} of {len(rows)} keep the fast path on every full-attention layer; "
+            f"{leaks} attend across packed sequences.")
+
+
+def _padding(rows: list[dict]) -> str:
+    strategies = [k.removesuffix("_pad_pct") for k in rows[0] if k.endswith("_pad_pct")]
+    pads = ", ".join(f"{s} {_span(rows, s + '_pad_pct', '%')}" for s in strategies)
+    truncated = _span(rows, "truncated_samples")
+    return f"Padding per strategy: {pads}" + (f"; truncated samples {truncated}." if truncated != "-" else ".")
+
+
+def _bucket(rows: list[dict]) -> str:
+    return (f"Buckets of {_span(rows, 'bucket_size_90pct_gain')} samples win 90% of the global sort's gain "
+            f"(padding {_span(rows, 'pad_pct', '%')} against {_span(rows, 'random_pad_pct', '%')} at random), "
+            f"at {_span(rows, 'sources_per_batch')} sources per batch instead of "
+            f"{_span(rows, 'random_sources_per_batch')}.")
+
+
+def _carrier(rows: list[dict]) -> str:
+    rated = [r for r in rows if isinstance(r.get("tok_per_s"), (int, float))]
+    untrusted = sum(not str(r.get("trust", "")).startswith("yes") for r in rows)
+    if not rated:
+        return "No throughput measured."
+    return f"tok/s {_span(rated, 'tok_per_s')}; {untrusted} of {len(rows)} rows not (yet) trustworthy."
+
+
+def _profile(rows: list[dict]) -> str:
+    parts = [("step", _span(rows, "step_s", " s")), ("quadratic share at seq_len", _span(rows, "quadratic_pct", "%")),
+             ("padding penalty (same shape)", _span(rows, "penalty_same_shape_pct", "%"))]
+    text = "; ".join(f"{name} {value}" for name, value in parts if value != "-") or "no figure"
+    return text[:1].upper() + text[1:] + "."
+
+
+def _generic(rows: list[dict]) -> str:
+    return f"{len(rows)} answer(s)."
+
+
+_HEADLINES = {"mask": _mask, "padding": _padding, "bucket": _bucket, "carrier": _carrier, "profile": _profile}
+
+
+def _changed(sections: list[ProbeAnswers], alerts: list[str], watched: list[str]) -> str:
+    changes = [f"{s.probe} {a.checkpoint} @ {a.host}: {c}" for s in sections for a in s.answers for c in a.changes]
+    watched_text = html.escape("; ".join(watched) or "no timed table in this run")
+    if not alerts and not changes:
+        return ("<h2>What changed since the last run</h2><p class=\"ok\">Nothing: no drift alert, and every "
+                f"exact answer is the previous run's. Drift watched: {watched_text}.</p>")
+    items = "".join(f"<div class=\"alert\">{html.escape(a)}</div>" for a in alerts + changes)
+    return (f"<h2>What changed since the last run ({len(alerts)} drift alert(s), {len(changes)} changed "
+            f"answer(s))</h2>{items}<p class=\"muted\">Drift watched: {watched_text}.</p>")
+
+
+def _failed(sections: list[ProbeAnswers], problems: pd.DataFrame) -> str:
+    if problems.empty:
+        return "<h2>Failed and skipped jobs, failed checks</h2><p class=\"ok\">Every job ran, and every check passed.</p>"
+    shown = {(a.probe, a.host, a.checkpoint): a.run_id for s in sections for a in s.answers if a.earlier}
+    rows = []
+    for job in problems.itertuples(index=False):
+        earlier = shown.get((job.probe, job.host, job.checkpoint))
+        status = job.status if job.status != "ok" else "checks failed"  # ok: ran, but a check failed
+        rows.append({"status": status, "probe": job.probe, "host": job.host, "checkpoint": job.checkpoint,
+                     "reason": job.reason, "shown instead": f"run {earlier}" if earlier else None})
+    return (f"<h2>Failed and skipped jobs, failed checks ({len(rows)})</h2>"
+            + html_table(rows, row_class=["bad" if r["status"] == "failed" else "" for r in rows]))
