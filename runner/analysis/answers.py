@@ -185,7 +185,9 @@ def render_text(sections: list[ProbeAnswers], run_id: str) -> str:
 
 def table_rows(section: ProbeAnswers) -> list[dict[str, Any]]:
     """The section as flat rows (checkpoint, host, [measured], figures...): one table for text or HTML."""
-    earlier = any(a.earlier for a in section.answers if a.figures)
+    # A column only where this run's values and earlier ones mix; all from one earlier run (a rerun
+    # that found everything stored) is said once, in the title.
+    earlier = any(a.earlier for a in section.answers if a.figures) and single_earlier_run(section) is None
     out = []
     for answer in section.answers:
         for row in answer.figures:
@@ -204,6 +206,13 @@ def table_rows(section: ProbeAnswers) -> list[dict[str, Any]]:
     return [{k: r.get(k) for k in keep} for r in out]
 
 
+def single_earlier_run(section: ProbeAnswers) -> str | None:
+    """The run every value shown comes from, when all are from one earlier run; else None."""
+    shown = [a for a in section.answers if a.figures]
+    runs = {a.run_id for a in shown}
+    return runs.pop() if shown and all(a.earlier for a in shown) and len(runs) == 1 else None
+
+
 def section_notes(section: ProbeAnswers) -> list[str]:
     """Notes, changes since the previous run, and work with no ok value at all (with the reason)."""
     lines = []
@@ -219,6 +228,8 @@ def section_notes(section: ProbeAnswers) -> list[str]:
 
 def _section_text(section: ProbeAnswers, run_id: str) -> str:
     said = [f"ratio_to_{section.baseline}: {section.ratio_of} over {section.baseline}'s"] if section.baseline else []
+    if single_earlier_run(section):
+        said.append(f"all from run {single_earlier_run(section)}, stored before this run")
     checked = [a for a in section.answers if a.figures]
     if section.probe != "mask" and checked and all(r.get("checks") == "ok" for a in checked for r in a.figures):
         said.append("every check passed")

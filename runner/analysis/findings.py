@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from runner.analysis.answers import ProbeAnswers, section_notes, table_rows
+from runner.analysis.answers import ProbeAnswers, section_notes, single_earlier_run, table_rows
 from runner.analysis.html_table import html_table
 from runner.tables import format_value
 
@@ -60,7 +60,9 @@ def headline(section: ProbeAnswers) -> str:
     text = _HEADLINES.get(section.probe, _generic)(rows)
     text += f" Checks failed: {'; '.join(failed)}." if failed else " Every check passed."
     earlier = sum(a.earlier for a in answered)
-    if earlier:
+    if single_earlier_run(section):
+        text += f" All from run {single_earlier_run(section)}, stored before this run."
+    elif earlier:
         text += f" {earlier} of {len(answered)} from an earlier run."
     if missing:
         text += f" {missing} with no value."

@@ -141,8 +141,8 @@ def _problems(jobs: pd.DataFrame) -> pd.DataFrame:
 # -- HTML ---------------------------------------------------------------------------------------
 def render_html(data: RunData) -> str:
     if data.jobs.empty:
-        sections = [f"<h1>labprobe sweep {html.escape(data.run_id)}</h1><p class=\"ok\">This run ran no "
-                    "jobs: everything its plan asks for was already stored (or the run id is unknown).</p>"]
+        sections = [(f"<h1>labprobe sweep {html.escape(data.run_id)}</h1><p class=\"ok\">This run ran no "
+                     "jobs: everything its plan asks for was already stored (or the run id is unknown).</p>")]
     else:
         # What the run found first; the raw tables behind it follow, collapsed.
         raw = [_per_host(data), _carriers(data), _scaling(data), _kernels(data), _job_summaries(data),

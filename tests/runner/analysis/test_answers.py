@@ -214,6 +214,10 @@ def test_one_host_gets_no_ratios_and_never_done_work_says_why(lab):
     assert "ratio_to" not in text
     assert "never done ok: qwen3-0.6b-base @ nowhere" in answers_text(lab, "r1", work=[("carrier", "nowhere", CKPT, "c")])
     assert json.loads(json.dumps(to_json(sections)))[0]["probe"] == "mask"
+    # Every value from one earlier run (ana-ml2's carrier failed this run): said once, in the title.
+    only = answers_text(lab, "r1", work=work(probes=("carrier",), hosts=("ana-ml2",)))
+    assert "(all from run r0, stored before this run" in only and "measured" not in only
+    assert "this run failed: NodeDiedError" in only
 
 
 def test_layer_ranges():
