@@ -73,8 +73,13 @@ def _span(rows: list[dict], key: str, unit: str = "") -> str:
     values = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
     if not values:
         return "-"
-    lo, hi = format_value(float(min(values))), format_value(float(max(values)))
+    lo, hi = _short(min(values)), _short(max(values))
     return f"{lo}{unit}" if lo == hi else f"{lo}-{hi}{unit}"
+
+
+def _short(value: float) -> str:
+    """136, 4,307 (no decimals a headline does not need), 0.3996."""
+    return f"{value:,.0f}" if float(value).is_integer() or abs(value) >= 100 else format_value(float(value))
 
 
 def _mask(rows: list[dict]) -> str:

@@ -82,7 +82,26 @@ def _write_profile(store: Store, run: int, host: str, checkpoint: str, rng: rand
                for c, share in KERNEL_SHARES.items()]
     for name, rows in (("scaling", scaling), ("fit", fit), ("kernels", kernels)):
         store.write_table(key, name, rows)
-    _job(store, key, summary={"step_s_4096": scaling[2]["step_s"], "quadratic_share_pct": 15.0})
+    _job(store, key, summary={"step_s_4096": scaling[2]["step_s"], "quadratic_share_pct": 15.0, "seq_len": TOKENS,
+                              "step_s": scaling[2]["step_s"], "max_heldout_err_pct": 0.4,
+                              "padding_penalty_same_shape_pct": 20.0, "padding_penalty_same_tokens_pct": 38.0})
+
+
+def _write_mask_and_bucket(store: Store, run: int, host: str) -> None:
+    """probes/mask.py's `layers` (Qwen3-4B: 36 full-attention layers, all on the fast path) and
+    probes/bucket.py's `sweep` with its summary's 90%-gain pick."""
+    key = _key(run, "mask", host, "qwen3-4b", 56)
+    store.write_table(key, "layers", [
+        {"layer": i, "layer_type": "full_attention", "mask": "none", "is_causal": True, "fast_path": True,
+         "backend": "flash", "window": None, "keys_min": 1, "keys_max": 4096, "band_ok": True,
+         "cross_sequence": False} for i in range(36)])
+    _job(store, key, summary={"num_layers": 36, "layers_fast_path": 36, "layers_cross_sequence": 0})
+    key = _key(run, "bucket", host, "qwen3-4b", 57)
+    sweep = [{"bucket_size": b, "num_batches": 163, "pad_fraction": f, "pad_fraction_std": 0.01,
+              "gain_vs_random": 0.68 / f, "sources_per_batch": spb, "source_entropy_ratio": spb / 4}
+             for b, f, spb in ((8, 0.68, 3.14), (136, 0.17, 1.67), (1300, 0.02, 1.65))]
+    store.write_table(key, "sweep", sweep)
+    _job(store, key, summary={"bucket_size_90pct_gain": 136, "its_pad_fraction": 0.17})
 
 
 def build_lab_store(root: Path, *, seed: int = 0) -> Store:
@@ -110,6 +129,7 @@ def build_lab_store(root: Path, *, seed: int = 0) -> Store:
                 (("none", 0.41), ("sorted", 0.03), ("bucketed", 0.07))])
             reason = "checks failed: truncated_below_1pct" if last and host == CHECK_FAILED_HOST else ""
             _job(store, key, reason=reason, summary={"best": "sorted", "pad_fraction_none": 0.41})
+            _write_mask_and_bucket(store, run, host)
     return store
 
 
@@ -175,7 +195,7 @@ def test_report_names_every_host_carrier_failure_and_skip(lab):
 
 def test_report_summary_counts_and_the_planted_drift(lab):
     text = lab[2]
-    num_jobs = len(STEP_S) + 2 * len(HOSTS)  # carriers, then profile and padding per host
+    num_jobs = len(STEP_S) + 4 * len(HOSTS)  # carriers, then profile, padding, mask and bucket per host
     assert f"run {LAST_RUN}: {num_jobs} job(s) on {len(HOSTS)} host(s)" in text
     assert f"{num_jobs - 2} ok, 1 failed, 1 skipped" in text
     assert f"  padding on {CHECK_FAILED_HOST}/qwen3-4b: checks failed: truncated_below_1pct" in text
@@ -262,7 +282,9 @@ def test_the_findings_show_each_probes_answer_from_the_stored_rows(lab):
         assert f"{100 * fraction:g}".rstrip("0").rstrip(".") in findings
     fit = store.read("profile.fit")
     shares = fit[(fit["run_id"] == LAST_RUN) & (fit["host"] == "h200-a")].set_index("term")["share_at_production_pct"]
-    assert f"qwen3-4b h200-a this run {shares['quadratic']:g} {shares['linear']:g} {shares['fixed']:g}" in findings
+    profile = findings[findings.index("profile: where does the step's time go"):]
+    row = profile[profile.index("qwen3-4b h200-a this run"):][:120]
+    assert f" {shares['quadratic']:g} {shares['linear']:g} {shares['fixed']:g} " in row, row
     slow_carrier, slow_host = SLOW
     assert f"carrier {slow_host}/{slow_carrier}" in findings and "(1 drift alert(s), 1 changed answer(s))" in findings
     assert f"padding {slow_carrier} @ {CHECK_FAILED_HOST}: since run night-3: checks ok -> failed" in findings
