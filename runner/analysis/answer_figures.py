@@ -12,6 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from runner.analysis.drift import SPREAD_LIMIT_PCT
+
 PROBE_ORDER = ("mask", "padding", "bucket", "carrier", "profile")
 """The order answers are shown in when no plan gives one."""
 TABLES = {"mask": ("layers",), "padding": ("strategies",), "bucket": ("sweep",), "carrier": ("carriers",),
@@ -122,9 +124,10 @@ def _trust(row: pd.Series) -> str:
     why = []
     if _plain(row.get("launch_bound")) is True:
         why.append("launch-bound")
-    spread = _plain(row.get("spread_pct"))
-    if isinstance(spread, float) and spread > 2.0:
-        why.append(f"spread {spread:.1f}% > 2%")
+    for column, what in (("spread_pct", "spread"), ("spread_across_pct", "processes disagree by")):
+        spread = _plain(row.get(column))
+        if isinstance(spread, float) and spread > SPREAD_LIMIT_PCT:
+            why.append(f"{what} {spread:.1f}% > {SPREAD_LIMIT_PCT:g}%")
     if trust is None:
         return "unknown" + (f" ({', '.join(why)})" if why else "")
     return "yes" if trust and not why else "no" + (f" ({', '.join(why)})" if why else "")

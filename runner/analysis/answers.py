@@ -94,15 +94,35 @@ def build(jobs: pd.DataFrame, read: Callable[[str], pd.DataFrame], run_id: str, 
         work.sort(key=lambda w: figs.PROBE_ORDER.index(w[0]) if w[0] in figs.PROBE_ORDER else len(figs.PROBE_ORDER))
     work = list(dict.fromkeys(tuple(w) for w in work))
     groups = jobs.groupby(list(WORK_KEY), sort=False).indices if not jobs.empty else {}
+    rows_of = _indexed(read)
     sections = []
     for probe in dict.fromkeys(w[0] for w in work):
-        found = [_answer(jobs.iloc[groups.get(key, [])], key, run_id, read) for key in work if key[0] == probe]
+        found = [_answer(jobs.iloc[groups.get(key, [])], key, run_id, rows_of) for key in work if key[0] == probe]
         sections.append(_section(probe, found, host_order or []))
     return sections
 
 
-def _answer(rows: pd.DataFrame, key: tuple[str, str, str, str], run_id: str,
-            read: Callable[[str], pd.DataFrame]) -> Answer:
+RowsOf = Callable[[str, pd.Series], pd.DataFrame]
+"""(table name, job row) -> that job's rows of the table."""
+
+
+def _indexed(read: Callable[[str], pd.DataFrame]) -> RowsOf:
+    """One job's rows through an index built once per table: a store of years has thousands of
+    jobs, and filtering a whole table for each would be quadratic."""
+    indexed: dict[str, tuple[pd.DataFrame, dict]] = {}
+
+    def rows_of(name: str, job: pd.Series) -> pd.DataFrame:
+        if name not in indexed:
+            frame = read(name)
+            index = frame.groupby(["job_id", "run_id"], sort=False).indices if not frame.empty else {}
+            indexed[name] = (frame, index)
+        frame, index = indexed[name]
+        return frame.iloc[index.get((job["job_id"], job["run_id"]), [])].reset_index(drop=True)
+
+    return rows_of
+
+
+def _answer(rows: pd.DataFrame, key: tuple[str, str, str, str], run_id: str, rows_of: RowsOf) -> Answer:
     probe, host, checkpoint, config_hash = key
     attempt = rows[rows["run_id"] == run_id].tail(1)
     ok = rows[rows["status"] == "ok"]
@@ -114,24 +134,19 @@ def _answer(rows: pd.DataFrame, key: tuple[str, str, str, str], run_id: str,
         return answer
     shown = ok.iloc[-1]
     answer.run_id, answer.earlier = str(shown["run_id"]), str(shown["run_id"]) != run_id
-    answer.figures, answer.notes = _figures(probe, shown, read)
+    answer.figures, answer.notes = _figures(probe, shown, rows_of)
     if answer.earlier and outcome in ("failed", "skipped"):
         answer.notes.insert(0, f"this run {outcome}: {reason}; the figures are run {answer.run_id}'s")
     if not answer.earlier and len(ok) > 1:
         before = ok.iloc[-2]
-        answer.changes = figs.changes(probe, _figures(probe, before, read)[0], answer.figures,
+        answer.changes = figs.changes(probe, _figures(probe, before, rows_of)[0], answer.figures,
                                       str(before["run_id"]), before["checkpoint_fp"] != shown["checkpoint_fp"])
     return answer
 
 
-def _figures(probe: str, job: pd.Series, read: Callable[[str], pd.DataFrame]) -> tuple[list[dict], list[str]]:
+def _figures(probe: str, job: pd.Series, rows_of: RowsOf) -> tuple[list[dict], list[str]]:
     """The probe's figures from one ok job's stored rows, and its notes (failed checks first)."""
-    tables = {}
-    for table in figs.TABLES.get(probe, ()):
-        frame = read(f"{probe}.{table}")
-        if not frame.empty:
-            frame = frame[(frame["job_id"] == job["job_id"]) & (frame["run_id"] == job["run_id"])]
-        tables[table] = frame.reset_index(drop=True)
+    tables = {table: rows_of(f"{probe}.{table}", job) for table in figs.TABLES.get(probe, ())}
     summary = json.loads(job["summary_json"] or "{}")
     config = json.loads(job["config_json"] or "{}")
     reason = str(job["reason"] or "")

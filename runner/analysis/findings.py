@@ -13,7 +13,12 @@ from typing import Any
 
 import pandas as pd
 
-from runner.analysis.answers import ProbeAnswers, section_notes, single_earlier_run, table_rows
+from runner.analysis.answers import (
+    ProbeAnswers,
+    section_notes,
+    single_earlier_run,
+    table_rows,
+)
 from runner.analysis.html_table import html_table
 from runner.tables import format_value
 
