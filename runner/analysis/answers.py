@@ -56,6 +56,9 @@ class Answer:
     """One dict per answer row (a carrier family: one per model and variant); empty when never ok."""
     notes: list[str]
     changes: list[str]
+    """The exact figures that differ from `previous_run`'s (timings are drift's business)."""
+    previous_run: str | None = None
+    """The ok run before the one shown, that `changes` compares with; None when there was none."""
 
 
 @dataclasses.dataclass
@@ -139,6 +142,7 @@ def _answer(rows: pd.DataFrame, key: tuple[str, str, str, str], run_id: str, row
         answer.notes.insert(0, f"this run {outcome}: {reason}; the figures are run {answer.run_id}'s")
     if not answer.earlier and len(ok) > 1:
         before = ok.iloc[-2]
+        answer.previous_run = str(before["run_id"])
         answer.changes = figs.changes(probe, _figures(probe, before, rows_of)[0], answer.figures,
                                       str(before["run_id"]), before["checkpoint_fp"] != shown["checkpoint_fp"])
     return answer
@@ -273,5 +277,10 @@ def _cell(column: str, value: Any) -> str:
     if column.startswith("ratio_to_") and isinstance(value, float):
         return f"{value:.3f}x"
     if column.endswith("_pct") and isinstance(value, float):
-        return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
+        return format_value(shown_pct(value))
     return format_value(value)
+
+
+def shown_pct(value: float) -> float:
+    """A percentage as printed: three significant digits below 10 (3.12, 0.336), one decimal above."""
+    return float(f"{value:.3g}") if abs(value) < 10 else round(value, 1)

@@ -16,6 +16,7 @@ import pandas as pd
 from runner.analysis.answers import (
     ProbeAnswers,
     section_notes,
+    shown_pct,
     single_earlier_run,
     table_rows,
 )
@@ -50,6 +51,8 @@ def _cell(column: str, value: Any) -> Any:
     """Ratios as `0.762x`; the rest as html_table formats it."""
     if column.startswith("ratio_to_") and isinstance(value, float):
         return f"{value:.3f}x"
+    if column.endswith("_pct") and isinstance(value, float):
+        return shown_pct(value)
     return value
 
 
@@ -78,6 +81,8 @@ def _span(rows: list[dict], key: str, unit: str = "") -> str:
     values = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
     if not values:
         return "-"
+    if unit == "%":
+        values = [shown_pct(float(v)) for v in values]
     lo, hi = _short(min(values)), _short(max(values))
     return f"{lo}{unit}" if lo == hi else f"{lo}-{hi}{unit}"
 
@@ -133,9 +138,12 @@ _HEADLINES = {"mask": _mask, "padding": _padding, "bucket": _bucket, "carrier": 
 def _changed(sections: list[ProbeAnswers], alerts: list[str], watched: list[str]) -> str:
     changes = [f"{s.probe} {a.checkpoint} @ {a.host}: {c}" for s in sections for a in s.answers for c in a.changes]
     watched_text = html.escape("; ".join(watched) or "no timed table in this run")
+    compared = sum(a.previous_run is not None for s in sections for a in s.answers)
     if not alerts and not changes:
-        return ("<h2>What changed since the last run</h2><p class=\"ok\">Nothing: no drift alert, and every "
-                f"exact answer is the previous run's. Drift watched: {watched_text}.</p>")
+        answers_said = (f"the {compared} answer(s) with an earlier ok run are unchanged" if compared else
+                        "no answer of this run has an earlier ok run to compare with")
+        return ("<h2>What changed since the last run</h2><p class=\"ok\">Nothing: no drift alert, and "
+                f"{answers_said}. Drift watched: {watched_text}.</p>")
     items = "".join(f"<div class=\"alert\">{html.escape(a)}</div>" for a in alerts + changes)
     return (f"<h2>What changed since the last run ({len(alerts)} drift alert(s), {len(changes)} changed "
             f"answer(s))</h2>{items}<p class=\"muted\">Drift watched: {watched_text}.</p>")

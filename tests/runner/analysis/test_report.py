@@ -225,6 +225,7 @@ def test_report_of_a_run_with_only_a_failed_job_and_no_tables(tmp_path):
     path, text = write_report(store, "night-0")
     page = _parse(path)
     assert page.images == [] and "ModuleNotFoundError: mytrainer" in " ".join(page.text)
+    assert "no answer of this run has an earlier ok run to compare with" in " ".join(page.text)
     assert "0 ok, 1 failed, 0 skipped" in text and "drift alerts: none" in text
 
 

@@ -48,8 +48,11 @@ class Browser:
         to_chrome_r, self._to_chrome = os.pipe()
         self._from_chrome, from_chrome_w = os.pipe()
         # Chromium reads fd 3 and writes fd 4. bash moves the pipe ends there before exec'ing it
-        # (no preexec_fn: not safe in a process with threads, such as a Ray driver).
-        move = f"exec 3<&{to_chrome_r} 4>&{from_chrome_w} {to_chrome_r}<&- {from_chrome_w}>&-; exec \"$@\""
+        # (no preexec_fn: not safe in a process with threads, such as a Ray driver), by way of fds
+        # above both: a pipe end may itself be fd 3 or 4 (a process with few files open).
+        high = max(to_chrome_r, from_chrome_w) + 1
+        move = (f"exec {high}<&{to_chrome_r} {high + 1}>&{from_chrome_w} {to_chrome_r}<&- {from_chrome_w}>&-; "
+                f"exec 3<&{high} 4>&{high + 1} {high}<&- {high + 1}>&-; exec \"$@\"")
         self.proc = subprocess.Popen(
             ["bash", "-c", move, "bash", CHROMIUM, *FLAGS, f"--user-data-dir={user_data_dir}",
              f"--window-size={width},{height}", "about:blank"],
