@@ -102,7 +102,7 @@ def collect(store: Store, run_id: str, *, threshold_pct: float, max_spread_pct: 
         drift = drift_table(history, metric, threshold_pct=threshold_pct, max_spread_pct=max_spread_pct)
         for _, row in drift[(drift["run_id"] == run_id) & drift["alert"]].iterrows():
             alerts.append(describe_alert(row, metric, drift.attrs["by"]))
-    found = answers.build(all_jobs, lambda name: histories.get(name, pd.DataFrame()), run_id)
+    found = answers.build(all_jobs, lambda name, runs: histories.get(name, pd.DataFrame()), run_id)
     return RunData(run_id=run_id, jobs=jobs.reset_index(drop=True), tables=tables, alerts=alerts,
                    watched=watched, answers=found)
 
