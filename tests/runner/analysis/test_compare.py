@@ -143,7 +143,14 @@ def test_the_default_metric_of_a_cpu_probe_is_its_answer(tmp_path):
 
 def test_the_by_option_is_gone(tmp_path, capsys):
     """`--by` was parsed and never read: it is refused now, not silently ignored."""
-    assert cli.main(["compare", "--probe", "mask", "--by", "host", "--store", str(tmp_path), "--cluster", "/x"]) == 2
+    store = Store(tmp_path)
+    key = JobKey(run_id="r", job_id="m", probe="mask", host="gx10", checkpoint="A", checkpoint_fp="f",
+                 config_hash="c", code_version="v", finished_at=T0)
+    store.write_job(key, status="ok", started_at=T0, wall_s=1.0, summary={"layers_fast_path": 28}, config={}, env=ENV)
+    args = ["compare", "--probe", "mask", "--store", str(tmp_path), "--cluster", "/x"]
+    assert cli.main(args) == 0
+    capsys.readouterr()
+    assert cli.main([*args, "--by", "host"]) == 2
     assert "--by" in capsys.readouterr().err
 
 
