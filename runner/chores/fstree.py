@@ -1,9 +1,12 @@
-"""Directory trees walked, removed and digested without following a symlink or leaving a filesystem.
+"""Directory trees walked, removed and digested without following a symlink or leaving a mount.
 
-The mechanism under `labprobe purge` (runner/chores/purge_fs.py decides what may be removed): nothing
+The mechanism under `labprobe purge` (runner/chores/scan.py decides what may be removed): nothing
 here knows about runs, adapters or checkpoints. `walk_tree` looks with lstat only; `remove_tree`
 deletes through directory fds opened with O_NOFOLLOW, so a link swapped in after a check is
-unlinked, never followed; `tree_digests` reads file contents (the one place links are followed).
+unlinked, never followed, and a directory on another mount (a bind mount of the same filesystem
+included) is never entered. `tree_digests` reads regular files only, never blocking on a FIFO or
+opening a device. `link_trail` says every place a symlink's resolution passes through.
+`readable` turns a file name (bytes on POSIX, carried as surrogate-escaped str) into printable text.
 """
 
 from __future__ import annotations
@@ -15,6 +18,10 @@ import stat
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 """Open a directory, never through a symlink."""
+READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_NOCTTY", 0)
+"""Open a file to read it: never through a symlink, never blocking on a FIFO."""
+UNVERIFIABLE = "not read: "
+"""Prefix of a digest entry naming what could not be read (a digest holding one is never verified)."""
 
 
 @dataclasses.dataclass
@@ -28,13 +35,27 @@ class Tree:
     alloc_bytes: int = 0
     symlinks: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     """(relative path, link text) of each symlink met."""
+    specials: list[str] = dataclasses.field(default_factory=list)
+    """`relative path (kind)` of each entry that is neither a regular file, a directory nor a link."""
+    shared: dict[tuple[int, int], list[str]] = dataclasses.field(default_factory=dict)
+    """Every name met of each inode that has more than one (hard links)."""
     mounts: list[str] = dataclasses.field(default_factory=list)
     errors: list[str] = dataclasses.field(default_factory=list)
 
 
-def walk_tree(top: str, label: str) -> Tree:
+def file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISDIR, "directory"), (stat.S_ISLNK, "symlink")):
+        if test(mode):
+            return kind
+    return "regular file" if stat.S_ISREG(mode) else "unknown file type"
+
+
+def walk_tree(top: str, label: str, *, index_only: bool = False) -> Tree:
     """Walk `top` with lstat only: symlinks are recorded, never followed; other filesystems are
-    recorded, never entered. Paths are reported as `label/relative`."""
+    recorded, never entered. Paths are reported as `label/relative`. `index_only`: the links and
+    hard links of a whole runs root: other filesystems are entered too (a link on one can lead
+    anywhere), `files` and sizes are not kept (they would be every file of every run)."""
     tree = Tree()
     top_st = os.lstat(top)
     tree.dirs.add((top_st.st_dev, top_st.st_ino))
@@ -59,12 +80,18 @@ def walk_tree(top: str, label: str) -> Tree:
             elif stat.S_ISDIR(st.st_mode):
                 if st.st_dev != top_st.st_dev:
                     tree.mounts.append(rel)
-                    continue
-                tree.dirs.add((st.st_dev, st.st_ino))
-                stack.append((entry.path, rel))
+                    if not index_only:
+                        continue
+                if (st.st_dev, st.st_ino) not in tree.dirs:  # a bind mount can show a folder twice
+                    tree.dirs.add((st.st_dev, st.st_ino))
+                    stack.append((entry.path, rel))
             else:
+                if not stat.S_ISREG(st.st_mode):
+                    tree.specials.append(f"{rel} ({file_kind(st.st_mode)})")
+                if st.st_nlink > 1:
+                    tree.shared.setdefault((st.st_dev, st.st_ino), []).append(rel)
                 tree.num_files += 1
-                if (st.st_dev, st.st_ino) not in tree.files:
+                if (st.st_dev, st.st_ino) not in tree.files and not index_only:
                     tree.files[(st.st_dev, st.st_ino)] = rel
                     tree.bytes += st.st_size
                     tree.alloc_bytes += st.st_blocks * 512
@@ -75,10 +102,60 @@ def is_inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
+def link_trail(link: str, max_links: int = 40) -> list[str]:
+    """Every absolute path the resolution of symlink `link` passes through, in order, its target
+    last (as far as it exists): following `a -> ../b/checkpoints/x/../../merged` passes through
+    b/checkpoints even though the target is b/merged, and breaks when checkpoints/ goes."""
+    trail: list[str] = []
+    current = os.path.realpath(os.path.dirname(os.path.abspath(link)))
+    pending = _components(os.readlink(link))
+    if os.readlink(link).startswith(os.sep):
+        current = os.sep
+    num_links = 1
+    while pending:
+        part = pending.pop(0)
+        if part == "..":
+            current = os.path.dirname(current)
+        elif part != ".":
+            candidate = os.path.join(current, part)
+            try:
+                is_link = stat.S_ISLNK(os.lstat(candidate).st_mode)
+            except OSError:  # dangling from here on: the rest is where it would lead
+                trail.append(os.path.normpath(os.path.join(candidate, *pending)))
+                return trail
+            if is_link and num_links < max_links:
+                num_links += 1
+                text = os.readlink(candidate)
+                current = os.sep if text.startswith(os.sep) else current
+                pending = _components(text) + pending
+                continue
+            current = candidate
+        trail.append(current)
+    return trail or [current]
+
+
+def _components(text: str) -> list[str]:
+    return [p for p in text.split(os.sep) if p]
+
+
+def mount_id(fd: int) -> int | None:
+    """The mount an open file lives on (/proc/self/fdinfo's mnt_id); None where /proc cannot say.
+    st_dev cannot tell a bind mount of the same filesystem from a plain directory; this can."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("mnt_id:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def remove_tree(name: str, parent_fd: int, expect: tuple[int, int] | None = None) -> None:
     """Delete directory `name` under `parent_fd` bottom-up through directory fds opened with
-    O_NOFOLLOW: a symlink is unlinked, never followed; a directory on another device is an error
-    (never descended); a directory swapped since it was checked (`expect`: dev, ino) is an error."""
+    O_NOFOLLOW: a symlink is unlinked, never followed; a directory on another mount (another
+    filesystem or a bind mount) is an error, never descended; a directory swapped since it was
+    checked (`expect`: dev, ino) is an error."""
     st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
     if not stat.S_ISDIR(st.st_mode):
         raise OSError(f"{name} is no longer a directory")
@@ -87,6 +164,8 @@ def remove_tree(name: str, parent_fd: int, expect: tuple[int, int] | None = None
         opened = os.fstat(fd)
         if not os.path.samestat(st, opened) or (expect and expect != (opened.st_dev, opened.st_ino)):
             raise OSError(f"{name} changed while it was being removed")
+        if mount_id(fd) != mount_id(parent_fd):
+            raise OSError(f"{name} is a mount point")
         with os.scandir(fd) as entries:
             found = list(entries)
         for entry in found:
@@ -103,24 +182,55 @@ def remove_tree(name: str, parent_fd: int, expect: tuple[int, int] | None = None
 
 
 def tree_digests(folder: str) -> dict[str, str]:
-    """sha256 of every file under `folder` (relative path -> hex). Reading is harmless, so links
-    are followed here (unlike anywhere else): bytes that lived behind a link into a deleted tree
-    show as changed, a dangling link or a link to a directory as `unreadable: ...`."""
+    """sha256 of every regular file under `folder` (relative path -> hex). Links are followed to
+    a regular file (bytes behind a link into a deleted tree then show as changed); anything else
+    (a dangling link, a link to a directory, a FIFO, a socket, a device, an unreadable file) is an
+    entry starting with UNVERIFIABLE, read neither now nor ever: a FIFO never blocks the digest."""
     top = os.path.realpath(folder)
     digests = {}
     for parent, dirs, files in os.walk(top, followlinks=False):
         for name in files + [d for d in dirs if os.path.islink(os.path.join(parent, d))]:
             path = os.path.join(parent, name)
-            digests[os.path.relpath(path, top)] = _sha256(path)
+            digests[os.path.relpath(path, top)] = file_sha256(path, follow=True)
     return digests
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
+def file_sha256(path: str, *, follow: bool = False) -> str:
+    """The file's sha256, or UNVERIFIABLE and why when it is not a regular file one can read.
+    The kind is known before the file is opened (a device is never opened) and checked again on
+    the open fd (a swap in between is caught)."""
     try:
-        with open(path, "rb") as handle:
+        before = os.stat(path, follow_symlinks=follow)
+        if not stat.S_ISREG(before.st_mode):
+            return f"{UNVERIFIABLE}{file_kind(before.st_mode)}"
+        fd = os.open(os.path.realpath(path) if follow else path, READ_FLAGS)
+    except OSError as exc:
+        return f"{UNVERIFIABLE}{exc.strerror or exc}"
+    digest = hashlib.sha256()
+    with os.fdopen(fd, "rb") as handle:
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode) or not os.path.samestat(before, opened):
+            return f"{UNVERIFIABLE}replaced while read"
+        try:
             while chunk := handle.read(1 << 20):
                 digest.update(chunk)
-    except OSError as exc:  # a dangling link, a link to a directory: recorded, compared as such
-        return f"unreadable: {exc.strerror}"
+        except OSError as exc:
+            return f"{UNVERIFIABLE}{exc.strerror or exc}"
     return digest.hexdigest()
+
+
+def readable(name: str) -> str:
+    """A file name or path as printable text, one to one: bytes that are not UTF-8 (carried by
+    os functions as surrogate escapes) and control characters become `\\xNN`, a backslash `\\\\`."""
+    out = []
+    for char in name:
+        code = ord(char)
+        if char == "\\":
+            out.append("\\\\")
+        elif 0xDC80 <= code <= 0xDCFF:  # os.fsdecode's escape of one undecodable byte
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif code < 0x20 or code == 0x7F or 0xD800 <= code <= 0xDFFF:
+            out.append(f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return "".join(out)

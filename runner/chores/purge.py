@@ -1,10 +1,14 @@
 """`labprobe purge`: remove the intermediate `checkpoints/` of training runs across the lab's hosts.
 
-Each host's runs root (`runs_root` in cluster.yaml) is scanned by a Ray task pinned to that host
-(runner/chores/purge_fs.py does the filesystem work). Without `--yes` only the plan is printed: each
+This module is the orchestration: a Ray task pinned to each host (`plan_on_host`, then with
+`--yes` `purge_on_host`), the report across hosts, and the store's rows. What a host may delete is
+runner/chores/scan.py, how it deletes runner/chores/deletion.py, the mount table and the space
+measured per filesystem runner/chores/mounts.py. Without `--yes` only the plan is printed: each
 `checkpoints/` to remove with its size, and each run refused with the reasons. With `--yes` the
-adapters are digested, the approved directories deleted with every refusal re-checked at the
-moment of deletion, the digests verified, and the space each filesystem got back measured.
+adapters are digested, every refusal re-checked, the approved directories set aside, the
+adapters verified unchanged, the directories deleted, the digests verified again, and the space
+each filesystem got back measured. Bad input found on a host (no runs root there) is raised
+there, carried back, and raised here before any host deletes anything.
 
 Every invocation, dry or not, is stored: tables `purge.actions` and `purge.filesystems`, one file
 per host and phase under `checkpoint=-` (a purge acts on runs, not on one model checkpoint; the run
@@ -23,14 +27,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import re
-import subprocess
 from datetime import datetime, timezone
 from typing import Any, Callable
 
 from probes.result import InputError
-from runner.chores import purge_fs
+from runner.chores import deletion, scan
+from runner.chores.fstree import readable
+from runner.chores.mounts import filesystems
 from runner.clock import new_run_id
 from runner.hosts.jobenv import base_env
 from runner.hosts.nodes import HostFailure, node_host, run_on_hosts
@@ -67,6 +70,15 @@ class Report:
         return all(self.host_ok(h) for h in self.roots)
 
 
+def printable(text: str) -> str:
+    """Free text (an error naming a file) with undecodable bytes as `\\xNN`: the store's Parquet
+    and the terminal take no surrogate escapes."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no file name makes
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def runs_roots(cluster: Any, hosts: list[str] | None) -> dict[str, str]:
     """Host -> runs root from the cluster file; unknown hosts and hosts without one are bad input."""
     known = cluster.hosts
@@ -89,40 +101,52 @@ def check_glob(run_glob: str) -> str:
 
 
 # -- on each host (a pinned Ray task) -----------------------------------------------------------
-def _on_host(roots: dict[str, str], run_glob: str, planned: dict[str, list[str]] | None) -> dict:
-    """Plan (planned None) or execute on the host this task landed on, told by its own label.
-    Bad input on the host (no runs root) comes back as a value, not an error, so the driver can
-    stop everything before any host deletes anything."""
+def plan_on_host(roots: dict[str, str], run_glob: str) -> dict:
+    """The plan of the host this task landed on (told by its own node label). A missing runs root
+    raises InputError naming the host."""
     host = node_host()
-    env = base_env()
     try:
-        if planned is None:
-            rows = purge_fs.scan_root(roots[host], run_glob, host)
-            fs = filesystems([r for r in rows if r.action == "remove"], host, {})
-            return {"actions": [dataclasses.asdict(r) for r in rows],
-                    "filesystems": [dataclasses.asdict(f) for f in fs], "env": env}
-        approved = set(planned.get(host, []))
-        done = purge_fs.execute(roots[host], run_glob, sorted(approved), host)
-        fs = filesystems([r for r in done.actions if r.path in approved], host, done.avail_before,
-                         done.avail_after, done.actions)
-        return {"actions": [dataclasses.asdict(r) for r in done.actions],
-                "filesystems": [dataclasses.asdict(f) for f in fs], "env": env}
+        rows = scan.scan_root(roots[host], run_glob, host)
     except InputError as exc:
-        return {"bad_input": f"{host}: {exc}"}
+        raise InputError(f"{host}: {exc}") from None
+    fs = filesystems([r for r in rows if r.action == "remove"], host, {})
+    return _answer(rows, fs)
+
+
+def purge_on_host(roots: dict[str, str], run_glob: str, planned: dict[str, list[str]]) -> dict:
+    """Carry out this host's part of the plan (`planned`: host -> approved checkpoints/ paths)."""
+    host = node_host()
+    approved = set(planned.get(host, []))
+    try:
+        done = deletion.execute(roots[host], run_glob, sorted(approved), host)
+    except InputError as exc:
+        raise InputError(f"{host}: {exc}") from None
+    fs = filesystems([r for r in done.actions if r.path in approved], host, done.avail_before,
+                     done.avail_after, done.actions)
+    return _answer(done.actions, fs)
+
+
+def _answer(rows: list[scan.ActionRow], fs: list[Any]) -> dict:
+    """What goes back to the driver: printable text only (names as fstree.readable writes them)."""
+    return {"actions": [scan.public(r) for r in rows],
+            "filesystems": [dataclasses.asdict(f) | {"mount": readable(f.mount), "source": readable(f.source)}
+                            for f in fs],
+            "env": base_env()}
 
 
 def purge(roots: dict[str, str], run_glob: str = "*", *, yes: bool = False, timeout_s: float = 3600.0,
           on_plan: Callable[[Report], None] | None = None) -> Report:
     """Plan on every host; `on_plan(report)` (storing the plan) before anything is deleted; with
-    `yes`, execute the plan on every host that answered."""
+    `yes`, execute the plan on every host that answered. Bad input on any host raises InputError
+    before anything is deleted or stored."""
     report = Report(yes=yes, roots=roots, run_glob=check_glob(run_glob))
-    answers = run_on_hosts(_on_host, list(roots), roots, run_glob, None, timeout_s=timeout_s)
-    bad = [a["bad_input"] for a in answers.values() if isinstance(a, dict) and "bad_input" in a]
-    if bad:
-        raise InputError(bad[0])
+    answers = run_on_hosts(plan_on_host, list(roots), roots, run_glob, timeout_s=timeout_s)
+    for answer in answers.values():
+        if isinstance(answer, HostFailure) and isinstance(answer.error, InputError):
+            raise InputError(str(answer.error)) from answer.error
     for host, answer in answers.items():
         if isinstance(answer, HostFailure):
-            report.failures[host] = answer.reason
+            report.failures[host] = printable(answer.reason)
             continue
         report.plan[host], report.envs[host] = answer["actions"], answer["env"]
         report.filesystems[host] = answer["filesystems"]
@@ -136,13 +160,14 @@ def purge(roots: dict[str, str], run_glob: str = "*", *, yes: bool = False, time
 def _execute(report: Report, timeout_s: float) -> None:
     planned = {h: [r["path"] for r in rows if r["action"] == "remove"] for h, rows in report.plan.items()}
     # Every host that answered runs it, even with nothing to remove: its adapters get verified too.
-    answers = run_on_hosts(_on_host, list(report.plan), report.roots, report.run_glob, planned, timeout_s=timeout_s)
+    answers = run_on_hosts(purge_on_host, list(report.plan), report.roots, report.run_glob, planned,
+                           timeout_s=timeout_s)
     for host, answer in answers.items():
         if isinstance(answer, HostFailure):
-            report.failures[host] = (f"{answer.reason}; the purge may have stopped part way: "
-                                     "run the dry run again to see what remains")
-        elif "bad_input" in answer:
-            report.failures[host] = answer["bad_input"]
+            # The runs root gone since the plan is this host's failure, not bad input: other hosts
+            # have deleted by now, and their outcome must be stored.
+            report.failures[host] = printable(f"{answer.reason}; the purge may have stopped part way: "
+                                              "run the dry run again to see what remains")
         else:
             report.outcome[host], report.filesystems[host] = answer["actions"], answer["filesystems"]
 
@@ -185,114 +210,7 @@ def _hash(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
 
 
-# -- filesystems (measured on the host) --------------------------------------------------------
-@dataclasses.dataclass(kw_only=True)
-class FsRow:
-    """One filesystem holding planned checkpoints/ on one host."""
-
-    host: str
-    fs: str
-    fstype: str
-    mount: str
-    source: str
-    planned_bytes: int
-    """Allocated bytes of the checkpoints/ planned for removal on this filesystem."""
-    removed_bytes: int = 0
-    """Allocated bytes of the checkpoints/ actually removed."""
-    avail_before_bytes: int | None = None
-    avail_after_bytes: int | None = None
-    freed_bytes: int | None = None
-    """Measured: available bytes after minus before (other writers on the filesystem blur it)."""
-    zfs_snapshots: int | None = None
-    note: str = ""
-
-
-def filesystems(rows: list[purge_fs.ActionRow], host: str, before: dict[int, int],
-                after: dict[int, int] | None = None, outcome: list[purge_fs.ActionRow] | None = None, *,
-                mountinfo: str = "/proc/self/mountinfo", zfs: str = "zfs") -> list[FsRow]:
-    """Per filesystem: planned and removed bytes, space measured before/after, and the ZFS
-    snapshots that would keep the space held."""
-    mounts = read_mounts(mountinfo)
-    out = []
-    for dev in sorted({r.dev for r in rows}):
-        mine = [r for r in rows if r.dev == dev]
-        mount = mount_of(mine[0].path, dev, mounts)
-        fs = FsRow(host=host, fs=mine[0].fs, fstype=mount.get("fstype", "?"),
-                   mount=mount.get("mount", "?"), source=mount.get("source", "?"),
-                   planned_bytes=sum(r.alloc_bytes for r in mine), avail_before_bytes=before.get(dev))
-        if outcome is not None:
-            fs.removed_bytes = sum(r.alloc_bytes for r in outcome
-                                   if r.dev == dev and r.action == "removed")
-        if after is not None and dev in after and dev in before:
-            fs.avail_after_bytes = after[dev]
-            fs.freed_bytes = after[dev] - before[dev]
-        if fs.fstype == "zfs":
-            fs.zfs_snapshots, fs.note = zfs_snapshot_note(fs.source, zfs)
-        elif fs.freed_bytes is not None and fs.freed_bytes < fs.removed_bytes // 2:
-            fs.note = ("less came back than was removed: files still open (a running job), hard "
-                       "links elsewhere, or other writers on this filesystem meanwhile")
-        out.append(fs)
-    return out
-
-
-def read_mounts(mountinfo: str = "/proc/self/mountinfo") -> list[dict[str, str]]:
-    """Mounts from mountinfo: major:minor, mount point, fstype, source (a ZFS dataset's name)."""
-    try:
-        with open(mountinfo, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return []
-    mounts = []
-    for line in lines:
-        fields = line.split()
-        if "-" not in fields[6:] or len(fields) < fields.index("-", 6) + 3:
-            continue
-        sep = fields.index("-", 6)
-        mounts.append({"dev": fields[2], "mount": _unescape(fields[4]),
-                       "fstype": fields[sep + 1], "source": _unescape(fields[sep + 2])})
-    return mounts
-
-
-def _unescape(text: str) -> str:
-    """mountinfo writes space, tab, newline and backslash as octal escapes (\\040)."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
-
-
-def mount_of(path: str, dev: int, mounts: list[dict[str, str]]) -> dict[str, str]:
-    """The mount holding `path`: the deepest mount point above it, preferring those whose
-    major:minor is the path's st_dev (btrfs subvolumes report another device)."""
-    real = os.path.realpath(os.path.dirname(path))
-    above = [m for m in mounts if purge_fs.is_inside(real, m["mount"])]
-    same_dev = [m for m in above if m["dev"] == f"{os.major(dev)}:{os.minor(dev)}"]
-    candidates = same_dev or above
-    return max(candidates, key=lambda m: len(m["mount"])) if candidates else {}
-
-
-def zfs_snapshot_note(dataset: str, zfs: str = "zfs") -> tuple[int | None, str]:
-    """How many snapshots the dataset has, and what that means for the space purged."""
-    cmd = [zfs, "list", "-H", "-t", "snapshot", "-o", "name", "-d", "1", dataset]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-    except FileNotFoundError:
-        return None, ("ZFS, but no `zfs` command on this host: cannot tell whether snapshots "
-                      "hold the purged space")
-    except subprocess.TimeoutExpired:
-        return None, "ZFS: `zfs list` gave no answer within 30 s: snapshots unknown"
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        return None, f"ZFS: `zfs list` failed ({last}): snapshots unknown"
-    num = sum(1 for name in done.stdout.splitlines() if name.startswith(f"{dataset}@"))
-    if num == 0:
-        return 0, "ZFS, no snapshots of the dataset: the space is returned (ZFS frees asynchronously)"
-    return num, (f"ZFS dataset {dataset} has {num} snapshot(s): the purged space stays held by "
-                 "them, not returned, until they are destroyed")
-
-
-# -- presentation -------------------------------------------------------------------------------
-
-
-
-
+# -- what the store keeps of a host's part ------------------------------------------------------
 def _host_reason(report: Report, host: str) -> str:
     if host in report.failures:
         return report.failures[host]

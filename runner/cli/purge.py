@@ -67,7 +67,7 @@ def render(report: Report) -> str:
 
 
 def _verified(value: bool | None) -> str:
-    return {True: "verified", False: "CHANGED", None: "-"}[value]
+    return {True: "verified", False: "CHANGED", None: "not verified"}[value]
 
 
 def main(args: argparse.Namespace) -> int:

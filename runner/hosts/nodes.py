@@ -27,6 +27,8 @@ class HostFailure:
 
     host: str
     reason: str
+    error: BaseException | None = None
+    """The exception the task raised, when it raised one (its caller may re-raise it)."""
 
 
 def connect(address: str | None = None) -> None:
@@ -127,7 +129,7 @@ def run_on_hosts(fn: Callable[..., Any], hosts: list[str], *args: Any, timeout_s
         try:
             results[host] = ray.get(ref)
         except Exception as exc:  # a remote error of any kind is this host's answer
-            results[host] = HostFailure(host, one_line(exc))
+            results[host] = HostFailure(host, one_line(exc), getattr(exc, "cause", None) or exc)
     for ref, host in pending.items():
         ray.cancel(ref, force=True)
         results[host] = HostFailure(host, f"timeout: no answer within {timeout_s:g} s")

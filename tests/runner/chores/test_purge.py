@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from runner.chores import deletion, scan
 from runner.chores import purge as purge_mod
-from runner.chores import purge_fs
-from runner.chores.purge import filesystems, purge
+from runner.chores.fstree import remove_tree
+from runner.chores.mounts import filesystems
+from runner.chores.purge import purge
 from runner.cli import main
 from runner.store.store import Store
 
@@ -31,6 +33,18 @@ def write(path: Path, num_bytes: int, seed: int = 0) -> None:
     path.write_bytes(bytes((seed + i * 7) % 251 for i in range(num_bytes)))
 
 
+def write_weights(path: Path, seed: int = 0) -> None:
+    """A real PEFT-style safetensors file (safetensors' own writer): two small LoRA matrices."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    save_file({"base_model.model.q_proj.lora_A.weight": rng.standard_normal((8, 16), dtype=np.float32),
+               "base_model.model.q_proj.lora_B.weight": rng.standard_normal((16, 8), dtype=np.float32)},
+              str(path))
+
+
 def make_run(root: Path, name: str, ckpt_bytes: int = 3000, adapter: bool = True) -> Path:
     """A run as a trainer leaves it: two intermediate checkpoints, a final adapter, a merged model."""
     run = root / name
@@ -38,7 +52,7 @@ def make_run(root: Path, name: str, ckpt_bytes: int = 3000, adapter: bool = True
     write(run / "checkpoints" / "step-100" / "optimizer.pt", 2 * ckpt_bytes, 2)
     write(run / "checkpoints" / "step-200" / "adapter_model.safetensors", ckpt_bytes, 3)
     if adapter:
-        write(run / "adapter" / "adapter_model.safetensors", 1000, 4)
+        write_weights(run / "adapter" / "adapter_model.safetensors", 4)
         (run / "adapter" / "adapter_config.json").write_text('{"r": 8}')
     write(run / "merged" / "model.safetensors", 500, 5)
     (run / "train.log").write_text("done\n")
@@ -84,8 +98,7 @@ def lab(tmp_path):
     make_run(gx, "borrower", adapter=False)
     (gx / "borrower" / "adapter").symlink_to(gx / "donor" / "checkpoints" / "step-200")
     make_run(ana, "donor-hard")
-    run = make_run(ana, "borrower-hard", adapter=False)
-    (run / "adapter").mkdir()
+    run = make_run(ana, "borrower-hard")
     os.link(ana / "donor-hard" / "checkpoints" / "step-100" / "optimizer.pt", run / "adapter" / "opt.pt")
     # An adapter file hard-linked with a checkpoint file.
     run = make_run(gx, "hardlink", adapter=False)
@@ -122,7 +135,8 @@ EXPECTED = {  # run -> (action, a phrase its reason must contain)
     ("ana-ml2", "ckpt-escapes"): ("refuse", "checkpoints/ is a symlink resolving outside the runs root"),
     ("ana-ml2", "run-escapes"): ("refuse", "run directory is a symlink resolving outside the runs root"),
     ("ana-ml2", "no-adapter"): ("refuse", "final adapter missing"),
-    ("gx10", "donor"): ("refuse", "checkpoints/ holds another run's final adapter: borrower/adapter"),
+    ("gx10", "donor"): ("refuse", "another run's final adapter rests on checkpoints/ through a symlink: "
+                                     "borrower/adapter -> "),
     ("gx10", "borrower"): ("refuse", "final adapter is a symlink into another run's checkpoints/ (donor)"),
     ("ana-ml2", "donor-hard"): ("refuse", "hard link with another run's final adapter: "
                                           "borrower-hard/adapter/opt.pt shares an inode with "
@@ -163,8 +177,8 @@ def test_plan_refuses_each_unsafe_run_with_its_reason(ray_cluster, lab):
     assert got[("gx10", "hardlink")]["bytes"] == ckpt_bytes(hard) == 4 * 3000
     assert report.failures == {} and report.ok
     # --run selecting the donor alone still sees the unselected borrower's adapter.
-    [donor] = purge_fs.scan_root(str(lab["roots"]["gx10"]), "donor")
-    assert donor.action == "refuse" and "borrower/adapter" in donor.reason
+    [donor] = scan.scan_root(str(lab["roots"]["gx10"]), "donor")
+    assert donor.action == "refuse" and "borrower/adapter ->" in donor.reason
 
 
 def test_dry_run_deletes_nothing_and_is_stored(ray_cluster, lab, capsys):
@@ -220,30 +234,26 @@ def test_purge_removes_only_planned_checkpoints_and_adapters_survive(ray_cluster
 
 def test_refusals_are_rechecked_at_the_moment_of_deletion(lab):
     root = lab["roots"]["gx10"]
-    plan = purge_fs.scan_root(str(root), "clean-*")
+    plan = scan.scan_root(str(root), "clean-*")
     assert [r.action for r in plan] == ["remove"]
     # Between the plan and the deletion, a trainer drops a `latest` link into checkpoints/, and a
     # new run appears that nobody approved.
     (root / "clean-a" / "checkpoints" / "latest").symlink_to("step-200")
     make_run(root, "clean-new")
     before = listing(root)
-    result = purge_fs.execute(str(root), "clean-*", [r.path for r in plan])
+    result = deletion.execute(str(root), "clean-*", [r.path for r in plan])
     rows = {r.run: r for r in result.actions}
     assert rows["clean-a"].action == "refuse"
     assert rows["clean-a"].reason.startswith("at deletion: symlink inside checkpoints/")
     assert rows["clean-new"].action == "refuse" and "not in the plan" in rows["clean-new"].reason
     assert listing(root) == before
-    # The last check, right before one run's removal: a row planned as removable, the tree changed
-    # after that (the adapter replaced by a link into checkpoints/): refused, nothing touched.
-    [row] = purge_fs.scan_root(str(root), "clean-new")
+    # Approved while clean; then the adapter replaced by a link into checkpoints/: refused at
+    # deletion, nothing touched.
+    [row] = scan.scan_root(str(root), "clean-new")
     os.rename(root / "clean-new" / "adapter", root / "clean-new" / "adapter.old")
     (root / "clean-new" / "adapter").symlink_to("checkpoints/step-100")
     before = listing(root)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        late = purge_fs._delete_checked(str(root), fd, row)
-    finally:
-        os.close(fd)
+    [late] = deletion.execute(str(root), "clean-new", [row.path]).actions
     assert late.action == "refuse" and late.reason.startswith("at deletion: final adapter is a symlink into")
     assert listing(root) == before
 
@@ -267,7 +277,7 @@ def test_anything_else_in_the_run_resting_on_checkpoints_refuses_it(tmp_path):
     run = make_run(root, "link-elsewhere")  # links that do not lead into checkpoints/ are fine
     (run / "merged" / "cfg.json").symlink_to("../adapter/adapter_config.json")
     (run / "latest-log").symlink_to("train.log")
-    rows = {r.run: r for r in purge_fs.scan_root(str(root))}
+    rows = {r.run: r for r in scan.scan_root(str(root))}
     assert {n: r.action for n, r in rows.items()} == {
         "plain": "remove", "link-elsewhere": "remove", "merged-is-link": "refuse",
         "deep-link": "refuse", "merged-hard": "refuse", "top-hard": "refuse"}
@@ -283,7 +293,7 @@ def test_anything_else_in_the_run_resting_on_checkpoints_refuses_it(tmp_path):
     planned = [rows["plain"].path, rows["link-elsewhere"].path]
     (root / "plain" / "merged" / "w.bin").symlink_to("../checkpoints/step-200/adapter_model.safetensors")
     before = listing(root)
-    done = {r.run: r for r in purge_fs.execute(str(root), "*", planned).actions}
+    done = {r.run: r for r in deletion.execute(str(root), "*", planned).actions}
     assert done["plain"].action == "refuse" and done["plain"].reason.startswith(
         "at deletion: symlink into checkpoints/ outside it: merged/w.bin")
     assert done["link-elsewhere"].action == "removed"
@@ -305,7 +315,7 @@ def test_removal_unlinks_symlinks_without_following_them(tmp_path):
     before = listing(outside)
     fd = os.open(tmp_path / "run", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        purge_fs.remove_tree("checkpoints", fd)
+        remove_tree("checkpoints", fd)
     finally:
         os.close(fd)
     assert not victim.exists() and listing(outside) == before
@@ -321,7 +331,7 @@ def test_zfs_snapshots_are_reported_as_holding_the_space(tmp_path):
     zfs = tmp_path / "zfs"  # stands in for the zfs command: prints two snapshots of the dataset
     zfs.write_text("#!/bin/sh\nprintf 'tank/lab@nightly-1\\ntank/lab@nightly-2\\n'\n")
     zfs.chmod(0o755)
-    rows = purge_fs.scan_root(str(tmp_path / "runs"))
+    rows = scan.scan_root(str(tmp_path / "runs"))
     [fs] = filesystems(rows, "gx10", {}, mountinfo=str(mountinfo), zfs=str(zfs))
     assert (fs.fstype, fs.source, fs.mount, fs.zfs_snapshots) == ("zfs", "tank/lab", str(tmp_path), 2)
     assert "held by them, not returned" in fs.note
@@ -349,14 +359,19 @@ def test_bad_input_is_one_line_exit_2_and_stores_nothing(ray_cluster, lab, capsy
 
 
 def test_digest_check_catches_an_adapter_lost_through_a_hole_in_the_refusals(lab, monkeypatch):
-    """Defence in depth: were the adapter checks to miss a link into checkpoints/, the sha256
-    comparison after the deletion still reports the adapter as changed (and the purge fails)."""
+    """Defence in depth: were the adapter checks to miss a link into checkpoints/, the digests
+    taken once checkpoints/ is set aside differ, and it is put back, nothing deleted; were that
+    missed too, the digests after the deletion report the adapter as changed."""
     root = lab["roots"]["gx10"]
-    monkeypatch.setattr(purge_fs, "_adapter_reasons", lambda *a: ([], 1))
-    [row] = purge_fs.scan_root(str(root), "adapter-into-ckpt")
+    monkeypatch.setattr(scan, "_adapter_reasons", lambda *a: ([], 1))
+    [row] = scan.scan_root(str(root), "adapter-into-ckpt")
     assert row.action == "remove"  # the simulated hole
-    result = purge_fs.execute(str(root), "adapter-into-ckpt", [row.path])
-    [done] = result.actions
+    before = listing(root)
+    [done] = deletion.execute(str(root), "adapter-into-ckpt", [row.path]).actions
+    assert done.action == "refuse" and "changed while checkpoints/ were set aside" in done.reason
+    assert listing(root) == before and done.adapter_digests_verified is True
+    monkeypatch.setattr(deletion, "changed_adapters", lambda *a: [])  # the second hole
+    [done] = deletion.execute(str(root), "adapter-into-ckpt", [row.path]).actions
     assert done.action == "removed" and done.adapter_digests_verified is False
 
 
@@ -379,13 +394,18 @@ def test_an_unreachable_host_fails_its_job_and_the_others_still_purge(ray_cluste
 
 
 def test_digest_check_covers_the_adapters_of_runs_not_selected(lab, monkeypatch):
-    """--run donor alone, with the cross-run check knocked out: the borrower (not selected) loses
-    its adapter, and the purge says so with a failed row of its own."""
+    """--run donor alone, with the cross-run check knocked out: the borrower's adapter (not
+    selected) dangles once donor's checkpoints/ is set aside, so it is put back; with that check
+    knocked out too, the borrower loses its adapter and the purge says so in a failed row."""
     root = lab["roots"]["gx10"]
-    monkeypatch.setattr(purge_fs, "_others_reasons", lambda *a: [])
-    [row] = purge_fs.scan_root(str(root), "donor")
-    result = purge_fs.execute(str(root), "donor", [row.path])
-    by_run = {r.run: r for r in result.actions}
+    monkeypatch.setattr(scan, "_resting_on", lambda *a: [])
+    [row] = scan.scan_root(str(root), "donor")
+    before = listing(root)
+    by_run = {r.run: r for r in deletion.execute(str(root), "donor", [row.path]).actions}
+    assert by_run["donor"].action == "refuse" and "the final adapter of borrower changed" in by_run["donor"].reason
+    assert listing(root) == before and set(by_run) == {"donor"}
+    monkeypatch.setattr(deletion, "changed_adapters", lambda *a: [])
+    by_run = {r.run: r for r in deletion.execute(str(root), "donor", [row.path]).actions}
     assert by_run["donor"].action == "removed" and by_run["donor"].adapter_digests_verified is True
     assert by_run["borrower"].action == "failed" and by_run["borrower"].adapter_digests_verified is False
     assert set(by_run) == {"donor", "borrower"}
