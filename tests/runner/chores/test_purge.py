@@ -6,7 +6,6 @@ the bytes the test wrote; "nothing else is gone" is a comparison of full no-foll
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -16,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from purge_util import listing, make_run, write
 
 from runner.chores import deletion, scan
 from runner.chores import purge as purge_mod
@@ -26,53 +26,6 @@ from runner.cli import main
 from runner.store.store import Store
 
 HOSTS = ("gx10", "ana-ml2")
-
-
-def write(path: Path, num_bytes: int, seed: int = 0) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(bytes((seed + i * 7) % 251 for i in range(num_bytes)))
-
-
-def write_weights(path: Path, seed: int = 0) -> None:
-    """A real PEFT-style safetensors file (safetensors' own writer): two small LoRA matrices."""
-    import numpy as np
-    from safetensors.numpy import save_file
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    save_file({"base_model.model.q_proj.lora_A.weight": rng.standard_normal((8, 16), dtype=np.float32),
-               "base_model.model.q_proj.lora_B.weight": rng.standard_normal((16, 8), dtype=np.float32)},
-              str(path))
-
-
-def make_run(root: Path, name: str, ckpt_bytes: int = 3000, adapter: bool = True) -> Path:
-    """A run as a trainer leaves it: two intermediate checkpoints, a final adapter, a merged model."""
-    run = root / name
-    write(run / "checkpoints" / "step-100" / "adapter_model.safetensors", ckpt_bytes, 1)
-    write(run / "checkpoints" / "step-100" / "optimizer.pt", 2 * ckpt_bytes, 2)
-    write(run / "checkpoints" / "step-200" / "adapter_model.safetensors", ckpt_bytes, 3)
-    if adapter:
-        write_weights(run / "adapter" / "adapter_model.safetensors", 4)
-        (run / "adapter" / "adapter_config.json").write_text('{"r": 8}')
-    write(run / "merged" / "model.safetensors", 500, 5)
-    (run / "train.log").write_text("done\n")
-    return run
-
-
-def listing(top: Path) -> dict[str, str]:
-    """Every entry under `top`, never following a symlink: path -> what it is (and its sha256)."""
-    out = {}
-    for folder, dirs, files in os.walk(top, followlinks=False):
-        for name in dirs + files:
-            path = Path(folder) / name
-            rel = str(path.relative_to(top))
-            if path.is_symlink():
-                out[rel] = "link:" + os.readlink(path)
-            elif path.is_dir():
-                out[rel] = "dir"
-            else:
-                out[rel] = "file:" + hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
 
 
 @pytest.fixture
@@ -481,3 +434,14 @@ def test_without_an_address_only_this_machine_is_purged_as_host_local(tmp_path):
         assert not (roots["local"] / "run-local" / "checkpoints").exists()
         assert (roots["gx10"] / "run-gx10" / "checkpoints").is_dir()
         assert (roots["local"] / "run-local" / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_bad_input_on_a_host_is_raised_there_and_carried_back_as_itself(ray_cluster, tmp_path):
+    """No runs root on the host: the host task raises InputError (never an in-band value), and
+    the driver gets that exception back, to raise before any host deletes anything."""
+    from probes.result import InputError
+    from runner.hosts.nodes import HostFailure, run_on_hosts
+
+    answers = run_on_hosts(purge_mod.plan_on_host, ["gx10"], {"gx10": str(tmp_path / "nowhere")}, "*")
+    assert isinstance(answers["gx10"], HostFailure) and isinstance(answers["gx10"].error, InputError)
+    assert str(answers["gx10"].error) == f"gx10: runs root {tmp_path / 'nowhere'} does not exist or is not a directory"
