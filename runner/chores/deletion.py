@@ -27,6 +27,7 @@ from runner.chores.fstree import (
     remove_tree,
     tree_digests,
 )
+from runner.chores.mounts import sync_filesystem
 from runner.chores.scan import (
     ADAPTER,
     ASIDE_PREFIX,
@@ -127,7 +128,7 @@ def _carry_out(root: str, todo: list[ActionRow], before: Digests) -> list[Action
             try:
                 asides.append(_set_aside(root_fd, row))
             except OSError as exc:
-                results.append(dataclasses.replace(row, action="failed", reason=readable(
+                results.append(dataclasses.replace(row, action="failed", reason=(
                     f"could not set checkpoints/ aside ({_why(exc)}): nothing removed")))
         try:
             changed = changed_adapters(before, all_digests(root))
@@ -208,13 +209,14 @@ def _delete_aside(root_fd: int, aside: _Aside) -> ActionRow:
             os.close(run_fd)
     except OSError as exc:
         where = os.path.join(os.path.dirname(aside.row.path), readable(aside.holder))
-        return dataclasses.replace(aside.row, action="failed", reason=readable(
+        return dataclasses.replace(aside.row, action="failed", reason=(
             f"removal stopped ({_why(exc)}); checkpoints/ may be partly removed: what remains is in {where}"))
     return dataclasses.replace(aside.row, action="removed")
 
 
 def _why(exc: OSError) -> str:
-    return f"{exc.strerror}: {exc.filename}" if exc.strerror and exc.filename else (exc.strerror or str(exc))
+    """The error as readable text (the file it names may not be UTF-8)."""
+    return readable(f"{exc.strerror}: {exc.filename}" if exc.strerror and exc.filename else (exc.strerror or str(exc)))
 
 
 def _verify(root: str, host: str, outcome: list[ActionRow], before: Digests) -> list[ActionRow]:
@@ -236,11 +238,11 @@ def _verify(root: str, host: str, outcome: list[ActionRow], before: Digests) -> 
 
 def _avail_by_dev(rows: list[ActionRow]) -> dict[int, int]:
     """Bytes available to users on each filesystem holding one of `rows`, measured now."""
-    os.sync()  # flush pending frees so the figure is the filesystem's, not the page cache's
     paths = {r.dev: os.path.dirname(r.real_path) for r in rows}
     out = {}
     for dev, path in paths.items():
         try:
+            sync_filesystem(path)  # pending frees flushed: the figure is the filesystem's, not the cache's
             vfs = os.statvfs(path)
         except OSError:  # the run went meanwhile: no figure rather than no outcome
             continue

@@ -9,6 +9,7 @@ after, and asks `zfs` whether snapshots keep that space held.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import os
 import re
@@ -42,6 +43,18 @@ def read_mounts(mountinfo: str = MOUNTINFO) -> list[dict[str, str]]:
 def _unescape(field: bytes) -> str:
     """mountinfo writes space, tab, newline and backslash as octal escapes (\\040), of bytes."""
     return os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), field))
+
+
+def sync_filesystem(path: str) -> None:
+    """Flush the pending writes and frees of the filesystem holding `path` (syncfs(2)), not every
+    filesystem of the machine (sync(2), the fallback where libc has no syncfs)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if not hasattr(libc, "syncfs") or libc.syncfs(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
 
 
 def mount_points_under(folder: str, mounts: list[dict[str, str]] | None = None) -> list[str]:

@@ -117,10 +117,22 @@ class RootIndex:
 
 
 def index_root(root: str) -> RootIndex:
-    """One no-follow walk of the whole runs root (every run, whatever --run selects)."""
-    tree = walk_tree(root, ".", index_only=True)
-    strip = lambda rel: rel[2:]
-    links = [(strip(rel), text, link_trail(os.path.join(root, strip(rel)))) for rel, text in tree.symlinks]
+    """One no-follow walk of the whole runs root (every run, whatever --run selects), and of each
+    run the root links to (reached as a run, its links count as under the root; other links to
+    folders, a `datasets -> /data` say, are not walked)."""
+    trees = [("", walk_tree(root, ".", index_only=True))]
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        if os.path.islink(path) and any(os.path.isdir(os.path.join(path, d)) for d in (CHECKPOINTS, ADAPTER)):
+            trees.append((name, walk_tree(os.path.realpath(path), "./" + name, index_only=True)))
+    links, shared = [], {}
+    for name, tree in trees:
+        real = os.path.realpath(os.path.join(root, name))
+        for rel, text in tree.symlinks:
+            label = rel[2:]  # "./run/x" -> "run/x"
+            links.append((label, text, link_trail(os.path.join(real, os.path.relpath(label, name or ".")))))
+        for key, names in tree.shared.items():
+            shared.setdefault(key, []).extend(n[2:] for n in names)
     mounts = [m for m in mount_points_under(root, read_mounts()) if m != root]
     mounted = {}
     for point in mounts:
@@ -129,8 +141,7 @@ def index_root(root: str) -> RootIndex:
         except OSError:
             continue
         mounted[(st.st_dev, st.st_ino)] = point
-    return RootIndex(links=links, shared={k: [strip(n) for n in v] for k, v in tree.shared.items()},
-                     mounts=mounts, mounted_dirs=mounted)
+    return RootIndex(links=links, shared=shared, mounts=mounts, mounted_dirs=mounted)
 
 
 def scan_run(root: str, name: str, host: str, index: RootIndex) -> ActionRow | None:
@@ -182,6 +193,8 @@ def _checkpoints_reasons(root: str, ckpt: str, run_st: os.stat_result, ckpt_st: 
     reasons = []
     if ckpt_st.st_dev != run_st.st_dev:
         reasons.append("checkpoints/ is another filesystem's mount point")
+    if os.path.dirname(ckpt) in index.mounts:
+        reasons.append("the run directory is a mount point (what is mounted lives elsewhere)")
     if not is_inside(real, root):
         reasons.append("checkpoints/ resolves outside the runs root")
     if tree.symlinks:

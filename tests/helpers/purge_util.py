@@ -19,15 +19,16 @@ def write(path: Path, num_bytes: int, seed: int = 0) -> None:
     path.write_bytes(bytes((seed + i * 7) % 251 for i in range(num_bytes)))
 
 
-def write_weights(path: Path, seed: int = 0) -> None:
-    """A real PEFT-style safetensors file (safetensors' own writer): two small LoRA matrices."""
+def write_weights(path: Path, seed: int = 0, rank: int = 8) -> None:
+    """A real PEFT-style safetensors file (safetensors' own writer): two LoRA matrices of `rank`
+    (16 x rank floats each)."""
     import numpy as np
     from safetensors.numpy import save_file
 
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    save_file({"base_model.model.q_proj.lora_A.weight": rng.standard_normal((8, 16), dtype=np.float32),
-               "base_model.model.q_proj.lora_B.weight": rng.standard_normal((16, 8), dtype=np.float32)},
+    save_file({"base_model.model.q_proj.lora_A.weight": rng.standard_normal((rank, 16), dtype=np.float32),
+               "base_model.model.q_proj.lora_B.weight": rng.standard_normal((16, rank), dtype=np.float32)},
               str(path))
 
 
