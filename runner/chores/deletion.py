@@ -69,7 +69,11 @@ def changed_adapters(before: Digests, now: Digests) -> list[str]:
 def all_digests(root: str) -> Digests:
     """Every run's adapter under the root, not only the selected runs': one run's checkpoints/
     could be what another run's adapter rests on (refused, and verified all the same)."""
-    return {name: adapter_digests(os.path.join(root, name)) for name in sorted(os.listdir(root))}
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:  # the root gone: every adapter reads as lost, and the rows are kept
+        return {}
+    return {name: adapter_digests(os.path.join(root, name)) for name in names}
 
 
 def verdict(before: dict[str, str] | None, after: dict[str, str] | None) -> bool | None:
@@ -160,7 +164,11 @@ def _set_aside(root_fd: int, row: ActionRow) -> _Aside:
             raise
         st = os.stat(moved, dir_fd=run_fd, follow_symlinks=False)
         if (st.st_dev, st.st_ino) != (row.dev, row.ino):
-            _move_back(run_fd, holder)
+            try:
+                _move_back(run_fd, holder)
+            except OSError as exc:
+                raise OSError(f"checkpoints/ was replaced since it was checked, and could not be put back "
+                              f"({exc.strerror or exc}): it is in {readable(holder)}") from exc
             raise OSError("checkpoints/ was replaced since it was checked")
     finally:
         os.close(run_fd)

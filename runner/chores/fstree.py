@@ -57,7 +57,14 @@ def walk_tree(top: str, label: str, *, index_only: bool = False) -> Tree:
     hard links of a whole runs root: other filesystems are entered too (a link on one can lead
     anywhere), `files` and sizes are not kept (they would be every file of every run)."""
     tree = Tree()
-    top_st = os.lstat(top)
+    try:
+        top_st = os.lstat(top)
+    except OSError as exc:  # gone or replaced since the caller looked: an error, never a guess
+        tree.errors.append(f"cannot stat {label}: {exc.strerror}")
+        return tree
+    if not stat.S_ISDIR(top_st.st_mode):
+        tree.errors.append(f"{label} changed while it was read (now a {file_kind(top_st.st_mode)})")
+        return tree
     tree.dirs.add((top_st.st_dev, top_st.st_ino))
     stack = [(top, label)]
     while stack:
@@ -76,7 +83,10 @@ def walk_tree(top: str, label: str, *, index_only: bool = False) -> Tree:
                 tree.errors.append(f"cannot stat {rel}: {exc.strerror}")
                 continue
             if stat.S_ISLNK(st.st_mode):
-                tree.symlinks.append((rel, os.readlink(entry.path)))
+                try:
+                    tree.symlinks.append((rel, os.readlink(entry.path)))
+                except OSError as exc:  # replaced since it was listed
+                    tree.errors.append(f"cannot read the link {rel}: {exc.strerror}")
             elif stat.S_ISDIR(st.st_mode):
                 if st.st_dev != top_st.st_dev:
                     tree.mounts.append(rel)
@@ -105,12 +115,12 @@ def is_inside(path: str, folder: str) -> bool:
 def link_trail(link: str, max_links: int = 40) -> list[str]:
     """Every absolute path the resolution of symlink `link` passes through, in order, its target
     last (as far as it exists): following `a -> ../b/checkpoints/x/../../merged` passes through
-    b/checkpoints even though the target is b/merged, and breaks when checkpoints/ goes."""
+    b/checkpoints even though the target is b/merged, and breaks when checkpoints/ goes.
+    OSError when `link` is no longer a symlink."""
     trail: list[str] = []
-    current = os.path.realpath(os.path.dirname(os.path.abspath(link)))
-    pending = _components(os.readlink(link))
-    if os.readlink(link).startswith(os.sep):
-        current = os.sep
+    text = os.readlink(link)
+    current = os.sep if text.startswith(os.sep) else os.path.realpath(os.path.dirname(os.path.abspath(link)))
+    pending = _components(text)
     num_links = 1
     while pending:
         part = pending.pop(0)

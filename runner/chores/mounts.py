@@ -77,7 +77,7 @@ def zfs_snapshot_note(dataset: str, zfs: str = "zfs") -> tuple[int | None, str]:
     """How many snapshots the dataset has, and what that means for the space purged."""
     cmd = [zfs, "list", "-H", "-t", "snapshot", "-o", "name", "-d", "1", dataset]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
     except FileNotFoundError:
         return None, ("ZFS, but no `zfs` command on this host: cannot tell whether snapshots "
                       "hold the purged space")

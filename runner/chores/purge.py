@@ -27,8 +27,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any
 
 from probes.result import InputError
 from runner.chores import deletion, scan
@@ -221,7 +222,7 @@ def _host_reason(report: Report, host: str) -> str:
 
 def host_summary(report: Report, host: str) -> dict[str, Any]:
     plan, outcome = report.plan.get(host, []), report.outcome.get(host, [])
-    count = lambda rows, action: sum(1 for r in rows if r["action"] == action)  # noqa: E731
+    count = lambda rows, action: sum(1 for r in rows if r["action"] == action)
     fs = report.filesystems.get(host, [])
     return {"mode": "purge" if report.yes else "dry-run",
             "num_remove_planned": count(plan, "remove"), "num_refused": count(plan, "refuse"),

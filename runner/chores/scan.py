@@ -82,7 +82,10 @@ def reaches(trail: list[str], folder: str) -> bool:
 
 
 def _symlink_reason(what: str, link: str, root: str, checkpoints: str) -> str:
-    trail = link_trail(link)
+    try:
+        text, trail = os.readlink(link), link_trail(link)
+    except OSError as exc:
+        return f"{what} changed while it was read ({exc.strerror})"
     parts = os.path.relpath(trail[-1], root).split(os.sep)
     if reaches(trail, os.path.abspath(checkpoints)):
         where = "into checkpoints/"
@@ -92,7 +95,7 @@ def _symlink_reason(what: str, link: str, root: str, checkpoints: str) -> str:
         where = f"into another run's checkpoints/ ({parts[0]})"
     else:
         where = "(never followed)"
-    return f"{what} is a symlink {where} (-> {os.readlink(link)})"
+    return f"{what} is a symlink {where} (-> {text})"
 
 
 def resolve_root(runs_root: str) -> str:
@@ -130,7 +133,10 @@ def index_root(root: str) -> RootIndex:
         real = os.path.realpath(os.path.join(root, name))
         for rel, text in tree.symlinks:
             label = rel[2:]  # "./run/x" -> "run/x"
-            links.append((label, text, link_trail(os.path.join(real, os.path.relpath(label, name or ".")))))
+            try:
+                links.append((label, text, link_trail(os.path.join(real, os.path.relpath(label, name or ".")))))
+            except OSError:  # replaced since the walk: as if made after the scan (see deletion.py)
+                continue
         for key, names in tree.shared.items():
             shared.setdefault(key, []).extend(n[2:] for n in names)
     mounts = [m for m in mount_points_under(root, read_mounts()) if m != root]

@@ -1,4 +1,8 @@
-"""`labprobe purge`: remove the intermediate `checkpoints/` of training runs across the lab's hosts."""
+"""`labprobe purge`, the command's half: its options, the tables it prints, its exit code.
+
+The purge itself (a task on each host, the plan and outcome stored) is runner/chores/purge.py;
+what is refused and why is docs/purge.md.
+"""
 
 from __future__ import annotations
 

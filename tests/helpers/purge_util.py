@@ -77,14 +77,14 @@ def python(code: str, *, timeout_s: float, binds: list[tuple[Path, Path]] = ()) 
         mounts = " && ".join(f"mount --bind {shlex.quote(str(s))} {shlex.quote(str(t))}" for s, t in binds)
         argv = ["unshare", "-m", "--propagation", "private", "sh", "-c",
                 f"{mounts} && exec {shlex.join(argv)}"]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
 
 
 def private_mounts_refused() -> str:
     """Why a private mount namespace with a bind mount cannot be made here ("" when it can)."""
     probe = ["unshare", "-m", "--propagation", "private", "sh", "-c", "mount --bind / /mnt"]
     try:
-        done = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"unshare cannot run: {exc}"
     return "" if done.returncode == 0 else f"unshare -m / mount --bind not permitted: {done.stderr.strip()}"

@@ -81,19 +81,19 @@ EXPECTED = {  # run -> (action, a phrase its reason must contain)
     ("ana-ml2", "clean-b"): ("remove", ""),
     ("gx10", "adapter-link"): ("refuse", "final adapter is a symlink (never followed)"),
     ("gx10", "adapter-into-ckpt"): ("refuse", "final adapter is a symlink into checkpoints/"),
-    ("gx10", "hardlink"): ("refuse", "adapter/adapter_model.safetensors shares an inode with "
-                                     "checkpoints/step-200/adapter_model.safetensors"),
-    ("ana-ml2", "ckpt-inner-link"): ("refuse", "symlink inside checkpoints/ (never followed): "
-                                               "checkpoints/latest -> step-200"),
+    ("gx10", "hardlink"): ("refuse", ("adapter/adapter_model.safetensors shares an inode with "
+                                     "checkpoints/step-200/adapter_model.safetensors")),
+    ("ana-ml2", "ckpt-inner-link"): ("refuse", ("symlink inside checkpoints/ (never followed): "
+                                               "checkpoints/latest -> step-200")),
     ("ana-ml2", "ckpt-escapes"): ("refuse", "checkpoints/ is a symlink resolving outside the runs root"),
     ("ana-ml2", "run-escapes"): ("refuse", "run directory is a symlink resolving outside the runs root"),
     ("ana-ml2", "no-adapter"): ("refuse", "final adapter missing"),
-    ("gx10", "donor"): ("refuse", "another run's final adapter rests on checkpoints/ through a symlink: "
-                                     "borrower/adapter -> "),
+    ("gx10", "donor"): ("refuse", ("another run's final adapter rests on checkpoints/ through a symlink: "
+                                     "borrower/adapter -> ")),
     ("gx10", "borrower"): ("refuse", "final adapter is a symlink into another run's checkpoints/ (donor)"),
-    ("ana-ml2", "donor-hard"): ("refuse", "hard link with another run's final adapter: "
+    ("ana-ml2", "donor-hard"): ("refuse", ("hard link with another run's final adapter: "
                                           "borrower-hard/adapter/opt.pt shares an inode with "
-                                          "checkpoints/step-100/optimizer.pt"),
+                                          "checkpoints/step-100/optimizer.pt")),
     ("ana-ml2", "borrower-hard"): ("remove", ""),
 }
 

@@ -16,8 +16,15 @@ import time
 from pathlib import Path
 
 import pytest
+from purge_util import (
+    listing,
+    make_run,
+    private_mounts_refused,
+    python,
+    write,
+    write_weights,
+)
 
-from purge_util import listing, make_run, private_mounts_refused, python, write, write_weights
 from runner.chores import deletion, scan
 from runner.chores import purge as purge_mod
 from runner.cli import main
@@ -61,7 +68,10 @@ def test_a_bind_mount_inside_checkpoints_refuses_the_run_and_its_files_survive(t
     write(elsewhere / "step-1" / "w.bin", 2000, 7)
     make_run(tmp_path, "someone-elses-run")  # mounted as a run directory of the root
     (root / "run-is-mount").mkdir()
+    make_run(root, "lender")  # one of its checkpoints mounted as another run's final adapter
+    (make_run(root, "borrower", adapter=False) / "adapter").mkdir()
     binds = [(tmp_path / "someone-elses-run", root / "run-is-mount"),
+             (root / "lender" / "checkpoints" / "step-200", root / "borrower" / "adapter"),
              (base, root / "base-inside" / "checkpoints" / "base"),
              (base, root / "base-deep" / "checkpoints" / "step-100" / "base"),
              (elsewhere, root / "ckpt-is-mount" / "checkpoints")]
@@ -75,6 +85,11 @@ def test_a_bind_mount_inside_checkpoints_refuses_the_run_and_its_files_survive(t
         assert got["outcome"][run]["action"] == "refuse"
         assert got["outcome"][run]["reason"].startswith("at deletion: ")
     assert "the run directory is a mount point" in got["plan"]["run-is-mount"]["reason"]
+    assert (f"a folder of checkpoints/ is also mounted at {root / 'borrower' / 'adapter'}"
+            in got["plan"]["lender"]["reason"])
+    assert "a mount point inside adapter/: adapter/" in got["plan"]["borrower"]["reason"]
+    assert {got["outcome"][n]["action"] for n in ("lender", "borrower")} == {"refuse"}
+    assert (root / "lender" / "checkpoints" / "step-200" / "adapter_model.safetensors").is_file()
     assert got["outcome"]["run-is-mount"]["action"] == "refuse"
     assert got["outcome"]["clean"]["action"] == "removed"
     assert {"base": listing(base), "elsewhere": listing(elsewhere),
@@ -319,6 +334,28 @@ def test_a_swap_after_the_last_check_is_caught_once_checkpoints_is_set_aside(tmp
     assert done.action == "refuse" and "changed while checkpoints/ were set aside" in done.reason
     assert (run / "adapter" / "adapter_model.safetensors").read_bytes() == weights
     assert (run / "checkpoints").is_dir() and not list(run.glob(".labprobe-purging-*"))
+
+
+def test_checkpoints_replaced_after_the_last_check_is_put_back_untouched(tmp_path, monkeypatch):
+    """checkpoints/ itself swapped for another folder (holding the final weights, say) between
+    the check and the rename: the folder renamed is not the one checked, so it goes back."""
+    run = _race_run(tmp_path / "runs")
+    [row] = scan.scan_root(str(run.parent))
+    real_scan = deletion.scan_root
+
+    def scan_then_replace(*args):
+        rows = real_scan(*args)
+        os.rename(run / "checkpoints", run / "checkpoints.checked")
+        os.rename(run / "adapter", run / "checkpoints")
+        return rows
+
+    monkeypatch.setattr(deletion, "scan_root", scan_then_replace)
+    [done] = deletion.execute(str(run.parent), "*", [row.path]).actions
+    assert done.action == "failed" and done.reason == (
+        "could not set checkpoints/ aside (checkpoints/ was replaced since it was checked): nothing removed")
+    assert (run / "checkpoints" / "adapter_model.safetensors").is_file()
+    assert (run / "checkpoints.checked" / "step-100" / "optimizer.pt").is_file()
+    assert not list(run.glob(".labprobe-purging-*"))
 
 
 # -- 5. FIFOs and other non-files --------------------------------------------------------------
