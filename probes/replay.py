@@ -257,7 +257,8 @@ def run(config: Config) -> ProbeResult:
         return _failed(result, "model_loaded", failed)
     result.summary["device"] = torch.cuda.get_device_name(session.device) if session.device.type == "cuda" else "cpu"
     # every timing first (fit points, then the replays), every profiler run after: CUPTI lingers
-    points = [] if given else [fit_point(session, w) for w in config.widths()]
+    # widest first: the allocator reaches its peak before the jittery launch-bound points are timed
+    points = [] if given else sorted((fit_point(session, w) for w in config.widths()[::-1]), key=lambda r: r.seq_len)
     plans = {s: shapes(config, data.length, s, size) for s in config.strategies}
     measured = {s: measure.oom_guard(session, lambda b=b: time_replay(session, b, config.warmup_steps),
                                      lambda msg: msg) for s, b in plans.items()}
