@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = Path(os.environ.get("BENCH_CHECKPOINT", ROOT / "demo" / "checkpoints" / "qwen3-4b-base"))
 LENGTHS = ROOT / "benchmarks" / "data" / "demo_lengths_qwen3.csv"
 QUICK = os.environ.get("BENCH_QUICK") == "1"
+FIT_LENS = (128, 256, 384, 512, 768, 1024, 1536, 2048)
 
 
 def environment() -> dict:
@@ -88,13 +89,16 @@ def ce_check(budgets_gib: list[float], tokens: int, device: torch.device) -> dic
     return out
 
 
-def replay_check() -> tuple[dict, replay.ProbeResult]:
-    config = replay.Config(
+def replay_config() -> replay.Config:
+    return replay.Config(
         checkpoint=CHECKPOINT, lengths=LENGTHS, weights="random", lora_rank=32, lora_alpha=64.0,
         batch_size=6, max_length=2048, strategies=("longest", "bucket"), num_steps=20 if QUICK else 200,
-        warmup_steps=3, fit_lens=(128, 256, 384, 512, 768, 1024, 1536, 2048), fit_steps=2 if QUICK else 5)
+        warmup_steps=3, fit_lens=FIT_LENS, fit_steps=2 if QUICK else 5)
+
+
+def replay_check() -> tuple[dict, replay.ProbeResult]:
     begin = time.perf_counter()
-    result = replay.run(config)
+    result = replay.run(replay_config())
     return {"wall_s": time.perf_counter() - begin, "ok": result.ok}, result
 
 

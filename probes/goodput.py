@@ -14,10 +14,12 @@ smallest one's time. A padded or packed batch carries an explicit attention mask
 measured on maskless batches, such a batch is charged the profile's same-shape padding penalty.
 
 Table `goodput`, one row per strategy: `num_batches`, `real_tokens`, `padded_tokens`,
-`pad_fraction`, `epoch_s` (predicted), `goodput_tok_per_s` (real tokens over epoch_s),
+`pad_fraction`, `epoch_s` (predicted, steady state), `goodput_tok_per_s` (real tokens over epoch_s),
+`num_shapes` and `new_shapes_s` (the one-off cost of each batch shape's first step, once a job),
 `outside_fit_time_pct` (the share of epoch_s from steps priced outside the fitted lengths and not
-covered by a measured launch-bound point), `hours_per_job` (the budget's tokens at this goodput) and
-`hours_sweep` (x arms x seeds). Checks: `within_fitted_range` (no strategy takes more than 5% of its
+covered by a measured launch-bound point), `hours_per_job` (the budget's tokens at this goodput, plus new_shapes_s) and
+`hours_sweep` (x arms x seeds: every arm priced as this model; goodput.sweep_hours sums arms
+that are different models). Checks: `within_fitted_range` (no strategy takes more than 5% of its
 time outside the fit) and `fit_gpu_bound` (the fit was built from GPU-bound points only).
 """
 
@@ -53,6 +55,9 @@ class StepModel:
     """Extra time of a masked batch over a maskless one of the same shape (0 when the fit is masked)."""
     launch_bound_in_fit: bool | None = False
     """True: the fit includes launch-bound points; None: not known (a CPU profile)."""
+    new_shape_s: float = 0.0
+    """One-off cost of the first step at a batch shape (rows, width) the process has not run before
+    (kernel plans, allocator growth), paid once per shape per job (measured by `replay`)."""
     source: str = "given"
 
     def poly(self, rows, widths) -> np.ndarray:
@@ -92,11 +97,12 @@ def model_from_profile(profile: dict, source: str = "profile") -> StepModel:
     penalty = next((r.get("penalty_same_shape_pct") for r in tables.get("padding_penalty", [])
                     if r.get("case") == "half_padded"), None)
     unknown = any(r.get("launch_bound") is None for r in fitted)
+    new_shape_s = (profile.get("summary") or {}).get("new_shape_s") or 0.0
     return StepModel(quadratic_s=coef["quadratic"], linear_s=coef["linear"], fixed_s=coef["fixed"],
                      min_len=min(r["seq_len"] for r in fitted), max_len=max(r["seq_len"] for r in fitted),
                      fit_batch_size=fitted[0]["batch_size"], launch_points=tuple(launch),
                      mask_penalty_pct=penalty or 0.0, launch_bound_in_fit=None if unknown else False,
-                     source=source)
+                     new_shape_s=new_shape_s, source=source)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +167,8 @@ class Config:
     """Given fit: extra percent a padded or packed (masked) batch takes over a maskless one."""
     fit_launch_bound: bool = False
     """Given fit: it was built from launch-bound points (its numbers measure the host's CPU)."""
+    new_shape_s: float = 0.0
+    """Given fit: one-off seconds of the first step at each batch shape new to the process."""
     token_budget: int | None = None
     """Real training tokens a job (cluster.yaml budget.tokens_per_job); unset: one epoch of the corpus."""
     num_arms: int = 1
@@ -198,7 +206,8 @@ def step_model(config: Config) -> StepModel:
     return StepModel(quadratic_s=config.quadratic_s, linear_s=config.linear_s, fixed_s=config.fixed_s,
                      min_len=config.fit_min_len, max_len=config.fit_max_len or config.max_length,
                      fit_batch_size=config.fit_batch_size, launch_points=floor,
-                     mask_penalty_pct=config.mask_penalty_pct, launch_bound_in_fit=config.fit_launch_bound)
+                     mask_penalty_pct=config.mask_penalty_pct, launch_bound_in_fit=config.fit_launch_bound,
+                     new_shape_s=config.new_shape_s)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -210,7 +219,12 @@ class GoodputRow:
     padded_tokens: int
     pad_fraction: float
     epoch_s: float
+    """Steady state: every shape already run once (the one-offs are in new_shapes_s)."""
     goodput_tok_per_s: float
+    num_shapes: int
+    """Distinct batch shapes (rows, width) of the epoch."""
+    new_shapes_s: float
+    """num_shapes x the model's new_shape_s: paid once a job, counted in hours_per_job."""
     outside_fit_time_pct: float
     hours_per_job: float
     hours_sweep: float
@@ -223,10 +237,13 @@ def price(batches: batching.Batches, model: StepModel, budget: Budget, bucket_si
     epoch_s, real_total = float(step_s.sum()), int(real.sum())
     padded = int((rows * widths).sum()) - real_total
     outside = float(step_s[model.outside(rows, widths)].sum())
-    job_h = hours(real_total / epoch_s, budget)
+    num_shapes = len(set(zip(rows.tolist(), widths.tolist())))
+    once_s = num_shapes * model.new_shape_s
+    job_h = hours(real_total / epoch_s, budget) + once_s / 3600
     return GoodputRow(strategy=batches.strategy, bucket_size=bucket_size, num_batches=batches.num_batches,
                       real_tokens=real_total, padded_tokens=padded, pad_fraction=padded / (padded + real_total),
-                      epoch_s=epoch_s, goodput_tok_per_s=real_total / epoch_s,
+                      epoch_s=epoch_s, goodput_tok_per_s=real_total / epoch_s, num_shapes=num_shapes,
+                      new_shapes_s=once_s,
                       outside_fit_time_pct=100 * outside / epoch_s, hours_per_job=job_h,
                       hours_sweep=sweep_hours([job_h], budget))
 

@@ -14,6 +14,10 @@ in the same session first: `scaling` times a padded batch of `--batch-size` rows
 profile probe does (probes/profile_fit.py), launch-bound points (GPU busy < 90%, profiled after every
 timing) left out of the fit and interpolated below it. A fit point's `step_s` here is the MEAN of
 its timed steps, not the median: a replay sums steps, and a launch-bound point's jitter is skewed.
+The first step at a batch shape the process has not run yet costs more (on an H200, ~0.2 s: kernel
+plans for the new shape, allocator growth), and a replay of a long-tailed corpus meets a new width
+almost every step: the model's `new_shape_s` is the mean excess of the fit points' first warm-up
+step over their timed mean, charged to every replayed step whose (rows, width) is new (`new_shape`).
 
 Tables: `replay`, one row per strategy: `num_steps`, `real_tokens`, `padded_tokens`,
 `predicted_s` and `measured_s` (sums over the replayed steps), `error_pct` ((predicted - measured)
@@ -128,6 +132,8 @@ class StepRow:
     width: int
     real_tokens: int
     masked: bool
+    new_shape: bool
+    """The first step at this shape in the process (fit points and warm-up included): it pays new_shape_s."""
     predicted_s: float
     measured_s: float
 
@@ -174,6 +180,15 @@ def with_busy(session: measure.Session, row: ScalingRow) -> ScalingRow:
     return measure.oom_guard(session, profile_it, lambda msg: dataclasses.replace(row, status=f"profiler {msg}"))
 
 
+def new_shape_s(raw: dict[str, dict], first: str) -> float:
+    """The one-off cost of a batch shape's first step: over the fit points, the mean of (first
+    warm-up step - mean timed step), the mean since a replay sums them. The first point timed in the
+    process is left out: it also pays the process's own first-step costs."""
+    extra = [t["raw_s"][0] - float(np.mean(t["raw_s"][t["num_warmup_configured"]:]))
+             for key, t in raw.items() if key.startswith("fit/") and key != first and t["num_warmup_configured"]]
+    return max(0.0, float(np.mean(extra))) if extra else 0.0
+
+
 def model_here(session: measure.Session, rows: list[ScalingRow]):
     """(scaling rows, fit rows, StepModel or None) from the fit points measured in this session."""
     b = session.config.batch_size
@@ -185,7 +200,8 @@ def model_here(session: measure.Session, rows: list[ScalingRow]):
     return scaling, fit, goodput.StepModel(
         quadratic_s=float(coef[0]), linear_s=float(coef[1]), fixed_s=float(coef[2]), min_len=min(fitted),
         max_len=max(fitted), fit_batch_size=b, launch_points=launch,
-        launch_bound_in_fit=None if session.device.type != "cuda" else False, source="measured in this session")
+        launch_bound_in_fit=None if session.device.type != "cuda" else False,
+        new_shape_s=new_shape_s(session.raw, f"fit/{max(r.seq_len for r in rows)}"), source="measured in this session")
 
 
 def shapes(config: Config, lengths: np.ndarray, strategy: str, bucket_size: int | None) -> list[np.ndarray]:
@@ -200,6 +216,11 @@ def shapes(config: Config, lengths: np.ndarray, strategy: str, bucket_size: int 
     return out[:config.num_steps]
 
 
+def warm_indices(batches: list[np.ndarray], warmup: int) -> np.ndarray:
+    """The warm-up steps: the widest batches (the allocator's peak reached before any timing)."""
+    return np.argsort([-len(r) * int(r.max()) for r in batches], kind="stable")[:warmup]
+
+
 def time_replay(session: measure.Session, batches: list[np.ndarray], warmup: int) -> list[float]:
     """Each batch as one optimizer step, timed alone, after warm-up steps of the widest batches."""
     c, device, model = session.config, session.device, session.model
@@ -211,28 +232,47 @@ def time_replay(session: measure.Session, batches: list[np.ndarray], warmup: int
     loss_fn = reference.loss_fn(session.harness, c.ce_chunk)
     steps = [models.TrainStep(model, loss_fn, b, optimizer) for b in built]
     models.release(device)
-    widest = np.argsort([-len(r) * int(r.max()) for r in batches], kind="stable")
-    for i in widest[:warmup]:
+    for i in warm_indices(batches, warmup):
         steps[i]()
     return [time_steps(step, device=device, warmup=0, steps=1).raw_s[0] for step in steps]
 
 
 
 def _rows(strategy: str, size: int | None, batches: list[np.ndarray], measured: list[float],
-          model: goodput.StepModel) -> tuple[ReplayRow, list[StepRow]]:
+          model: goodput.StepModel, seen: set[tuple[int, int]]) -> tuple[ReplayRow, list[StepRow]]:
+    """`seen`: shapes the process has run (updated): a step at a new one pays model.new_shape_s."""
     rows = np.array([len(r) for r in batches])
     widths = np.array([int(r.max()) for r in batches])
     real = np.array([int(r.sum()) for r in batches])
     masked = np.array([r.min() != r.max() for r in batches])
-    predicted = model.predict(rows, widths, masked)
+    new = np.array([not ((r, w) in seen or seen.add((r, w))) for r, w in zip(rows.tolist(), widths.tolist())])
+    predicted = model.predict(rows, widths, masked) + new * model.new_shape_s
     steps = [StepRow(strategy=strategy, step=i, rows=int(rows[i]), width=int(widths[i]), real_tokens=int(real[i]),
-                     masked=bool(masked[i]), predicted_s=float(predicted[i]), measured_s=measured[i])
-             for i in range(len(batches))]
+                     masked=bool(masked[i]), new_shape=bool(new[i]), predicted_s=float(predicted[i]),
+                     measured_s=measured[i]) for i in range(len(batches))]
     p, m = float(predicted.sum()), float(sum(measured))
     return ReplayRow(strategy=strategy, bucket_size=size, num_steps=len(batches), real_tokens=int(real.sum()),
                      padded_tokens=int((rows * widths).sum() - real.sum()), predicted_s=p, measured_s=m,
                      error_pct=100 * (p - m) / m, predicted_tok_per_s=real.sum() / p,
                      measured_tok_per_s=real.sum() / m), steps
+
+
+def _tables(config: Config, plans: dict, measured: dict, model: goodput.StepModel, size: int | None,
+            seen: set[tuple[int, int]]) -> tuple[list[ReplayRow], list[StepRow]]:
+    """Rows of every strategy, in the order they ran (shapes run before count as seen)."""
+    replay_rows, step_rows = [], []
+    for s, times in measured.items():
+        bucket = size if s == "bucket" else None
+        if isinstance(times, str):  # an out-of-memory: a row saying so
+            replay_rows.append(ReplayRow(strategy=s, bucket_size=bucket, num_steps=0, real_tokens=0,
+                                         padded_tokens=0, predicted_s=None, measured_s=None, error_pct=None,
+                                         predicted_tok_per_s=None, measured_tok_per_s=None, status=times))
+            continue
+        seen |= {(len(b), int(b.max())) for b in (plans[s][i] for i in warm_indices(plans[s], config.warmup_steps))}
+        row, steps = _rows(s, bucket, plans[s], times, model, seen)
+        replay_rows.append(row)
+        step_rows += steps
+    return replay_rows, step_rows
 
 
 def _failed(result: ProbeResult, name: str, message: str) -> ProbeResult:
@@ -268,19 +308,11 @@ def run(config: Config) -> ProbeResult:
         result.tables.update(scaling=scaling, fit=fit)
         if model is None:
             return _failed(result, "fit_has_3_points", f"fewer than 3 GPU-bound fit points: {list(config.widths())}")
-    replay_rows, step_rows = [], []
-    for s, times in measured.items():
-        if isinstance(times, str):  # an out-of-memory: a row saying so
-            replay_rows.append(ReplayRow(strategy=s, bucket_size=size if s == "bucket" else None, num_steps=0,
-                                         real_tokens=0, padded_tokens=0, predicted_s=None, measured_s=None,
-                                         error_pct=None, predicted_tok_per_s=None, measured_tok_per_s=None,
-                                         status=times))
-            continue
-        row, steps = _rows(s, size if s == "bucket" else None, plans[s], times, model)
-        replay_rows.append(row)
-        step_rows += steps
+    seen = set() if given else {(config.batch_size, w) for w in config.widths()}
+    replay_rows, step_rows = _tables(config, plans, measured, model, size, seen)
     result.tables.update(replay=replay_rows, replay_steps=step_rows)
     result.summary.update(step_model=model.source, fit_lens=[model.min_len, model.max_len],
+                          new_shape_s=model.new_shape_s,
                           launch_points=[list(p) for p in model.launch_points],
                           **{f"error_pct_{r.strategy}": r.error_pct for r in replay_rows})
     result.artifacts["timings.json"] = json.dumps(session.raw, indent=1)

@@ -144,3 +144,16 @@ def test_cli_json_and_bad_input(tmp_path, capsys):
     bad.write_text("{}")
     assert main(["probe", "goodput", "--lengths", str(path), "--profile", str(bad)]) == 2
     assert "no fit" in capsys.readouterr().err
+
+
+def test_each_new_batch_shape_is_paid_once_a_job(tmp_path):
+    lengths = [100, 100, 200, 300, 300, 300]
+    path = write_lengths(tmp_path / "l.parquet", lengths)
+    result = goodput.run(goodput.Config(lengths=path, batch_size=1, max_length=512, strategies=("longest",),
+                                        quadratic_s=0.0, linear_s=1e-3, fixed_s=0.0, new_shape_s=2.0,
+                                        token_budget=13_000))
+    (row,) = result.tables["goodput"]
+    epoch_s = sum(1e-3 * x for x in lengths)  # 1.3 s for 1,300 real tokens
+    assert row.epoch_s == pytest.approx(epoch_s) and row.num_shapes == 3 and row.new_shapes_s == 6.0
+    # 13,000 tokens is ten epochs; the three shapes' first steps are paid once, not once an epoch
+    assert row.hours_per_job == pytest.approx((10 * epoch_s + 6.0) / 3600)

@@ -47,6 +47,19 @@ def test_replays_the_strategies_batches_in_order(tiny, lengths_file):
         assert row.error_pct == pytest.approx(100 * (row.predicted_s - row.measured_s) / row.measured_s)
         assert all(s.measured_s > 0 for s in mine)
     fit = {f.term: f.coef for f in result.tables["fit"]}
+    # a shape's first step in the process pays new_shape_s once: the fit's widths and each strategy's
+    # warm-up (its widest batch) ran before the timed steps, and longest ran before bucket
+    seen = {(4, w) for w in (8, 16, 32, 48)}
+    extra = result.summary["new_shape_s"]
+    for strategy in ("longest", "bucket"):
+        mine = [s for s in steps if s.strategy == strategy]
+        seen.add(max(((s.rows, s.width) for s in mine), key=lambda shape: shape[0] * shape[1]))
+        for s in mine:
+            assert s.new_shape == ((s.rows, s.width) not in seen)
+            seen.add((s.rows, s.width))
+            poly = fit["quadratic"] * s.rows * s.width ** 2 + fit["linear"] * s.rows * s.width + fit["fixed"]
+            assert s.predicted_s == pytest.approx(poly + extra * s.new_shape)
+    assert any(s.new_shape for s in steps) and not all(s.new_shape for s in steps)
     width, rows = 32, 4
     point = next(r for r in result.tables["scaling"] if r.seq_len == width)
     assert point.fit_s == pytest.approx(fit["quadratic"] * rows * width ** 2 + fit["linear"] * rows * width
@@ -72,3 +85,12 @@ def test_predicts_from_a_profile_json_and_refuses_packed(tiny, lengths_file, tmp
         assert s["predicted_s"] == pytest.approx(0.01 + 1e-5 * s["rows"] * s["width"])
     assert main(argv[:-3] + ["--strategies", "packed"]) == 2
     assert "cannot replay ['packed']" in capsys.readouterr().err
+
+
+def test_new_shape_cost_is_the_mean_first_step_excess_without_the_first_point():
+    raw = {"fit/64": {"raw_s": [5.0, 1.0, 1.0, 1.0], "num_warmup_configured": 1},  # the process's first
+           "fit/32": {"raw_s": [0.9, 0.5, 0.6, 0.7], "num_warmup_configured": 1},  # 0.9 - 0.6 = 0.3
+           "fit/16": {"raw_s": [0.5, 0.4, 0.1, 0.3], "num_warmup_configured": 2},  # 0.5 - 0.2 = 0.3
+           "ce/chunked": {"raw_s": [9.0, 1.0], "num_warmup_configured": 1}}
+    assert replay.new_shape_s(raw, "fit/64") == pytest.approx(0.3)
+    assert replay.new_shape_s({"fit/64": raw["fit/64"]}, "fit/64") == 0.0
