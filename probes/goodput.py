@@ -37,6 +37,8 @@ from probes import corpus as corpus_mod
 from probes.result import Check, InputError, ProbeResult, require
 
 OUTSIDE_FIT_LIMIT_PCT = 5.0
+MAX_SHAPE_EPOCHS = 32
+"""Epochs of a job enumerated for its distinct batch shapes (beyond, few shapes are new)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -168,7 +170,8 @@ class Config:
     fit_launch_bound: bool = False
     """Given fit: it was built from launch-bound points (its numbers measure the host's CPU)."""
     new_shape_s: float = 0.0
-    """Given fit: one-off seconds of the first step at each batch shape new to the process."""
+    """One-off seconds of the first step at each batch shape new to the process (with --profile: replaces
+    the profile's own figure, if any)."""
     token_budget: int | None = None
     """Real training tokens a job (cluster.yaml budget.tokens_per_job); unset: one epoch of the corpus."""
     num_arms: int = 1
@@ -201,7 +204,8 @@ def step_model(config: Config) -> StepModel:
             profile = json.loads(config.profile.read_text())
         except (OSError, ValueError) as exc:
             raise InputError(f"{config.profile}: unreadable profile JSON: {exc}") from None
-        return model_from_profile(profile, source=str(config.profile))
+        model = model_from_profile(profile, source=str(config.profile))
+        return dataclasses.replace(model, new_shape_s=config.new_shape_s) if config.new_shape_s else model
     floor = () if config.floor_s is None else ((0, config.floor_s),)
     return StepModel(quadratic_s=config.quadratic_s, linear_s=config.linear_s, fixed_s=config.fixed_s,
                      min_len=config.fit_min_len, max_len=config.fit_max_len or config.max_length,
@@ -222,7 +226,8 @@ class GoodputRow:
     """Steady state: every shape already run once (the one-offs are in new_shapes_s)."""
     goodput_tok_per_s: float
     num_shapes: int
-    """Distinct batch shapes (rows, width) of the epoch."""
+    """Distinct batch shapes (rows, width) over the job's epochs (reshuffled with seed+1, ...; at most
+    MAX_SHAPE_EPOCHS of them are enumerated)."""
     new_shapes_s: float
     """num_shapes x the model's new_shape_s: paid once a job, counted in hours_per_job."""
     outside_fit_time_pct: float
@@ -230,14 +235,29 @@ class GoodputRow:
     hours_sweep: float
 
 
-def price(batches: batching.Batches, model: StepModel, budget: Budget, bucket_size: int | None) -> GoodputRow:
-    """One strategy's epoch under the step model."""
+def job_shapes(lengths: np.ndarray, strategy: str, *, batch_size: int, max_length: int, seed: int,
+               bucket_size: int | None, num_epochs: int) -> int:
+    """Distinct (rows, width) shapes a job of num_epochs epochs meets (epoch e shuffled with seed + e)."""
+    shapes: set[tuple[int, int]] = set()
+    for e in range(min(num_epochs, MAX_SHAPE_EPOCHS)):
+        b = batching.make(strategy, lengths, batch_size=batch_size, max_length=max_length, seed=seed + e,
+                          bucket_size=bucket_size)
+        shapes |= set(zip(b.rows.tolist(), b.widths.tolist()))
+        if strategy in ("fixed", "sorted", "packed") and b.widths.size:  # every epoch has the same shapes
+            break
+    return len(shapes)
+
+
+def price(batches: batching.Batches, model: StepModel, budget: Budget, bucket_size: int | None,
+          num_shapes: int | None = None) -> GoodputRow:
+    """One strategy's epoch under the step model; num_shapes: the job's distinct shapes (unset: the epoch's)."""
     rows, widths, real = batches.rows, batches.widths, batches.real_tokens
     step_s = model.predict(rows, widths, batches.masked)
     epoch_s, real_total = float(step_s.sum()), int(real.sum())
     padded = int((rows * widths).sum()) - real_total
     outside = float(step_s[model.outside(rows, widths)].sum())
-    num_shapes = len(set(zip(rows.tolist(), widths.tolist())))
+    if num_shapes is None:
+        num_shapes = len(set(zip(rows.tolist(), widths.tolist())))
     once_s = num_shapes * model.new_shape_s
     job_h = hours(real_total / epoch_s, budget) + once_s / 3600
     return GoodputRow(strategy=batches.strategy, bucket_size=bucket_size, num_batches=batches.num_batches,
@@ -259,8 +279,10 @@ def run(config: Config) -> ProbeResult:
         require(data.num_samples > config.batch_size, f"{config.lengths or config.corpus}: {data.num_samples} "
                 f"samples, bucketing needs more than --batch-size {config.batch_size}")
         size = batching.bucket_size_90pct(data.length, batch_size=config.batch_size, max_length=config.max_length)
-    rows = [price(batching.make(s, data.length, batch_size=config.batch_size, max_length=config.max_length,
-                                seed=config.seed, bucket_size=size), model, budget, size if s == "bucket" else None)
+    epochs = -(-budget.tokens_per_job // int(clipped.sum()))
+    kw = dict(batch_size=config.batch_size, max_length=config.max_length, seed=config.seed)
+    rows = [price(batching.make(s, data.length, bucket_size=size, **kw), model, budget, size if s == "bucket" else None,
+                  job_shapes(data.length, s, bucket_size=size, num_epochs=epochs, **kw) if model.new_shape_s else None)
             for s in config.strategies]
     best = max(rows, key=lambda r: r.goodput_tok_per_s)
     summary = {"num_samples": data.num_samples, "lengths_from": data.origin, "step_model": model.source,
