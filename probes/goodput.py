@@ -94,6 +94,8 @@ def model_from_profile(profile: dict, source: str = "profile") -> StepModel:
         raise InputError(f"{source}: no fit (table 'fit' needs the quadratic, linear and fixed terms)")
     scaling = [r for r in tables.get("scaling", []) if r.get("status", "ok") == "ok"]
     fitted = [r for r in scaling if r.get("in_fit")]
+    if not fitted:
+        raise InputError(f"{source}: no fitted point (table 'scaling' needs rows with in_fit true)")
     launch = sorted((r["tokens"], r["step_s"]) for r in scaling
                     if r.get("launch_bound") and r["seq_len"] < min(f["seq_len"] for f in fitted))
     penalty = next((r.get("penalty_same_shape_pct") for r in tables.get("padding_penalty", [])

@@ -144,6 +144,12 @@ def test_cli_json_and_bad_input(tmp_path, capsys):
     bad.write_text("{}")
     assert main(["probe", "goodput", "--lengths", str(path), "--profile", str(bad)]) == 2
     assert "no fit" in capsys.readouterr().err
+    fit_only = json.loads(profile_json(tmp_path).read_text())
+    fit_only["tables"]["scaling"] = []
+    bad.write_text(json.dumps(fit_only))
+    assert main(["probe", "goodput", "--lengths", str(path), "--profile", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "no fitted point" in err and len(err.strip().splitlines()) == 1
 
 
 def test_each_new_batch_shape_is_paid_once_a_job(tmp_path):
