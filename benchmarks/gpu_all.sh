@@ -16,6 +16,7 @@ mkdir -p "$OUT"
   begin=$(date +%s)
   python3 benchmarks/bench_gpu.py --out "$OUT" "$@"
   rc=$?
+  python3 benchmarks/bench_goodput_gpu.py --out "$OUT" || rc=$?   # issue 16: CE memory model, replay vs goodput
   echo "[gpu_all.sh: bench_gpu.py exit $rc after $(( $(date +%s) - begin )) s]"
   exit $rc
 } 2>&1 | tee "$OUT/gpu_log.txt"

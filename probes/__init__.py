@@ -20,10 +20,12 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "bucket": ("probes.bucket", "length-bucketing gain over a bucket-size sweep, source diversity per batch"),
     "profile": ("probes.profile", "step-time scaling fit, padding penalty, CE wall clock, kernel table (GPU)"),
     "carrier": ("probes.carrier", "training throughput of a model family: params, s/step, tok/s, MFU (GPU)"),
+    "goodput": ("probes.goodput", "epoch time, real tokens/s and budget hours per batching strategy, from a profile fit"),
+    "replay": ("probes.replay", "a corpus's real batch shapes run through the harness: measured vs predicted (GPU)"),
 }
 
 # Probes that need a GPU to give real numbers; the runner places these on idle GPU hosts.
-GPU_PROBES = frozenset({"profile", "carrier"})
+GPU_PROBES = frozenset({"profile", "carrier", "replay"})
 
 
 def get(name: str) -> ModuleType:

@@ -14,7 +14,10 @@ Table `sweep`, one row per bucket size: `pad_fraction` (mean, std over seeds), `
 (padded tokens of random batching over those of this size), `sources_per_batch` (mean distinct
 sources per batch) and `source_entropy_ratio` (mean per-batch source entropy over the corpus's).
 
-Checks: `sweep_varies` (the rows are not all identical: a sweep that changes nothing is broken),
+Checks: `sweep_varies` (the rows are not all identical, pad_fraction never rises with the bucket
+size beyond seed noise, and every intermediate size pads strictly less than random batching and
+strictly more than the global sort: a sweep that changes nothing, or whose buckets silently became
+a global sort, is broken),
 `random_at_batch_size` (bucket_size == batch_size matches plain random batching, computed apart,
 within noise) and `global_sort_at_all` (the whole-corpus bucket pads exactly as a global descending
 sort cut from the start, computed apart).
@@ -23,6 +26,7 @@ sort cut from the start, computed apart).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from pathlib import Path
 
@@ -177,12 +181,35 @@ def sweep(data: corpus_mod.Lengths, config: Config) -> tuple[list[SweepRow], dic
     return rows, raw, random
 
 
-def checks(rows: list[SweepRow], raw: dict[int, list[Outcome]], random: list[int],
-           clipped: np.ndarray, config: Config) -> list[Check]:
+def varies(rows: list[SweepRow], num_seeds: int) -> tuple[bool, str]:
+    """sweep_varies: distinct rows, pad_fraction non-increasing in the bucket size (up to 3 standard
+    errors over the seeds: different sizes cut the same shuffle differently), and every intermediate
+    size strictly between random batching (the first row) and the global sort (the last)."""
     # NaN (a single-source corpus has no entropy) compares unequal to itself: map it to None.
     values = {tuple(round(v, 12) if math.isfinite(v) else None
                     for v in (r.pad_fraction, r.sources_per_batch, r.source_entropy_ratio)) for r in rows}
-    varies = len(values) > 1
+    if len(values) <= 1:
+        return False, f"all {len(rows)} bucket sizes give identical outputs: the sweep changes nothing"
+    def noise(a: SweepRow, b: SweepRow) -> float:
+        return 3 * math.hypot(a.pad_fraction_std, b.pad_fraction_std) / math.sqrt(num_seeds) + 1e-12
+
+    rises = [f"{a.bucket_size}->{b.bucket_size}" for a, b in itertools.pairwise(rows)
+             if b.pad_fraction > a.pad_fraction + noise(a, b)]
+    first, last = rows[0].pad_fraction, rows[-1].pad_fraction
+    outside = [r.bucket_size for r in rows[1:-1] if not last < r.pad_fraction < first]
+    detail = (f"{len(values)} distinct outcomes over {len(rows)} bucket sizes; pad_fraction "
+              + ", ".join(f"{r.pad_fraction:.4g}" for r in rows))
+    if rises:
+        return False, f"pad_fraction rises with the bucket size at {rises}: {detail}"
+    if outside:
+        return False, (f"bucket sizes {outside} are not strictly between random batching ({first:.4g}) and "
+                       f"the global sort ({last:.4g}): {detail}")
+    return True, detail
+
+
+def checks(rows: list[SweepRow], raw: dict[int, list[Outcome]], random: list[int],
+           clipped: np.ndarray, config: Config) -> list[Check]:
+    ok_varies, varies_detail = varies(rows, len(config.seeds))
     first, whole = rows[0], rows[-1]
     real = int(clipped.sum())
     random_fractions = [p / (p + real) for p in random]
@@ -193,9 +220,7 @@ def checks(rows: list[SweepRow], raw: dict[int, list[Outcome]], random: list[int
     global_sort = padded_in_order(np.sort(clipped)[::-1], config.batch_size)
     whole_padded = sorted({r.padded for r in raw[whole.bucket_size]})
     return [
-        Check(name="sweep_varies", ok=varies, detail=(
-            f"{len(values)} distinct outcomes over {len(rows)} bucket sizes" if varies else
-            f"all {len(rows)} bucket sizes give identical outputs: the sweep changes nothing")),
+        Check(name="sweep_varies", ok=ok_varies, detail=varies_detail),
         Check(name="random_at_batch_size", ok=agrees, detail=(
             f"bucket_size {first.bucket_size}: pad_fraction {first.pad_fraction:.6f} vs random batching "
             f"{np.mean(random_fractions):.6f} (|diff| {gap:.2e}, noise {noise:.2e})")),

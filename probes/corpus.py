@@ -343,3 +343,15 @@ def vocab_size(checkpoint: Path | None) -> int | None:
     if not file.is_file():
         raise InputError(f"{checkpoint}: no config.json vocab_size and no tokenizer.json: give --vocab-size")
     return int(_tokenizer_file(Tokenizer, file).get_vocab_size(with_added_tokens=True))
+
+
+def hidden_size(checkpoint: Path | None) -> int | None:
+    """The model's hidden size from config.json (a multimodal config's text_config); None without one."""
+    config = checkpoint / "config.json" if checkpoint is not None and checkpoint.is_dir() else None
+    if config is None or not config.is_file():
+        return None
+    config, raw = read_config(config)
+    size = raw.get("hidden_size") or (raw.get("text_config") or {}).get("hidden_size")
+    if size is not None and (not isinstance(size, int) or size <= 0):
+        raise InputError(f"{config}: field 'hidden_size' must be a positive integer, got {size!r}")
+    return size

@@ -13,9 +13,15 @@ Tables:
   of max_length; only the last row is padded).
 - `lengths`: count, mean, p50, p90, p99, p99.9, max in tokens, overall (`all`) and per source.
 - `histogram`: samples per length bin (tokens, inclusive bounds).
-- `ce_chunks`: one step's logits memory (tokens = batch_size x max_length, times the vocabulary):
-  bf16 logits and their fp32 upcast, for the full step and each candidate chunk size, and whether
-  each fits `--ce-budget-gib`. Omitted when the vocabulary size is unknown.
+- `ce_chunks`: one step's cross-entropy memory (tokens = batch_size x max_length) for the full step
+  and each candidate chunk size, and whether each fits `--ce-budget-gib`. `logits_bf16_bytes` and
+  `logits_fp32_bytes` are the logits alone; `peak_bytes` is what the reference CE (probes/harness.py,
+  forward and backward) really peaks at over its inputs, from a measured model: `bytes_per_logit` 12
+  unchunked (bf16 logits, their fp32 upcast, the log-softmax) and 14 chunked (fp32 logits, softmax,
+  its scaled gradient and the gradient's bf16 copy), plus, chunked, 4 bytes per token x hidden size
+  (the bf16 hidden-state gradient held over the step and its scaled copy in the backward; the hidden
+  size from config.json, left out when unknown). Measured on the CPU (tests/probes/test_padding.py)
+  and on an H200 (benchmarks/RESULTS.md). Omitted when the vocabulary size is unknown.
 
 Checks: `sorted_is_lower_bound` (no random shuffle pads less than `sorted`) and
 `tokens_accounted` (each strategy's real + truncated tokens equal the corpus's tokens, and real +
@@ -34,6 +40,15 @@ from probes import corpus as corpus_mod
 from probes.result import Check, ProbeResult, require
 
 _GIB = 1 << 30
+BYTES_PER_LOGIT_FULL = 12
+"""Peak bytes a logit of the reference CE unchunked: bf16 logits 2 + fp32 upcast 4 + log-softmax 4, and
+the gradient's fp32/bf16 buffers in the backward (measured 11.9-12.1 on CPU and H200)."""
+BYTES_PER_LOGIT_CHUNKED = 14
+"""Peak bytes a logit of one chunk of the reference chunked CE: fp32 logits 4 + softmax 4 + its scaled
+gradient 4 + that gradient in bf16 2 (measured 13.9-14.1)."""
+BYTES_PER_HIDDEN_CHUNKED = 4
+"""Chunked CE, bytes per token x hidden: the bf16 hidden gradient built in the forward and its copy
+scaled in the backward."""
 _PERCENTILES = (50, 90, 99, 99.9)
 
 
@@ -123,7 +138,9 @@ class CeChunkRow:
     num_chunks: int
     logits_bf16_bytes: int
     logits_fp32_bytes: int
+    bytes_per_logit: int
     peak_bytes: int
+    """The reference CE's peak over its inputs, forward and backward (the measured model above)."""
     fits_budget: bool
 
 
@@ -138,22 +155,36 @@ def padded_in_order(lengths: np.ndarray, batch_size: int) -> int:
     return width - int(lengths.sum())
 
 
-def padded_optimum(lengths: np.ndarray, batch_size: int) -> int:
-    """The least padding over every split into batches of batch_size (one short batch of n mod
-    batch_size when it does not divide n). Some optimum takes consecutive runs of the descending
-    sort (swapping a longer sample into the batch with the larger maximum never adds padding), so
-    only the short batch's place is free: k full batches, the short one, then the rest."""
+def optimum_batches(lengths: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lengths in order, batch start indices) of a split into batches of batch_size (one short batch
+    of n mod batch_size when it does not divide n) with the least padding. Some optimum takes
+    consecutive runs of the descending sort (swapping a longer sample into the batch with the larger
+    maximum never adds padding), so only the short batch's place is free: k full batches, the short
+    one, then the rest; k is chosen in closed form over every place."""
     ordered = np.sort(lengths)[::-1]
     n, b = ordered.size, batch_size
     num_full, short = divmod(n, b)
     if short == 0:
-        return padded_in_order(ordered, b)
+        return ordered, np.arange(0, n, b)
     # short batch after k full batches: heads ordered[j*b] for j < k, ordered[k*b] for the short
     # batch, then ordered[short + j*b] for j >= k.
     before = np.concatenate([[0], np.cumsum(ordered[0:num_full * b:b])])
     after = np.concatenate([np.cumsum(ordered[short::b][::-1])[::-1], [0]])
     width = b * before + short * ordered[0:num_full * b + 1:b] + b * after
-    return int(width.min()) - int(lengths.sum())
+    k = int(np.argmin(width))
+    starts = np.concatenate([np.arange(0, k * b + 1, b), np.arange(k * b + short, n, b)])
+    return ordered, np.unique(starts[starts < n])
+
+
+def padded_batches(ordered: np.ndarray, starts: np.ndarray) -> int:
+    """Padded tokens when ordered[starts[i]:starts[i+1]] form the batches, each padded to its longest."""
+    sizes = np.diff(np.r_[starts, ordered.size])
+    return int((np.maximum.reduceat(ordered, starts) * sizes).sum() - ordered.sum())
+
+
+def padded_optimum(lengths: np.ndarray, batch_size: int) -> int:
+    """The least padding over every split into batches of batch_size (optimum_batches)."""
+    return padded_batches(*optimum_batches(lengths, batch_size))
 
 
 def _row(strategy: str, config: Config, lengths: np.ndarray, clipped: np.ndarray, num_rows: int,
@@ -214,19 +245,33 @@ def histogram_rows(lengths: np.ndarray, num_bins: int) -> list[HistogramRow]:
             for k, c in enumerate(counts)]
 
 
-def ce_rows(tokens_per_step: int, vocab_size: int, budget_gib: float,
-            candidates: tuple[int, ...]) -> list[CeChunkRow]:
+def ce_peak_bytes(tokens: int, chunk: int, vocab_size: int, hidden_size: int | None) -> int:
+    """The reference CE's peak over its inputs for one step of `tokens`, chunk tokens at a time
+    (chunk >= tokens: unchunked, as probes/harness.py falls back)."""
+    if chunk >= tokens:
+        return BYTES_PER_LOGIT_FULL * tokens * vocab_size
+    return BYTES_PER_LOGIT_CHUNKED * chunk * vocab_size + BYTES_PER_HIDDEN_CHUNKED * tokens * (hidden_size or 0)
+
+
+def ce_rows(tokens_per_step: int, vocab_size: int, budget_gib: float, candidates: tuple[int, ...],
+            hidden_size: int | None = None) -> list[CeChunkRow]:
     if not candidates:
         candidates = tuple(1 << k for k in range(8, 31) if (1 << k) < tokens_per_step)
     rows = []
     budget = budget_gib * _GIB
     for kind, chunk in [("full", tokens_per_step)] + [("chunk", c) for c in sorted(set(candidates))]:
         chunk = min(chunk, tokens_per_step)
-        bf16, fp32 = chunk * vocab_size * 2, chunk * vocab_size * 4
+        peak = ce_peak_bytes(tokens_per_step, chunk, vocab_size, hidden_size)
+        per_logit = BYTES_PER_LOGIT_FULL if chunk >= tokens_per_step else BYTES_PER_LOGIT_CHUNKED
         rows.append(CeChunkRow(kind=kind, chunk_tokens=chunk, num_chunks=-(-tokens_per_step // chunk),
-                               logits_bf16_bytes=bf16, logits_fp32_bytes=fp32, peak_bytes=bf16 + fp32,
-                               fits_budget=bf16 + fp32 <= budget))
+                               logits_bf16_bytes=chunk * vocab_size * 2, logits_fp32_bytes=chunk * vocab_size * 4,
+                               bytes_per_logit=per_logit, peak_bytes=peak, fits_budget=peak <= budget))
     return rows
+
+
+def recommended_chunk(rows: list[CeChunkRow]) -> int:
+    """The largest chunk whose modelled peak fits the budget (0: none does)."""
+    return max((r.chunk_tokens for r in rows if r.fits_budget), default=0)
 
 
 def checks(rows: list[StrategyRow], longest: list[int], lengths: np.ndarray,
@@ -261,11 +306,11 @@ def run(config: Config) -> ProbeResult:
     summary.update({f"pad_fraction_{r.strategy}": round(r.pad_fraction, 6) for r in rows})
     summary["truncated_samples"] = rows[0].truncated_samples
     if vocab is not None:
-        ce = ce_rows(tokens_per_step, vocab, config.ce_budget_gib, config.ce_chunk_sizes)
+        hidden = corpus_mod.hidden_size(config.checkpoint)
+        ce = ce_rows(tokens_per_step, vocab, config.ce_budget_gib, config.ce_chunk_sizes, hidden)
         tables["ce_chunks"] = ce
-        fitting = [r.chunk_tokens for r in ce if r.fits_budget]
-        summary.update({"vocab_size": vocab, "tokens_per_step": tokens_per_step,
-                        "ce_largest_chunk_tokens": max(fitting) if fitting else 0})
+        summary.update({"vocab_size": vocab, "hidden_size": hidden, "tokens_per_step": tokens_per_step,
+                        "ce_largest_chunk_tokens": recommended_chunk(ce)})
     else:
         summary["ce_chunks"] = "skipped: no vocabulary size (give --vocab-size or --checkpoint)"
     return ProbeResult(probe="padding", config=config, tables=tables, summary=summary,

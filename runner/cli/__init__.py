@@ -16,6 +16,7 @@ from runner.cli.options import OneLineParser
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("runner.cli.probe", "run one probe inline on this machine"),
+    "goodput": ("runner.cli.goodput", "goodput and budget hours of a corpus from a host's stored profile"),
     "sweep": ("runner.cli.sweep", "run a plan of probes over the lab's hosts with Ray"),
     "validate": ("runner.cli.validate", "check cluster.yaml and expand every plan, running nothing"),
     "compare": ("runner.cli.compare", "compare hosts on the same work from the store"),

@@ -29,6 +29,7 @@ from pydantic import (
 import probes
 from probes.result import InputError
 from runner.clock import parse_hh_mm
+from runner.lab.budget import BudgetSpec, with_budget
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 """Checkpoint and corpus names become Parquet partition values: keep them plain."""
@@ -152,6 +153,7 @@ class Schedule(_Model):
 class ClusterSpec(_Model):
     store: StoreSpec = StoreSpec()
     ray: RaySpec = RaySpec()
+    budget: BudgetSpec | None = None
     hosts: list[Host] = Field(min_length=1)
     checkpoints: list[Checkpoint] = []
     corpora: list[Corpus] = []
@@ -310,7 +312,8 @@ def _check_entry(spec: ClusterSpec, where: str, entry: PlanEntry) -> list[str]:
     if entry.probe not in probes.REGISTRY:
         return errors + [f"{where}.probe: unknown probe {entry.probe!r} (known: {', '.join(probes.REGISTRY)})"]
     try:
-        build_probe_config(entry.probe, entry.config, placeholders=True, corpus=entry.corpus)
+        build_probe_config(entry.probe, with_budget(spec.budget, entry.probe, entry.config), placeholders=True,
+                           corpus=entry.corpus)
     except ConfigFieldError as exc:
         errors.append(f"{where}.config{'.' + exc.field if exc.field else ''}: {exc.message}")
     return errors

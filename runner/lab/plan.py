@@ -24,6 +24,7 @@ from typing import Any
 
 import probes
 from probes.result import InputError, config_to_dict
+from runner.lab.budget import with_budget
 from runner.lab.cluster import RUNNER_FIELDS, Cluster, PlanEntry, build_probe_config
 
 DEFAULT_PLAN = "demo"
@@ -85,6 +86,7 @@ def expand(cluster: Cluster, plan: str) -> list[Job]:
     jobs: list[Job] = []
     seen: set[tuple[str, str, str, str]] = set()  # an entry repeated in the plan is one job, not two
     for index, entry in enumerate(plans[plan]):
+        entry = entry.model_copy(update={"config": with_budget(cluster.spec.budget, entry.probe, entry.config)})
         hosts = list(cluster.hosts) if entry.hosts == "all" else entry.hosts
         ckpts = list(cluster.checkpoints) if entry.checkpoints == "all" else entry.checkpoints
         built = _placeholder_config(entry)

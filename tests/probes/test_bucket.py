@@ -208,3 +208,42 @@ def test_a_corpus_of_one_batch_or_less_is_bad_input(tmp_path, capsys, num_sample
     assert main(["probe", "bucket", "--lengths", str(path), "--batch-size", "8"]) == 2
     err = capsys.readouterr().err.strip()
     assert str(path) in err and f"{num_samples} samples" in err and "--batch-size 8" in err and "\n" not in err
+
+
+def test_buckets_larger_than_the_batch_sorting_globally_fail_sweep_varies(monkeypatch, capsys):
+    """The partial form of the bucketing bug: random batching stays right at bucket_size ==
+    batch_size, but every larger bucket re-sorts the whole corpus, so the sweep reads [random, then
+    the global sort at every size]. Two distinct outcomes used to pass sweep_varies."""
+    real = bucket.bucketed
+    monkeypatch.setattr(bucket, "bucketed", lambda lengths, codes, perm, size: real(
+        lengths, codes, perm, size if size <= 8 else lengths.size))
+    argv = ["probe", "bucket", "--checkpoint", str(ROOT / "demo" / "checkpoints" / "qwen3-0.6b-base"),
+            "--corpus", str(ROOT / "demo" / "corpus.jsonl"), "--max-length", "2048", "--json"]
+    assert main(argv) == 1
+    out = json.loads(capsys.readouterr().out)
+    fractions = [round(r["pad_fraction"], 4) for r in out["tables"]["sweep"]]
+    assert fractions[0] > 0.6 and len(set(fractions[1:])) == 1 and len(fractions) == 10
+    failed = {c["name"]: c["detail"] for c in out["checks"] if not c["ok"]}
+    assert set(failed) == {"sweep_varies"} and "not strictly between" in failed["sweep_varies"]
+
+
+@pytest.mark.parametrize("num_seeds", [1, 4])
+def test_a_sweep_whose_padding_rises_with_the_bucket_size_fails(demo_lengths, monkeypatch, num_seeds):
+    """Buckets that grow worse with their size (here: the sizes' results in reverse) are broken too."""
+    real = bucket.bucketed
+    sizes = bucket.bucket_sizes(bucket.Config(lengths=demo_lengths, batch_size=8), 800)
+    mirror = dict(zip(sizes[1:-1], sizes[-2:0:-1]))
+    monkeypatch.setattr(bucket, "bucketed", lambda lengths, codes, perm, size: real(
+        lengths, codes, perm, mirror.get(size, size)))
+    result = bucket.run(bucket.Config(lengths=demo_lengths, batch_size=8, seeds=tuple(range(num_seeds))))
+    detail = {c.name: c.detail for c in result.checks if not c.ok}
+    assert "rises with the bucket size" in detail["sweep_varies"]
+
+
+def test_the_real_sweep_passes_sweep_varies_on_generated_corpora(tmp_path):
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        lengths = np.minimum(rng.lognormal(5.5, 1.0, 3000).astype(int) + 1, 8192)
+        result = bucket.run(bucket.Config(lengths=write_lengths(tmp_path / f"{seed}.parquet", lengths.tolist()),
+                                          batch_size=8, max_length=4096))
+        assert result.ok, [c for c in result.checks if not c.ok]

@@ -6,12 +6,14 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from probes import padding
 from runner.cli import main
@@ -178,11 +180,54 @@ def test_ce_chunks_from_vocab_size(tmp_path):
     assert full.logits_fp32_bytes / 2**30 == pytest.approx(9.27, abs=0.01)
     chunks = [r.chunk_tokens for r in rows[1:]]
     assert chunks == [256, 512, 1024, 2048, 4096, 8192]
+    # the reference CE's measured model: 12 bytes a logit unchunked, 14 a chunk's logit (no hidden
+    # size without a checkpoint, so no hidden-gradient term)
     for r in rows:
-        peak = r.chunk_tokens * 151936 * (2 + 4)
+        peak = r.chunk_tokens * 151936 * (12 if r.kind == "full" else 14)
         assert r.peak_bytes == peak and r.fits_budget == (peak <= 4 * 2**30)
-    largest = max(c for c in chunks if c * 151936 * 6 <= 4 * 2**30)
-    assert result.summary["ce_largest_chunk_tokens"] == largest == 4096
+    largest = max(c for c in chunks if c * 151936 * 14 <= 4 * 2**30)
+    assert result.summary["ce_largest_chunk_tokens"] == largest == 1024
+
+
+def cpu_ce_peak_bytes(tokens: int, vocab: int, hidden: int, chunk: int) -> int:
+    """The reference CE's peak allocation over its inputs on the CPU, forward and backward, read
+    from torch.profiler's memory events (the allocator's running total), not from padding's model."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from probes.harness import cross_entropy
+
+    generator = torch.Generator().manual_seed(0)
+    h = torch.randn(tokens, hidden, dtype=torch.bfloat16, generator=generator, requires_grad=True)
+    w = torch.randn(vocab, hidden, dtype=torch.bfloat16, generator=generator)
+    y = torch.randint(0, vocab, (tokens,), generator=generator)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        cross_entropy(h, w, y, chunk).backward()
+    trace = Path(tempfile.mkdtemp()) / "trace.json"
+    prof.export_chrome_trace(str(trace))
+    events = [e["args"] for e in json.loads(trace.read_text())["traceEvents"]
+              if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0]
+    start = events[0]["Total Allocated"] - events[0]["Bytes"]
+    return max(e["Total Allocated"] for e in events) - start
+
+
+def test_ce_memory_model_matches_the_measured_reference_and_its_chunk_fits(tmp_path):
+    """A budget of 40 MB at 2,048 tokens, vocab 4,096, hidden 256: the old 6-bytes-a-logit model
+    recommended 1,024-token chunks, which really peak at ~59 MB."""
+    tokens, vocab, hidden = 2048, 4096, 256
+    config = tmp_path / "ckpt"
+    config.mkdir()
+    (config / "config.json").write_text(json.dumps({"vocab_size": vocab, "hidden_size": hidden}))
+    budget = 40e6
+    path = write_lengths(tmp_path / "l.parquet", SMALL)
+    result = padding.run(padding.Config(lengths=path, checkpoint=config, batch_size=1, max_length=tokens,
+                                        ce_budget_gib=budget / 2**30))
+    chunk = result.summary["ce_largest_chunk_tokens"]
+    assert chunk == 512
+    rows = {r.chunk_tokens: r for r in result.tables["ce_chunks"]}
+    for size in (chunk, tokens):
+        measured = cpu_ce_peak_bytes(tokens, vocab, hidden, size)
+        assert measured == pytest.approx(rows[size].peak_bytes, rel=0.10)
+    assert cpu_ce_peak_bytes(tokens, vocab, hidden, chunk) <= budget
 
 
 def test_ce_vocab_from_the_gemma_checkpoint_and_skipped_without_one(tmp_path):

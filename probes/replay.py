@@ -1,0 +1,335 @@
+"""`replay`: does goodput's prediction hold? The corpus's real batch shapes, run through the harness.
+
+For each strategy (probes/batching.py), the first `--num-steps` batches of the epoch (further epochs
+reshuffled with seed+1, seed+2, ... when one is shorter), in the order training feeds them: random
+token ids at exactly each batch's row lengths, right-padded to its width with an explicit attention
+mask where rows differ (as a collator pads), one optimizer step each through the harness's
+train step (probes/models.py, the profile's session; AdamW shared across the replay as in training).
+Each step is timed alone (probes/timing.py: CUDA events, the end waited on, as a loop that logs its
+loss does) after `--warmup-steps` untimed steps of the widest batches (the allocator's peak reached).
+
+The prediction is goodput's step model (probes/goodput.py), either read from `--profile` or measured
+in the same session first: `scaling` times a padded batch of `--batch-size` rows at each of
+`--fit-lens` widths (one row half padding, so the mask is the replay's) and `fit` fits them as the
+profile probe does (probes/profile_fit.py), launch-bound points (GPU busy < 90%, profiled after every
+timing) left out of the fit and interpolated below it. A fit point's `step_s` here is the MEAN of
+its timed steps, not the median: a replay sums steps, and a launch-bound point's jitter is skewed.
+The first step at a batch shape the process has not run yet costs more (on an H200, ~0.2 s: kernel
+plans for the new shape, allocator growth), and a replay of a long-tailed corpus meets a new width
+almost every step: the model's `new_shape_s` is the mean excess of the fit points' first warm-up
+step over their timed mean, charged to every replayed step whose (rows, width) is new (`new_shape`).
+
+Tables: `replay`, one row per strategy: `num_steps`, `real_tokens`, `padded_tokens`,
+`predicted_s` and `measured_s` (sums over the replayed steps), `error_pct` ((predicted - measured)
+/ measured), `predicted_tok_per_s` and `measured_tok_per_s` (real tokens over each);
+`replay_steps`: every step's shape and both times; `scaling` and `fit` when measured here.
+Check `replay_within_5pct`: |error_pct| <= 5 for every strategy (a GPU criterion: on the CPU, the
+tests' tiny models time in milliseconds and the figure is not a promise).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from probes import batching, goodput, kernels, models, profile
+from probes import corpus as corpus_mod
+from probes import harness as reference
+from probes import profile_measure as measure
+from probes.profile_fit import ScalingRow, fit_scaling
+from probes.result import Check, InputError, ProbeResult, require
+from probes.timing import time_steps
+
+LIMIT_PCT = 5.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config:
+    checkpoint: Path
+    """Checkpoint directory with config.json (the model; also the tokenizer of --corpus)."""
+    corpus: Path | None = None
+    """Corpus, JSONL or Parquet: records with `messages` (chat turns) or `text`, optional `source`."""
+    lengths: Path | None = None
+    """Lengths file instead of a corpus (Parquet or CSV: `length`, optional `source`)."""
+    weights: models.Weights = "checkpoint"
+    """checkpoint: load the weights (local files only); random: build from config.json, random weights."""
+    harness: str = reference.REFERENCE
+    """Import path of the training harness providing discover_target_modules and compute_loss."""
+    lora_rank: int = 32
+    """LoRA rank on every target module the harness discovers."""
+    lora_alpha: float = 64.0
+    """LoRA alpha."""
+    batch_size: int = 8
+    """Samples per batch."""
+    max_length: int = 4096
+    """Tokens per row: longer samples are truncated."""
+    strategies: tuple[str, ...] = ("longest", "bucket")
+    """Batching strategies to replay (fixed, longest, sorted, bucket; packed is not replayed)."""
+    bucket_size: int | None = None
+    """Bucket size of `bucket`, a multiple of --batch-size; unset: the bucket probe's 90%-gain size."""
+    seed: int = 0
+    """Seed of the first epoch's shuffle (the next epochs take seed+1, seed+2, ...)."""
+    num_steps: int = 200
+    """Steps replayed per strategy."""
+    warmup_steps: int = 3
+    """Untimed steps of the widest batches before each strategy's replay."""
+    profile: Path | None = None
+    """A `labprobe probe profile --json` output to predict from; unset: a fit measured here first."""
+    fit_lens: tuple[int, ...] = ()
+    """Widths of the fit measured here (>= 3); unset: 8 widths spaced geometrically up to --max-length."""
+    fit_steps: int = 5
+    """Timed steps per fit width (extended up to 3x while the spread is above 2 percent)."""
+    ce_chunk: int = reference.CHUNK_TOKENS
+    """Cross-entropy chunk in tokens (passed to a harness whose compute_loss takes chunk_tokens)."""
+    device: str = "auto"
+    """auto (the GPU if any, else CPU), cpu, or cuda[:N]."""
+    cache_dir: Path = corpus_mod.DEFAULT_CACHE_DIR
+    """Where token lengths are cached, keyed by corpus and tokenizer content."""
+
+    def __post_init__(self) -> None:
+        require((self.corpus is None) != (self.lengths is None), "give exactly one of --corpus and --lengths")
+        for name in ("batch_size", "max_length", "num_steps", "fit_steps", "lora_rank"):
+            require(getattr(self, name) >= 1, f"--{name.replace('_', '-')} must be >= 1")
+        require(self.warmup_steps >= 0 and self.seed >= 0, "--warmup-steps and --seed must be >= 0")
+        bad = [s for s in self.strategies if s not in batching.STRATEGIES or s == "packed"]
+        require(bool(self.strategies) and not bad, f"--strategies: cannot replay {bad} (fixed, longest, sorted, bucket)")
+        require(self.bucket_size is None or (self.bucket_size >= 1 and self.bucket_size % self.batch_size == 0),
+                f"--bucket-size must be a multiple of --batch-size {self.batch_size}, got {self.bucket_size}")
+        require(not self.fit_lens or len(set(self.fit_lens)) >= 3, "--fit-lens needs >= 3 distinct widths")
+        require(all(n >= 2 for n in self.fit_lens), "--fit-lens must all be >= 2")
+
+    def widths(self) -> tuple[int, ...]:
+        if self.fit_lens:
+            return tuple(sorted(set(self.fit_lens)))
+        grid = np.geomspace(max(2, self.max_length // 16), self.max_length, 8)
+        return tuple(sorted({int(round(w)) for w in grid}))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReplayRow:
+    strategy: str
+    bucket_size: int | None
+    num_steps: int
+    real_tokens: int
+    padded_tokens: int
+    predicted_s: float | None
+    measured_s: float | None
+    error_pct: float | None
+    predicted_tok_per_s: float | None
+    measured_tok_per_s: float | None
+    status: str = "ok"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepRow:
+    strategy: str
+    step: int
+    rows: int
+    width: int
+    real_tokens: int
+    masked: bool
+    new_shape: bool
+    """The first step at this shape in the process (fit points and warm-up included): it pays new_shape_s."""
+    predicted_s: float
+    measured_s: float
+
+
+def _session(config: Config) -> measure.Session:
+    """The profile probe's session (model, LoRA, harness), built for this replay's shapes."""
+    widths = config.widths()
+    return measure.Session(profile.Config(
+        checkpoint=config.checkpoint, weights=config.weights, harness=config.harness, lora_rank=config.lora_rank,
+        lora_alpha=config.lora_alpha, seq_lens=widths, batch_size=config.batch_size, seq_len=max(widths),
+        warmup_steps=2, steps=config.fit_steps, max_steps=3 * config.fit_steps, ce_chunk=config.ce_chunk,
+        device=config.device))
+
+
+def _padded_rows(batch_size: int, width: int) -> list[int] | None:
+    """A fit point's rows: all full but the last, half padding (so the explicit mask is the replay's)."""
+    return None if batch_size == 1 else [width] * (batch_size - 1) + [max(1, width // 2)]
+
+
+def fit_point(session: measure.Session, width: int) -> ScalingRow:
+    b = session.config.batch_size
+    base = dict(seq_len=width, batch_size=b, tokens=b * width)
+
+    def time_it() -> ScalingRow:
+        t, peak = session.time(f"fit/{width}", session.step(b, width, real_lengths=_padded_rows(b, width)))
+        timed = t.raw_s[t.num_warmup_configured or 0:]
+        return ScalingRow(**base, step_s=float(np.mean(timed)), spread_pct=100 * t.spread,
+                          spread_all_pct=100 * t.spread_all, iqr_pct=100 * t.iqr, steps=len(timed),
+                          peak_mem_bytes=peak)
+
+    return measure.oom_guard(session, time_it, lambda msg: ScalingRow(**base, status=msg))
+
+
+def with_busy(session: measure.Session, row: ScalingRow) -> ScalingRow:
+    """gpu_busy_frac of a fit point, profiled after every timing (CUPTI lingers: probes/kernels.py)."""
+    if row.status != "ok" or session.device.type != "cuda":
+        return row
+
+    def profile_it() -> ScalingRow:
+        step = session.step(row.batch_size, row.seq_len, real_lengths=_padded_rows(row.batch_size, row.seq_len))
+        busy = session.busy_frac(step, row.step_s)
+        return dataclasses.replace(row, gpu_busy_frac=busy, launch_bound=busy < kernels.LAUNCH_BOUND_BELOW)
+
+    return measure.oom_guard(session, profile_it, lambda msg: dataclasses.replace(row, status=f"profiler {msg}"))
+
+
+def new_shape_s(raw: dict[str, dict], first: str) -> float:
+    """The one-off cost of a batch shape's first step: over the fit points, the mean of (first
+    warm-up step - mean timed step), the mean since a replay sums them. The first point timed in the
+    process is left out: it also pays the process's own first-step costs."""
+    extra = [t["raw_s"][0] - float(np.mean(t["raw_s"][t["num_warmup_configured"]:]))
+             for key, t in raw.items() if key.startswith("fit/") and key != first and t["num_warmup_configured"]]
+    return max(0.0, float(np.mean(extra))) if extra else 0.0
+
+
+def model_here(session: measure.Session, rows: list[ScalingRow]):
+    """(scaling rows, fit rows, StepModel or None) from the fit points measured in this session."""
+    b = session.config.batch_size
+    scaling, fit, coef = fit_scaling(rows, batch_size=b, seq_len=max(r.seq_len for r in rows))
+    if coef is None:
+        return scaling, fit, None
+    fitted = [r.seq_len for r in scaling if r.in_fit]
+    launch = tuple((r.tokens, r.step_s) for r in scaling if r.launch_bound and r.seq_len < min(fitted))
+    return scaling, fit, goodput.StepModel(
+        quadratic_s=float(coef[0]), linear_s=float(coef[1]), fixed_s=float(coef[2]), min_len=min(fitted),
+        max_len=max(fitted), fit_batch_size=b, launch_points=launch,
+        launch_bound_in_fit=None if session.device.type != "cuda" else False,
+        new_shape_s=new_shape_s(session.raw, f"fit/{max(r.seq_len for r in rows)}"), source="measured in this session")
+
+
+def shapes(config: Config, lengths: np.ndarray, strategy: str, bucket_size: int | None) -> list[np.ndarray]:
+    """Row lengths of the first num_steps batches, epoch after epoch (seed, seed+1, ...)."""
+    out: list[np.ndarray] = []
+    seed = config.seed
+    while len(out) < config.num_steps:
+        epoch = batching.make(strategy, lengths, batch_size=config.batch_size, max_length=config.max_length,
+                              seed=seed, bucket_size=bucket_size)
+        out += [epoch.batch(i) for i in range(epoch.num_batches)]
+        seed += 1
+    return out[:config.num_steps]
+
+
+def warm_indices(batches: list[np.ndarray], warmup: int) -> np.ndarray:
+    """The warm-up steps: the widest batches (the allocator's peak reached before any timing)."""
+    return np.argsort([-len(r) * int(r.max()) for r in batches], kind="stable")[:warmup]
+
+
+def time_replay(session: measure.Session, batches: list[np.ndarray], warmup: int) -> list[float]:
+    """Each batch as one optimizer step, timed alone, after warm-up steps of the widest batches."""
+    c, device, model = session.config, session.device, session.model
+    built = [models.make_batch(vocab_size=session.vocab_size, batch_size=len(rows), seq_len=int(rows.max()),
+                               device=device, seed=i,
+                               real_lengths=None if rows.min() == rows.max() else rows.tolist())
+             for i, rows in enumerate(batches)]
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    loss_fn = reference.loss_fn(session.harness, c.ce_chunk)
+    steps = [models.TrainStep(model, loss_fn, b, optimizer) for b in built]
+    models.release(device)
+    for i in warm_indices(batches, warmup):
+        steps[i]()
+    return [time_steps(step, device=device, warmup=0, steps=1).raw_s[0] for step in steps]
+
+
+
+def _rows(strategy: str, size: int | None, batches: list[np.ndarray], measured: list[float],
+          model: goodput.StepModel, seen: set[tuple[int, int]]) -> tuple[ReplayRow, list[StepRow]]:
+    """`seen`: shapes the process has run (updated): a step at a new one pays model.new_shape_s."""
+    rows = np.array([len(r) for r in batches])
+    widths = np.array([int(r.max()) for r in batches])
+    real = np.array([int(r.sum()) for r in batches])
+    masked = np.array([r.min() != r.max() for r in batches])
+    new = np.array([not ((r, w) in seen or seen.add((r, w))) for r, w in zip(rows.tolist(), widths.tolist())])
+    predicted = model.predict(rows, widths, masked) + new * model.new_shape_s
+    steps = [StepRow(strategy=strategy, step=i, rows=int(rows[i]), width=int(widths[i]), real_tokens=int(real[i]),
+                     masked=bool(masked[i]), new_shape=bool(new[i]), predicted_s=float(predicted[i]),
+                     measured_s=measured[i]) for i in range(len(batches))]
+    p, m = float(predicted.sum()), float(sum(measured))
+    return ReplayRow(strategy=strategy, bucket_size=size, num_steps=len(batches), real_tokens=int(real.sum()),
+                     padded_tokens=int((rows * widths).sum() - real.sum()), predicted_s=p, measured_s=m,
+                     error_pct=100 * (p - m) / m, predicted_tok_per_s=real.sum() / p,
+                     measured_tok_per_s=real.sum() / m), steps
+
+
+def _tables(config: Config, plans: dict, measured: dict, model: goodput.StepModel, size: int | None,
+            seen: set[tuple[int, int]]) -> tuple[list[ReplayRow], list[StepRow]]:
+    """Rows of every strategy, in the order they ran (shapes run before count as seen)."""
+    replay_rows, step_rows = [], []
+    for s, times in measured.items():
+        bucket = size if s == "bucket" else None
+        if isinstance(times, str):  # an out-of-memory: a row saying so
+            replay_rows.append(ReplayRow(strategy=s, bucket_size=bucket, num_steps=0, real_tokens=0,
+                                         padded_tokens=0, predicted_s=None, measured_s=None, error_pct=None,
+                                         predicted_tok_per_s=None, measured_tok_per_s=None, status=times))
+            continue
+        seen |= {(len(b), int(b.max())) for b in (plans[s][i] for i in warm_indices(plans[s], config.warmup_steps))}
+        row, steps = _rows(s, bucket, plans[s], times, model, seen)
+        replay_rows.append(row)
+        step_rows += steps
+    return replay_rows, step_rows
+
+
+def _failed(result: ProbeResult, name: str, message: str) -> ProbeResult:
+    result.summary["status"] = message
+    result.checks.append(Check(name=name, ok=False, detail=message))
+    return result
+
+
+def run(config: Config) -> ProbeResult:
+    data = corpus_mod.load(corpus=config.corpus, lengths=config.lengths, checkpoint=config.checkpoint,
+                           cache_dir=config.cache_dir)
+    size = config.bucket_size
+    if "bucket" in config.strategies and size is None:
+        require(data.num_samples > config.batch_size, f"{config.lengths or config.corpus}: {data.num_samples} "
+                f"samples, bucketing needs more than --batch-size {config.batch_size}")
+        size = batching.bucket_size_90pct(data.length, batch_size=config.batch_size, max_length=config.max_length)
+    given = _given_model(config)
+    session = _session(config)
+    result = ProbeResult(probe="replay", config=config)
+    failed = measure.oom_guard(session, session.load, lambda msg: msg.replace("oom:", "oom while loading:", 1))
+    if failed:
+        return _failed(result, "model_loaded", failed)
+    result.summary["device"] = torch.cuda.get_device_name(session.device) if session.device.type == "cuda" else "cpu"
+    # every timing first (fit points, then the replays), every profiler run after: CUPTI lingers
+    # widest first: the allocator reaches its peak before the jittery launch-bound points are timed
+    points = [] if given else sorted((fit_point(session, w) for w in config.widths()[::-1]), key=lambda r: r.seq_len)
+    plans = {s: shapes(config, data.length, s, size) for s in config.strategies}
+    measured = {s: measure.oom_guard(session, lambda b=b: time_replay(session, b, config.warmup_steps),
+                                     lambda msg: msg) for s, b in plans.items()}
+    model = given
+    if not given:
+        scaling, fit, model = model_here(session, [with_busy(session, r) for r in points])
+        result.tables.update(scaling=scaling, fit=fit)
+        if model is None:
+            return _failed(result, "fit_has_3_points", f"fewer than 3 GPU-bound fit points: {list(config.widths())}")
+    seen = set() if given else {(config.batch_size, w) for w in config.widths()}
+    replay_rows, step_rows = _tables(config, plans, measured, model, size, seen)
+    result.tables.update(replay=replay_rows, replay_steps=step_rows)
+    result.summary.update(step_model=model.source, fit_lens=[model.min_len, model.max_len],
+                          new_shape_s=model.new_shape_s,
+                          launch_points=[list(p) for p in model.launch_points],
+                          **{f"error_pct_{r.strategy}": r.error_pct for r in replay_rows})
+    result.artifacts["timings.json"] = json.dumps(session.raw, indent=1)
+    bad = {r.strategy: r.error_pct if r.status == "ok" else r.status for r in replay_rows
+           if r.status != "ok" or abs(r.error_pct) > LIMIT_PCT}
+    result.checks.append(Check(name="replay_within_5pct", ok=not bad, detail=(
+        f"|predicted - measured| / measured above {LIMIT_PCT:g}% or not measured: {bad}" if bad else
+        "; ".join(f"{r.strategy} {r.error_pct:+.2f}%" for r in replay_rows))))
+    return result
+
+
+def _given_model(config: Config) -> goodput.StepModel | None:
+    if config.profile is None:
+        return None
+    try:
+        return goodput.model_from_profile(json.loads(config.profile.read_text()), source=str(config.profile))
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"{config.profile}: unreadable profile JSON: {exc}") from None

@@ -1,0 +1,53 @@
+"""`labprobe goodput --host H --profile-checkpoint C [GOODPUT OPTIONS]`: the goodput probe priced
+with the newest ok profile of checkpoint C on host H in the store, and the lab's budget
+(cluster.yaml's `budget`) as the default of its projection."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from probes import goodput
+from probes.result import InputError
+from runner.analysis.stored_profile import profile_from_store
+from runner.cli.options import add_config_options, build_config
+from runner.cli.probe import render
+from runner.lab.budget import with_budget
+from runner.lab.cluster import load_cluster
+from runner.store.store import Store
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", required=True, help="the host whose stored profile prices the steps")
+    parser.add_argument("--profile-checkpoint", required=True, help="the checkpoint's name in the store")
+    parser.add_argument("--cluster", type=Path, default=None,
+                        help="the lab's file: its store root and budget (default: ./cluster.yaml, if present)")
+    parser.add_argument("--store", type=Path, default=None, help="the store root (default: cluster.yaml's)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    add_config_options(parser, goodput.Config)
+
+
+def main(args: argparse.Namespace) -> int:
+    if hasattr(args, "profile"):
+        raise InputError("--profile: here the profile comes from the store (a file: `labprobe probe goodput`)")
+    path = args.cluster or Path("cluster.yaml")
+    cluster = load_cluster(path) if args.cluster is not None or path.is_file() else None
+    store = Store(args.store or (cluster.store_root() if cluster else Path("results")))
+    profile = profile_from_store(store, host=args.host, checkpoint=args.profile_checkpoint)
+    for field, value in with_budget(cluster.spec.budget if cluster else None, "goodput", {}).items():
+        if not hasattr(args, field):  # an option given on the command line wins over the lab's budget
+            setattr(args, field, value)
+    with tempfile.TemporaryDirectory() as tmp:
+        args.profile = Path(tmp) / "profile.json"
+        args.profile.write_text(json.dumps(profile))
+        result = goodput.run(build_config(goodput.Config, args))
+    result.summary["step_model"] = profile["source"]
+    if args.json:
+        json.dump(result.to_json_dict(), sys.stdout, indent=1)
+        print()
+    else:
+        print(render(result))
+    return 0 if result.ok else 1

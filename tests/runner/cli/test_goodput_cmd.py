@@ -1,0 +1,76 @@
+"""`labprobe goodput`: the newest ok profile of a host x checkpoint read from a real store, and the
+lab's budget from cluster.yaml as the projection's default."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from probes import profile
+from probes.profile_fit import FitRow, ScalingRow
+from probes.result import ProbeResult
+from runner.cli import main
+from runner.store.store import JobKey, Store
+
+T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
+
+
+def profile_result(fixed_s: float) -> ProbeResult:
+    scaling = [ScalingRow(seq_len=n, batch_size=1, tokens=n, step_s=fixed_s + 1e-4 * n, launch_bound=False,
+                          in_fit=True) for n in (128, 256, 512)]
+    fit = [FitRow(term=t, coef=c, unit="", share_at_production_pct=0.0)
+           for t, c in (("quadratic", 0.0), ("linear", 1e-4), ("fixed", fixed_s))]
+    config = profile.Config(checkpoint=Path("qwen3-4b-base"), seq_lens=(128, 256, 512))
+    return ProbeResult(probe="profile", config=config, tables={"scaling": scaling, "fit": fit})
+
+
+def store_with_profiles(root: Path) -> Store:
+    store = Store(root)
+    for i, (host, fixed) in enumerate((("gx10", 0.5), ("gx10", 0.2), ("ana-ml2", 9.0))):
+        key = JobKey(run_id=f"r{i}", job_id=f"j{i}", probe="profile", host=host, checkpoint="qwen3-4b-base",
+                     checkpoint_fp="fp", config_hash="c", code_version="v", finished_at=T0 + timedelta(hours=i))
+        store.write_result(key, profile_result(fixed), started_at=T0, wall_s=1.0, env={})
+    return store
+
+
+def test_goodput_priced_from_the_newest_stored_profile_with_the_labs_budget(tmp_path, capsys):
+    store = store_with_profiles(tmp_path / "results")
+    lengths = tmp_path / "l.parquet"
+    pq.write_table(pa.table({"length": [512] * 40}), lengths)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump({"hosts": [{"name": "gx10", "address": "x"}],
+                                       "budget": {"tokens_per_job": 1_000_000, "arms": 3, "seeds": 2}}))
+    argv = ["goodput", "--host", "gx10", "--profile-checkpoint", "qwen3-4b-base", "--cluster", str(cluster),
+            "--store", str(store.root), "--lengths", str(lengths), "--batch-size", "1", "--max-length", "512",
+            "--strategies", "longest", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    (row,) = out["tables"]["goodput"]
+    step_s = 0.2 + 1e-4 * 512  # the newer gx10 profile (fixed 0.2 s), not the older one or ana-ml2's
+    assert abs(row["epoch_s"] - 40 * step_s) < 1e-9
+    hours = 1_000_000 / (512 / step_s) / 3600
+    assert abs(row["hours_per_job"] - hours) < 1e-9 and abs(row["hours_sweep"] - 6 * hours) < 1e-9
+    assert "j1" in out["summary"]["step_model"]
+    # an entry's own budget wins over the lab's
+    assert main(argv + ["--num-seeds", "1"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["tables"]["goodput"]
+    assert abs(row["hours_sweep"] - 3 * hours) < 1e-9
+
+
+def test_no_profile_in_the_store_is_one_line_exit_2(tmp_path, capsys):
+    store = store_with_profiles(tmp_path / "results")
+    lengths = tmp_path / "l.parquet"
+    pq.write_table(pa.table({"length": [5, 6]}), lengths)
+    argv = ["goodput", "--host", "gx10", "--profile-checkpoint", "gemma-3-4b", "--store", str(store.root),
+            "--cluster", str(tmp_path / "missing.yaml"), "--lengths", str(lengths)]
+    assert main(argv) == 2
+    assert "no such cluster file" in capsys.readouterr().err
+    argv[argv.index("--cluster"):argv.index("--cluster") + 2] = []
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "no ok profile of checkpoint 'gemma-3-4b' on host 'gx10'" in err and len(err.strip().splitlines()) == 1
