@@ -29,16 +29,17 @@ _terminal: dict[str, TextIO | None] = {"err": None}
 """Where runner messages go while `foreign_output_to` holds the real stderr; None: sys.stderr."""
 
 
-class _TerminalHandler(logging.StreamHandler):
-    """Writes to the real stderr of the moment (pytest and `foreign_output_to` swap it)."""
-
-    def __init__(self) -> None:
-        super().__init__(sys.stderr)
+class _TerminalHandler(logging.Handler):
+    """Writes to the user's stderr of the moment (pytest and `foreign_output_to` swap it), plain on
+    a terminal, timestamped elsewhere."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.setStream(terminal_err())
-        self.setFormatter(_PLAIN if _isatty(self.stream) else _STAMPED)
-        super().emit(record)
+        stream = terminal_err()
+        try:
+            stream.write((_PLAIN if _isatty(stream) else _STAMPED).format(record) + "\n")
+            stream.flush()
+        except Exception:  # noqa: BLE001 - logging's own rule: a message that cannot be written is reported, not raised
+            self.handleError(record)
 
 
 _PLAIN = logging.Formatter("%(message)s")

@@ -96,7 +96,8 @@ def _handshake(address: str, timeout_s: float, *, left_s: float) -> None:
                            f"{timeout_s:g} s (another service on that port, or a head that is stuck; "
                            "--connect-timeout-s sets the wait)") from None
     said = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-    if proc.returncode == 3:
+    # Token mode without a token: Ray's C++ aborts the process (a failed check), no exception.
+    if proc.returncode == 3 or "couldn't find an authentication token" in proc.stderr:
         raise ConnectError(f"Ray address {address}: {_token_problem()} (Ray: InvalidAuthToken); {TOKEN_HELP}")
     if proc.returncode != 0:
         cause = said or (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
