@@ -2,12 +2,20 @@
 
     labprobe sweep [--cluster F] [--plan P] [--address A] [--store D] [--force]
                    [--deadline HH:MM] [--report] [--timeout-s N] [--gpu-wait-s N]
+                   [--connect-timeout-s N] [--json]
 
 Expands the plan into jobs (runner/lab/plan.py), fingerprints each host's checkpoints on that host,
 skips jobs already stored ok (unless --force), dispatches the rest as pinned Ray tasks
 (runner/dispatch/loop.py), writes each result as it arrives, shows progress per host, and ends with the
-per-host comparison. Exit 0 when every job ran (skipped GPU or deadline jobs included), 1 when some
-failed, 2 on bad input (and when another sweep holds the store's lock).
+per-host comparison (`--json`: one JSON object instead). Exit 0 when every job ran (skipped GPU or
+deadline jobs included), 1 when some failed or the store stopped taking results, 2 on bad input, when
+another sweep holds the store's lock, when the store cannot be written (checked before any job runs)
+and when no usable Ray head answers at the address within --connect-timeout-s.
+
+Ray's own output (its banners, warnings, a dead node's raylet log tail) goes to the run's log file,
+`<store>/logs/ray-<run id>.log`, not to the terminal. When the Ray head is lost mid-sweep (its port
+unreachable for 20 s; Ray itself would kill this driver at 60 s), the run's unfinished jobs are
+stored failed ("Ray head lost"), the summary printed, exit 1.
 
 No --address (and no `ray.address` in the cluster file): an embedded local Ray on this machine,
 one node labelled `labprobe.host=local`. Only plan entries naming the host `local` run there;

@@ -4,6 +4,10 @@ Failure is per job, never per sweep: a probe's exception, a node that dies (its 
 queued jobs fail with the reason), a job past its timeout, a host no alive node carries (fails at
 once: a label selector matching nothing would wait forever) all become stored `failed` jobs, and
 the loop carries on. Every wait is bounded (ray.wait with a timeout; hosts re-checked each second).
+Two failures do end a sweep early. A store that refuses a write: no further job is handed out (the
+queued ones are `skipped`), and that result and every later one go to a spill file
+(runner/dispatch/spill.py). A lost Ray head: `head_lost`, called from a watch thread while the loop
+is blocked inside Ray, records the in-flight and queued jobs failed without a Ray call.
 
 CPU jobs: per host, at most as many in flight as the host's nodes have CPUs, so a job's timeout
 runs from (about) its real start and the deadline is checked before each start.

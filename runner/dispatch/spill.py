@@ -31,6 +31,8 @@ CHECK_BYTES = 64 * 1024
 def check_writable(root: Path) -> None:
     """InputError naming the store unless a file can be created, filled, synced and removed in `root`."""
     root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise InputError(f"store {root}: not a folder (--store or store.root names a file); no job was run")
     probe = root / f".write-check-{os.getpid()}"
     try:
         root.mkdir(parents=True, exist_ok=True)
