@@ -10,13 +10,15 @@ import argparse
 import json
 import math
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from probes.result import InputError
 from runner.gpu.idle import GpuReading, Thresholds, read_local
 from runner.hosts.nodes import node_host
 from runner.hosts.reach import DEFAULT_CONNECT_TIMEOUT_S
-from runner.log import foreign_output_to, log_path
+from runner.log import foreign_output_to
 
 
 def read_pinned(per_host: dict[str, tuple[str | None, Thresholds]]) -> list[GpuReading]:
@@ -63,8 +65,9 @@ def main(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     per_host = {name: (cluster.runs_dir(name), Thresholds.from_cluster(h.idle))
                 for name, h in cluster.hosts.items()}
-    # Ray's banners and warnings go to a log file, not into the readings on the terminal.
-    with foreign_output_to(log_path(cluster.store_root(), "ray-idle.log")):
+    # Ray's banners and warnings go to a log file, not into the readings on the terminal. Not in the
+    # store: reading GPUs writes nothing there.
+    with foreign_output_to(Path(tempfile.gettempdir()) / "labprobe-ray-idle.log"):
         # No address: the sweep's embedded Ray, one node labelled `local`; the other hosts read unreachable.
         connect(args.address or cluster.spec.ray.address, timeout_s=args.connect_timeout_s)
         results = read_hosts(per_host, timeout_s=args.timeout_s)

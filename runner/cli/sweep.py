@@ -33,20 +33,27 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
 from probes.result import InputError
 from runner.clock import new_run_id, parse_deadline
 from runner.dispatch.lock import SweepLock
 from runner.dispatch.loop import Counts
 from runner.dispatch.spill import check_writable
-from runner.hosts.nodes import HostFailure, connect, head_address, run_on_hosts, warn_embedded
+from runner.hosts.nodes import (
+    HostFailure,
+    connect,
+    head_address,
+    run_on_hosts,
+    warn_embedded,
+)
 from runner.hosts.reach import DEFAULT_CONNECT_TIMEOUT_S, HeadWatch
-from runner.log import foreign_output_to, log_path, logger, terminal_err
-from runner.log import setup as setup_logging
 from runner.lab.cluster import load_cluster
 from runner.lab.plan import DEFAULT_PLAN, Job, checkpoints_by_host, expand
+from runner.log import foreign_output_to, log_path, logger, terminal_err
+from runner.log import setup as setup_logging
 from runner.store.store import Store
 
 FINGERPRINT_TIMEOUT_S = 120.0

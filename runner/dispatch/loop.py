@@ -29,9 +29,10 @@ import collections
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from runner.dispatch.launch import GpuGuard, Launcher, Outcome
 from runner.dispatch.spill import Spill

@@ -18,9 +18,10 @@ import dataclasses
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from probes.result import InputError, _jsonable
 

@@ -58,10 +58,12 @@ def connect(address: str | None = None, *, timeout_s: float = DEFAULT_CONNECT_TI
     else:
         address = _resolve(address)
         check_reachable(address, timeout_s)
-    # The head answered a moment ago; a head dying in between must still not hang us here.
+    # A remote head answered a moment ago; one dying in between must still not hang us here. (The
+    # embedded Ray is started by this process: Ray's own start-up timeouts bound it.)
     watchdog = threading.Timer(timeout_s + 60.0, _give_up, (address, timeout_s + 60.0))
     watchdog.daemon = True
-    watchdog.start()
+    if address != "local":
+        watchdog.start()
     try:
         ray.init(address=address, **kwargs)
     except (AuthenticationError, ConnectionError) as exc:
