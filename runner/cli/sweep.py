@@ -14,7 +14,7 @@ and when no usable Ray head answers at the address within --connect-timeout-s.
 
 Ray's own output (its banners, warnings, a dead node's raylet log tail) goes to the run's log file,
 `<store>/logs/ray-<run id>.log`, not to the terminal. When the Ray head is lost mid-sweep (its port
-unreachable for 20 s; Ray itself would kill this driver at 60 s), the run's unfinished jobs are
+unreachable for 30 s; Ray itself would kill this driver at 60 s), the run's unfinished jobs are
 stored failed ("Ray head lost"), the summary printed, exit 1.
 
 No --address (and no `ray.address` in the cluster file): an embedded local Ray on this machine,

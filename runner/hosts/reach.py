@@ -32,8 +32,10 @@ from probes.result import InputError
 
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
 """A healthy head answers the handshake in about a second here; ray.init then takes 2-5 s."""
-HEAD_LOST_S = 20.0
-"""The head's port unreachable this long means the head is lost (Ray's own limit is 60 s)."""
+HEAD_LOST_S = 30.0
+"""The head's port unreachable this long means the head is lost. Ray's own limit is 60 s, counted
+from about the same moment: the other 30 s are for storing the failed rows and printing the summary;
+a shorter wait would end sweeps over a network blip that Ray itself rides out."""
 
 TOKEN_HELP = ("set RAY_AUTH_TOKEN to the cluster's token, or RAY_AUTH_TOKEN_PATH to a copy of the head's "
               "~/.ray/auth_token, with RAY_AUTH_MODE=token (see `labprobe host-command`)")
