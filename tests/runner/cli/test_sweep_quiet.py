@@ -54,3 +54,41 @@ def test_embedded_sweep_json_is_one_object_and_ray_banner_stays_off_the_terminal
     assert all(STAMPED.match(line) for line in proc.stderr.splitlines()), proc.stderr
     [log] = (tmp_path / "store" / "logs").glob(f"ray-{answer['run_id']}.log")
     assert BANNER in log.read_text()
+
+
+NOISY = {"noisy": [{"probe": "mask", "config": {"seq_len": n}, "hosts": ["gx10", "doomed"]} for n in (64, 96, 128)]}
+
+
+def test_a_node_killed_mid_sweep_leaves_its_raylet_dump_in_the_log_not_the_output(ray_cluster, tmp_path, capsys):
+    import signal
+    import threading
+    import time
+
+    from sweep_util import write_cluster
+
+    from runner import cli
+
+    lab = write_cluster(tmp_path / "lab", NOISY, extra_hosts=[{"name": "doomed"}])
+    store = Store(tmp_path / "store")
+    node = ray_cluster.add_node(num_cpus=1, labels={"labprobe.host": "doomed"})
+    ray_cluster.wait_for_nodes()
+
+    def kill_after_first_stored_job():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (store.root / "jobs").is_dir():
+            time.sleep(0.1)
+        node.all_processes["raylet"][0].process.send_signal(signal.SIGKILL)  # no goodbye: Ray's dump follows
+
+    killer = threading.Thread(target=kill_after_first_stored_job)
+    killer.start()
+    try:
+        code = cli.main(["sweep", "--cluster", str(lab), "--plan", "noisy", "--store", str(store.root)])
+    finally:
+        killer.join()
+        ray_cluster.remove_node(node, allow_graceful=False)
+    captured = capsys.readouterr()
+    assert code == 1, captured.err[-3000:]  # the doomed host's unfinished jobs failed
+    [log] = (store.root / "logs").glob("ray-*.log")
+    assert "Raylet is terminated. Termination is unexpected" in log.read_text()
+    assert captured.out.startswith("run ") and "(raylet)" not in captured.out and "[state-dump]" not in captured.out
+    assert "(raylet)" not in captured.err
