@@ -12,6 +12,7 @@ import sys
 
 from probes.result import InputError
 from runner.cli.options import OneLineParser
+from runner.log import setup as setup_logging
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -30,8 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def _top_help() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: labprobe COMMAND [options]   (labprobe COMMAND --help for its options)", "",
-             "commands:"]
+    lines = ["usage: labprobe COMMAND [options]   (labprobe COMMAND --help for its options)",
+             "       labprobe --version", "", "commands:"]
     lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items()]
     return "\n".join(lines)
 
@@ -41,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_top_help())
         return 0 if argv else 2
+    if argv[0] == "--version":
+        from runner.hosts.jobenv import code_version
+
+        print(f"labprobe {code_version()}")  # the package version, and the commit of a git checkout
+        return 0
+    setup_logging()
     name = argv[0]
     if name not in COMMANDS:
         print(f"labprobe: error: unknown command {name!r} (known: {', '.join(COMMANDS)})",

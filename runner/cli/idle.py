@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from probes.result import InputError
 from runner.gpu.idle import GpuReading, Thresholds, read_local
 from runner.hosts.nodes import node_host
+from runner.hosts.reach import DEFAULT_CONNECT_TIMEOUT_S
+from runner.log import foreign_output_to
 
 
 def read_pinned(per_host: dict[str, tuple[str | None, Thresholds]]) -> list[GpuReading]:
@@ -45,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON list of readings")
     parser.add_argument("--timeout-s", type=float, default=30.0,
                         help="seconds to wait for a host, on top of the sampling window")
+    parser.add_argument("--connect-timeout-s", type=float, default=DEFAULT_CONNECT_TIMEOUT_S,
+                        help=f"how long to wait for the Ray head at --address (default: {DEFAULT_CONNECT_TIMEOUT_S:g})")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -53,12 +60,17 @@ def main(args: argparse.Namespace) -> int:
 
     if not args.timeout_s > 0:
         raise InputError(f"--timeout-s: must be > 0 (got {args.timeout_s})")
+    if not (math.isfinite(args.connect_timeout_s) and args.connect_timeout_s > 0):
+        raise InputError(f"--connect-timeout-s: must be > 0 (got {args.connect_timeout_s})")
     cluster = load_cluster(args.cluster)
     per_host = {name: (cluster.runs_dir(name), Thresholds.from_cluster(h.idle))
                 for name, h in cluster.hosts.items()}
-    # No address: the sweep's embedded Ray, one node labelled `local`; the other hosts read unreachable.
-    connect(args.address or cluster.spec.ray.address)
-    results = read_hosts(per_host, timeout_s=args.timeout_s)
+    # Ray's banners and warnings go to a log file, not into the readings on the terminal. Not in the
+    # store: reading GPUs writes nothing there.
+    with foreign_output_to(Path(tempfile.gettempdir()) / "labprobe-ray-idle.log"):
+        # No address: the sweep's embedded Ray, one node labelled `local`; the other hosts read unreachable.
+        connect(args.address or cluster.spec.ray.address, timeout_s=args.connect_timeout_s)
+        results = read_hosts(per_host, timeout_s=args.timeout_s)
     rows: list[dict[str, Any]] = []
     for host, got in results.items():
         if isinstance(got, HostFailure):

@@ -2,12 +2,20 @@
 
     labprobe sweep [--cluster F] [--plan P] [--address A] [--store D] [--force]
                    [--deadline HH:MM] [--report] [--timeout-s N] [--gpu-wait-s N]
+                   [--connect-timeout-s N] [--json]
 
 Expands the plan into jobs (runner/lab/plan.py), fingerprints each host's checkpoints on that host,
 skips jobs already stored ok (unless --force), dispatches the rest as pinned Ray tasks
 (runner/dispatch/loop.py), writes each result as it arrives, shows progress per host, and ends with the
-per-host comparison. Exit 0 when every job ran (skipped GPU or deadline jobs included), 1 when some
-failed, 2 on bad input (and when another sweep holds the store's lock).
+per-host comparison (`--json`: one JSON object instead). Exit 0 when every job ran (skipped GPU or
+deadline jobs included), 1 when some failed or the store stopped taking results, 2 on bad input, when
+another sweep holds the store's lock, when the store cannot be written (checked before any job runs)
+and when no usable Ray head answers at the address within --connect-timeout-s.
+
+Ray's own output (its banners, warnings, a dead node's raylet log tail) goes to the run's log file,
+`<store>/logs/ray-<run id>.log`, not to the terminal. When the Ray head is lost mid-sweep (its port
+unreachable for 30 s; Ray itself would kill this driver at 60 s), the run's unfinished jobs are
+stored failed ("Ray head lost"), the summary printed, exit 1.
 
 No --address (and no `ray.address` in the cluster file): an embedded local Ray on this machine,
 one node labelled `labprobe.host=local`. Only plan entries naming the host `local` run there;
@@ -20,17 +28,32 @@ two names would be a lie in the store.
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TextIO
 
 from probes.result import InputError
 from runner.clock import new_run_id, parse_deadline
 from runner.dispatch.lock import SweepLock
-from runner.hosts.nodes import HostFailure, connect, run_on_hosts, warn_embedded
+from runner.dispatch.loop import Counts
+from runner.dispatch.spill import check_writable
+from runner.hosts.nodes import (
+    HostFailure,
+    connect,
+    head_address,
+    run_on_hosts,
+    warn_embedded,
+)
+from runner.hosts.reach import DEFAULT_CONNECT_TIMEOUT_S, HeadWatch
 from runner.lab.cluster import load_cluster
 from runner.lab.plan import DEFAULT_PLAN, Job, checkpoints_by_host, expand
+from runner.log import foreign_output_to, log_path, logger, terminal_err
+from runner.log import setup as setup_logging
 from runner.store.store import Store
 
 FINGERPRINT_TIMEOUT_S = 120.0
@@ -52,13 +75,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "this process (you are on HOST: debugging, or a GPU box on its own)")
     parser.add_argument("--gpu-wait-s", type=float, default=1800.0,
                         help="without --deadline: how long GPU jobs wait for an idle card (default: 1800)")
+    parser.add_argument("--connect-timeout-s", type=float, default=DEFAULT_CONNECT_TIMEOUT_S,
+                        help=f"how long to wait for the Ray head at --address (default: {DEFAULT_CONNECT_TIMEOUT_S:g})")
+    parser.add_argument("--json", action="store_true", help="end with one JSON object (run id, counts, failures, "
+                        "every job's outcome) instead of the summary and the comparison")
 
 
 def main(args: argparse.Namespace) -> int:
-    if not (math.isfinite(args.timeout_s) and args.timeout_s > 0):  # nan passes a plain `<= 0` check
-        raise InputError(f"--timeout-s: expected a finite number of seconds > 0, got {args.timeout_s:g}")
-    if not (math.isfinite(args.gpu_wait_s) and args.gpu_wait_s >= 0):
-        raise InputError(f"--gpu-wait-s: expected a finite number of seconds >= 0, got {args.gpu_wait_s:g}")
+    _check_numbers(args)
     cluster = load_cluster(args.cluster)
     jobs = expand(cluster, args.plan)
     store = Store(args.store if args.store is not None else cluster.store_root())
@@ -68,29 +92,59 @@ def main(args: argparse.Namespace) -> int:
         if not jobs:
             raise InputError(f"--inline: plan {args.plan!r} has no job on host {args.inline!r}")
     run_id = new_run_id()
-    with SweepLock(store.root, run_id=run_id, plan=args.plan):
+    check_writable(store.root)  # before Ray starts or any job runs: a full disk is one line, exit 2
+    setup_logging()
+    hosts = list(cluster.hosts)
+    with SweepLock(store.root, run_id=run_id, plan=args.plan), \
+            foreign_output_to(log_path(store.root, f"ray-{run_id}.log")) as (out, _):
         if args.inline is None:
             address = args.address or cluster.spec.ray.address
-            connect(address)
+            connect(address, timeout_s=args.connect_timeout_s)
             warn_embedded("sweep", address, {j.host for j in jobs},
                           "jobs for {hosts} will fail (pass --address or set ray.address)")
+
+        def head_lost(counts: Counts) -> None:  # runs on the head-watch thread; Ray would kill us soon
+            _print_end(args, store, jobs, counts, run_id, hosts, out)
+            out.flush()
+            os._exit(1)
+
         counts = run_sweep(cluster=cluster, store=store, plan=args.plan, jobs=jobs, run_id=run_id,
                            force=args.force, deadline=deadline, timeout_s=args.timeout_s,
-                           gpu_wait_s=args.gpu_wait_s, inline=args.inline is not None)
-    print_end(store, jobs, counts, run_id, list(cluster.hosts))
-    if args.report:
+                           gpu_wait_s=args.gpu_wait_s, inline=args.inline is not None,
+                           on_head_lost=None if args.inline is not None else head_lost)
+    _print_end(args, store, jobs, counts, run_id, hosts, sys.stdout)
+    if args.report and counts.store_failure is None:
         _report(store, run_id)
-    return 1 if counts.failed else 0
+    return 1 if counts.failed or counts.store_failure else 0
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    for name, least in (("timeout_s", 0.0), ("connect_timeout_s", 0.0)):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value > least):  # nan passes a plain `<= 0` check
+            raise InputError(f"--{name.replace('_', '-')}: expected a finite number of seconds > 0, got {value:g}")
+    if not (math.isfinite(args.gpu_wait_s) and args.gpu_wait_s >= 0):
+        raise InputError(f"--gpu-wait-s: expected a finite number of seconds >= 0, got {args.gpu_wait_s:g}")
+
+
+def _print_end(args, store: Store, jobs: list[Job], counts, run_id: str, hosts: list[str], out: TextIO) -> None:
+    if args.json:
+        json.dump(end_json(store, counts, run_id), out, indent=1)
+        print(file=out)
+    else:
+        print_end(store, jobs, counts, run_id, hosts, out=out)
 
 
 def run_sweep(*, cluster, store: Store, plan: str, jobs: list[Job], run_id: str, force: bool = False,
               deadline: float | None = None, timeout_s: float = 3600.0, gpu_wait_s: float = 1800.0,
               launcher=None, progress: bool = True, gpu_backoff_s: tuple[float, ...] | None = None,
-              inline: bool = False):
+              inline: bool = False, on_head_lost: Callable[[Counts], None] | None = None) -> Counts:
     """Fingerprint, skip what is done, dispatch the rest. -> dispatch.Counts.
 
     Ray must be connected, unless `inline`: then every job runs here, in this process, as if this
-    machine were the jobs' host (fingerprints and GPU readings taken here too).
+    machine were the jobs' host (fingerprints and GPU readings taken here too). `on_head_lost`: called
+    from a watch thread with the counts once the Ray head is gone and the run's unfinished jobs are
+    stored failed; it must end the process (the main thread is blocked inside Ray by then).
     """
     from runner.dispatch.launch import InlineLauncher, RayLauncher
     from runner.dispatch.loop import Dispatch
@@ -98,19 +152,27 @@ def run_sweep(*, cluster, store: Store, plan: str, jobs: list[Job], run_id: str,
     ready, unreachable = fingerprint_jobs(jobs, here=inline)
     done = set() if force else store.done_job_ids()
     todo = [j for j in ready if j.job_id not in done]
-    bar = Progress(todo + [j for j, _ in unreachable], enabled=progress)
+    bar = Progress(todo + [j for j, _ in unreachable], enabled=progress, stream=terminal_err())
     hosts = {j.host for j in jobs}
     dispatch = Dispatch(cluster=cluster, store=store, run_id=run_id, plan=plan,
                         launcher=launcher or (InlineLauncher() if inline else RayLauncher()), deadline=deadline,
                         timeout_s=timeout_s, gpu_wait_s=gpu_wait_s, on_record=bar.update, gpu_backoff_s=gpu_backoff_s,
                         live=(lambda: {h: (1, cluster.hosts[h].gpus) for h in hosts}) if inline else None,
                         read_here=inline)
-    dispatch.counts.already_done = len(ready) - len(todo)
-    for job, reason in unreachable:
-        dispatch.fail(job, reason)
+    for job in ready:
+        if job.job_id in done:
+            dispatch.counts.add_done(job)
+    watch = None
+    if on_head_lost is not None:
+        watch = HeadWatch(head_address(), lambda reason: (bar.close(), on_head_lost(dispatch.head_lost(reason))))
+        watch.start()
     try:
+        for job, reason in unreachable:
+            dispatch.fail(job, reason)
         return dispatch.run(todo)
     finally:
+        if watch is not None:
+            watch.stop()
         bar.close()
 
 
@@ -118,7 +180,7 @@ def fingerprint_jobs(jobs: list[Job], *, here: bool = False) -> tuple[list[Job],
     """Each job with its host-computed checkpoint fingerprint (and so its job_id); jobs whose host
     is unreachable or cannot read the checkpoint come back apart, with the reason. `here`: computed
     in this process (an inline sweep, run on the host itself)."""
-    from runner.store.fingerprint import fingerprints, host_fingerprints
+    from runner.store.fingerprint import Unreadable, fingerprints, host_fingerprints
 
     by_host = checkpoints_by_host(jobs)
     if here:
@@ -128,27 +190,30 @@ def fingerprint_jobs(jobs: list[Job], *, here: bool = False) -> tuple[list[Job],
     ready, unreachable = [], []
     for job in jobs:
         answer = answers[job.host]
-        fp = answer.reason if isinstance(answer, HostFailure) else answer.get(job.checkpoint, "error: not read")
-        if isinstance(answer, HostFailure) or fp.startswith("error: "):
-            why = f"host {job.host}: {answer.reason}" if isinstance(answer, HostFailure) else fp[len("error: "):]
-            unreachable.append((job.with_fingerprint(""), why))
+        if isinstance(answer, HostFailure):
+            unreachable.append((job.with_fingerprint(""), f"host {job.host}: {answer.reason}"))
+            continue
+        fp = answer.get(job.checkpoint, Unreadable("not fingerprinted: the host's answer left it out"))
+        if isinstance(fp, Unreadable):
+            unreachable.append((job.with_fingerprint(""), fp.reason))
         else:
             ready.append(job.with_fingerprint(fp))
     return ready, unreachable
 
 
 class Progress:
-    """A tqdm bar with per-host counts on a terminal; one line per finished job otherwise (cron logs)."""
+    """A tqdm bar with per-host counts on a terminal; one log line per finished job otherwise (cron logs)."""
 
-    def __init__(self, jobs: list[Job], *, enabled: bool = True) -> None:
+    def __init__(self, jobs: list[Job], *, enabled: bool = True, stream: TextIO | None = None) -> None:
         self.total = {h: sum(j.host == h for j in jobs) for h in dict.fromkeys(j.host for j in jobs)}
         self.done = dict.fromkeys(self.total, 0)
         self.enabled, self.num_done, self.t0 = enabled, 0, time.monotonic()
         self.bar = None
-        if enabled and sys.stderr.isatty() and jobs:
+        stream = stream or sys.stderr
+        if enabled and stream.isatty() and jobs:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=len(jobs), unit="job", file=sys.stderr, dynamic_ncols=True)
+            self.bar = tqdm(total=len(jobs), unit="job", file=stream, dynamic_ncols=True)
 
     def update(self, job: Job, status: str) -> None:
         self.num_done += 1
@@ -158,28 +223,55 @@ class Progress:
             self.bar.set_postfix_str(hosts, refresh=False)
             self.bar.update(1)
         elif self.enabled:
-            print(f"[{self.num_done}/{sum(self.total.values())} {time.monotonic() - self.t0:5.1f}s] {status:7} "
-                  f"{job.probe} {job.checkpoint} @ {job.host}   ({hosts})", file=sys.stderr, flush=True)
+            logger.info(f"[{self.num_done}/{sum(self.total.values())} {time.monotonic() - self.t0:5.1f}s] "
+                        f"{status:7} {job.probe} {job.checkpoint} @ {job.host}   ({hosts})")
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
 
 
-def print_end(store: Store, jobs: list[Job], counts, run_id: str, host_order: list[str]) -> None:
+def print_end(store: Store, jobs: list[Job], counts: Counts, run_id: str, host_order: list[str], *,
+              out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    print(f"run {run_id}: {counts.ok} ok, {counts.failed} failed, {counts.skipped} skipped, "
+          f"{counts.already_done} already done (store {store.root})", file=out)
+    for job, reason in counts.failures[:MAX_FAILURES_SHOWN]:
+        print(f"  failed: {job.probe} {job.checkpoint} @ {job.host}: {reason}", file=out)
+    if len(counts.failures) > MAX_FAILURES_SHOWN:
+        print(f"  ... and {len(counts.failures) - MAX_FAILURES_SHOWN} more failed (the store's jobs table has all)",
+              file=out)
+    if counts.store_failure is not None:
+        print(f"the store stopped taking results ({counts.store_failure}); the {counts.num_spilled} jobs after "
+              f"that are kept in {counts.spilled_to} (JSON lines: runner.dispatch.spill.read_spill)", file=out)
+        return
+    text = end_answers(store, jobs, run_id, host_order)
+    if text:
+        print(file=out)
+        print(text, file=out)
+
+
+def end_answers(store: Store, jobs: list[Job], run_id: str, host_order: list[str]) -> str:
+    """What the sweep's probes found, per host: the text after the summary line (runner/analysis)."""
     from runner.analysis.answers import answers_text
 
-    print(f"run {run_id}: {counts.ok} ok, {counts.failed} failed, {counts.skipped} skipped, "
-          f"{counts.already_done} already done (store {store.root})")
-    for job, reason in counts.failures[:MAX_FAILURES_SHOWN]:
-        print(f"  failed: {job.probe} {job.checkpoint} @ {job.host}: {reason}")
-    if len(counts.failures) > MAX_FAILURES_SHOWN:
-        print(f"  ... and {len(counts.failures) - MAX_FAILURES_SHOWN} more failed (the store's jobs table has all)")
     work = [(j.probe, j.host, j.checkpoint, j.config_hash) for j in jobs]  # the sweep's answers (analysis)
-    text = answers_text(store, run_id, work=work, host_order=host_order)
-    if text:
-        print()
-        print(text)
+    return answers_text(store, run_id, work=work, host_order=host_order)
+
+
+def end_json(store: Store, counts: Counts, run_id: str) -> dict[str, Any]:
+    """`sweep --json`: the run as one JSON object."""
+    def job(j: Job) -> dict[str, str]:
+        return {"job_id": j.job_id, "probe": j.probe, "checkpoint": j.checkpoint, "host": j.host}
+
+    return {"run_id": run_id, "store": str(store.root),
+            "counts": {"ok": counts.ok, "failed": counts.failed, "skipped": counts.skipped,
+                       "already_done": counts.already_done},
+            "failures": [{**job(j), "reason": reason} for j, reason in counts.failures],
+            "jobs": [{**job(j), "status": status, "reason": reason} for j, status, reason in counts.outcomes],
+            "store_failure": counts.store_failure,
+            "spilled_to": None if counts.spilled_to is None else str(counts.spilled_to)}
 
 
 def _report(store: Store, run_id: str) -> None:

@@ -45,16 +45,23 @@ class SweepLock:
             holder = _read(fd)
             os.close(fd)
             raise InputError(self._busy_message(holder)) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(self.info).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(self.info).encode(), 0)
+        except OSError as exc:  # a full disk: the holder info does not fit
+            os.close(fd)
+            raise InputError(f"store {self.path.parent}: cannot write the sweep lock {self.path.name}: "
+                             f"{exc.strerror or exc}") from None
         self._fd = fd
 
     def release(self) -> None:
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
-        os.ftruncate(fd, 0)  # nobody holds it: no holder to name
-        os.close(fd)  # closing the last descriptor drops the flock
+        try:
+            os.ftruncate(fd, 0)  # nobody holds it: no holder to name
+        finally:
+            os.close(fd)  # closing the last descriptor drops the flock
 
     def __enter__(self) -> SweepLock:
         self.acquire()

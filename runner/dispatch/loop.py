@@ -4,6 +4,10 @@ Failure is per job, never per sweep: a probe's exception, a node that dies (its 
 queued jobs fail with the reason), a job past its timeout, a host no alive node carries (fails at
 once: a label selector matching nothing would wait forever) all become stored `failed` jobs, and
 the loop carries on. Every wait is bounded (ray.wait with a timeout; hosts re-checked each second).
+Two failures do end a sweep early. A store that refuses a write: no further job is handed out (the
+queued ones are `skipped`), and that result and every later one go to a spill file
+(runner/dispatch/spill.py). A lost Ray head: `head_lost`, called from a watch thread while the loop
+is blocked inside Ray, records the in-flight and queued jobs failed without a Ray call.
 
 CPU jobs: per host, at most as many in flight as the host's nodes have CPUs, so a job's timeout
 runs from (about) its real start and the deadline is checked before each start.
@@ -23,16 +27,20 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import sys
+import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any
 
 from runner.dispatch.launch import GpuGuard, Launcher, Outcome
+from runner.dispatch.spill import Spill
 from runner.hosts.jobenv import code_version
 from runner.hosts.nodes import HOST_LABEL, one_line
 from runner.lab.cluster import Cluster
 from runner.lab.plan import Job
+from runner.log import logger
 from runner.store.store import JobKey, Store
 
 HOST_CHECK_S = 1.0
@@ -46,6 +54,30 @@ class Counts:
     skipped: int = 0
     already_done: int = 0
     failures: list[tuple[Job, str]] = dataclasses.field(default_factory=list)
+    outcomes: list[tuple[Job, str, str]] = dataclasses.field(default_factory=list)
+    """(job, status, reason) of every job of the run, in order; status `already_done` for a job skipped
+    because the store holds it ok."""
+    store_failure: str | None = None
+    """Why the store stopped taking results mid-sweep (None: it took every one)."""
+    spilled_to: Path | None = None
+    num_spilled: int = 0
+    """Jobs kept in `spilled_to` instead of the store."""
+
+    def add_done(self, job: Job) -> None:
+        self.already_done += 1
+        self.outcomes.append((job, "already_done", ""))
+
+    def add(self, job: Job, status: str, reason: str) -> None:
+        if status == "ok":
+            self.ok += 1
+        elif status == "failed":
+            self.failed += 1
+            self.failures.append((job, reason))
+        elif status == "skipped":
+            self.skipped += 1
+        else:
+            raise ValueError(f"unknown job status {status!r}")
+        self.outcomes.append((job, status, reason))
 
 
 class Dispatch:
@@ -69,32 +101,50 @@ class Dispatch:
         self.live = live or _live_capacity
         self.placer = _make_placer(deadline if deadline is not None else time.time() + gpu_wait_s, gpu_backoff_s,
                                    cluster if read_here else None)
+        self.spill = Spill(run_id)
+        self.store_failure: str | None = None
+        """Why the store stopped taking results; from then on they go to `spill`, no job starts."""
+        self.head_lost_reason: str | None = None
+        self._lock = threading.RLock()  # the head-watch thread records too
 
     # -- recording ----------------------------------------------------------------------------
     def record(self, job: Job, outcome: Outcome) -> None:
+        with self._lock:
+            if self.head_lost_reason is None:  # after that, the head-watch thread has recorded everything
+                self._record(job, outcome)
+
+    def _record(self, job: Job, outcome: Outcome) -> None:
         key = JobKey(run_id=self.run_id, job_id=job.job_id, probe=job.probe, host=job.host,
                      checkpoint=job.checkpoint, checkpoint_fp=outcome.checkpoint_fp or job.checkpoint_fp,
                      config_hash=job.config_hash, code_version=code_version(),
                      finished_at=datetime.now(timezone.utc))
-        status = outcome.status
-        try:
-            if status == "ok":
-                self.store.write_result(key, outcome.result, started_at=outcome.started_at,
-                                        wall_s=outcome.wall_s, env=outcome.env, plan=self.plan)
-            else:
-                self._write_row(key, job, outcome)
-        except Exception as exc:  # a result the store refused: keep the sweep going, say why
-            status, outcome = "failed", dataclasses.replace(outcome, status="failed",
-                                                            reason=f"store: {one_line(exc)}")
+        status, reason = outcome.status, outcome.reason
+        if self.store_failure is None:
             try:
-                self._write_row(dataclasses.replace(key, finished_at=datetime.now(timezone.utc)), job, outcome)
-            except Exception as again:  # the store takes nothing (disk full?): say so, carry on
-                print(f"labprobe sweep: could not store {job.probe} {job.checkpoint} @ {job.host}: "
-                      f"{one_line(again)}", file=sys.stderr)
-        setattr(self.counts, status, getattr(self.counts, status) + 1)
-        if status == "failed":
-            self.counts.failures.append((job, outcome.reason))
+                if status == "ok":
+                    self.store.write_result(key, outcome.result, started_at=outcome.started_at,
+                                            wall_s=outcome.wall_s, env=outcome.env, plan=self.plan)
+                else:
+                    self._write_row(key, job, outcome)
+            except Exception as exc:  # disk full, read-only, a StoreError: no more jobs go out
+                self.store_failure = f"store {self.store.root}: {one_line(exc)}"
+                logger.error(f"labprobe sweep: {self.store_failure}; no further job is handed out, results "
+                             f"computed from now on go to {self.spill.path}")
+        if self.store_failure is not None:
+            self._spill(key, job, outcome)
+            self.counts.store_failure, self.counts.spilled_to = self.store_failure, self.spill.path
+            self.counts.num_spilled = self.spill.num_jobs
+        self.counts.add(job, status, reason)
         self.on_record(job, status)
+
+    def _spill(self, key: JobKey, job: Job, outcome: Outcome) -> None:
+        try:
+            self.spill.add(key, status=outcome.status, reason=outcome.reason, started_at=outcome.started_at,
+                           wall_s=outcome.wall_s, env=outcome.env, config={**job.config, **job.paths},
+                           plan=self.plan, result=outcome.result if outcome.status == "ok" else None)
+        except OSError as exc:  # $TMPDIR refuses too: the job's outcome is only in this log line
+            logger.error(f"labprobe sweep: could not keep {job.probe} {job.checkpoint} @ {job.host} "
+                         f"({outcome.status}) in {self.spill.path}: {one_line(exc)}")
 
     def _write_row(self, key: JobKey, job: Job, outcome: Outcome) -> None:
         self.store.write_job(key, status=outcome.status, reason=outcome.reason, started_at=outcome.started_at,
@@ -110,6 +160,8 @@ class Dispatch:
             (self.gpu_queue if job.gpu else self.cpu_queues[job.host]).append(job)
         last_check = 0.0
         while self._queued() or any(self.launcher.in_flight().values()):
+            if self.store_failure is not None:
+                self._skip_queued(f"not started: {self.store_failure}")
             if self.deadline is not None and time.time() >= self.deadline:
                 self._skip_queued()
             if time.monotonic() - last_check >= HOST_CHECK_S:
@@ -120,6 +172,18 @@ class Dispatch:
             for job, outcome in self.launcher.poll(POLL_S) + self.launcher.expire(self.timeout_s):
                 self._handle(job, outcome)
         return self.counts
+
+    def head_lost(self, reason: str) -> Counts:
+        """Record every job in flight or queued as failed with `reason`, without a single Ray call
+        (each would block: the head is gone), and stop recording anything after. Thread-safe."""
+        with self._lock:
+            if self.head_lost_reason is None:
+                jobs = [j for js in self.launcher.in_flight().values() for j in js]
+                jobs += [j for q in self.cpu_queues.values() for j in q] + list(self.gpu_queue)
+                for job in jobs:
+                    self._record(job, Outcome(status="failed", reason=reason))
+                self.head_lost_reason = reason
+            return self.counts
 
     def _queued(self) -> bool:
         return bool(self.gpu_queue) or any(self.cpu_queues.values())
@@ -132,12 +196,12 @@ class Dispatch:
             return
         self.record(job, outcome)
 
-    def _skip_queued(self) -> None:
+    def _skip_queued(self, reason: str = "deadline") -> None:
         for queue in list(self.cpu_queues.values()) + [self.gpu_queue]:
             while queue:
                 job = queue.popleft()
                 why = self.waiting.get(job.job_id)
-                self.fail(job, f"deadline (waited for an idle GPU on {job.host}: {why})" if why else "deadline",
+                self.fail(job, f"{reason} (waited for an idle GPU on {job.host}: {why})" if why else reason,
                           status="skipped")
 
     def _check_hosts(self) -> None:

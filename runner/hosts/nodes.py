@@ -9,9 +9,15 @@ with a timeout.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
+import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
+from runner.hosts.reach import DEFAULT_CONNECT_TIMEOUT_S, ConnectError, check_reachable
+from runner.log import logger, terminal_err
 
 HOST_LABEL = "labprobe.host"
 GPU_SLOT = "labprobe_gpu_slot"
@@ -31,13 +37,16 @@ class HostFailure:
     """The exception the task raised, when it raised one (its caller may re-raise it)."""
 
 
-def connect(address: str | None = None) -> None:
+def connect(address: str | None = None, *, timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
     """Join the lab's Ray cluster at `address`, or, with None or "local", start the embedded Ray:
     one node on this machine, labelled host `local`.
 
-    Does nothing when Ray is already initialised (the tests' shared cluster, a second call).
+    A remote address is checked first, within `timeout_s` (runner/hosts/reach.py): ConnectError,
+    one line, when nothing usable answers there. Does nothing when Ray is already initialised (the
+    tests' shared cluster, a second call).
     """
     import ray
+    from ray.exceptions import AuthenticationError
 
     if ray.is_initialized():
         return
@@ -48,7 +57,43 @@ def connect(address: str | None = None) -> None:
         # machine (another user's, a test's), and labels cannot be set on a cluster one joins.
         address = "local"
         kwargs["labels"] = {HOST_LABEL: LOCAL_HOST}
-    ray.init(address=address, **kwargs)
+    else:
+        address = _resolve(address)
+        check_reachable(address, timeout_s)
+    # A remote head answered a moment ago; one dying in between must still not hang us here. (The
+    # embedded Ray is started by this process: Ray's own start-up timeouts bound it.)
+    watchdog = threading.Timer(timeout_s + 60.0, _give_up, (address, timeout_s + 60.0))
+    watchdog.daemon = True
+    if address != "local":
+        watchdog.start()
+    try:
+        ray.init(address=address, **kwargs)
+    except (AuthenticationError, ConnectionError) as exc:
+        raise ConnectError(f"Ray address {address}: {one_line(exc)}") from None
+    finally:
+        watchdog.cancel()
+
+
+def _resolve(address: str) -> str:
+    """`auto` -> the host:port Ray would pick (RAY_ADDRESS, or the cluster last started here)."""
+    if address != "auto":
+        return address
+    from ray._private.services import canonicalize_bootstrap_address
+
+    found = canonicalize_bootstrap_address("auto")
+    if found is None:
+        raise ConnectError("Ray address auto: no Ray cluster found (RAY_ADDRESS unset, none started here)")
+    return found
+
+
+def _give_up(address: str, waited_s: float) -> None:
+    """ray.init is stuck inside Ray's C++ retries, which no Python exception can interrupt: say so,
+    exit 2. The kernel drops the sweep lock with the process (none is held yet anyway)."""
+    err = terminal_err()
+    err.write(f"labprobe: error: Ray address {address}: ray.init did not return within "
+              f"{waited_s:g} s (the head answered, then stopped answering)\n")
+    err.flush()
+    os._exit(2)
 
 
 def warn_embedded(command: str, address: str | None, hosts: set[str], consequence: str) -> None:
@@ -56,8 +101,15 @@ def warn_embedded(command: str, address: str | None, hosts: set[str], consequenc
     `consequence` names them with `{hosts}`."""
     elsewhere = sorted(hosts - {LOCAL_HOST})
     if address in (None, "local") and elsewhere:
-        print(f"labprobe {command}: no --address: the embedded Ray on this machine is host `{LOCAL_HOST}` "
-              f"only; " + consequence.format(hosts=", ".join(elsewhere)), file=sys.stderr)
+        logger.warning(f"labprobe {command}: no --address: the embedded Ray on this machine is host "
+                       f"`{LOCAL_HOST}` only; " + consequence.format(hosts=", ".join(elsewhere)))
+
+
+def head_address() -> str:
+    """host:port of the connected cluster's head (its GCS)."""
+    import ray
+
+    return ray.get_runtime_context().gcs_address
 
 
 def node_host() -> str:

@@ -11,6 +11,7 @@ It must run on the host that runs the job (a pinned Ray task), since only that h
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -34,22 +35,30 @@ def fingerprint(path: str | Path) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def fingerprints(paths: dict[str, str]) -> dict[str, str]:
-    """name -> fingerprint, or 'error: <one line>' for a checkpoint this host cannot read.
+@dataclasses.dataclass(frozen=True)
+class Unreadable:
+    """A checkpoint this host cannot fingerprint, and why (one line). A value, not an exception:
+    one host's answer carries every checkpoint's, readable or not, back through one Ray task."""
+
+    reason: str
+
+
+def fingerprints(paths: dict[str, str]) -> dict[str, str | Unreadable]:
+    """name -> fingerprint, or Unreadable for a checkpoint this host cannot read.
 
     One pinned task per host computes all of its checkpoints (a task per pair would cost a Ray
     round trip each for a few stat calls).
     """
-    out = {}
+    out: dict[str, str | Unreadable] = {}
     for name, path in paths.items():
         try:
             out[name] = fingerprint(path)
         except (InputError, OSError) as exc:
-            out[name] = "error: " + " ".join(str(exc).split())
+            out[name] = Unreadable(" ".join(str(exc).split()))
     return out
 
 
-def host_fingerprints(by_host: dict[str, dict[str, str]]) -> dict[str, str]:
+def host_fingerprints(by_host: dict[str, dict[str, str]]) -> dict[str, str | Unreadable]:
     """Run as a task pinned to a host: fingerprints of that host's checkpoints (it finds its own
     entry by the node's label, so one mapping serves every host's task)."""
     from runner.hosts.nodes import node_host

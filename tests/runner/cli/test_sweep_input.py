@@ -30,5 +30,5 @@ def test_a_store_naming_an_existing_file_is_bad_input(capsys, tmp_path):
     path = tmp_path / "results.txt"
     path.write_text("a file, not a store\n")
     err = sweep_fails_in_one_line(capsys, "--store", str(path))
-    assert f"store {path}: cannot hold the sweep lock there" in err, err
+    assert f"store {path}: not a folder" in err, err
     assert path.read_text() == "a file, not a store\n"
