@@ -57,11 +57,11 @@ class Config:
     """Training dtype: flash attention needs fp16/bf16."""
 
     def __post_init__(self) -> None:
-        require(self.seq_len >= 2, f"--seq-len must be >= 2, got {self.seq_len}")
-        require(self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}")
-        require(self.num_packed >= 1, f"--num-packed must be >= 1, got {self.num_packed}")
-        require(self.padding != "packed" or self.seq_len >= self.num_packed,
-                f"--seq-len {self.seq_len} cannot hold --num-packed {self.num_packed} sequences")
+        require(self.seq_len >= 2, "seq_len", f"must be >= 2, got {self.seq_len}")
+        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        require(self.num_packed >= 1, "num_packed", f"must be >= 1, got {self.num_packed}")
+        require(self.padding != "packed" or self.seq_len >= self.num_packed, "seq_len",
+                f"`seq_len` {self.seq_len} cannot hold `num_packed` {self.num_packed} sequences")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

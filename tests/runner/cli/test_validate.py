@@ -54,3 +54,42 @@ def test_broken_file_lists_each_problem_with_its_key_path(tmp_path, capsys):
     assert len(err) == 2
     assert err[0] == "labprobe validate: error: cluster.yaml: store: unknown key 'rooot'"
     assert err[1].startswith("labprobe validate: error: cluster.yaml: hosts[1].gpus: ") and "'two'" in err[1]
+
+
+def _plan_p(tmp_path: Path, config: dict) -> Path:
+    """The repo's cluster file plus plan `p`, whose second entry is a carrier with `config`."""
+    data = yaml.safe_load((REPO / "cluster.yaml").read_text())
+    data["plans"]["p"] = [{"probe": "mask", "hosts": ["local"]},
+                          {"probe": "carrier", "hosts": ["local"], "config": config}]
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_one_validation_path_speaks_the_words_of_where_the_value_came_from(tmp_path, capsys):
+    # In the file: the key path of the value, no command-line spelling.
+    assert cli.main(["validate", "--cluster", str(_plan_p(tmp_path, {"lora_rank": 0}))]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "labprobe validate: error: cluster.yaml: plans.p[1].config.lora_rank: must be >= 1, got 0"]
+    # On the command line: the same check, the option's spelling.
+    checkpoint = REPO / "demo" / "checkpoints" / "qwen3-0.6b-base"
+    assert cli.main(["probe", "carrier", "--checkpoint", str(checkpoint), "--lora-rank", "0"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "labprobe probe: error: --lora-rank must be >= 1, got 0"]
+    # A message naming two fields names each in the words of its edge.
+    assert cli.main(["validate", "--cluster", str(_plan_p(tmp_path, {"steps": 9, "max_steps": 3}))]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "labprobe validate: error: cluster.yaml: plans.p[1].config.max_steps: max_steps 3 < steps 9"]
+    assert cli.main(["probe", "carrier", "--checkpoint", str(checkpoint), "--steps", "9", "--max-steps", "3"]) == 2
+    assert capsys.readouterr().err.strip() == "labprobe probe: error: --max-steps 3 < --steps 9"
+
+
+def test_types_are_checked_by_the_same_path_for_the_cli_and_the_file(tmp_path, capsys):
+    checkpoint = REPO / "demo" / "checkpoints" / "qwen3-0.6b-base"
+    assert cli.main(["probe", "carrier", "--checkpoint", str(checkpoint), "--lora-rank", "big"]) == 2
+    cli_line = capsys.readouterr().err.strip()
+    assert cli.main(["validate", "--cluster", str(_plan_p(tmp_path, {"lora_rank": "big"}))]) == 2
+    file_line = capsys.readouterr().err.strip()
+    cli_says = cli_line.removeprefix("labprobe probe: error: --lora-rank ")
+    file_says = file_line.removeprefix("labprobe validate: error: cluster.yaml: plans.p[1].config.lora_rank: ")
+    assert cli_says == file_says == "should be a valid integer, unable to parse string as an integer (got 'big')"
