@@ -13,6 +13,7 @@ import inspect
 import itertools
 import math
 import re
+import reprlib
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -56,13 +57,20 @@ SHOWN_CHARS = 80
 
 
 def shown(value: Any) -> str:
-    """repr(value) for an error line, cut to about SHOWN_CHARS characters."""
-    text = repr(value) if not isinstance(value, (dict, list, tuple)) or len(value) < 100 else None
-    if text is None or len(text) > SHOWN_CHARS:
-        size = f"{len(text)} characters" if text is not None else f"{len(value)} items"
-        head = (text or repr(type(value)()))[:SHOWN_CHARS - 20]
-        return f"{head}... ({size})"
-    return text
+    """repr(value) for an error line, about SHOWN_CHARS characters at most, computed without walking
+    all of a huge value (reprlib stops early in long strings and deep or long containers)."""
+    try:
+        text = _SHORT_REPR.repr(value)
+    except ValueError:  # an int of more digits than Python will print
+        text = f"<{type(value).__name__} too long to show>"
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS - 3]}..."
+
+
+_SHORT_REPR = reprlib.Repr()
+for _name in ("maxtuple", "maxlist", "maxarray", "maxdict", "maxset", "maxfrozenset", "maxdeque"):
+    setattr(_SHORT_REPR, _name, 4)
+_SHORT_REPR.maxlevel = 3
+_SHORT_REPR.maxstring = _SHORT_REPR.maxlong = _SHORT_REPR.maxother = SHOWN_CHARS
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

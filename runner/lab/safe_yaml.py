@@ -18,7 +18,7 @@ import yaml
 
 from probes.result import InputError, shown
 
-MAX_FILE_BYTES = 4 * 1024 * 1024
+MAX_FILE_BYTES = 2 * 1024 * 1024
 """A cluster file larger than this is refused unread (real ones are a few kilobytes)."""
 MAX_NODES = 100_000
 """YAML nodes a file may expand to, aliases counted at each use (real files: hundreds)."""
@@ -49,7 +49,11 @@ def read_yaml(path: Path) -> Any:
             return None
         _check_expansion(name, node)
         return loader.construct_document(node)
+    except InputError:
+        raise
     except yaml.YAMLError as exc:
+        raise InputError(f"{name}: malformed YAML: {' '.join(str(exc).split())[:_MAX_LINE]}") from None
+    except ValueError as exc:  # PyYAML's int() of a scalar Python refuses (over 4,300 digits)
         raise InputError(f"{name}: malformed YAML: {' '.join(str(exc).split())[:_MAX_LINE]}") from None
     except RecursionError:
         raise InputError(f"{name}: malformed YAML: nested too deeply") from None
