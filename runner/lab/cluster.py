@@ -27,6 +27,7 @@ import probes
 from probes.result import SHOWN_CHARS, FieldError, InputError, shown
 from runner.clock import parse_hh_mm
 from runner.lab.budget import BudgetSpec, with_budget
+from runner.lab.names import path_name_errors
 from runner.lab.probe_config import build_probe_config, field_error_line
 from runner.lab.safe_yaml import read_yaml
 
@@ -230,7 +231,20 @@ def load_cluster(path: str | Path) -> Cluster:
     errors = [f"{name}: {line}" for line in check_references(spec)]
     if errors:
         raise ClusterError(errors)
-    return Cluster(spec=spec, path=path.resolve())
+    cluster = Cluster(spec=spec, path=path.resolve())
+    errors = [f"{name}: {line}" for line in _path_name_errors(cluster)]
+    if errors:
+        raise ClusterError(errors)
+    return cluster
+
+
+def _path_name_errors(cluster: Cluster) -> list[str]:
+    """Names the store's filesystem would refuse as file names, before any job runs (runner/lab/names.py)."""
+    spec = cluster.spec
+    local = "://" not in str(spec.store.root)
+    return path_name_errors(cluster.store_root() if local else Path("."), local=local,
+                            checkpoints=[c.name for c in spec.checkpoints], hosts=[h.name for h in spec.hosts],
+                            plans=list(spec.plans))
 
 
 def key_path(loc: tuple) -> str:

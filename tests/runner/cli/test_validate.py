@@ -93,3 +93,51 @@ def test_types_are_checked_by_the_same_path_for_the_cli_and_the_file(tmp_path, c
     cli_says = cli_line.removeprefix("labprobe probe: error: --lora-rank ")
     file_says = file_line.removeprefix("labprobe validate: error: cluster.yaml: plans.p[1].config.lora_rank: ")
     assert cli_says == file_says == "should be a valid integer, unable to parse string as an integer (got 'big')"
+
+
+def _names(tmp_path: Path, **change) -> Path:
+    data = yaml.safe_load((REPO / "cluster.yaml").read_text())
+    data["store"]["root"] = str(tmp_path / "store")
+    if "checkpoint" in change:
+        data["checkpoints"][0]["name"] = change["checkpoint"]
+        data["plans"] = {"demo": [{"probe": "mask", "checkpoints": [change["checkpoint"]]}]}
+        data.pop("schedule")
+    if "plan" in change:
+        data["plans"] = {change["plan"]: data["plans"]["demo"]}
+        data.pop("schedule")
+    if "root" in change:
+        data["store"]["root"] = change["root"]
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True))
+    return path
+
+
+def test_names_are_checked_by_the_bytes_of_the_file_names_they_become(tmp_path, capsys):
+    import os
+
+    name_max = os.pathconf(tmp_path, "PC_NAME_MAX")
+    assert cli.main(["validate", "--cluster", str(_names(tmp_path, checkpoint="q" * 300))]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("labprobe validate: error: cluster.yaml: checkpoints[0].name: 'qqq")
+    assert "is 300 bytes and becomes the file name checkpoint=<name>" in err[0] and len(err[0]) < 400, err
+    # The bound is in bytes: 130 characters of two bytes each pass a character count, not the filesystem.
+    assert cli.main(["validate", "--cluster", str(_names(tmp_path, plan="é" * 130))]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is 260 bytes and becomes the file name sweep-<name>.log" in err[0], err
+    # A name that fits passes, with the margin the writers' temporary names need.
+    fits = "q" * (name_max - 32 - len("checkpoint="))
+    assert cli.main(["validate", "--cluster", str(_names(tmp_path, checkpoint=fits))]) == 0
+    capsys.readouterr()
+    assert cli.main(["validate", "--cluster", str(_names(tmp_path, checkpoint=fits + "q"))]) == 2
+    capsys.readouterr()
+
+
+def test_a_store_root_too_deep_for_path_max_is_refused(tmp_path, capsys):
+    import os
+
+    path_max = os.pathconf(tmp_path, "PC_PATH_MAX")
+    deep = tmp_path.joinpath(*["d" * 200] * (path_max // 201))  # each component fits, the whole does not
+    assert cli.main(["validate", "--cluster", str(_names(tmp_path, root=str(deep)))]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cluster.yaml: store.root: paths under" in err[0] and f"PATH_MAX {path_max}" in err[0]
+    assert len(err[0]) < 400, err
