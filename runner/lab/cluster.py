@@ -37,13 +37,23 @@ HOST_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$"
 """Host names are also Ray label values (`labprobe.host=<name>`): what Ray's label check accepts
 (at most 63 characters, alphanumeric at both ends), so `ray start --labels` never refuses one."""
 
-class ClusterError(InputError):
-    """A broken cluster file. `errors` holds every problem found, one line each."""
+Problem = tuple[str | None, str]
+"""(key path, message) of one problem in a cluster file; the key is None for the file as a whole."""
 
-    def __init__(self, errors: list[str]):
-        self.errors = errors
-        more = f" (and {len(errors) - 1} more: labprobe validate lists them)" if len(errors) > 1 else ""
-        super().__init__(errors[0] + more)
+
+class ClusterError(InputError):
+    """A broken cluster file. `problems` holds every problem found; `errors` the same, one line each."""
+
+    def __init__(self, file: str, problems: list[Problem]):
+        self.file, self.problems = file, problems
+        self.errors = [f"{file}: {key}: {msg}" if key else f"{file}: {msg}" for key, msg in problems]
+        more = f" (and {len(problems) - 1} more: labprobe validate lists them)" if len(problems) > 1 else ""
+        super().__init__(self.errors[0] + more)
+
+
+def _keyed(lines: list[str]) -> list[Problem]:
+    """`key: message` lines (as every check below writes them) as problems."""
+    return [(key, msg) for key, msg in (line.split(": ", 1) for line in lines)]
 
 
 class _Model(BaseModel):
@@ -227,14 +237,14 @@ def load_cluster(path: str | Path) -> Cluster:
     try:
         spec = ClusterSpec.model_validate(raw)
     except ValidationError as exc:
-        raise ClusterError([f"{name}: {line}" for line in _pydantic_lines(exc)]) from None
-    errors = [f"{name}: {line}" for line in check_references(spec)]
-    if errors:
-        raise ClusterError(errors)
+        raise ClusterError(name, _pydantic_problems(exc)) from None
+    problems = _keyed(check_references(spec))
+    if problems:
+        raise ClusterError(name, problems)
     cluster = Cluster(spec=spec, path=path.resolve())
-    errors = [f"{name}: {line}" for line in _path_name_errors(cluster)]
-    if errors:
-        raise ClusterError(errors)
+    problems = _keyed(_path_name_errors(cluster))
+    if problems:
+        raise ClusterError(name, problems)
     return cluster
 
 
@@ -255,20 +265,20 @@ def key_path(loc: tuple) -> str:
     return out or "(top level)"
 
 
-def _pydantic_lines(exc: ValidationError) -> list[str]:
-    lines = []
+def _pydantic_problems(exc: ValidationError) -> list[Problem]:
+    problems: list[Problem] = []
     for err in exc.errors():
         loc = tuple(p for p in err["loc"] if p not in ("list[str]", "literal['all']"))
         if err["type"] == "extra_forbidden":
-            lines.append(f"{key_path(loc[:-1])}: unknown key {shown(loc[-1])}" if len(loc) > 1
-                         else f"unknown top-level key {shown(loc[-1])}")
+            problems.append((key_path(loc[:-1]), f"unknown key {shown(loc[-1])}") if len(loc) > 1
+                            else (None, f"unknown top-level key {shown(loc[-1])}"))
         elif err["type"] == "missing":
-            lines.append(f"{key_path(loc)}: required key is missing")
+            problems.append((key_path(loc), "required key is missing"))
         else:
             got = err.get("input")
             quoted = "" if isinstance(got, (dict, list)) else f" (got {shown(got)})"
-            lines.append(f"{key_path(loc)}: {err['msg']}{quoted}")
-    return list(dict.fromkeys(lines))  # a union reports one problem per branch
+            problems.append((key_path(loc), f"{err['msg']}{quoted}"))
+    return list(dict.fromkeys(problems))  # a union reports one problem per branch
 
 
 def _duplicates(items: list, kind: str, section: str) -> list[str]:

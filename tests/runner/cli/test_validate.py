@@ -3,6 +3,7 @@ file lists every problem by key path, one line each, exit 2; nothing runs (no Ra
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
@@ -141,3 +142,36 @@ def test_a_store_root_too_deep_for_path_max_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cluster.yaml: store.root: paths under" in err[0] and f"PATH_MAX {path_max}" in err[0]
     assert len(err[0]) < 400, err
+
+
+def test_json_gives_ok_the_plans_job_counts_and_errors_with_key_paths(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    assert cli.main(["validate", "--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)  # one JSON object, nothing else on stdout
+    assert captured.err == "" and out["ok"] is True and out["errors"] == []
+    data = yaml.safe_load((REPO / "cluster.yaml").read_text())
+    assert set(out["plans"]) == set(data["plans"])
+    demo = data["plans"]["demo"]  # every demo entry runs on host local, once per checkpoint it names
+    expected = sum(len(e["checkpoints"]) if e.get("checkpoints", "all") != "all" else len(data["checkpoints"])
+                   for e in demo)
+    gpu = sum(len(e["checkpoints"]) for e in demo if e["probe"] in ("profile", "carrier"))
+    assert out["plans"]["demo"] == {"jobs": expected, "gpu_jobs": gpu, "hosts": {"local": expected}}
+    assert out["schedule"]["plan"] == data["schedule"]["plan"]
+
+    data["plans"]["demo"][0]["hosts"] = ["local", "gx11"]
+    data["plans"]["demo"][1]["config"] = {"seq_len": 1}
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert cli.main(["validate", "--cluster", str(path), "--json"]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is False and out["plans"] == {}
+    assert out["errors"] == [
+        {"file": "cluster.yaml", "key": "plans.demo[0].hosts[1]", "message": "unknown host 'gx11'"},
+        {"file": "cluster.yaml", "key": "plans.demo[1].config.seq_len", "message": "must be >= 2, got 1"}]
+
+    path.write_text("hosts: [")
+    assert cli.main(["validate", "--cluster", str(path), "--json"]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is False and out["errors"][0]["key"] is None
+    assert out["errors"][0]["message"].startswith("cluster.yaml: malformed YAML")
