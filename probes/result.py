@@ -40,6 +40,9 @@ class FieldError(InputError):
         self.field, self.message = field, message
         super().__init__(self.line(str))
 
+    def __reduce__(self):  # pickled whole (a Ray task's exception), not from the one-line args
+        return (FieldError, (self.field, self.message))
+
     def text(self, spell: Callable[[str], str]) -> str:
         """The message with every field it mentions spelled by `spell`."""
         return _MENTION.sub(lambda m: spell(m.group(1)), self.message)
