@@ -42,7 +42,7 @@ def load_text_config(checkpoint: Path):
         raise InputError(f"{path}: field 'model_type' {model_type!r} is unknown to this transformers")
     try:
         config = AutoConfig.for_model(model_type, **raw)
-    except Exception as exc:  # transformers validates fields (strict dataclasses) with its own errors
+    except Exception as exc:  # noqa: BLE001 - transformers validates fields (strict dataclasses) its own way
         detail = " ".join(str(exc).split())[:300]
         raise InputError(f"{path}: {type(exc).__name__}: {detail}") from None
     text = config.get_text_config()
