@@ -63,13 +63,13 @@ class Config:
 
     def __post_init__(self) -> None:
         corpus_mod.validate_inputs(corpus=self.corpus, lengths=self.lengths, checkpoint=self.checkpoint)
-        require(self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}")
-        require(self.max_length >= 1, f"--max-length must be >= 1, got {self.max_length}")
-        require(self.num_sizes >= 2, f"--num-sizes must be >= 2, got {self.num_sizes}")
-        require(len(self.seeds) >= 1, "--seeds needs at least one seed")
-        require(all(s >= 0 for s in self.seeds), f"--seeds must all be >= 0, got {list(self.seeds)}")
+        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        require(self.max_length >= 1, "max_length", f"must be >= 1, got {self.max_length}")
+        require(self.num_sizes >= 2, "num_sizes", f"must be >= 2, got {self.num_sizes}")
+        require(len(self.seeds) >= 1, "seeds", "needs at least one seed")
+        require(all(s >= 0 for s in self.seeds), "seeds", f"must all be >= 0, got {list(self.seeds)}")
         bad = [s for s in self.bucket_sizes if s < 1 or s % self.batch_size]
-        require(not bad, f"--bucket-sizes must be multiples of --batch-size {self.batch_size}, got {bad}")
+        require(not bad, "bucket_sizes", f"must be multiples of `batch_size` {self.batch_size}, got {bad}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -251,9 +251,9 @@ def run(config: Config) -> ProbeResult:
     data = corpus_mod.load(corpus=config.corpus, lengths=config.lengths, checkpoint=config.checkpoint,
                            cache_dir=config.cache_dir)
     # With one batch or less there is nothing to bucket: every bucket size is the same single cut.
-    require(len(data.length) > config.batch_size,
+    require(len(data.length) > config.batch_size, "batch_size",
             f"{config.lengths or config.corpus}: {len(data.length)} samples, bucketing needs more than "
-            f"--batch-size {config.batch_size}")
+            f"`batch_size` {config.batch_size}")
     rows, raw, random = sweep(data, config)
     clipped = np.minimum(data.length, config.max_length)
     return ProbeResult(probe="bucket", config=config, tables={"sweep": rows},

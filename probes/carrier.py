@@ -74,15 +74,15 @@ class Config:
     """auto (the GPU if any, else CPU), cpu, or cuda[:N]."""
 
     def __post_init__(self) -> None:
-        require(len(self.checkpoint) >= 1, "--checkpoint: give at least one")
+        require(len(self.checkpoint) >= 1, "checkpoint", "needs at least one checkpoint")
         for name in ("lora_rank", "seq_len", "batch_size", "max_steps", "token_budget", "num_arms",
                      "num_seeds"):
-            require(getattr(self, name) >= 1, f"--{name.replace('_', '-')} must be >= 1")
-        require(self.steps >= 0 and self.warmup_steps >= 0, "--steps and --warmup-steps must be >= 0")
-        require(self.max_steps >= self.steps, f"--max-steps {self.max_steps} < --steps {self.steps}")
-        require(self.seq_len >= 2, "--seq-len must be >= 2")
-        require(bool(self.harness.strip()), "--harness is empty: give an import path (default probes.harness)")
-        require(self.peak_tflops is None or self.peak_tflops > 0, "--peak-tflops must be > 0")
+            require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        require(self.steps >= 0 and self.warmup_steps >= 0, "steps", "`steps` and `warmup_steps` must be >= 0")
+        require(self.max_steps >= self.steps, "max_steps", f"`max_steps` {self.max_steps} < `steps` {self.steps}")
+        require(self.seq_len >= 2, "seq_len", f"must be >= 2, got {self.seq_len}")
+        require(bool(self.harness.strip()), "harness", "is empty: give an import path (default probes.harness)")
+        require(self.peak_tflops is None or self.peak_tflops > 0, "peak_tflops", "must be > 0")
         models.check_common(self)
 
 

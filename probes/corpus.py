@@ -54,9 +54,9 @@ class Lengths:
 
 def validate_inputs(*, corpus: Path | None, lengths: Path | None, checkpoint: Path | None) -> None:
     """For a probe's __post_init__: exactly one of --corpus and --lengths; a corpus needs a tokenizer."""
-    require((corpus is None) != (lengths is None), "give exactly one of --corpus and --lengths")
-    require(corpus is None or checkpoint is not None,
-            "--corpus needs --checkpoint (the directory holding the tokenizer)")
+    require((corpus is None) != (lengths is None), "corpus", "give exactly one of `corpus` and `lengths`")
+    require(corpus is None or checkpoint is not None, "corpus",
+            "needs `checkpoint` (the directory holding the tokenizer)")
 
 
 def load(*, corpus: Path | None, lengths: Path | None, checkpoint: Path | None,

@@ -186,18 +186,18 @@ class Config:
     def __post_init__(self) -> None:
         corpus_mod.validate_inputs(corpus=self.corpus, lengths=self.lengths, checkpoint=self.checkpoint)
         for name in ("batch_size", "max_length", "fit_min_len", "fit_batch_size", "num_arms", "num_seeds"):
-            require(getattr(self, name) >= 1, f"--{name.replace('_', '-')} must be >= 1")
-        require(self.seed >= 0, f"--seed must be >= 0, got {self.seed}")
+            require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
         bad = [s for s in self.strategies if s not in batching.STRATEGIES]
-        require(bool(self.strategies) and not bad, f"--strategies: unknown {bad} (known: {', '.join(batching.STRATEGIES)})")
+        require(bool(self.strategies) and not bad, "strategies", f"unknown {bad} (known: {', '.join(batching.STRATEGIES)})")
         require(self.bucket_size is None or (self.bucket_size >= 1 and self.bucket_size % self.batch_size == 0),
-                f"--bucket-size must be a multiple of --batch-size {self.batch_size}, got {self.bucket_size}")
+                "bucket_size", f"must be a multiple of `batch_size` {self.batch_size}, got {self.bucket_size}")
         terms = [self.quadratic_s, self.linear_s, self.fixed_s]
-        require((self.profile is None) != (None in terms),
-                "give exactly one step-time model: --profile FILE, or --quadratic-s, --linear-s and --fixed-s")
-        require(all(t is None or t >= 0 for t in terms) and (self.floor_s or 0) >= 0,
-                "--quadratic-s/--linear-s/--fixed-s/--floor-s must be >= 0")
-        require(self.token_budget is None or self.token_budget >= 1, "--token-budget must be >= 1")
+        require((self.profile is None) != (None in terms), "profile",
+                "give exactly one step-time model: `profile` FILE, or `quadratic_s`, `linear_s` and `fixed_s`")
+        require(all(t is None or t >= 0 for t in terms) and (self.floor_s or 0) >= 0, "quadratic_s",
+                "`quadratic_s`/`linear_s`/`fixed_s`/`floor_s` must be >= 0")
+        require(self.token_budget is None or self.token_budget >= 1, "token_budget", "must be >= 1")
 
 
 def step_model(config: Config) -> StepModel:
@@ -278,8 +278,8 @@ def run(config: Config) -> ProbeResult:
     budget = Budget(config.token_budget or int(clipped.sum()), config.num_arms, config.num_seeds)
     size = config.bucket_size
     if "bucket" in config.strategies and size is None:
-        require(data.num_samples > config.batch_size, f"{config.lengths or config.corpus}: {data.num_samples} "
-                f"samples, bucketing needs more than --batch-size {config.batch_size}")
+        require(data.num_samples > config.batch_size, "batch_size", f"{config.lengths or config.corpus}: "
+                f"{data.num_samples} samples, bucketing needs more than `batch_size` {config.batch_size}")
         size = batching.bucket_size_90pct(data.length, batch_size=config.batch_size, max_length=config.max_length)
     epochs = -(-budget.tokens_per_job // int(clipped.sum()))
     kw = dict(batch_size=config.batch_size, max_length=config.max_length, seed=config.seed)

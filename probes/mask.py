@@ -23,7 +23,8 @@ from typing import Any, Literal
 
 import torch
 
-from probes.checkpoint import read_config
+# load_text_config: models and carrier import it from here too
+from probes.checkpoint import load_text_config
 from probes.result import Check, InputError, ProbeResult, require
 
 # Reduced width: masks do not depend on widths, only on layer types, window and inputs.
@@ -31,6 +32,12 @@ _TINY = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2,
          "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 256}
 _RECORDER = "labprobe_record"
 _HALF = {"bfloat16", "float16"}
+_BYTES_PER_CELL = {"sdpa": 16, "eager": 32}
+"""Peak memory per (row, query, key) cell of the probe batch: masks, the reduced model's attention
+weights and the analysis all hold one or more of them. Measured on CPU (benchmarks/bench_mask_memory.py):
+10-11 bytes with sdpa, 22 with eager, going from 4,096 to 8,192 tokens; rounded up for headroom."""
+_FIXED_BYTES = 1 << 30
+"""The reduced model, torch and transformers: about 0.2-0.3 GiB measured; rounded up."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -57,11 +64,11 @@ class Config:
     """Training dtype: flash attention needs fp16/bf16."""
 
     def __post_init__(self) -> None:
-        require(self.seq_len >= 2, f"--seq-len must be >= 2, got {self.seq_len}")
-        require(self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}")
-        require(self.num_packed >= 1, f"--num-packed must be >= 1, got {self.num_packed}")
-        require(self.padding != "packed" or self.seq_len >= self.num_packed,
-                f"--seq-len {self.seq_len} cannot hold --num-packed {self.num_packed} sequences")
+        require(self.seq_len >= 2, "seq_len", f"must be >= 2, got {self.seq_len}")
+        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        require(self.num_packed >= 1, "num_packed", f"must be >= 1, got {self.num_packed}")
+        require(self.padding != "packed" or self.seq_len >= self.num_packed, "seq_len",
+                f"`seq_len` {self.seq_len} cannot hold `num_packed` {self.num_packed} sequences")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -79,24 +86,36 @@ class LayerRow:
     cross_sequence: bool
 
 
-def load_text_config(checkpoint: Path):
-    """The decoder's config from a checkpoint dir or config.json; multimodal -> its text part."""
-    from transformers import AutoConfig
+def check_lengths(config: Config, text_config) -> None:
+    """Refuse a batch the model cannot take or this machine cannot hold, before allocating any of it."""
+    limit = getattr(text_config, "max_position_embeddings", None)
+    require(limit is None or config.seq_len <= limit, "seq_len",
+            f"`seq_len` {config.seq_len} is over the model's max_position_embeddings {limit} ({config.checkpoint})")
+    cells = config.batch_size * config.seq_len * config.seq_len
+    need = cells * _BYTES_PER_CELL[config.attn_implementation] + _FIXED_BYTES
+    free = available_bytes()
+    require(free is None or need <= free, "seq_len",
+            f"`seq_len` {config.seq_len} x `batch_size` {config.batch_size} needs about {need / 2**30:.1f} GiB "
+            f"(the probe holds (row, query, key) masks); {(free or 0) / 2**30:.1f} GiB is available here")
 
-    path, raw = read_config(checkpoint)
-    if "model_type" not in raw:
-        raise InputError(f"{path}: field 'model_type' is missing")
-    model_type = raw.pop("model_type")
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    if model_type not in CONFIG_MAPPING:  # its error lists every known type: kilobytes, not a line
-        raise InputError(f"{path}: field 'model_type' {model_type!r} is unknown to this transformers")
+def available_bytes() -> int | None:
+    """Memory this process can still take: MemAvailable, within the cgroup's limit; None if unknown."""
+    free = None
     try:
-        config = AutoConfig.for_model(model_type, **raw)
-    except Exception as exc:  # transformers validates fields (strict dataclasses) with its own errors
-        detail = " ".join(str(exc).split())[:300]
-        raise InputError(f"{path}: {type(exc).__name__}: {detail}") from None
-    return config.get_text_config()
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                free = int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if limit != "max" and free is not None:
+            free = min(free, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return free
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,6 +359,7 @@ def run(config: Config) -> ProbeResult:
     import transformers
 
     text_config = load_text_config(config.checkpoint)
+    check_lengths(config, text_config)
     calls, batch = record_forward(config, text_config)
     if not calls:
         raise InputError(f"{config.checkpoint}: the model made no attention call")

@@ -28,10 +28,10 @@ Weights = Literal["checkpoint", "random"]
 
 def check_common(config) -> None:
     """The options profile and carrier share: --device spelling, --ce-chunk, --lora-alpha."""
-    require(re.fullmatch(r"auto|cpu|cuda(:\d+)?", config.device) is not None,
-            f"--device {config.device!r}: expected auto, cpu, cuda or cuda:N")
-    require(config.ce_chunk >= 1, "--ce-chunk must be >= 1")
-    require(math.isfinite(config.lora_alpha) and config.lora_alpha > 0, "--lora-alpha must be a number > 0")
+    require(re.fullmatch(r"auto|cpu|cuda(:\d+)?", config.device) is not None, "device",
+            f"{config.device!r}: expected auto, cpu, cuda or cuda:N")
+    require(config.ce_chunk >= 1, "ce_chunk", "must be >= 1")
+    require(math.isfinite(config.lora_alpha) and config.lora_alpha > 0, "lora_alpha", "must be a number > 0")
 
 
 def pick_device(device: str) -> torch.device:

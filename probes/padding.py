@@ -80,15 +80,15 @@ class Config:
 
     def __post_init__(self) -> None:
         corpus_mod.validate_inputs(corpus=self.corpus, lengths=self.lengths, checkpoint=self.checkpoint)
-        require(self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}")
-        require(self.max_length >= 1, f"--max-length must be >= 1, got {self.max_length}")
-        require(len(self.seeds) >= 1, "--seeds needs at least one seed")
-        require(all(s >= 0 for s in self.seeds), f"--seeds must all be >= 0, got {list(self.seeds)}")
-        require(self.num_bins >= 1, f"--num-bins must be >= 1, got {self.num_bins}")
-        require(self.vocab_size is None or self.vocab_size >= 1,
-                f"--vocab-size must be >= 1, got {self.vocab_size}")
-        require(self.ce_budget_gib > 0, f"--ce-budget-gib must be > 0, got {self.ce_budget_gib}")
-        require(all(c >= 1 for c in self.ce_chunk_sizes), "--ce-chunk-sizes must all be >= 1")
+        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        require(self.max_length >= 1, "max_length", f"must be >= 1, got {self.max_length}")
+        require(len(self.seeds) >= 1, "seeds", "needs at least one seed")
+        require(all(s >= 0 for s in self.seeds), "seeds", f"must all be >= 0, got {list(self.seeds)}")
+        require(self.num_bins >= 1, "num_bins", f"must be >= 1, got {self.num_bins}")
+        require(self.vocab_size is None or self.vocab_size >= 1, "vocab_size",
+                f"must be >= 1, got {self.vocab_size}")
+        require(self.ce_budget_gib > 0, "ce_budget_gib", f"must be > 0, got {self.ce_budget_gib}")
+        require(all(c >= 1 for c in self.ce_chunk_sizes), "ce_chunk_sizes", "must all be >= 1")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

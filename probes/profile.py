@@ -80,15 +80,15 @@ class Config:
     """auto (the GPU if any, else CPU), cpu, or cuda[:N]."""
 
     def __post_init__(self) -> None:
-        require(len(set(self.seq_lens)) >= 3, f"--seq-lens needs >= 3 distinct lengths (quadratic, linear "
+        require(len(set(self.seq_lens)) >= 3, "seq_lens", f"needs >= 3 distinct lengths (quadratic, linear "
                 f"and fixed terms), got {list(self.seq_lens)}")
-        require(min(self.seq_lens) >= 2 and self.seq_len >= 2, "--seq-lens/--seq-len must be >= 2")
+        require(min(self.seq_lens) >= 2 and self.seq_len >= 2, "seq_lens", "`seq_lens`/`seq_len` must be >= 2")
         for name in ("lora_rank", "batch_size", "steps", "profile_steps"):
-            require(getattr(self, name) >= 1, f"--{name.replace('_', '-')} must be >= 1")
-        require(self.warmup_steps >= 0, "--warmup-steps must be >= 0")
+            require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        require(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
         models.check_common(self)
-        require(bool(self.harness.strip()), "--harness is empty: give an import path (default probes.harness)")
-        require(self.max_steps >= self.steps, f"--max-steps {self.max_steps} < --steps {self.steps}")
+        require(bool(self.harness.strip()), "harness", "is empty: give an import path (default probes.harness)")
+        require(self.max_steps >= self.steps, "max_steps", f"`max_steps` {self.max_steps} < `steps` {self.steps}")
 
 
 def run(config: Config) -> ProbeResult:

@@ -91,16 +91,16 @@ class Config:
     """Where token lengths are cached, keyed by corpus and tokenizer content."""
 
     def __post_init__(self) -> None:
-        require((self.corpus is None) != (self.lengths is None), "give exactly one of --corpus and --lengths")
+        require((self.corpus is None) != (self.lengths is None), "corpus", "give exactly one of `corpus` and `lengths`")
         for name in ("batch_size", "max_length", "num_steps", "fit_steps", "lora_rank"):
-            require(getattr(self, name) >= 1, f"--{name.replace('_', '-')} must be >= 1")
-        require(self.warmup_steps >= 0 and self.seed >= 0, "--warmup-steps and --seed must be >= 0")
+            require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        require(self.warmup_steps >= 0 and self.seed >= 0, "warmup_steps", "`warmup_steps` and `seed` must be >= 0")
         bad = [s for s in self.strategies if s not in batching.STRATEGIES or s == "packed"]
-        require(bool(self.strategies) and not bad, f"--strategies: cannot replay {bad} (fixed, longest, sorted, bucket)")
+        require(bool(self.strategies) and not bad, "strategies", f"cannot replay {bad} (fixed, longest, sorted, bucket)")
         require(self.bucket_size is None or (self.bucket_size >= 1 and self.bucket_size % self.batch_size == 0),
-                f"--bucket-size must be a multiple of --batch-size {self.batch_size}, got {self.bucket_size}")
-        require(not self.fit_lens or len(set(self.fit_lens)) >= 3, "--fit-lens needs >= 3 distinct widths")
-        require(all(n >= 2 for n in self.fit_lens), "--fit-lens must all be >= 2")
+                "bucket_size", f"must be a multiple of `batch_size` {self.batch_size}, got {self.bucket_size}")
+        require(not self.fit_lens or len(set(self.fit_lens)) >= 3, "fit_lens", "needs >= 3 distinct widths")
+        require(all(n >= 2 for n in self.fit_lens), "fit_lens", "must all be >= 2")
 
     def widths(self) -> tuple[int, ...]:
         if self.fit_lens:
@@ -286,8 +286,8 @@ def run(config: Config) -> ProbeResult:
                            cache_dir=config.cache_dir)
     size = config.bucket_size
     if "bucket" in config.strategies and size is None:
-        require(data.num_samples > config.batch_size, f"{config.lengths or config.corpus}: {data.num_samples} "
-                f"samples, bucketing needs more than --batch-size {config.batch_size}")
+        require(data.num_samples > config.batch_size, "batch_size", f"{config.lengths or config.corpus}: "
+                f"{data.num_samples} samples, bucketing needs more than `batch_size` {config.batch_size}")
         size = batching.bucket_size_90pct(data.length, batch_size=config.batch_size, max_length=config.max_length)
     given = _given_model(config)
     session = _session(config)

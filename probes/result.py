@@ -9,17 +9,71 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import hashlib
 import inspect
-import json
+import itertools
 import math
+import re
+import reprlib
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
 
 
 class InputError(ValueError):
     """A user error: bad file, record, field or value. The CLI prints it on one line, exit 2."""
+
+
+class FieldError(InputError):
+    """A Config field holds a value it cannot take.
+
+    `field` is the field's name and `message` says what is wrong, in no edge's spelling: each edge
+    shows it in the words the value came from (`--lora-rank` on the command line,
+    `plans.p[1].config.lora_rank` in cluster.yaml, `lora_rank` from Python). Fields a message
+    mentions are written in backticks (`` `steps` ``) so every edge can spell them its way; a message
+    that does not mention its own field is a predicate put after the field's name.
+    """
+
+    def __init__(self, field: str, message: str):
+        self.field, self.message = field, message
+        super().__init__(self.line(str))
+
+    def __reduce__(self):  # pickled whole (a Ray task's exception), not from the one-line args
+        return (FieldError, (self.field, self.message))
+
+    def text(self, spell: Callable[[str], str]) -> str:
+        """The message with every field it mentions spelled by `spell`."""
+        return _MENTION.sub(lambda m: spell(m.group(1)), self.message)
+
+    def line(self, spell: Callable[[str], str]) -> str:
+        """One line naming the field as `spell` spells it: `--seq-len must be >= 2, got 1`."""
+        if f"`{self.field}`" in self.message:
+            return self.text(spell)
+        return f"{spell(self.field)} {self.text(spell)}"
+
+
+_MENTION = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
+SHOWN_CHARS = 80
+"""A value quoted in an error line is cut to about this many characters (a 10 MB string is not a line)."""
+
+
+def shown(value: Any) -> str:
+    """repr(value) for an error line, about SHOWN_CHARS characters at most, computed without walking
+    all of a huge value (reprlib stops early in long strings and deep or long containers)."""
+    try:
+        text = _SHORT_REPR.repr(value)
+    except ValueError:  # an int of more digits than Python will print
+        text = f"<{type(value).__name__} too long to show>"
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS - 3]}..."
+
+
+_SHORT_REPR = reprlib.Repr()
+for _name in ("maxtuple", "maxlist", "maxarray", "maxdict", "maxset", "maxfrozenset", "maxdeque"):
+    setattr(_SHORT_REPR, _name, 4)
+_SHORT_REPR.maxlevel = 3
+_SHORT_REPR.maxstring = _SHORT_REPR.maxlong = _SHORT_REPR.maxother = SHOWN_CHARS
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -79,17 +133,12 @@ def config_to_dict(config: Any) -> dict[str, Any]:
     return _jsonable(dataclasses.asdict(config))
 
 
-def config_hash(config: Any) -> str:
-    blob = json.dumps(config_to_dict(config), sort_keys=True).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
 def field_docs(cls: type) -> dict[str, str]:
     """The docstring written under each dataclass field: the one place a field is documented."""
     source = textwrap.dedent(inspect.getsource(cls))
     body = ast.parse(source).body[0].body
     docs: dict[str, str] = {}
-    for node, nxt in zip(body, body[1:]):
+    for node, nxt in itertools.pairwise(body):
         if (
             isinstance(node, ast.AnnAssign)
             and isinstance(node.target, ast.Name)
@@ -101,7 +150,49 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def require(condition: bool, message: str) -> None:
-    """Raise InputError(message) unless condition: for validating Config fields at the edge."""
+def require(condition: bool, field: str, message: str) -> None:
+    """Raise FieldError(field, message) unless condition: a Config's own checks, in __post_init__.
+
+    `message` follows FieldError's convention: other fields in backticks, no option spelling."""
     if not condition:
-        raise InputError(message)
+        raise FieldError(field, message)
+
+
+def make_config(cls: type, values: dict[str, Any]) -> Any:
+    """The one way a Config is built from outside values: CLI strings and cluster.yaml values alike.
+
+    Unknown fields, then each field's type (pydantic, lax: the string "4096" is the int 4096), then
+    the Config's own checks; any problem is a FieldError naming the field (InputError otherwise)."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in values:
+        if key not in names:
+            probe = cls.__module__.rsplit(".", 1)[-1]
+            raise FieldError(key, f"is not a field of probe {probe!r} (fields: {', '.join(names)})")
+    try:
+        return _adapter(cls).validate_python(values)
+    except ValidationError as exc:
+        raise _as_field_error(exc) from None
+    except TypeError as exc:  # a Config check that met a type pydantic let through
+        raise InputError(" ".join(str(exc).split())) from None
+
+
+_ADAPTERS: dict[type, TypeAdapter] = {}
+
+
+def _adapter(cls: type) -> TypeAdapter:
+    if cls not in _ADAPTERS:
+        _ADAPTERS[cls] = TypeAdapter(cls)
+    return _ADAPTERS[cls]
+
+
+def _as_field_error(exc: ValidationError) -> InputError:
+    err = exc.errors()[0]
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, InputError):  # raised by the Config's own checks; pydantic wrapped it
+        return cause
+    field = str(err["loc"][0]) if err["loc"] else ""
+    if err["type"] == "missing":
+        return FieldError(field, "is required")
+    message = err["msg"].removeprefix("Input ")
+    message = message if message != err["msg"] else f"is wrong: {message[:1].lower()}{message[1:]}"
+    return FieldError(field, f"{message} (got {shown(err.get('input'))})")

@@ -1,14 +1,21 @@
-"""Derive argparse options from a probe's Config dataclass, so a field is documented only once."""
+"""Derive argparse options from a probe's Config dataclass, so a field is documented only once.
+
+argparse only splits the command line into strings: the values are checked by the one validation
+path every Config goes through (`probes.result.make_config`, also used for cluster.yaml), and its
+FieldError is shown here in the command line's words (`--lora-rank must be >= 1, got 0`).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from probes.result import InputError, field_docs
+from probes.result import FieldError, InputError, field_docs, make_config
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -58,36 +65,34 @@ def _argparse_kwargs(hint: Any) -> dict[str, Any]:
         return _argparse_kwargs(inner[0])
     if hint is bool:
         return {"action": argparse.BooleanOptionalAction}
-    if origin is typing.Literal:
-        return {"choices": list(args), "type": type(args[0])}
+    if origin is typing.Literal:  # shown in --help; make_config checks the value
+        return {"metavar": "{" + ",".join(str(a) for a in args) + "}"}
     if origin is tuple:
-        item = args[0]
-        return {"nargs": "+", "action": "extend", "type": _scalar(item), "metavar": item.__name__.upper()}
-    return {"type": _scalar(hint)}
+        return {"nargs": "+", "action": "extend", "metavar": _metavar(args[0])}
+    return {"metavar": _metavar(hint)}
 
 
-def _scalar(hint: Any):
-    if hint is Path:
-        return Path
-    if hint in (int, float, str):
-        return hint
-    raise AssertionError(f"unsupported Config annotation {hint}")
+def _metavar(hint: Any) -> str:
+    assert hint in (Path, int, float, str), f"unsupported Config annotation {hint}"
+    return {Path: "PATH", int: "INT", float: "FLOAT", str: "TEXT"}[hint]
 
 
 def build_config(config_cls: type, namespace: argparse.Namespace) -> Any:
-    """Config from parsed options; tuples stay tuples; errors name the option."""
-    hints = typing.get_type_hints(config_cls)
-    values = {}
-    for field in dataclasses.fields(config_cls):
-        if hasattr(namespace, field.name):
-            value = getattr(namespace, field.name)
-            if typing.get_origin(hints[field.name]) is tuple and value is not None:
-                value = tuple(value)
-            values[field.name] = value
+    """Config from parsed options (strings), through the one validation path; errors name the option."""
+    values = {f.name: getattr(namespace, f.name) for f in dataclasses.fields(config_cls)
+              if hasattr(namespace, f.name)}
+    with options_named():
+        return make_config(config_cls, values)
+
+
+@contextlib.contextmanager
+def options_named() -> Iterator[None]:
+    """A FieldError raised inside (building the Config, or by the probe's run) becomes an InputError
+    in the command line's words."""
     try:
-        return config_cls(**values)
-    except TypeError as exc:  # a wrong type that argparse could not catch
-        raise InputError(str(exc)) from None
+        yield
+    except FieldError as exc:
+        raise InputError(exc.line(option_name)) from None
 
 
 def plot_file(text: str) -> Path:

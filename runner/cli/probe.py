@@ -7,7 +7,12 @@ import json
 import sys
 
 import probes
-from runner.cli.options import add_config_options, build_config
+from runner.cli.options import (
+    OneLineParser,
+    add_config_options,
+    build_config,
+    options_named,
+)
 from runner.tables import format_table
 
 
@@ -18,8 +23,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def probe_parser(name: str) -> tuple[argparse.ArgumentParser, type]:
-    from runner.cli.options import OneLineParser
-
     module = probes.get(name)
     parser = OneLineParser(prog=f"labprobe probe {name}", description=(module.__doc__ or "").strip(),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -32,7 +35,8 @@ def main(args: argparse.Namespace) -> int:
     parser, module = probe_parser(args.name)
     options = parser.parse_args(args.options)
     config = build_config(module.Config, options)
-    result = module.run(config)
+    with options_named():
+        result = module.run(config)
     if options.json:
         json.dump(result.to_json_dict(), sys.stdout, indent=1)
         print()

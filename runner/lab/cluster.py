@@ -12,24 +12,24 @@ directory holding the yaml, so the file means the same thing from any working di
 from __future__ import annotations
 
 import dataclasses
-import typing
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    TypeAdapter,
     ValidationError,
     field_validator,
 )
 
 import probes
-from probes.result import InputError
+from probes.result import SHOWN_CHARS, FieldError, InputError, shown
 from runner.clock import parse_hh_mm
 from runner.lab.budget import BudgetSpec, with_budget
+from runner.lab.names import path_name_errors
+from runner.lab.probe_config import build_probe_config, field_error_line
+from runner.lab.safe_yaml import read_yaml
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 """Checkpoint and corpus names become Parquet partition values: keep them plain."""
@@ -37,17 +37,23 @@ HOST_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$"
 """Host names are also Ray label values (`labprobe.host=<name>`): what Ray's label check accepts
 (at most 63 characters, alphanumeric at both ends), so `ray start --labels` never refuses one."""
 
-RUNNER_FIELDS = ("checkpoint", "corpus", "tokenizer", "weights")
-"""Probe Config fields the runner fills per job from the cluster file; a plan's `config` may not set them."""
+Problem = tuple[str | None, str]
+"""(key path, message) of one problem in a cluster file; the key is None for the file as a whole."""
 
 
 class ClusterError(InputError):
-    """A broken cluster file. `errors` holds every problem found, one line each."""
+    """A broken cluster file. `problems` holds every problem found; `errors` the same, one line each."""
 
-    def __init__(self, errors: list[str]):
-        self.errors = errors
-        more = f" (and {len(errors) - 1} more: labprobe validate lists them)" if len(errors) > 1 else ""
-        super().__init__(errors[0] + more)
+    def __init__(self, file: str, problems: list[Problem]):
+        self.file, self.problems = file, problems
+        self.errors = [f"{file}: {key}: {msg}" if key else f"{file}: {msg}" for key, msg in problems]
+        more = f" (and {len(problems) - 1} more: labprobe validate lists them)" if len(problems) > 1 else ""
+        super().__init__(self.errors[0] + more)
+
+
+def _keyed(lines: list[str]) -> list[Problem]:
+    """`key: message` lines (as every check below writes them) as problems."""
+    return [(key, msg) for key, msg in (line.split(": ", 1) for line in lines)]
 
 
 class _Model(BaseModel):
@@ -130,7 +136,7 @@ class Schedule(_Model):
         )
 
         if not CronSlices.is_valid(value):
-            raise ValueError(f"invalid cron expression {value!r} (expected e.g. '0 1 * * *' or '@daily')")
+            raise ValueError(f"invalid cron expression {shown(value)} (expected e.g. '0 1 * * *' or '@daily')")
         return value
 
     @field_validator("deadline", mode="before")
@@ -194,7 +200,9 @@ class Cluster:
         p = Path(path).expanduser()
         return p if p.is_absolute() else (self.base / p).resolve()
 
-    def _on_host(self, path: str, root: str | None) -> str:
+    def _path_on_host(self, path: str, root: str | None) -> str:
+        """`path` as the host sees it: absolute stays; relative joins `root` (the host's checkpoints or
+        corpora root, itself relative to the cluster file's directory), else the cluster file's directory."""
         p = Path(path).expanduser()
         if p.is_absolute():
             return str(p)
@@ -204,71 +212,73 @@ class Cluster:
         """Where `checkpoint` lives on `host` (a path string on that host; not checked here)."""
         ckpt, h = self.checkpoints[checkpoint], self.hosts[host]
         if host in ckpt.hosts:
-            return self._on_host(ckpt.hosts[host], h.checkpoints_root)
-        return self._on_host(ckpt.path, h.checkpoints_root)
+            return self._path_on_host(ckpt.hosts[host], h.checkpoints_root)
+        return self._path_on_host(ckpt.path, h.checkpoints_root)
 
     def corpus_paths(self, corpus: str, host: str) -> tuple[str, str | None]:
         """(corpus file, tokenizer dir or None) on `host`."""
         c, h = self.corpora[corpus], self.hosts[host]
-        path = self._on_host(c.hosts.get(host, c.path), h.corpora_root)
-        tokenizer = self._on_host(c.tokenizer, h.corpora_root) if c.tokenizer else None
+        path = self._path_on_host(c.hosts.get(host, c.path), h.corpora_root)
+        tokenizer = self._path_on_host(c.tokenizer, h.corpora_root) if c.tokenizer else None
         return path, tokenizer
 
     def runs_dir(self, host: str) -> str | None:
         root = self.hosts[host].runs_root
-        return self._on_host(root, None) if root else None
+        return self._path_on_host(root, None) if root else None
 
 
 def load_cluster(path: str | Path) -> Cluster:
     """Read and validate a cluster file; raise ClusterError listing every problem (key paths)."""
     path = Path(path)
     name = path.name
-    if not path.is_file():
-        raise InputError(f"{path}: no such cluster file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        bad = exc.object[exc.start:exc.start + 1]
-        raise InputError(f"{name}: not UTF-8 text (byte {exc.start}: {bad!r})") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the cluster file: {exc.strerror or exc}") from None
-    try:
-        raw = yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as exc:
-        raise InputError(f"{name}: malformed YAML: {' '.join(str(exc).split())}") from None
+    raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise InputError(f"{name}: expected a mapping at the top level, got {type(raw).__name__}")
     try:
         spec = ClusterSpec.model_validate(raw)
     except ValidationError as exc:
-        raise ClusterError([f"{name}: {line}" for line in _pydantic_lines(exc)]) from None
-    errors = [f"{name}: {line}" for line in check_references(spec)]
-    if errors:
-        raise ClusterError(errors)
-    return Cluster(spec=spec, path=path.resolve())
+        raise ClusterError(name, _pydantic_problems(exc)) from None
+    problems = _keyed(check_references(spec))
+    if problems:
+        raise ClusterError(name, problems)
+    cluster = Cluster(spec=spec, path=path.resolve())
+    problems = _keyed(_path_name_errors(cluster))
+    if problems:
+        raise ClusterError(name, problems)
+    return cluster
+
+
+def _path_name_errors(cluster: Cluster) -> list[str]:
+    """Names the store's filesystem would refuse as file names, before any job runs (runner/lab/names.py)."""
+    spec = cluster.spec
+    local = "://" not in str(spec.store.root)
+    return path_name_errors(cluster.store_root() if local else Path("."), local=local,
+                            checkpoints=[c.name for c in spec.checkpoints], hosts=[h.name for h in spec.hosts],
+                            plans=list(spec.plans))
 
 
 def key_path(loc: tuple) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        part = part if isinstance(part, int) else str(part)[:SHOWN_CHARS]  # a key can be megabytes long
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
     return out or "(top level)"
 
 
-def _pydantic_lines(exc: ValidationError) -> list[str]:
-    lines = []
+def _pydantic_problems(exc: ValidationError) -> list[Problem]:
+    problems: list[Problem] = []
     for err in exc.errors():
         loc = tuple(p for p in err["loc"] if p not in ("list[str]", "literal['all']"))
         if err["type"] == "extra_forbidden":
-            lines.append(f"{key_path(loc[:-1])}: unknown key {loc[-1]!r}" if len(loc) > 1
-                         else f"unknown top-level key {loc[-1]!r}")
+            problems.append((key_path(loc[:-1]), f"unknown key {shown(loc[-1])}") if len(loc) > 1
+                            else (None, f"unknown top-level key {shown(loc[-1])}"))
         elif err["type"] == "missing":
-            lines.append(f"{key_path(loc)}: required key is missing")
+            problems.append((key_path(loc), "required key is missing"))
         else:
             got = err.get("input")
-            shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
-            lines.append(f"{key_path(loc)}: {err['msg']}{shown}")
-    return list(dict.fromkeys(lines))  # a union reports one problem per branch
+            quoted = "" if isinstance(got, (dict, list)) else f" (got {shown(got)})"
+            problems.append((key_path(loc), f"{err['msg']}{quoted}"))
+    return list(dict.fromkeys(problems))  # a union reports one problem per branch
 
 
 def _duplicates(items: list, kind: str, section: str) -> list[str]:
@@ -276,7 +286,7 @@ def _duplicates(items: list, kind: str, section: str) -> list[str]:
     errors = []
     for i, item in enumerate(items):
         if item.name in seen:
-            errors.append(f"{section}[{i}].name: duplicate {kind} {item.name!r}")
+            errors.append(f"{section}[{i}].name: duplicate {kind} {shown(item.name)}")
         seen.add(item.name)
     return errors
 
@@ -287,15 +297,15 @@ def check_references(spec: ClusterSpec) -> list[str]:
               + _duplicates(spec.corpora, "corpus", "corpora"))
     hosts = {h.name for h in spec.hosts}
     if spec.ray.head is not None and spec.ray.head not in hosts:
-        errors.append(f"ray.head: unknown host {spec.ray.head!r}")
+        errors.append(f"ray.head: unknown host {shown(spec.ray.head)}")
     for section, items in (("checkpoints", spec.checkpoints), ("corpora", spec.corpora)):
         for i, item in enumerate(items):
-            errors += [f"{section}[{i}].hosts.{h}: unknown host {h!r}" for h in item.hosts if h not in hosts]
+            errors += [f"{section}[{i}].hosts.{h[:SHOWN_CHARS]}: unknown host {shown(h)}" for h in item.hosts if h not in hosts]
     for plan, entries in spec.plans.items():
         for i, entry in enumerate(entries):
             errors += _check_entry(spec, f"plans.{plan}[{i}]", entry)
     if spec.schedule is not None and spec.schedule.plan not in spec.plans:
-        errors.append(f"schedule.plan: unknown plan {spec.schedule.plan!r} (plans: {', '.join(spec.plans) or 'none'})")
+        errors.append(f"schedule.plan: unknown plan {shown(spec.schedule.plan)} (plans: {', '.join(spec.plans) or 'none'})")
     return errors
 
 
@@ -305,96 +315,17 @@ def _check_entry(spec: ClusterSpec, where: str, entry: PlanEntry) -> list[str]:
     for key, kind in (("hosts", "host"), ("checkpoints", "checkpoint")):
         names = getattr(entry, key)
         if names != "all":
-            errors += [f"{where}.{key}[{j}]: unknown {kind} {n!r}" for j, n in enumerate(names)
+            errors += [f"{where}.{key}[{j}]: unknown {kind} {shown(n)}" for j, n in enumerate(names)
                        if n not in known[key]]
     if entry.corpus is not None and entry.corpus not in {c.name for c in spec.corpora}:
-        errors.append(f"{where}.corpus: unknown corpus {entry.corpus!r}")
+        errors.append(f"{where}.corpus: unknown corpus {shown(entry.corpus)}")
     if entry.probe not in probes.REGISTRY:
-        return errors + [f"{where}.probe: unknown probe {entry.probe!r} (known: {', '.join(probes.REGISTRY)})"]
+        return errors + [f"{where}.probe: unknown probe {shown(entry.probe)} (known: {', '.join(probes.REGISTRY)})"]
     try:
         build_probe_config(entry.probe, with_budget(spec.budget, entry.probe, entry.config), placeholders=True,
                            corpus=entry.corpus)
-    except ConfigFieldError as exc:
-        errors.append(f"{where}.config{'.' + exc.field if exc.field else ''}: {exc.message}")
+    except FieldError as exc:
+        errors.append(field_error_line(where, entry.config, exc))
+    except InputError as exc:
+        errors.append(f"{where}: {' '.join(str(exc).split())}")
     return errors
-
-
-class ConfigFieldError(InputError):
-    def __init__(self, field: str, message: str):
-        self.field, self.message = field, message
-        super().__init__(f"{field}: {message}" if field else message)
-
-
-def build_probe_config(probe: str, config: dict[str, Any], *, placeholders: bool = False,
-                       corpus: str | None = None, filled: dict[str, Any] | None = None) -> Any:
-    """The probe's Config from a plan's `config` plus the runner-filled fields.
-
-    With `placeholders`, the runner fields get stand-in paths: this checks a plan without touching
-    any host (`labprobe validate`). Field values are type-checked against the Config's annotations
-    (pydantic's TypeAdapter), so `seq_len: abc` is an error naming the field, not a crash later.
-    """
-    cls = probes.get(probe).Config
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    values: dict[str, Any] = {}
-    for key, value in config.items():
-        if key not in fields:
-            raise ConfigFieldError(key, f"unknown field for probe {probe!r} (fields: {', '.join(fields)})")
-        if key in RUNNER_FIELDS:
-            raise ConfigFieldError(key, "set by the runner from the plan's checkpoints/corpus; remove it here")
-        try:
-            values[key] = TypeAdapter(hints[key]).validate_python(value)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            raise ConfigFieldError(key, f"{err['msg']} (got {value!r})") from None
-    runner = filled if filled is not None else _placeholders(corpus) if placeholders else {}
-    for key, value in runner.items():
-        if key in fields:
-            values[key] = TypeAdapter(hints[key]).validate_python(_runner_value(key, value, hints[key]))
-    missing = [k for k in RUNNER_FIELDS if k in fields and k not in values and _required(fields[k])]
-    if missing:
-        raise ConfigFieldError("", f"probe {probe!r} needs {', '.join(missing)}: name a corpus in the entry")
-    try:
-        return cls(**values)
-    except (InputError, TypeError, ValueError) as exc:
-        raise ConfigFieldError("", " ".join(str(exc).split())) from None
-
-
-def _runner_value(key: str, value: Any, hint: Any) -> Any:
-    """A runner-filled value in the probe's terms: a family probe (`checkpoint: tuple[Path, ...]`)
-    gets a one-checkpoint family; the probes call local weights "checkpoint"."""
-    if typing.get_origin(hint) is tuple and not isinstance(value, (tuple, list)):
-        return (value,)
-    if key == "weights" and value == "local":
-        return "checkpoint"
-    return value
-
-
-def _required(field: dataclasses.Field) -> bool:
-    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
-
-
-def _placeholders(corpus: str | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"checkpoint": Path("checkpoint"), "tokenizer": Path("tokenizer"), "weights": "random"}
-    if corpus is not None:
-        out["corpus"] = Path("corpus.jsonl")
-    return out
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML keeps the last of two equal keys silently; a lab file with two `hosts:` is an error."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                hash(key)
-            except TypeError:  # `? [a, b]`: a list as a key; `key in seen` would raise a bare TypeError
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"a {type(key).__name__} cannot be a key", key_node.start_mark) from None
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)

@@ -25,7 +25,8 @@ from typing import Any
 import probes
 from probes.result import InputError, config_to_dict
 from runner.lab.budget import with_budget
-from runner.lab.cluster import RUNNER_FIELDS, Cluster, PlanEntry, build_probe_config
+from runner.lab.cluster import Cluster, PlanEntry
+from runner.lab.probe_config import RUNNER_FIELDS, build_probe_config
 
 DEFAULT_PLAN = "demo"
 

@@ -172,9 +172,9 @@ def test_vocab_size_from_config_text_config_and_tokenizer(tmp_path, tokenizer_di
 
 
 def test_validate_inputs():
-    with pytest.raises(InputError, match="exactly one of --corpus and --lengths"):
+    with pytest.raises(InputError, match="exactly one of corpus and lengths"):
         corpus.validate_inputs(corpus=None, lengths=None, checkpoint=None)
-    with pytest.raises(InputError, match="--corpus needs --checkpoint"):
+    with pytest.raises(InputError, match="corpus needs checkpoint"):
         corpus.validate_inputs(corpus=Path("c.jsonl"), lengths=None, checkpoint=None)
 
 

@@ -70,11 +70,11 @@ def test_the_cli_refuses_a_harness_that_fails_at_import_in_one_line(tiny, lab_pa
 
 
 def test_an_empty_harness_path_is_refused_by_both_configs(tiny):
-    with pytest.raises(InputError, match="--harness is empty"):
+    with pytest.raises(InputError, match="harness is empty"):
         carrier.Config(checkpoint=(tiny,), harness=" ")
-    with pytest.raises(InputError, match="--harness is empty"):
+    with pytest.raises(InputError, match="harness is empty"):
         profile.Config(checkpoint=tiny, harness="")
-    with pytest.raises(InputError, match="--harness is empty"):
+    with pytest.raises(InputError, match="harness is empty"):
         harness.load_harness("")
 
 

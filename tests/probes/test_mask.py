@@ -186,3 +186,54 @@ def test_bad_cli_values_exit_2(qwen3, capsys):
     assert main(["probe", "mask", "--checkpoint", str(qwen3), "--padding", "left"]) == 2
     assert main(["probe", "nosuch"]) == 2
     assert "unknown probe 'nosuch'" in capsys.readouterr().err
+
+
+def test_a_length_over_max_position_embeddings_is_refused_before_any_allocation(qwen3, capsys):
+    # The fixture's max_position_embeddings is 4096. A billion tokens once allocated 24 GB and died.
+    for seq_len in ("4097", "1000000000"):
+        assert main(["probe", "mask", "--checkpoint", str(qwen3), "--seq-len", seq_len]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (f"labprobe probe: error: --seq-len {seq_len} is over the model's "
+                       f"max_position_embeddings 4096 ({qwen3})")
+
+
+def test_a_batch_larger_than_memory_is_refused_in_one_line(tmp_path, capsys):
+    # A model that allows a million positions: 10^12 (row, query, key) cells cannot fit any machine.
+    _small(Qwen3Config, num_hidden_layers=1).save_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text((tmp_path / "config.json").read_text().replace(
+        '"max_position_embeddings": 4096', '"max_position_embeddings": 1000001'))
+    assert main(["probe", "mask", "--checkpoint", str(tmp_path), "--seq-len", "1000000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("labprobe probe: error: --seq-len 1000000 x --batch-size 1 needs about ")
+    assert "GiB is available here" in err and "\n" not in err
+    assert mask.available_bytes() is not None  # on Linux the bound is really checked
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"hidden_size": 0}, "field 'hidden_size' must be >= 1, got 0"),
+    ({"num_hidden_layers": 0, "layer_types": None}, "field 'num_hidden_layers' must be >= 1, got 0"),
+    ({"num_attention_heads": -4}, "field 'num_attention_heads' must be >= 1, got -4"),
+    ({"vocab_size": 0}, "field 'vocab_size' must be >= 1, got 0"),
+    ({"intermediate_size": 2.5}, "field 'intermediate_size' must be a whole number, got 2.5"),
+    ({"num_key_value_heads": 3}, "field 'num_key_value_heads' 3 does not divide num_attention_heads 4"),
+    ({"model_type": "qwen2", "head_dim": None, "layer_types": None, "hidden_size": 66},  # transformers lets it by
+     "field 'num_attention_heads' 4 does not divide hidden_size 66 (and head_dim is unset)"),
+    ({"max_position_embeddings": 0}, "field 'max_position_embeddings' must be >= 1, got 0"),
+])
+def test_impossible_sizes_are_refused_naming_the_field(tmp_path, capsys, change, needle):
+    raw = {k: v for k, v in {**_small(Qwen3Config, num_hidden_layers=2).to_dict(), **change}.items()
+           if v is not None}  # None: the key left out
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    assert main(["probe", "mask", "--checkpoint", str(tmp_path), "--seq-len", "16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"labprobe probe: error: {tmp_path / 'config.json'}: ") and "\n" not in err
+    assert err.endswith(needle), err
+
+
+def test_impossible_sizes_inside_text_config_name_their_nesting(tmp_path, capsys):
+    text = _small(Gemma3TextConfig, num_hidden_layers=2, sliding_window=WINDOW, query_pre_attn_scalar=16)
+    raw = Gemma3Config(text_config=text.to_dict()).to_dict()
+    raw["text_config"]["hidden_size"] = 0
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    assert main(["probe", "mask", "--checkpoint", str(tmp_path), "--seq-len", "16"]) == 2
+    assert "field 'text_config.hidden_size' must be >= 1, got 0" in capsys.readouterr().err

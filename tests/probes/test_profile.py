@@ -64,7 +64,7 @@ def test_an_oom_at_one_length_is_a_row_not_a_crash(tiny, monkeypatch):
 
 
 def test_fewer_than_three_lengths_is_an_input_error(tiny):
-    with pytest.raises(InputError, match="--seq-lens"):
+    with pytest.raises(InputError, match="seq_lens needs >= 3"):
         profile.Config(checkpoint=tiny, seq_lens=(1024, 2048, 2048))
 
 

@@ -109,12 +109,15 @@ def test_probe_config_is_checked_by_building_the_probe_config(tmp_path):
     bad_type = errors_of(tmp_path, mutate(plans__demo__0__config={"seq_len": "long"}))
     assert bad_type[0].startswith("cluster.yaml: plans.demo[0].config.seq_len: "), bad_type
     unknown = errors_of(tmp_path, mutate(plans__demo__0__config={"seqlen": 64}))
-    assert unknown[0].startswith("cluster.yaml: plans.demo[0].config.seqlen: unknown field for probe 'mask'")
-    # A value the probe's own __post_init__ rejects: its message, under the entry's config.
+    assert unknown[0].startswith("cluster.yaml: plans.demo[0].config.seqlen: is not a field of probe 'mask'")
+    # A value the probe's own __post_init__ rejects: its message at the field's key, in the file's words
+    # (not the command line's `--seq-len`).
     rejected = errors_of(tmp_path, mutate(plans__demo__0__config={"seq_len": 1}))
-    assert rejected[0].startswith("cluster.yaml: plans.demo[0].config: ") and "--seq-len" in rejected[0]
+    assert rejected == ["cluster.yaml: plans.demo[0].config.seq_len: must be >= 2, got 1"]
+    packed = errors_of(tmp_path, mutate(plans__demo__0__config={"seq_len": 2, "padding": "packed"}))
+    assert packed == ["cluster.yaml: plans.demo[0].config.seq_len: seq_len 2 cannot hold num_packed 3 sequences"]
     runner_set = errors_of(tmp_path, mutate(plans__demo__0__config={"checkpoint": "/x"}))
-    assert runner_set[0].startswith("cluster.yaml: plans.demo[0].config.checkpoint: set by the runner")
+    assert runner_set[0].startswith("cluster.yaml: plans.demo[0].config.checkpoint: is set by the runner")
 
 
 def test_every_error_is_reported_and_duplicate_yaml_keys_are_errors(tmp_path):

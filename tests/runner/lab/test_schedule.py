@@ -116,7 +116,7 @@ def test_the_schedule_section_gives_the_defaults(tmp_path, capsys):
 def test_bad_input_is_one_line_exit_2_and_the_file_untouched(lab, capsys, argv, message):
     cluster, tab = lab
     argv = argv if "--plan" in argv or not argv else argv + ["--plan", "night"]
-    code, out, err = schedule(capsys, "install", "--cluster", str(cluster), "--crontab-file", str(tab), *argv)
+    code, _out, err = schedule(capsys, "install", "--cluster", str(cluster), "--crontab-file", str(tab), *argv)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert tab.read_text() == UNRELATED
 
@@ -135,7 +135,7 @@ def test_the_installed_command_runs_the_sweep_as_written(lab, capsys):
     # cron's environment: almost nothing. Tests keep Ray's token auth off (conftest does the same).
     env = {"HOME": str(elsewhere), "SHELL": "/bin/sh", "PATH": "/usr/bin:/bin", "LOGNAME": "cron",
            "RAY_AUTH_MODE": "disabled"}
-    proc = subprocess.run(["sh", "-c", entry.command], cwd=elsewhere, env=env, capture_output=True,
+    proc = subprocess.run(["sh", "-c", entry.command], check=False, cwd=elsewhere, env=env, capture_output=True,
                           text=True, timeout=240)
     log = cluster.parent / "results" / "logs" / "sweep-night.log"
     assert proc.returncode == 0, proc.stderr + (log.read_text() if log.exists() else "")

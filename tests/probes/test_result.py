@@ -1,0 +1,45 @@
+"""The probe contract's validation pieces: FieldError worded per edge, make_config, shown()."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from probes import mask
+from probes.result import SHOWN_CHARS, FieldError, InputError, make_config, shown
+
+
+def test_a_field_error_is_worded_by_each_edge():
+    err = FieldError("max_steps", "`max_steps` 3 < `steps` 9")
+    assert err.line(lambda n: "--" + n.replace("_", "-")) == "--max-steps 3 < --steps 9"
+    assert err.text(lambda n: f"config.{n}") == "config.max_steps 3 < config.steps 9"
+    assert str(err) == "max_steps 3 < steps 9"
+    predicate = FieldError("lora_rank", "must be >= 1, got 0")  # not naming itself: put after the name
+    assert predicate.line(lambda n: "--" + n.replace("_", "-")) == "--lora-rank must be >= 1, got 0"
+    again = pickle.loads(pickle.dumps(predicate))  # a Ray task's exception crosses processes pickled
+    assert (again.field, again.message) == ("lora_rank", "must be >= 1, got 0")
+
+
+def test_make_config_checks_names_types_then_the_configs_own_checks(tmp_path):
+    config = make_config(mask.Config, {"checkpoint": str(tmp_path), "seq_len": "64", "padding": "packed"})
+    assert config.seq_len == 64 and config.checkpoint == tmp_path
+    with pytest.raises(FieldError) as info:
+        make_config(mask.Config, {"checkpoint": "x", "seqlen": 64})
+    assert info.value.field == "seqlen" and "is not a field of probe 'mask'" in info.value.message
+    with pytest.raises(FieldError) as info:
+        make_config(mask.Config, {"checkpoint": "x", "seq_len": "x" * 10_000})
+    assert info.value.field == "seq_len" and len(str(info.value)) < 200
+    with pytest.raises(FieldError) as info:
+        make_config(mask.Config, {"seq_len": 64})
+    assert (info.value.field, info.value.message) == ("checkpoint", "is required")
+    with pytest.raises(FieldError) as info:  # raised by Config.__post_init__, unwrapped from pydantic's error
+        make_config(mask.Config, {"checkpoint": "x", "seq_len": 1})
+    assert (info.value.field, info.value.message) == ("seq_len", "must be >= 2, got 1")
+    assert isinstance(info.value, InputError)
+
+
+@pytest.mark.parametrize("value", ["y" * 10_000_000, [[["z" * 1000] * 1000] * 1000], {str(i): i for i in range(10**5)},
+                                   10**5000], ids=["string", "nested", "dict", "int"])
+def test_shown_is_short_whatever_the_value(value):
+    assert len(shown(value)) <= SHOWN_CHARS
