@@ -7,7 +7,7 @@ benchmarks/harness_plain.py (no autocast, fp32 LoRA matmuls, for-each AdamW: the
 the harness contract was whole) so that every variant changes something. `carrier --variant` runs
 each variant in its own process (the baseline in two). Writes variants_<shape>.json (the probe's JSON),
 variants_<shape>.txt (its table) and variants_summary.json, and prints a verdict per criterion last.
---quick: a smoke run (0.6B at 1 x 1,024, three variants, few steps). BENCH_SHAPES replaces the shapes
+--quick: a smoke run (0.6B at 1 x 1,024, three variants with compile, few steps). BENCH_SHAPES replaces the shapes
 for a CPU dry run: "ckpt_dir:batch:seq_len,..." with tiny configs.
 """
 
@@ -44,7 +44,7 @@ def shapes(quick: bool) -> list[tuple[str, Path, int, int]]:
 
 
 def run_shape(name: str, checkpoint: Path, batch: int, seq: int, quick: bool, device: str, out: Path) -> dict:
-    chosen = ("bf16-autocast", "bf16-adapters", "fused-adamw") if quick else ALL
+    chosen = ("bf16-autocast", "grad-ckpt", "compile") if quick else ALL
     config = carrier.Config(checkpoint=(checkpoint,), weights="random", harness="benchmarks.harness_plain",
                             lora_rank=32, lora_alpha=64.0, seq_len=seq, batch_size=batch, warmup_steps=2,
                             steps=3 if quick else 5, max_steps=4 if quick else 12, variant=("baseline", *chosen),
@@ -54,6 +54,7 @@ def run_shape(name: str, checkpoint: Path, batch: int, seq: int, quick: bool, de
     wall_s = time.perf_counter() - begin
     data = result.to_json_dict()
     data["wall_s"] = wall_s
+    data["evidence"] = json.loads(result.artifacts.get("evidence.json", "{}"))
     (out / f"variants_{name}.json").write_text(json.dumps(data, indent=1))
     (out / f"variants_{name}.txt").write_text(render(result) + f"\n\nwall_s: {wall_s:.1f}\n")
     print(render(result), flush=True)

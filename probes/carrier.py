@@ -196,11 +196,16 @@ def _peaks(config: Config, device: torch.device) -> tuple[tuple[float | None, fl
     return (peak, sheet), f"measured: bf16 8192^3 matmul on {name}: {peak / 1e12:.0f} TFLOP/s; {sheet_note}"
 
 
-def _family(config: Config, names: tuple[str, ...], peaks) -> tuple[list, list, list[str], dict]:
+EVIDENCE = ("process_step_s", "attributed_s", "microbench", "kernel_table", "timings")
+
+
+def _family(config: Config, names: tuple[str, ...], peaks, evidence: dict) -> tuple[list, list, list[str], dict]:
     rows, whatifs, advice, harness_info = [], [], [], {}
     for checkpoint in config.checkpoint:
         baseline, others = processes.measure_set(_spec(config, checkpoint), names, config.processes)
         name = _name(checkpoint)
+        evidence[name] = {"baseline": {k: baseline.get(k) for k in EVIDENCE},
+                          **{r["variant"]: {"timings": r.get("timings"), "status": r.get("status")} for r in others}}
         rows += [_row(config, name, r, peaks) for r in (baseline, *others)]
         baseline["tokens_per_step"] = config.batch_size * config.seq_len
         whatifs += whatif.table(name, baseline, others)
@@ -225,7 +230,9 @@ def run(config: Config) -> ProbeResult:
         peak_note = "not measured (--steps 0)"
     else:
         peaks, peak_note = _peaks(config, device)
-        rows, whatifs, advice, measured_info = _family(config, names, peaks)
+        evidence: dict = {}
+        rows, whatifs, advice, measured_info = _family(config, names, peaks, evidence)
+        result.artifacts["evidence.json"] = json.dumps(evidence, indent=1)
         info.update(measured_info)
     result.tables["carriers"] = rows
     if whatifs:
