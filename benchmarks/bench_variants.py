@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -28,7 +29,7 @@ from runner.probe_cmd import render  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CKPT = ROOT / "demo" / "checkpoints"
-ALL = ("bf16-autocast", "bf16-adapters", "fused-adamw", "grad-ckpt", "compile", "ce-chunk=4096")
+ALL = ("bf16-autocast", "bf16-adapters", "fused-adamw", "ce-chunk=4096", "grad-ckpt", "compile")  # compile last: slowest
 SHAPES = [("4b_1x4096", CKPT / "qwen3-4b-base", 1, 4096), ("1.7b_4x4096", CKPT / "qwen3-1.7b-base", 4, 4096)]
 QUICK = [("0.6b_1x1024", CKPT / "qwen3-0.6b-base", 1, 1024)]
 
@@ -94,6 +95,17 @@ def main() -> int:
     parser.add_argument("--device", default="auto")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    # one line per finished process on stderr, every worker's whole result in workers.jsonl: a run cut
+    # short by its time limit still leaves what it measured
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    logging.getLogger().handlers[0].setLevel(logging.INFO)
+    jsonl = logging.FileHandler(args.out / "workers.jsonl")
+    jsonl.setLevel(logging.DEBUG)
+    jsonl.addFilter(lambda record: record.levelno == logging.DEBUG)
+    jsonl.setFormatter(logging.Formatter("%(message)s"))
+    workers = logging.getLogger("probes.processes")
+    workers.setLevel(logging.DEBUG)
+    workers.addHandler(jsonl)
     results = {name: run_shape(name, ckpt, b, n, args.quick, args.device, args.out)
                for name, ckpt, b, n in shapes(args.quick)}
     checks = verdicts(results, args.quick)

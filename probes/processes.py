@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
+import time
 import statistics
 import subprocess
 import sys
@@ -21,12 +23,24 @@ from pathlib import Path
 from probes import variants
 from probes.worker import Spec
 
+LOG = logging.getLogger(__name__)
 TIMEOUT_S = 900
 """Per process: a 4B compile plus its steps on an H200 takes about a minute and a half."""
 
 
 def run(spec: Spec, timeout_s: float = TIMEOUT_S) -> dict:
-    """The worker's result dict, or {"status": "failed: ..."} naming what went wrong."""
+    """The worker's result dict, or {"status": "failed: ..."} naming what went wrong. Logged as it
+    ends (logger probes.processes): a line at INFO, the whole result as JSON at DEBUG."""
+    begin = time.perf_counter()
+    result = _run(spec, timeout_s)
+    result["process_wall_s"] = time.perf_counter() - begin
+    LOG.info("%s %s: %s, step_s %s, %.1f s in the process (stages %s)", Path(spec.checkpoint).name, spec.variant,
+             result.get("status"), result.get("step_s"), result["process_wall_s"], result.get("stage_s"))
+    LOG.debug("%s", json.dumps({"checkpoint": spec.checkpoint, **result}))
+    return result
+
+
+def _run(spec: Spec, timeout_s: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="labprobe-worker-") as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
         spec_path.write_text(json.dumps(dataclasses.asdict(spec)))

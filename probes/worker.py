@@ -19,12 +19,14 @@ import sys
 import time
 from pathlib import Path
 
-import torch
+_START = time.perf_counter()
 
-from probes import attribution, contract, flops, kernels, microbench, models, variants
-from probes import harness as reference
-from probes.result import InputError
-from probes.timing import time_steps
+import torch  # noqa: E402
+
+from probes import attribution, contract, flops, kernels, microbench, models, variants  # noqa: E402
+from probes import harness as reference  # noqa: E402
+from probes.result import InputError  # noqa: E402
+from probes.timing import time_steps  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -110,9 +112,9 @@ def _profiled(spec: Spec, model, step, device: torch.device, out: dict) -> None:
     out["kernel_s_per_step"] = prof.kernel_s_per_step
     if device.type == "cuda":
         out["gpu_busy_frac"] = kernels.busy_per_step_s(prof) / out["step_s"]
+    out["kernel_table"] = [dataclasses.asdict(r) for r in kernels.kernel_table(prof)]
     if spec.predict:
         out["attributed_s"] = attribution.attribute(prof)
-        out["kernel_table"] = [dataclasses.asdict(r) for r in kernels.kernel_table(prof)]
 
 
 def measure(spec: Spec) -> dict:
@@ -127,27 +129,44 @@ def measure(spec: Spec) -> dict:
     chunk = spec.ce_chunk if variant.ce_chunk is None else variant.ce_chunk
     if variant.ce_chunk is not None and "chunk_tokens" not in _loss_params(harness):
         return {**out, "status": f"not applicable: {spec.harness}.compute_loss takes no chunk_tokens"}
-    stage = "loading"
+    stage, clock = "loading", _Stages(out)
     try:
         model = _build(spec, pieces, variant, device)
+        clock("build")
         out["params_total"], out["params_trainable"] = models.count_params(model)
         shape = flops.model_shape(model)
         out["step_flops"] = flops.step_flops(shape, batch_size=spec.batch_size, seq_len=spec.seq_len)
         step = _step(spec, model, pieces, chunk, device)
         stage = "timing"
         _timed(spec, model, step, device, out)
-        stage = "profiling"
+        stage = clock("timing") or "profiling"
         _profiled(spec, model, step, device, out)
+        clock("profiling")
         if spec.predict:
             stage = "micro-benchmarks"
             del step
             models.release(device)
             out["microbench"] = microbench.run(model, pieces, spec, device, chunk)
+            clock("micro-benchmarks")
     except Exception as exc:
         if not models.is_oom(exc):
             raise
         out["status"] = f"oom while {stage}: {str(exc).splitlines()[0][:100]}"
     return out
+
+
+class _Stages:
+    """Seconds of each stage, stored in out["stage_s"] (the first one counts from the interpreter's
+    start, imports included: what a fresh process costs)."""
+
+    def __init__(self, out: dict):
+        self.out, self.last = out, _START
+        out["stage_s"] = {}
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.out["stage_s"][name] = round(now - self.last, 2)
+        self.last = now
 
 
 def _loss_params(harness) -> tuple[str, ...]:
