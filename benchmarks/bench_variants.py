@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script, no install
 
-from benchmarks.bench_gpu import environment  # noqa: E402
-from probes import carrier  # noqa: E402
-from runner.probe_cmd import render  # noqa: E402
+from benchmarks.bench_gpu import environment
+from probes import carrier
+from runner.probe_cmd import render
 
 ROOT = Path(__file__).resolve().parents[1]
 CKPT = ROOT / "demo" / "checkpoints"

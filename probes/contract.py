@@ -23,9 +23,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import inspect
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -101,7 +101,7 @@ def optimizer(model, make_optimizer, device: torch.device) -> dict[str, float]:
         opt = make(params)
         return _time(opt.step, device)
 
-    fused = lambda params: torch.optim.AdamW(params, lr=5e-5, fused=True)  # noqa: E731
+    fused = lambda params: torch.optim.AdamW(params, lr=5e-5, fused=True)
     return {"baseline": step_s(None, make_optimizer), "fused-adamw": step_s(None, fused),
             "bf16-adapters": step_s(torch.bfloat16, make_optimizer)}
 

@@ -13,11 +13,11 @@ import dataclasses
 import json
 import logging
 import os
-import time
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from probes import variants
@@ -47,7 +47,7 @@ def _run(spec: Spec, timeout_s: float) -> dict:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         try:
             proc = subprocess.run([sys.executable, "-m", "probes.worker", str(spec_path), str(out_path)],
-                                  capture_output=True, text=True, timeout=timeout_s, env=env)
+                                  capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
         except subprocess.TimeoutExpired:
             return {"variant": spec.variant, "status": f"failed: timed out after {timeout_s:.0f} s"}
         if proc.returncode != 0 or not out_path.is_file():

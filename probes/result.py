@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import hashlib
 import inspect
-import json
 import math
 import textwrap
 from pathlib import Path
@@ -77,11 +75,6 @@ def _jsonable(value: Any) -> Any:
 
 def config_to_dict(config: Any) -> dict[str, Any]:
     return _jsonable(dataclasses.asdict(config))
-
-
-def config_hash(config: Any) -> str:
-    blob = json.dumps(config_to_dict(config), sort_keys=True).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 def field_docs(cls: type) -> dict[str, str]:

@@ -21,12 +21,12 @@ from pathlib import Path
 
 _START = time.perf_counter()
 
-import torch  # noqa: E402
+import torch
 
-from probes import attribution, contract, flops, kernels, microbench, models, variants  # noqa: E402
-from probes import harness as reference  # noqa: E402
-from probes.result import InputError  # noqa: E402
-from probes.timing import time_steps  # noqa: E402
+from probes import attribution, contract, flops, kernels, microbench, models, variants
+from probes import harness as reference
+from probes.result import InputError
+from probes.timing import time_steps
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
