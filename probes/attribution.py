@@ -7,7 +7,9 @@ around the loss (lm_head and cross-entropy: the part outside `decoder`) and `opt
 optimizer step. A forward kernel belongs to the innermost range around the op that launched it.
 A backward kernel belongs to the range of the forward op that recorded its autograd node: the
 profiler gives both the same `sequence_nr` (per forward thread). On CUDA a kernel names its
-launching op by `linked_correlation_id`; on the CPU the rows are the ops themselves.
+launching op (the op's `kernels`, matched by correlation id); on the CPU the rows are the ops themselves.
+A kernel whose op has no range is `unattributed`; probes/whatif.py predicts nothing from a profile
+where that is more than 10% of the kernel time.
 
 `scopes(model)` installs the hooks (a context manager); `attribute(profile)` sums device time per
 (scope, phase, category) and step; `backends(profile)` reads the attention backends that ran.
@@ -102,19 +104,31 @@ def _scope_of(op, forward: dict[tuple[int, int], str]) -> tuple[str, str]:
     return _forward_scope(op), "forward"
 
 
+def _launched(profile: kernels.Profile, cpu: list) -> Iterator[tuple[object, str, float]]:
+    """(launching op, kernel name, microseconds) of every device row. On CUDA each op lists the
+    kernels it launched (`FunctionEvent.kernels`, matched by correlation id when the profile is
+    parsed); a GPU user annotation (a record_function span mirrored on the device) is no kernel."""
+    if profile.device_type == DeviceType.CPU:
+        for row in profile.rows:
+            if not row.name.startswith(PREFIX):  # a range's own self time is bookkeeping, not work
+                yield row, row.name, kernels.self_us(row)
+        return
+    annotations = {e.name for e in profile.events if e.device_type != DeviceType.CPU and kernels._is_annotation(e)}
+    for op in cpu:
+        for k in getattr(op, "kernels", ()):
+            if k.name not in annotations and not k.name.startswith(PREFIX):
+                yield op, k.name, float(k.duration)
+
+
 def attribute(profile: kernels.Profile) -> dict[str, float]:
     """Seconds of device time per step by "scope/phase/category" (the kernel table's categories)."""
     cpu = [e for e in profile.events if e.device_type == DeviceType.CPU and not getattr(e, "is_async", False)]
     forward = _forward_scopes(cpu)
-    ops = {e.id: e for e in cpu}
     out: dict[str, float] = {}
-    for row in profile.rows:
-        op = row if profile.device_type == DeviceType.CPU else ops.get(getattr(row, "linked_correlation_id", -1))
-        scope, phase = ("unattributed", "unknown") if op is None else _scope_of(op, forward)
-        if profile.device_type == DeviceType.CPU and row.name.startswith(PREFIX):
-            continue  # a range's own self time on the CPU is bookkeeping, not work
-        key = f"{scope}/{phase}/{kernels.categorize(row.name)}"
-        out[key] = out.get(key, 0.0) + kernels.self_us(row) / 1e6 / profile.num_steps
+    for op, name, us in _launched(profile, cpu):
+        scope, phase = _scope_of(op, forward)
+        key = f"{scope}/{phase}/{kernels.categorize(name)}"
+        out[key] = out.get(key, 0.0) + us / 1e6 / profile.num_steps
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 

@@ -23,6 +23,9 @@ import dataclasses
 
 from probes import attribution, variants
 
+MIN_COVERAGE = 0.9
+"""Below this share of kernel time attributed to a module, no prediction is made from it."""
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class WhatIfRow:
@@ -47,6 +50,9 @@ def predict(name: str, baseline: dict) -> tuple[float | None, str]:
     att, bench, step_s = baseline.get("attributed_s"), baseline.get("microbench"), baseline.get("step_s")
     if not att or not bench or not step_s:
         return None, "not predicted: the baseline has no attributed profile or micro-benchmarks"
+    covered = 1.0 - attribution.total(att, scope="unattributed") / (sum(att.values()) or 1.0)
+    if covered < MIN_COVERAGE:
+        return None, f"not predicted: only {100 * covered:.0f}% of the profile's kernel time is attributed to a module"
     variant = variants.get(name)
     lora_s, opt_s = attribution.total(att, scope="lora"), attribution.total(att, scope="optimizer")
     if name == variants.BASELINE:
