@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script,
 
 from benchmarks.bench_gpu import environment
 from probes import carrier
-from runner.probe_cmd import render
+from runner.cli.probe import render
 
 ROOT = Path(__file__).resolve().parents[1]
 CKPT = ROOT / "demo" / "checkpoints"

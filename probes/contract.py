@@ -85,13 +85,13 @@ def resolve(harness: ModuleType) -> Contract:
 
 
 def optimizer_class(optimizer: torch.optim.Optimizer) -> str:
-    """`AdamW (fused)` / `AdamW (foreach)` / `SGD`: the class and, for Adam-like ones, its implementation."""
-    name = type(optimizer).__name__
-    defaults = optimizer.defaults
+    """`AdamW (fused)`, `AdamW (foreach)`, `AdamW (for-loop)`, or the bare class when the
+    implementation is torch's default choice (`foreach=None`) or the optimizer has no such option."""
+    name, defaults = type(optimizer).__name__, optimizer.defaults
     if defaults.get("fused"):
         return f"{name} (fused)"
-    if "foreach" in defaults:
-        return f"{name} ({'for-loop' if defaults['foreach'] is False else 'foreach'})"
+    if defaults.get("foreach") is not None:
+        return f"{name} ({'foreach' if defaults['foreach'] else 'for-loop'})"
     return name
 
 

@@ -101,6 +101,7 @@ def _timed(spec: Spec, model, step, device: torch.device, out: dict) -> None:
                spread_all_pct=100 * t.spread_all, iqr_pct=100 * t.iqr, trustworthy=t.trustworthy,
                steps=t.num_steps, warmup_steps=t.num_warmup + 1, peak_mem_bytes=models.peak_mem_bytes(device),
                optimizer=contract.optimizer_class(step.optimizer))
+    out["harness_step"]["optimizer_class"] = out["optimizer"]
     if spec.variant == "compile":
         out["compile_s"] = first_s - t.median_s
 
