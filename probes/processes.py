@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from probes import variants
+from probes.result import InputError
 from probes.worker import Spec
 
 LOG = logging.getLogger(__name__)
@@ -54,7 +55,10 @@ def _run(spec: Spec, timeout_s: float) -> dict:
             lines = [line for line in proc.stderr.splitlines() if line.strip()]
             last = lines[-1][:160] if lines else "no output"
             return {"variant": spec.variant, "status": f"failed: exit {proc.returncode}: {last}"}
-        return json.loads(out_path.read_text())
+        result = json.loads(out_path.read_text())
+    if "input_error" in result:
+        raise InputError(result["input_error"])
+    return result
 
 
 def merge(results: list[dict]) -> dict:

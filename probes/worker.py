@@ -177,7 +177,10 @@ def _loss_params(harness) -> tuple[str, ...]:
 def main(argv: list[str]) -> int:
     spec_path, out_path = argv
     spec = Spec(**json.loads(Path(spec_path).read_text()))
-    result = measure(spec)
+    try:
+        result = measure(spec)
+    except InputError as exc:  # bad input found only here (weights that do not load): the parent's to raise
+        result = {"input_error": str(exc)}
     Path(out_path).write_text(json.dumps(result))
     return 0
 

@@ -44,7 +44,9 @@ from runner.tables import format_value
 MAX_ROWS = 40
 """Rows shown per generic table; the store keeps the rest."""
 CARRIER_METRICS = (("tok_per_s", "tokens/s", 1.0), ("step_s", "s/step", 1.0),
-                   ("peak_mem_bytes", "peak memory, GiB", 1 / 2**30), ("mfu", "MFU", 1.0))
+                   ("peak_mem_bytes", "peak memory, GiB", 1 / 2**30),
+                   ("mfu_vs_datasheet_peak", "MFU (datasheet peak)", 1.0), ("mfu", "MFU", 1.0))
+"""`mfu` is the column's name in rows stored before MFU was named by its peak."""
 CARRIER_FACTS = ("params_total", "params_trainable", "tokens_per_step")
 """Properties of the carrier and its config, not measurements: said once above its table."""
 SCALING_X = ("seq_len", "num_tokens", "tokens_per_step", "length")
@@ -221,6 +223,8 @@ def _carriers(data: RunData) -> str:
                                 & (data.jobs["checkpoint"] == checkpoint)]
             records += [{"host": j["host"], SPAN: f"{j['status']}: {j['reason']}"} for _, j in missing.iterrows()]
             parts.append(html_table(records, row_class=["bad" if SPAN in r else "" for r in records]))
+            if "variant" in rows:  # the bars compare hosts on the same step: the baseline's rows
+                rows = rows[rows["variant"].isna() | (rows["variant"] == "baseline")]
             metrics = [(c, label, scale) for c, label, scale in CARRIER_METRICS
                        if c in rows and pd.to_numeric(rows[c], errors="coerce").notna().any()]
             if metrics:

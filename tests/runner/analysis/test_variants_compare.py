@@ -74,3 +74,25 @@ def test_a_harness_change_is_warned_as_one(tmp_path):
     put(store, host="ana-ml2", run=2, tok_per_s={"baseline": 90.0}, env={k: v for k, v in ENV.items()
                                                                        if not k.startswith(("harness", "peft"))})
     assert not any(w.startswith(("harness", "peft")) for w in compare(store, "carrier").warnings)
+
+
+def test_the_report_lists_each_jobs_advice_per_host(tmp_path):
+    from runner.analysis.report import write_report
+
+    store = Store(tmp_path)
+    advice = {"gx10": ["q4b compile: 100 -> 160 tok/s (x1.600), peak 40.0 GiB -> 32.0 GiB; compile time ...",
+                       "q4b grad-ckpt: 100 -> 66 tok/s (x0.660), peak 40.0 GiB -> 11.0 GiB; memory for time"],
+              "ana-ml2": ["q4b bf16-adapters: 50 -> 60 tok/s (x1.200), peak n/a -> n/a; optimizer precision"]}
+    for host, lines in advice.items():
+        key = JobKey(run_id="r1", job_id=f"{host}-q4b", probe="carrier", host=host, checkpoint="q4b",
+                     checkpoint_fp="fp", config_hash="c1", code_version="v", finished_at=T0)
+        store.write_table(key, "carriers", [{"model": "q4b", "variant": "baseline", "tok_per_s": 100.0,
+                                             "spread_pct": 0.5}])
+        store.write_job(key, status="ok", started_at=T0, wall_s=1.0, summary={"advice": lines}, config={},
+                        env=ENV, plan="nightly")
+    path, _ = write_report(store, "r1")
+    page = path.read_text()
+    section = page[page.index("<h2>Advice"):]
+    assert section.index("ana-ml2 · carrier q4b") < section.index("gx10 · carrier q4b")
+    for lines in advice.values():
+        assert all(line.replace(">", "&gt;") in section for line in lines)
