@@ -29,7 +29,8 @@ from runner.cli.probe import render
 
 ROOT = Path(__file__).resolve().parents[1]
 CKPT = ROOT / "demo" / "checkpoints"
-ALL = ("bf16-autocast", "bf16-adapters", "fused-adamw", "ce-chunk=4096", "grad-ckpt", "compile")  # compile last: slowest
+# compile last: the slowest
+ALL = ("bf16-autocast", "bf16-adapters", "fused-adamw", "ce-chunk=4096", "grad-ckpt", "compile")
 SHAPES = [("4b_1x4096", CKPT / "qwen3-4b-base", 1, 4096), ("1.7b_4x4096", CKPT / "qwen3-1.7b-base", 4, 4096)]
 QUICK = [("0.6b_1x1024", CKPT / "qwen3-0.6b-base", 1, 1024)]
 

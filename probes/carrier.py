@@ -190,7 +190,8 @@ def _peaks(config: Config, device: torch.device) -> tuple[tuple[float | None, fl
     sheet = flops.datasheet_peak_flops(name)
     sheet_note = f"datasheet: {sheet / 1e12:.0f} TFLOP/s dense bf16" if sheet else f"datasheet: {name} not listed"
     if config.peak_tflops is not None:
-        return (config.peak_tflops * 1e12, sheet), f"given: {config.peak_tflops:g} TFLOP/s (--peak-tflops); {sheet_note}"
+        given = f"given: {config.peak_tflops:g} TFLOP/s (--peak-tflops)"
+        return (config.peak_tflops * 1e12, sheet), f"{given}; {sheet_note}"
     peak = flops.measure_peak_flops(device)
     models.release(device)
     return (peak, sheet), f"measured: bf16 8192^3 matmul on {name}: {peak / 1e12:.0f} TFLOP/s; {sheet_note}"

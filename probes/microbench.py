@@ -101,7 +101,9 @@ def optimizer(model, make_optimizer, device: torch.device) -> dict[str, float]:
         opt = make(params)
         return _time(opt.step, device)
 
-    fused = lambda params: torch.optim.AdamW(params, lr=5e-5, fused=True)
+    def fused(params) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(params, lr=5e-5, fused=True)
+
     return {"baseline": step_s(None, make_optimizer), "fused-adamw": step_s(None, fused),
             "bf16-adapters": step_s(torch.bfloat16, make_optimizer)}
 

@@ -2,14 +2,17 @@
 
 `baseline` is the harness as it is (probes/contract.py). Every other variant changes one piece:
 
-| variant | changes | caveat (what may change besides speed) |
-|---|---|---|
-| `bf16-autocast` | adapter weights fp32, the forward and loss under bf16 autocast | LoRA matmuls in bf16 (fp32 master weights and optimizer state kept) |
-| `bf16-adapters` | adapter weights (and so their AdamW state) stored in bf16 | optimizer precision: updates below bf16's resolution of a weight are lost |
-| `fused-adamw` | `torch.optim.AdamW(fused=True)`, the harness's lr and weight decay | none expected (the same AdamW update); replaces a non-AdamW optimizer |
-| `grad-ckpt` | gradient checkpointing of the decoder layers (non-reentrant) | memory for time: every layer's forward runs twice |
-| `compile` | `torch.compile` of each decoder layer (regional compilation) | compile time before the first step (`compile_s`); recompiles on a new shape |
-| `ce-chunk=N` | the cross-entropy chunk, N tokens (0: full logits) | memory for time; the same loss |
+- `bf16-autocast`: adapter weights fp32, the forward and loss under bf16 autocast. Caveat: the LoRA
+  matmuls run in bf16 (fp32 master weights and optimizer state kept).
+- `bf16-adapters`: adapter weights (and so their AdamW state) stored in bf16. Caveat: optimizer
+  precision, updates below a weight's bf16 resolution are lost.
+- `fused-adamw`: `torch.optim.AdamW(fused=True)` with the harness's lr and weight decay. Caveat: none
+  expected (the same AdamW update); it replaces an optimizer that is not AdamW.
+- `grad-ckpt`: gradient checkpointing of the decoder layers (non-reentrant). Caveat: memory for time,
+  every layer's forward runs twice.
+- `compile`: `torch.compile` of each decoder layer (regional compilation). Caveat: compile time before
+  the first step (`compile_s`), and a recompile on every new shape.
+- `ce-chunk=N`: the cross-entropy chunk, N tokens (0: full logits). Caveat: memory for time; the same loss.
 
 `parse(names)` turns `--variant` values into Variants; an unknown name is an InputError naming
 the known ones (one line, exit 2).

@@ -19,14 +19,14 @@ import sys
 import time
 from pathlib import Path
 
-_START = time.perf_counter()
-
 import torch
 
 from probes import attribution, contract, flops, kernels, microbench, models, variants
 from probes import harness as reference
 from probes.result import InputError
 from probes.timing import time_steps
+
+_START = time.perf_counter()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -157,8 +157,8 @@ def measure(spec: Spec) -> dict:
 
 
 class _Stages:
-    """Seconds of each stage, stored in out["stage_s"] (the first one counts from the interpreter's
-    start, imports included: what a fresh process costs)."""
+    """Seconds of each stage, stored in out["stage_s"] (the first one counts from this module's
+    import, after torch's; the parent's `process_wall_s` is the whole process)."""
 
     def __init__(self, out: dict):
         self.out, self.last = out, _START
