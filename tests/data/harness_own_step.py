@@ -19,13 +19,15 @@ def make_optimizer(params) -> torch.optim.Optimizer:
 def train_step(model, batches, optimizer):
     loss = 0.0
     for batch in batches:
-        with torch.autocast(device_type=batch["input_ids"].device.type, dtype=autocast_dtype):
+        device = batch["input_ids"].device.type
+        with torch.autocast(device_type=device, dtype=autocast_dtype):
             out = compute_loss(model, batch)
+            under_autocast = torch.is_autocast_enabled(device)
         out.backward()
         loss = loss + out.detach()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     if os.environ.get("HARNESS_CALLS_FILE"):
         with open(os.environ["HARNESS_CALLS_FILE"], "a") as handle:
-            handle.write(f"{type(optimizer).__name__} {torch.is_autocast_enabled(batch['input_ids'].device.type)}\n")
+            handle.write(f"{type(optimizer).__name__} {under_autocast}\n")
     return loss
