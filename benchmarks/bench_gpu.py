@@ -89,7 +89,8 @@ def job(kind: str, batch_size: int, steps: int, out: Path) -> int:
     wall = time.perf_counter() - begin
     print(render(result), f"\n[{kind} {batch_size}x4096: {wall:.1f} s wall]", flush=True)
     payload = {"wall_s": wall, **result.to_json_dict(),
-               "timings": json.loads(result.artifacts.get("timings.json", "{}"))}
+               "timings": json.loads(result.artifacts.get("timings.json", "{}")),
+               "evidence": json.loads(result.artifacts.get("evidence.json", "{}"))}
     out.write_text(json.dumps(payload, indent=1))
     if "kernels_key_averages.txt" in result.artifacts:
         out.with_suffix(".txt").write_text(result.artifacts["kernels_key_averages.txt"])

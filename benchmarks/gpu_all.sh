@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Every GPU check of issue 4 in one call: the 4B profile and the three-carrier bench, twice, at 4,096 and
-# 16,384 tokens a step (benchmarks/bench_gpu.py), plus the teammate's NVML idleness check if present.
+# Every GPU check in one call: issue 4's 4B profile and three-carrier bench, twice, at 4,096 and 16,384
+# tokens a step (benchmarks/bench_gpu.py), the teammate's NVML idleness check if present, and issue 15's
+# variants, predicted then measured (benchmarks/bench_variants.py, about 6 minutes a shape).
 # Runs from a plain checkout with no install (PYTHONPATH=.). Results go to $OUT (default
 # benchmarks/results/out). Extra arguments go to bench_gpu.py (--quick: a smoke run; --profile-only: the 4B
 # profile alone, e.g. a re-check of the kernel table and padding penalty). Probe options use one spelling:
@@ -18,6 +19,12 @@ mkdir -p "$OUT"
   rc=$?
   python3 benchmarks/bench_goodput_gpu.py --out "$OUT" || rc=$?   # issue 16: CE memory model, replay vs goodput
   echo "[gpu_all.sh: bench_gpu.py exit $rc after $(( $(date +%s) - begin )) s]"
+  # issue 15: every variant of the step on the 4B at 1 x 4,096 and the 1.7B at 4 x 4,096, predicted then measured
+  begin=$(date +%s)
+  python3 benchmarks/bench_variants.py --out "$OUT" $([[ " $* " == *" --quick "* ]] && echo --quick)
+  rc_variants=$?
+  echo "[gpu_all.sh: bench_variants.py exit $rc_variants after $(( $(date +%s) - begin )) s]"
+  [ "$rc" -eq 0 ] && rc=$rc_variants
   exit $rc
 } 2>&1 | tee "$OUT/gpu_log.txt"
 exit "${PIPESTATUS[0]}"

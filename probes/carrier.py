@@ -1,24 +1,35 @@
 """`carrier`: what each model of a family really delivers for LoRA training, and how far to trust it.
 
-For every `--checkpoint` (repeatable: a family), one row of table `carriers`, named by `model` (the
-checkpoint directory's name; not `checkpoint`, which is the store's job key): `params_total` (the
-base plus LoRA, a tied embedding once) and `params_trainable` (LoRA), `tokens_per_step`,
-`warmup_steps` and `steps` (the timed window the statistics use), `step_s` (median), `tok_per_s`,
-`spread_pct` ((max-min)/median over the window the statistics use), `spread_all_pct` (over every
-timed step after warm-up: the window is chosen for being quiet, so spread_pct is biased low) and
-`iqr_pct` (interquartile range / median), `peak_mem_bytes`,
-`gpu_busy_frac` (kernel time from torch.profiler over step time), `mfu` (probes/flops.py states the
-FLOP formula for a frozen base with LoRA; the peak is measured by a bf16 matmul or given with
---peak-tflops, and named in the summary), and projected hours for `--token-budget` tokens per job
-(`hours_per_job`) and for `--num-arms` x `--num-seeds` jobs (`hours_sweep`).
+For every `--checkpoint` (repeatable: a family) and every `--variant` (repeatable; probes/variants.py),
+one row of table `carriers`, named by `model` (the checkpoint directory's name; not `checkpoint`,
+which is the store's job key) and `variant`: `params_total` (the base plus LoRA, a tied embedding
+once) and `params_trainable` (LoRA), `tokens_per_step`, `warmup_steps` and `steps` (the timed window
+the statistics use), `step_s` (median), `tok_per_s`, `spread_pct` ((max-min)/median over the window
+the statistics use), `spread_all_pct` (over every timed step after warm-up: the window is chosen for
+being quiet, so spread_pct is biased low), `iqr_pct` (interquartile range / median),
+`spread_across_pct` (the baseline only: (max-min)/median of the medians of `--processes` fresh
+processes, the spread a rerun sees), `peak_mem_bytes`, `gpu_busy_frac` (kernel time from
+torch.profiler over step time), MFU named by its peak (probes/flops.py states the FLOP formula):
+`mfu_vs_measured_peak` (a bf16 matmul on this GPU, or --peak-tflops) and `mfu_vs_datasheet_peak`
+(989 TFLOP/s dense bf16 for an H100/H200 SXM; None for a device not listed), projected hours for
+`--token-budget` tokens per job (`hours_per_job`) and for `--num-arms` x `--num-seeds` jobs
+(`hours_sweep`), `attention_backends` (read from the kernels that ran), `caveat` (what the variant
+may change besides speed) and `compile_s`.
 
-A spread above 2% extends the timed steps up to --max-steps; still above, `trustworthy` is False
-(True means exactly: the last `--steps` timed steps agreed within 2%; probes/timing.py).
-A row whose GPU idles more than 10% of the step (`gpu_busy_frac` < 0.9) is `launch_bound`: its
-number measures the host's CPU as much as its GPU. On the CPU (CI), gpu_busy_frac, launch_bound
-and mfu are None: there is no device timeline to read. `--steps 0` reports parameter counts only,
-built on the meta device: no weights, no GPU. A CUDA out-of-memory (while building the model or
-adding LoRA, timing, or profiling) becomes a row with status "oom ...", never a crash of the family.
+Every measurement runs in its own fresh process with the same seed and data (probes/processes.py):
+the baseline in `--processes` of them (>= 2 by default), each other variant in one. A spread above
+2% extends the timed steps up to --max-steps; `trustworthy` is False when a window still disagrees
+by more than 2% or the processes do. A row whose GPU idles more than 10% of the step
+(`gpu_busy_frac` < 0.9) is `launch_bound`: its number measures the host's CPU as much as its GPU.
+Such rows and untrustworthy ones fail the check `rows_trustworthy` (exit 1) and their status says
+their MFU and hours are not trustworthy. On the CPU (CI), gpu_busy_frac, launch_bound and MFU are
+None: there is no device timeline to read. `--steps 0` reports parameter counts only, built on the
+meta device in this process: no weights, no GPU. A CUDA out-of-memory (building the model, timing,
+profiling) or a process that dies is a row with its reason, never a crash of the family.
+
+Table `whatif` (probes/whatif.py): per variant, the saving predicted from the baseline's attributed
+profile before it is measured, the measured one, the error in percentage points and the peak memory
+before and after. The summary ends with `advice`: the measured changes ranked by speed-up.
 """
 
 from __future__ import annotations
@@ -29,13 +40,12 @@ from pathlib import Path
 
 import torch
 
-from probes import flops, kernels
+from probes import contract, flops, kernels, models, processes, variants, whatif
 from probes import harness as reference
-from probes import models
 from probes.mask import load_text_config
 from probes.result import Check, ProbeResult, require
-from probes.timing import time_steps
-
+from probes.timing import MAX_SPREAD
+from probes.worker import Spec
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -69,14 +79,21 @@ class Config:
     num_seeds: int = 1
     """Seeds per arm of the sweep to project."""
     peak_tflops: float | None = None
-    """The peak MFU divides by, TFLOP/s; unset: measured by a bf16 8192^3 matmul on the GPU."""
+    """The peak mfu_vs_measured_peak divides by, TFLOP/s; unset: measured by a bf16 8192^3 matmul on the GPU."""
+    variant: tuple[str, ...] = (variants.BASELINE,)
+    """Variants to measure, each in its own process (repeat --variant; probes/variants.py): baseline,
+    bf16-autocast, bf16-adapters, fused-adamw, grad-ckpt, compile, ce-chunk=N."""
+    processes: int = 2
+    """Fresh processes the baseline of each checkpoint is measured in (the across-process spread)."""
+    seed: int = 0
+    """Seed of the random weights and batches, the same in every process."""
     device: str = "auto"
     """auto (the GPU if any, else CPU), cpu, or cuda[:N]."""
 
     def __post_init__(self) -> None:
         require(len(self.checkpoint) >= 1, "checkpoint", "needs at least one checkpoint")
         for name in ("lora_rank", "seq_len", "batch_size", "max_steps", "token_budget", "num_arms",
-                     "num_seeds"):
+                     "num_seeds", "processes"):
             require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         require(self.steps >= 0 and self.warmup_steps >= 0, "steps", "`steps` and `warmup_steps` must be >= 0")
         require(self.max_steps >= self.steps, "max_steps", f"`max_steps` {self.max_steps} < `steps` {self.steps}")
@@ -84,28 +101,36 @@ class Config:
         require(bool(self.harness.strip()), "harness", "is empty: give an import path (default probes.harness)")
         require(self.peak_tflops is None or self.peak_tflops > 0, "peak_tflops", "must be > 0")
         models.check_common(self)
+        variants.parse(self.variant)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CarrierRow:
     model: str
+    variant: str = variants.BASELINE
     params_total: int | None
     params_trainable: int | None
     tokens_per_step: int
     warmup_steps: int | None = None
     steps: int | None = None
+    processes: int | None = None
     step_s: float | None = None
     tok_per_s: float | None = None
     spread_pct: float | None = None
     spread_all_pct: float | None = None
     iqr_pct: float | None = None
+    spread_across_pct: float | None = None
     peak_mem_bytes: int | None = None
     gpu_busy_frac: float | None = None
-    mfu: float | None = None
+    mfu_vs_measured_peak: float | None = None
+    mfu_vs_datasheet_peak: float | None = None
     hours_per_job: float | None = None
     hours_sweep: float | None = None
     trustworthy: bool | None = None
     launch_bound: bool | None = None
+    attention_backends: str | None = None
+    compile_s: float | None = None
+    caveat: str = ""
     status: str = "ok"
 
 
@@ -121,118 +146,120 @@ def _counts_only(config: Config, checkpoint: Path, harness) -> CarrierRow:
                       tokens_per_step=config.batch_size * config.seq_len, status="counts only")
 
 
-def _load(config: Config, checkpoint: Path, harness, device: torch.device):
-    """The model with LoRA; None after an out-of-memory (released), anything else propagates."""
-    try:
-        model = models.build_model(checkpoint, weights=config.weights, device=device)
-        return models.with_lora(model, harness, rank=config.lora_rank, alpha=config.lora_alpha)
-    except Exception as exc:
-        if not models.is_oom(exc):
-            raise
-        models.release(device)
-        return None
+def _spec(config: Config, checkpoint: Path) -> Spec:
+    return Spec(checkpoint=str(checkpoint), weights=config.weights, harness=config.harness,
+                lora_rank=config.lora_rank, lora_alpha=config.lora_alpha, batch_size=config.batch_size,
+                seq_len=config.seq_len, warmup_steps=config.warmup_steps, steps=config.steps,
+                max_steps=config.max_steps, ce_chunk=config.ce_chunk, device=config.device, seed=config.seed)
 
 
-def _measure(config: Config, checkpoint: Path, harness, device: torch.device,
-             peak_flops: float | None, raw: dict) -> CarrierRow:
+def _row(config: Config, name: str, r: dict, peaks: tuple[float | None, float | None]) -> CarrierRow:
     tokens = config.batch_size * config.seq_len
-    model = _load(config, checkpoint, harness, device)
-    if model is None:
-        return CarrierRow(model=_name(checkpoint), params_total=None, params_trainable=None,
-                          tokens_per_step=tokens, status="oom while loading")
-    total, trainable = models.count_params(model)
-    shape = flops.model_shape(model)
-    base = dict(model=_name(checkpoint), params_total=total, params_trainable=trainable,
-                tokens_per_step=tokens)
-    try:
-        step = _train_step(config, model, harness, device)
-        models.release(device)
-        t = time_steps(step, device=device, warmup=config.warmup_steps, steps=config.steps,
-                       max_steps=config.max_steps)
-        peak_mem = models.peak_mem_bytes(device)
-    except Exception as exc:  # an OOM is a row; anything else is a bug and propagates
-        if not models.is_oom(exc):
-            raise
-        return CarrierRow(**base, status=f"oom at {tokens} tokens/step")
-    finally:
-        del model
-        models.release(device)
-    raw[f"{len(raw)}:{base['model']}"] = t.to_dict()
-    step_flops = flops.step_flops(shape, batch_size=config.batch_size, seq_len=config.seq_len)
-    hours = config.token_budget * t.median_s / tokens / 3600.0
+    base = dict(model=name, variant=r["variant"], params_total=r.get("params_total"),
+                params_trainable=r.get("params_trainable"), tokens_per_step=tokens, caveat=r.get("caveat", ""))
+    if r.get("status") != "ok":
+        return CarrierRow(**base, status=r.get("status", "failed"))
+    step_s, busy = r["step_s"], r.get("gpu_busy_frac")
+    hours = config.token_budget * step_s / tokens / 3600.0
+    launch_bound = None if busy is None else busy < kernels.LAUNCH_BOUND_BELOW
+    across = r.get("spread_across_pct")
+    trustworthy = r["trustworthy"] and (across is None or across <= 100 * MAX_SPREAD)
+    mfu = [None if p is None else r["step_flops"] / step_s / p for p in peaks]
     return CarrierRow(
-        **base, warmup_steps=t.num_warmup, steps=t.num_steps, step_s=t.median_s,
-        tok_per_s=tokens / t.median_s, spread_pct=100 * t.spread, spread_all_pct=100 * t.spread_all,
-        iqr_pct=100 * t.iqr, peak_mem_bytes=peak_mem,
-        mfu=None if peak_flops is None else step_flops / t.median_s / peak_flops,
-        hours_per_job=hours, hours_sweep=hours * config.num_arms * config.num_seeds,
-        trustworthy=t.trustworthy)
+        **base, warmup_steps=r["warmup_steps"], steps=r["steps"], processes=r.get("processes", 1), step_s=step_s,
+        tok_per_s=tokens / step_s, spread_pct=r["spread_pct"], spread_all_pct=r["spread_all_pct"],
+        iqr_pct=r["iqr_pct"], spread_across_pct=across, peak_mem_bytes=r.get("peak_mem_bytes"),
+        gpu_busy_frac=busy, mfu_vs_measured_peak=mfu[0], mfu_vs_datasheet_peak=mfu[1], hours_per_job=hours,
+        hours_sweep=hours * config.num_arms * config.num_seeds, trustworthy=trustworthy,
+        launch_bound=launch_bound, attention_backends=",".join(r.get("attention_backends", [])) or None,
+        compile_s=r.get("compile_s"), status=_status(trustworthy, launch_bound))
 
 
-def _train_step(config: Config, model, harness, device: torch.device) -> models.TrainStep:
-    batch = models.make_batch(vocab_size=model.config.vocab_size, batch_size=config.batch_size,
-                              seq_len=config.seq_len, device=device)
-    return models.train_step(model, harness, batch, chunk_tokens=config.ce_chunk)
+def _status(trustworthy: bool, launch_bound: bool | None) -> str:
+    reasons = [why for why, bad in (("launch-bound", launch_bound), ("spread above 2%", not trustworthy)) if bad]
+    return "ok" if not reasons else f"not trustworthy ({', '.join(reasons)}): mfu and hours are not trustworthy"
 
 
-def _with_busy(config: Config, checkpoint: Path, harness, device: torch.device,
-               row: CarrierRow) -> CarrierRow:
-    """gpu_busy_frac from one profiled step, on a model built again: profiling runs only after
-    every timing of the family, since CUPTI slows later launches once started (kernels.py)."""
-    if row.status != "ok" or device.type != "cuda":
-        return row
-    model = _load(config, checkpoint, harness, device)
-    if model is None:
-        return dataclasses.replace(row, status="oom while loading (for profiling)")
-    try:
-        frac = kernels.busy_frac(_train_step(config, model, harness, device), device=device, step_s=row.step_s)
-    except Exception as exc:
-        if not models.is_oom(exc):
-            raise
-        return dataclasses.replace(row, status="oom while profiling")
-    finally:
-        del model
-        models.release(device)
-    return dataclasses.replace(row, gpu_busy_frac=frac, launch_bound=frac < kernels.LAUNCH_BOUND_BELOW)
-
-
-def _peak(config: Config, device: torch.device) -> tuple[float | None, str]:
-    if config.peak_tflops is not None:
-        return config.peak_tflops * 1e12, f"given: {config.peak_tflops:g} TFLOP/s (--peak-tflops)"
+def _peaks(config: Config, device: torch.device) -> tuple[tuple[float | None, float | None], str]:
+    """(measured or given peak, datasheet peak) in FLOP/s, and a note naming both."""
     if device.type != "cuda":
-        return None, "none on CPU: mfu is None"
+        given = None if config.peak_tflops is None else config.peak_tflops * 1e12
+        return (given, None), ("none on CPU: mfu is None" if given is None else
+                               f"given: {config.peak_tflops:g} TFLOP/s (--peak-tflops); datasheet: none on CPU")
+    name = torch.cuda.get_device_name(device)
+    sheet = flops.datasheet_peak_flops(name)
+    sheet_note = f"datasheet: {sheet / 1e12:.0f} TFLOP/s dense bf16" if sheet else f"datasheet: {name} not listed"
+    if config.peak_tflops is not None:
+        given = f"given: {config.peak_tflops:g} TFLOP/s (--peak-tflops)"
+        return (config.peak_tflops * 1e12, sheet), f"{given}; {sheet_note}"
     peak = flops.measure_peak_flops(device)
-    return peak, f"measured: bf16 8192^3 matmul on {torch.cuda.get_device_name(device)}: {peak / 1e12:.0f} TFLOP/s"
+    models.release(device)
+    return (peak, sheet), f"measured: bf16 8192^3 matmul on {name}: {peak / 1e12:.0f} TFLOP/s; {sheet_note}"
+
+
+EVIDENCE = ("process_step_s", "attributed_s", "microbench", "kernel_table", "timings")
+
+
+def _family(config: Config, names: tuple[str, ...], peaks, evidence: dict) -> tuple[list, list, list[str], dict]:
+    rows, whatifs, advice, harness_info = [], [], [], {}
+    for checkpoint in config.checkpoint:
+        baseline, others = processes.measure_set(_spec(config, checkpoint), names, config.processes)
+        name = _name(checkpoint)
+        evidence[name] = {"baseline": {k: baseline.get(k) for k in EVIDENCE},
+                          **{r["variant"]: {"timings": r.get("timings"), "status": r.get("status")} for r in others}}
+        rows += [_row(config, name, r, peaks) for r in (baseline, *others)]
+        baseline["tokens_per_step"] = config.batch_size * config.seq_len
+        whatifs += whatif.table(name, baseline, others)
+        advice += whatif.advice(name, baseline, others, baseline.get("spread_across_pct"))
+        harness_info = harness_info or {k: baseline[k] for k in ("harness_step", "harness_fallbacks", "harness_env")
+                                        if k in baseline}
+    return rows, whatifs, advice, harness_info
 
 
 def run(config: Config) -> ProbeResult:
     harness = reference.load_harness(config.harness)
+    names = variants.parse(config.variant)
     for checkpoint in config.checkpoint:  # every config.json readable before anything runs
         load_text_config(checkpoint)
     device = models.pick_device(config.device)
     result = ProbeResult(probe="carrier", config=config)
-    raw: dict = {}
+    pieces = contract.resolve(harness)
+    info = {"harness_step": pieces.describe(), "harness_fallbacks": list(pieces.fallbacks),
+            "harness_env": contract.fingerprint(harness)}
     if config.steps == 0:
-        rows = [_counts_only(config, c, harness) for c in config.checkpoint]
+        rows, whatifs, advice = [_counts_only(config, c, harness) for c in config.checkpoint], [], []
         peak_note = "not measured (--steps 0)"
     else:
-        peak_flops, peak_note = _peak(config, device)
-        rows = [_measure(config, c, harness, device, peak_flops, raw) for c in config.checkpoint]
-        rows = [_with_busy(config, c, harness, device, r) for c, r in zip(config.checkpoint, rows)]
+        peaks, peak_note = _peaks(config, device)
+        evidence: dict = {}
+        rows, whatifs, advice, measured_info = _family(config, names, peaks, evidence)
+        result.artifacts["evidence.json"] = json.dumps(evidence, indent=1)
+        info.update(measured_info)
     result.tables["carriers"] = rows
-    result.summary = {"device": _device_name(device) if config.steps else "meta",
-                      "peak": peak_note, "harness": config.harness,
-                      "tokens_per_step": config.batch_size * config.seq_len,
-                      "num_launch_bound": sum(bool(r.launch_bound) for r in rows),
+    if whatifs:
+        result.tables["whatif"] = whatifs
+    result.summary = {"device": _device_name(device) if config.steps else "meta", "peak": peak_note,
+                      "harness": config.harness, **info, "tokens_per_step": config.batch_size * config.seq_len,
+                      "variants": list(names), "num_launch_bound": sum(bool(r.launch_bound) for r in rows),
                       "num_untrustworthy": sum(r.trustworthy is False for r in rows)}
     if config.steps and device.type != "cuda":
         result.summary["note"] = "CPU: no device timeline, so gpu_busy_frac/launch_bound/mfu are None"
-    failed = [r.model for r in rows if "oom" in r.status]
-    result.checks.append(Check(name="all_measured", ok=not failed,
-                               detail=f"out of memory: {', '.join(failed)}" if failed else
-                               f"{len(rows)} checkpoint(s) {'counted' if config.steps == 0 else 'measured'}"))
-    result.artifacts["timings.json"] = json.dumps(raw, indent=1)
+    result.summary["advice"] = advice
+    result.checks += _checks(config, rows)
     return result
+
+
+def _checks(config: Config, rows: list[CarrierRow]) -> list[Check]:
+    failed = [f"{r.model}/{r.variant}: {r.status}" for r in rows if r.status not in ("ok", "counts only")
+              and not r.status.startswith("not trustworthy")]
+    checks = [Check(name="all_measured", ok=not failed, detail="; ".join(failed) if failed else
+                    f"{len(rows)} row(s) {'counted' if config.steps == 0 else 'measured'}")]
+    if config.steps:
+        bad = [f"{r.model}/{r.variant}" for r in rows if r.status.startswith("not trustworthy")]
+        checks.append(Check(name="rows_trustworthy", ok=not bad,
+                            detail=f"launch-bound or spread above 2% (in a process or across processes): "
+                                   f"{', '.join(bad)}" if bad else "every measured row GPU-bound with spreads <= 2%"))
+    return checks
 
 
 def _device_name(device: torch.device) -> str:

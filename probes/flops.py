@@ -10,11 +10,14 @@ For T = batch x seq_len tokens, a step costs
 - N_lora: LoRA A and B weights, trained: forward 2*T*N, backward activation + weight grads 4*T*N.
 - attention scores and values: per layer and sequence 4*L^2*heads*head_dim multiply-adds in the
   forward, halved by the causal mask (2*L^2*h*d), backward twice the forward: 6*L^2*h*d in all.
-  Sliding-window layers are counted as full (an upper bound for Gemma-style models).
+  That is 12*h*d per (query, key) pair seen, and a causal layer sees L^2/2 pairs; a sliding-window
+  layer (config `layer_types` "sliding_attention", window w) sees min(position+1, w) keys per
+  query: w*L - w^2/2 pairs when L > w (Gemma 3: five of every six layers).
 
-Not counted: element-wise work, norms, softmax, the optimizer. The peak is named by the caller:
-measured with a large bf16 matmul on the device (`measure_peak_flops`), or given (the H200's
-bf16 dense rate measured here: ~790 TFLOP/s on random data, docs/measurement.md).
+Not counted: element-wise work, norms, softmax, the optimizer. MFU is named by its peak: the
+measured one (a large bf16 matmul on the device, `measure_peak_flops`: about 790-800 TFLOP/s on an
+H200 on random data, docs/measurement.md) or the datasheet's dense bf16 rate (`datasheet_peak_flops`: 989 TFLOP/s for
+the H100/H200 SXM), the conventional MFU denominator, so the two differ by about 1.23x there.
 """
 
 from __future__ import annotations
@@ -32,6 +35,27 @@ class Shape:
     num_layers: int
     num_heads: int
     head_dim: int
+    windows: tuple[int | None, ...] = ()
+    """Per layer: the sliding window, or None for full causal attention (empty: all full)."""
+
+
+DATASHEET_BF16_DENSE_TFLOPS = (("GH200", 989.0), ("H200", 989.0), ("H100 PCIe", 756.0), ("H100 NVL", 835.0),
+                               ("H100", 989.0), ("A100", 312.0))
+"""Dense bf16 tensor rates from NVIDIA's datasheets, by device name (first match; H100 alone is SXM)."""
+
+
+def datasheet_peak_flops(device_name: str) -> float | None:
+    """The datasheet's dense bf16 peak for a device name, FLOP/s; None for a device not listed."""
+    for needle, tflops in DATASHEET_BF16_DENSE_TFLOPS:
+        if needle in device_name:
+            return tflops * 1e12
+    return None
+
+
+def _windows(config) -> tuple[int | None, ...]:
+    types = getattr(config, "layer_types", None) or []
+    window = getattr(config, "sliding_window", None)
+    return tuple(window if t == "sliding_attention" and window else None for t in types)
 
 
 def model_shape(model: nn.Module) -> Shape:
@@ -42,15 +66,24 @@ def model_shape(model: nn.Module) -> Shape:
                 lora += module.weight.numel()
             else:
                 base += module.weight.numel()
-    config = model.config
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return Shape(base, lora, config.num_hidden_layers, heads, head_dim)
+    return Shape(base, lora, config.num_hidden_layers, heads, head_dim, _windows(config))
+
+
+def pairs_seen(seq_len: int, window: int | None) -> float:
+    """(query, key) pairs one causal layer computes per sequence: L^2/2, or w*L - w^2/2 in a window."""
+    if window is None or window >= seq_len:
+        return seq_len ** 2 / 2.0
+    return window * seq_len - window ** 2 / 2.0
 
 
 def step_flops(shape: Shape, *, batch_size: int, seq_len: int) -> float:
     tokens = batch_size * seq_len
-    attention = 6.0 * shape.num_layers * batch_size * seq_len ** 2 * shape.num_heads * shape.head_dim
+    windows = shape.windows or (None,) * shape.num_layers
+    pairs = sum(pairs_seen(seq_len, w) for w in windows)
+    attention = 12.0 * batch_size * pairs * shape.num_heads * shape.head_dim
     return 4.0 * tokens * shape.num_base_linear + 6.0 * tokens * shape.num_lora + attention
 
 

@@ -6,15 +6,31 @@ A harness is any importable module (named by an import path, e.g. `mytrainer.tra
 - `compute_loss(model, batch) -> loss tensor`: the training loss of one batch, a dict holding
   `input_ids` (b, s), `labels` (b, s; -100 ignored) and optionally `attention_mask`.
 
-Optional: `apply_lora(model, *, rank, alpha, targets)` (else the reference's PEFT one is used), and a
-`chunk_tokens` keyword on `compute_loss` (the probes pass their `--ce-chunk` to it when present).
-The probes import these and never re-implement them: a probe of a re-implementation measures the
-probe. `load_harness(path)` turns a path that does not import or lacks a function into InputError.
+Optional pieces (`apply_lora`, `autocast_dtype`, `make_optimizer`, `gradient_checkpointing`,
+`train_step`) are described in probes/contract.py: each is used as given, and a missing one is
+taken from this module and named in the probes' summary (`harness_fallbacks`). A `chunk_tokens`
+keyword on `compute_loss` receives the probes' `--ce-chunk`. The probes import these and never
+re-implement them: a probe of a re-implementation measures the probe. `load_harness(path)` turns a
+path that does not import or lacks a required function into InputError.
 
-This module is the reference: PEFT LoRA (rank, alpha, targets = every linear projection inside the
-decoder layers, for Qwen3/Llama/Gemma q,k,v,o,gate,up,down), bf16 base, and a chunked cross-entropy
-that never holds more than `chunk_tokens` x vocab logits (gradients computed chunk by chunk in the
-forward, as Liger's fused linear CE does, so the backward needs no logits either).
+This module is the reference. It does what a Transformers `Trainer` LoRA run with `bf16=True` does
+(transformers 5.x with accelerate and torch >= 2.8, read from their source):
+- the base model in bf16, PEFT LoRA with PEFT's defaults: adapter weights kept in fp32
+  (`get_peft_model(..., autocast_adapter_dtype=True)`), rank, alpha, targets = every linear
+  projection inside the decoder layers (Qwen3/Llama/Gemma: q,k,v,o,gate,up,down), no dropout;
+- the forward and the loss under `torch.autocast(dtype=torch.bfloat16)` (accelerate wraps the
+  model's forward so when `mixed_precision="bf16"`), the backward outside it: the LoRA matmuls run
+  in bf16 on bf16 copies of the fp32 adapter weights (PEFT still casts each adapter's input to fp32
+  first, and autocast casts it back);
+- `AdamW(fused=True)`, Trainer's default optimizer `adamw_torch_fused`, lr 5e-5, weight decay 0;
+- no gradient checkpointing (Trainer's default).
+One difference, on purpose: the loss is a chunked cross-entropy that never holds more than
+`chunk_tokens` x vocab logits (gradients computed chunk by chunk in the forward, as Liger's fused
+linear CE does); `--ce-chunk 0` gives the full fp32 logits Trainer's model loss builds.
+
+Before this contract the probes' step had no autocast (fp32 LoRA matmuls) and a for-each AdamW at
+lr 1e-4: figures measured so are of another baseline, and the harness's hash in each job's
+environment says which.
 """
 
 from __future__ import annotations
@@ -35,6 +51,15 @@ REFERENCE = "probes.harness"
 REQUIRED = ("discover_target_modules", "compute_loss")
 CHUNK_TOKENS = 1024
 """Default cross-entropy chunk: 1,024 tokens x 151,936 (Qwen3 vocab) x 4 B = 0.58 GiB fp32 logits."""
+autocast_dtype: torch.dtype | None = torch.bfloat16
+"""The forward and loss run under bf16 autocast, as Trainer(bf16=True) does."""
+gradient_checkpointing = False
+"""Trainer's default."""
+
+
+def make_optimizer(params) -> torch.optim.Optimizer:
+    """Trainer's default optimizer (`adamw_torch_fused`) with its default lr and weight decay."""
+    return torch.optim.AdamW(params, lr=5e-5, weight_decay=0.0, fused=True)
 
 
 def load_harness(path: str) -> ModuleType:
@@ -59,10 +84,6 @@ def loss_fn(harness: ModuleType, chunk_tokens: int):
     if "chunk_tokens" in inspect.signature(compute).parameters:
         return lambda model, batch: compute(model, batch, chunk_tokens=chunk_tokens)
     return compute
-
-
-def lora_fn(harness: ModuleType):
-    return getattr(harness, "apply_lora", apply_lora)
 
 
 def discover_target_modules(model: nn.Module) -> list[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch.autograd import DeviceType
@@ -35,7 +35,6 @@ _CATEGORIES: tuple[tuple[str, str], ...] = (
     ("norm and reduction", r"norm|reduce|rms|sum_|mean"),
     ("elementwise", r"elementwise|vectorized|pointwise|triton_poi|unrolled|index|where|fill"),
 )
-CATEGORIES = tuple(c for c, _ in _CATEGORIES) + ("other",)
 
 
 def categorize(name: str) -> str:

@@ -8,6 +8,7 @@ allocated: parameter counts only. LoRA and the loss come from the harness (`prob
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import math
@@ -20,6 +21,7 @@ import torch
 from torch import nn
 
 from probes import harness as reference
+from probes.contract import resolve
 from probes.mask import load_text_config
 from probes.result import InputError, require
 
@@ -65,10 +67,12 @@ def build_model(checkpoint: Path, *, weights: Weights, device: torch.device,
 
 
 def with_lora(model: nn.Module, harness: ModuleType, *, rank: int, alpha: float) -> nn.Module:
+    """LoRA by the harness's apply_lora, or the reference's (probes/contract.py names the fallback)."""
     targets = list(harness.discover_target_modules(model))
     if not targets:
         raise InputError(f"{harness.__name__}.discover_target_modules found no target modules")
-    return reference.lora_fn(harness)(model, rank=rank, alpha=alpha, targets=targets)
+    apply = getattr(harness, "apply_lora", reference.apply_lora)
+    return apply(model, rank=rank, alpha=alpha, targets=targets)
 
 
 def count_params(model: nn.Module) -> tuple[int, int]:
@@ -93,15 +97,20 @@ def make_batch(*, vocab_size: int, batch_size: int, seq_len: int, device: torch.
 
 @dataclasses.dataclass
 class TrainStep:
-    """One optimiser step of LoRA training through the harness's compute_loss (AdamW). A list of
-    batches is gradient accumulation inside the step: each micro-batch's loss, weighted by its share
+    """One optimiser step of LoRA training through the harness's pieces (probes/contract.py). A list
+    of batches is gradient accumulation inside the step: each micro-batch's loss, weighted by its share
     of the labelled tokens (so the gradient is the mean over all of them, as one batch gives), is
-    backpropagated in turn, then one optimiser step."""
+    backpropagated in turn, then one optimiser step. The loss's forward runs under autocast when
+    `autocast_dtype` is set, the backward outside it (as Trainer does). A harness `train_step` is
+    called as is instead, with every micro-batch and the optimizer. `scope` (probes/attribution.py)
+    names the loss and the optimizer in a profile; a no-op outside one."""
 
     model: nn.Module
     loss_fn: object
     batch: dict[str, torch.Tensor] | list[dict[str, torch.Tensor]]
     optimizer: torch.optim.Optimizer
+    autocast_dtype: torch.dtype | None = None
+    harness_step: object = None
 
     def __post_init__(self) -> None:
         # The weights never change between steps: count labelled tokens once, not inside every
@@ -113,25 +122,42 @@ class TrainStep:
             total = sum(labelled)
             self._scales = [n / total for n in labelled]
 
+    def _precision(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        device = next(self.model.parameters()).device
+        return torch.autocast(device_type=device.type, dtype=self.autocast_dtype)
+
     def __call__(self) -> torch.Tensor:
+        if self.harness_step is not None:
+            return self.harness_step(self.model, self._batches, self.optimizer)
         loss_sum = 0.0
         for b, scale in zip(self._batches, self._scales):
-            loss = self.loss_fn(self.model, b)
-            if scale is not None:
-                loss = loss * scale
+            with self._precision(), scope("loss"):
+                loss = self.loss_fn(self.model, b)
+                if scale is not None:
+                    loss = loss * scale
             loss.backward()
             loss_sum = loss_sum + loss.detach()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        with scope("optimizer"):
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
         return loss_sum
+
+
+def scope(name: str):
+    """A profiler range named `labprobe::NAME` (probes/attribution.py reads them back)."""
+    return torch.autograd.profiler.record_function(f"labprobe::{name}")
 
 
 def train_step(model: nn.Module, harness: ModuleType,
                batch: dict[str, torch.Tensor] | list[dict[str, torch.Tensor]], *,
-               chunk_tokens: int) -> TrainStep:
+               chunk_tokens: int, contract=None) -> TrainStep:
+    """A step through the harness's contract (resolved here unless given, e.g. by a variant)."""
+    contract = contract or resolve(harness)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=1e-4)
-    return TrainStep(model, reference.loss_fn(harness, chunk_tokens), batch, optimizer)
+    return TrainStep(model, contract.loss_fn(chunk_tokens), batch, contract.make_optimizer(trainable),
+                     autocast_dtype=contract.autocast_dtype, harness_step=contract.train_step)
 
 
 def is_oom(exc: BaseException) -> bool:

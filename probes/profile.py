@@ -29,66 +29,27 @@ Tables (times in seconds, medians of timed steps after warm-up; probes/timing.py
   only (probes/kernels.py), by category. Artifacts: the unedited key_averages() table and every raw
   timing. On the CPU (CI) the rows are CPU ops by self time and gpu_busy_frac is None.
 
-This module holds the Config, the order of the measurements and the summary; the measurements are in
-probes/profile_measure.py, the fit in probes/profile_fit.py.
+- `variants` and `whatif` (with `--variant`): the step at `--batch-size` x `--seq-len` under each
+  variant in its own fresh process (the baseline in `--processes`), and each variant's saving
+  predicted from the baseline's attributed profile before it is measured (probes/whatif.py); the
+  summary ends with `advice`, the measured changes ranked by speed-up.
+
+This module holds the order of the measurements and the summary; the Config is in
+probes/profile_config.py, the measurements in probes/profile_measure.py and
+probes/profile_variants.py, the fit in probes/profile_fit.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from pathlib import Path
 
 import torch
 
-from probes import harness as reference
-from probes import kernels, models
+from probes import kernels, models, profile_variants
 from probes import profile_measure as measure
+from probes.profile_config import Config
 from probes.profile_fit import ScalingRow, fit_scaling, predict
-from probes.result import Check, ProbeResult, require
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Config:
-    checkpoint: Path
-    """Checkpoint directory with config.json (and weights unless --weights random)."""
-    weights: models.Weights = "checkpoint"
-    """checkpoint: load the weights (local files only); random: build from config.json, random weights."""
-    harness: str = reference.REFERENCE
-    """Import path of the training harness providing discover_target_modules and compute_loss."""
-    lora_rank: int = 32
-    """LoRA rank on every target module the harness discovers."""
-    lora_alpha: float = 64.0
-    """LoRA alpha."""
-    seq_lens: tuple[int, ...] = (2048, 4096, 6144, 8192, 12288)
-    """Sequence lengths of the scaling table (at least three; four GPU-bound ones for a held-out error)."""
-    batch_size: int = 1
-    """Sequences per step in the scaling table."""
-    seq_len: int = 4096
-    """The training run's sequence length: term shares, padding penalty, CE and kernels use it."""
-    warmup_steps: int = 2
-    """Untimed steps before each timing."""
-    steps: int = 5
-    """Timed steps per measurement (the window the statistics use)."""
-    max_steps: int = 15
-    """Cap on timed steps when the spread stays above 2 percent."""
-    ce_chunk: int = reference.CHUNK_TOKENS
-    """Cross-entropy chunk in tokens (passed to a harness whose compute_loss takes chunk_tokens)."""
-    profile_steps: int = 3
-    """Steps under torch.profiler for the kernel table (each scaling point gets one for gpu_busy_frac)."""
-    device: str = "auto"
-    """auto (the GPU if any, else CPU), cpu, or cuda[:N]."""
-
-    def __post_init__(self) -> None:
-        require(len(set(self.seq_lens)) >= 3, "seq_lens", f"needs >= 3 distinct lengths (quadratic, linear "
-                f"and fixed terms), got {list(self.seq_lens)}")
-        require(min(self.seq_lens) >= 2 and self.seq_len >= 2, "seq_lens", "`seq_lens`/`seq_len` must be >= 2")
-        for name in ("lora_rank", "batch_size", "steps", "profile_steps"):
-            require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
-        require(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
-        models.check_common(self)
-        require(bool(self.harness.strip()), "harness", "is empty: give an import path (default probes.harness)")
-        require(self.max_steps >= self.steps, "max_steps", f"`max_steps` {self.max_steps} < `steps` {self.steps}")
+from probes.result import Check, ProbeResult
 
 
 def run(config: Config) -> ProbeResult:
@@ -111,7 +72,21 @@ def run(config: Config) -> ProbeResult:
     result.artifacts["timings.json"] = json.dumps(session.raw, indent=1)
     if prof is not None:
         result.artifacts["kernels_key_averages.txt"] = prof.table
+    if config.variant:
+        session.model = None  # the variants run in their own processes: give this one's memory back
+        models.release(session.device)
+        _with_variants(result, config)
     return result
+
+
+def _with_variants(result: ProbeResult, config: Config) -> None:
+    rows, whatifs, advice, evidence = profile_variants.measure(config)
+    result.tables.update(variants=rows, whatif=whatifs)
+    result.artifacts["variants_evidence.json"] = evidence
+    failed = [f"{r.variant}: {r.status}" for r in rows if r.status != "ok"]
+    result.checks.append(Check(name="variants_measured", ok=not failed,
+                               detail="; ".join(failed) if failed else f"{len(rows)} variant(s) measured"))
+    result.summary["advice"] = advice
 
 
 def _production_step_s(config: Config, scaling: list[ScalingRow], coef) -> float | None:

@@ -10,17 +10,14 @@ timing: CUPTI lingers), the padding penalty's three cases, CE alone, and the ker
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 import torch
 
 from probes import harness as reference
 from probes import kernels, models
+from probes.profile_config import Config
 from probes.profile_fit import ScalingRow
 from probes.timing import Timings, time_steps
-
-if TYPE_CHECKING:
-    from probes.profile import Config
 
 
 class Session:

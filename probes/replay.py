@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from probes import batching, goodput, kernels, models, profile
+from probes import batching, contract, goodput, kernels, models, profile
 from probes import corpus as corpus_mod
 from probes import harness as reference
 from probes import profile_measure as measure
@@ -228,9 +228,13 @@ def time_replay(session: measure.Session, batches: list[np.ndarray], warmup: int
                                device=device, seed=i,
                                real_lengths=None if rows.min() == rows.max() else rows.tolist())
              for i, rows in enumerate(batches)]
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
-    loss_fn = reference.loss_fn(session.harness, c.ce_chunk)
-    steps = [models.TrainStep(model, loss_fn, b, optimizer) for b in built]
+    # The step the fit measured (the harness's contract: precision, optimizer, its own train_step),
+    # with one optimizer shared across the replay, as in training.
+    pieces = contract.resolve(session.harness)
+    optimizer = pieces.make_optimizer([p for p in model.parameters() if p.requires_grad])
+    loss_fn = pieces.loss_fn(c.ce_chunk)
+    steps = [models.TrainStep(model, loss_fn, b, optimizer, autocast_dtype=pieces.autocast_dtype,
+                              harness_step=pieces.train_step) for b in built]
     models.release(device)
     for i in warm_indices(batches, warmup):
         steps[i]()

@@ -8,10 +8,14 @@ For each (checkpoint, row group) and host it takes the rows of the newest ok job
 host. Row groups: rows of one table that differ in a label column (a string, integer or bool
 column such as `seq_len` or `strategy`) are compared separately, never averaged together.
 
+Rows of different variants (`variant`, probes/variants.py) are always separate row groups;
+`--variant NAME` (repeatable) keeps only those variants' rows.
+
 Warnings (compared numbers that may not be comparable): the hosts' rows carry different checkpoint
 fingerprints (not the same checkpoint), different software versions (python, torch, transformers,
-CUDA, driver, and the labprobe code each host ran, read on the host), or a spread above 2% (a
-`*spread*` column, or several values for one cell).
+peft, CUDA, driver, and the labprobe code each host ran, read on the host), a different harness
+(its import path or the sha256 of its source: a harness change, never host drift), or a spread
+above 2% (a `*spread*` column, or several values for one cell).
 
 Default metric: each probe's answer (DEFAULT_METRICS): mask the layers keeping the fast path, padding
 the pad fraction per strategy, bucket the 90%-gain bucket size, carrier tok/s, profile the fit's terms
@@ -54,6 +58,8 @@ DEFAULT_METRICS: dict[str, list[tuple[str, str]]] = {
 """probe -> (table, metric) candidates in order, its answer first; the first stored wins, else jobs.wall_s."""
 METRIC_PREFERENCE = ("step_s", "s_per_step", "tok_per_s", "wall_s", "pad_fraction", "gain")
 WARN_VERSIONS = tuple(k for k in VERSION_KEYS if k != "gpu")  # a different GPU is what we compare
+NEWER_KEYS = ("code_version", "peft", "harness", "harness_sha256")
+"""Environment keys older jobs lack (or CPU probes, for the harness): a missing one is no difference."""
 
 
 @dataclasses.dataclass
@@ -73,7 +79,8 @@ class Comparison:
 
 
 def compare(store: Store, probe: str, *, table: str | None = None, metric: str | None = None,
-            baseline: str | None = None, host_order: list[str] | None = None) -> Comparison:
+            baseline: str | None = None, host_order: list[str] | None = None,
+            variants: list[str] | None = None) -> Comparison:
     table, metric = _choose(store, probe, table, metric)
     extra = [metric] if table == "jobs" else ["summary_json"] if table == SUMMARY else []
     jobs = _latest_ok_jobs(store, probe, extra=extra)
@@ -83,6 +90,7 @@ def compare(store: Store, probe: str, *, table: str | None = None, metric: str |
             else _table_rows(store, f"{probe}.{table}", jobs))
     if rows.empty:
         raise InputError(f"{store.root}: no rows of {probe}.{table} from its newest ok jobs")
+    rows = _of_variants(rows, probe, table, variants)
     if metric not in rows.columns or not pd.api.types.is_numeric_dtype(rows[metric]):
         numeric = [c for c in rows.columns if pd.api.types.is_float_dtype(rows[c])]
         raise InputError(f"--metric: no column {metric!r} in {probe}.{table} (numeric: {', '.join(numeric)})")
@@ -167,6 +175,18 @@ def _summary_rows(jobs: pd.DataFrame) -> pd.DataFrame:
                       pd.DataFrame(figures, index=range(len(jobs)))], axis=1)
 
 
+def _of_variants(rows: pd.DataFrame, probe: str, table: str, variants: list[str] | None) -> pd.DataFrame:
+    """The rows of the named variants (all when none is named); an unknown name is bad input."""
+    if not variants:
+        return rows
+    stored = sorted(rows["variant"].dropna().unique()) if "variant" in rows.columns else []
+    missing = [v for v in variants if v not in stored]
+    if missing:
+        raise InputError(f"--variant {missing[0]!r}: no such rows in {probe}.{table} "
+                         f"(stored: {', '.join(map(str, stored)) or 'none: this table has no variants'})")
+    return rows[rows["variant"].isin(variants)]
+
+
 def _host_order(present, order: list[str]) -> list[str]:
     present = set(present)
     return [h for h in order if h in present] + sorted(present - set(order))
@@ -175,11 +195,12 @@ def _host_order(present, order: list[str]) -> list[str]:
 def _label_columns(rows: pd.DataFrame, metric: str) -> list[str]:
     """The fewest label columns (string/int/bool) that tell a job's rows apart, taking only columns
     with the same values on every host (seq_len, strategy), never per-host results (steps taken)."""
-    skip = set(KEY_COLUMNS) | {metric}
+    skip = set(KEY_COLUMNS) | {metric, "variant"}
     candidates = [c for c in rows.columns if c not in skip and not is_spread_column(c)
                   and (pd.api.types.is_integer_dtype(rows[c]) or pd.api.types.is_bool_dtype(rows[c])
                        or pd.api.types.is_string_dtype(rows[c]) or rows[c].dtype == object)]
-    dims: list[str] = []
+    # Variants are different work: never averaged together, even where hosts measured different sets.
+    dims: list[str] = ["variant"] if "variant" in rows.columns and rows["variant"].notna().any() else []
     for col in candidates:
         if not rows.duplicated(["job_id", *dims]).any():
             break
@@ -264,11 +285,12 @@ def _version_warnings(jobs: pd.DataFrame) -> list[str]:
     out = []
     for key in WARN_VERSIONS:
         seen = {h: sorted({e.get(key, "") for e in es}) for h, es in envs.items()}
-        if key == "code_version":  # unknown in jobs stored before hosts recorded it: no evidence either way
+        if key in NEWER_KEYS:  # unknown in jobs stored before hosts recorded it: no evidence either way
             seen = {h: [v for v in vals if v] for h, vals in seen.items()}
         if len({v for vals in seen.values() for v in vals}) > 1:
             shown = ", ".join(f"{h} {'/'.join(v) or '-'}" for h, v in seen.items())
-            what = "labprobe code versions" if key == "code_version" else f"{key} versions"
+            what = {"code_version": "labprobe code versions",
+                    "harness_sha256": "harness sources (a harness change, not host drift)"}.get(key, f"{key} versions")
             out.append(f"{what} differ: {shown}")
     return out
 

@@ -44,7 +44,9 @@ from runner.tables import format_value
 MAX_ROWS = 40
 """Rows shown per generic table; the store keeps the rest."""
 CARRIER_METRICS = (("tok_per_s", "tokens/s", 1.0), ("step_s", "s/step", 1.0),
-                   ("peak_mem_bytes", "peak memory, GiB", 1 / 2**30), ("mfu", "MFU", 1.0))
+                   ("peak_mem_bytes", "peak memory, GiB", 1 / 2**30),
+                   ("mfu_vs_datasheet_peak", "MFU (datasheet peak)", 1.0), ("mfu", "MFU", 1.0))
+"""`mfu` is the column's name in rows stored before MFU was named by its peak."""
 CARRIER_FACTS = ("params_total", "params_trainable", "tokens_per_step")
 """Properties of the carrier and its config, not measurements: said once above its table."""
 SCALING_X = ("seq_len", "num_tokens", "tokens_per_step", "length")
@@ -144,11 +146,11 @@ def render_html(data: RunData) -> str:
         sections = [(f"<h1>labprobe sweep {html.escape(data.run_id)}</h1><p class=\"ok\">This run ran no "
                      "jobs: everything its plan asks for was already stored (or the run id is unknown).</p>")]
     else:
-        # What the run found first; the raw tables behind it follow, collapsed.
+        # What the run found first (and the measured changes to the step); the raw tables follow, collapsed.
         raw = [_per_host(data), _carriers(data), _scaling(data), _kernels(data), _job_summaries(data),
                _other_tables(data)]
         sections = [_title(data), findings_html(data.answers, alerts=data.alerts, watched=data.watched,
-                                                problems=_problems(data.jobs)),
+                                                problems=_problems(data.jobs)), _advice(data),
                     "<details id=\"raw\"><summary>Raw tables: jobs per host, carriers, scaling curves, kernels, "
                     "job summaries, every table of the run</summary>" + "".join(s for s in raw if s) + "</details>"]
     title = f"labprobe sweep {html.escape(data.run_id)}"
@@ -221,6 +223,8 @@ def _carriers(data: RunData) -> str:
                                 & (data.jobs["checkpoint"] == checkpoint)]
             records += [{"host": j["host"], SPAN: f"{j['status']}: {j['reason']}"} for _, j in missing.iterrows()]
             parts.append(html_table(records, row_class=["bad" if SPAN in r else "" for r in records]))
+            if "variant" in rows:  # the bars compare hosts on the same step: the baseline's rows
+                rows = rows[rows["variant"].isna() | (rows["variant"] == "baseline")]
             metrics = [(c, label, scale) for c, label, scale in CARRIER_METRICS
                        if c in rows and pd.to_numeric(rows[c], errors="coerce").notna().any()]
             if metrics:
@@ -277,6 +281,18 @@ def _kernels(data: RunData) -> str:
         parts.append(html_table([{"category (ms/step)": cat, **{str(h): v for h, v in vals.items()}}
                                  for cat, vals in table.iterrows()]))
     return "".join(parts)
+
+
+def _advice(data: RunData) -> str:
+    """Each carrier/profile job's `advice` (the measured variants ranked by speed-up), per host."""
+    ok = data.jobs[data.jobs["status"] == "ok"]
+    items = []
+    for _, job in ok.sort_values(["host", "checkpoint"]).iterrows():
+        advice = json.loads(job["summary_json"] or "{}").get("advice") or []
+        if advice:
+            lines = "".join(f"<li>{html.escape(str(a))}</li>" for a in advice)
+            items.append(f"<h3>{html.escape(f'{job.host} · {job.probe} {job.checkpoint}')}</h3><ol>{lines}</ol>")
+    return "<h2>Advice: measured changes to the step, fastest first</h2>" + "".join(items) if items else ""
 
 
 def _job_summaries(data: RunData) -> str:

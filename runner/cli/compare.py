@@ -18,6 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "or `jobs` (default: the table of the probe's answer)")
     parser.add_argument("--metric", help="numeric column to compare (default: the probe's answer)")
     parser.add_argument("--baseline", help="host the ratios are relative to (default: the first host)")
+    parser.add_argument("--variant", action="append", metavar="NAME",
+                        help="only rows of this variant (repeatable; default: every variant, each its own row)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--plot", type=plot_file, help="write a PNG bar chart here")
     parser.add_argument("--store", type=Path, help="store root (default: the cluster file's, else ./results)")
@@ -27,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     store, order = _store_and_order(args.store, args.cluster)
     result = compare(store, args.probe, table=args.table, metric=args.metric, baseline=args.baseline,
-                     host_order=order)
+                     host_order=order, variants=args.variant)
     if args.json:
         json.dump(result.to_json_dict(), sys.stdout, indent=1, default=str)
         print()

@@ -50,9 +50,15 @@ def render(result: probes.ProbeResult) -> str:
     for name in result.tables:
         parts.append(format_table(result.records(name), title=f"== {result.probe}.{name}"))
     if result.summary:
-        parts.append("== summary\n" + "\n".join(f"  {k}: {v}" for k, v in result.summary.items()))
+        parts.append("== summary\n" + "\n".join(_summary_line(k, v) for k, v in result.summary.items()))
     if result.checks:
         parts.append("== checks\n" + "\n".join(
             f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}" for c in result.checks))
     return "\n\n".join(parts)
 
+
+def _summary_line(key: str, value) -> str:
+    """`key: value`; a list of texts (carrier's and profile's ranked `advice`) one numbered line each."""
+    if key == "advice" and isinstance(value, list) and value:
+        return f"  {key}:\n" + "\n".join(f"    {i}. {v}" for i, v in enumerate(value, 1))
+    return f"  {key}: {value}"

@@ -60,7 +60,7 @@ def execute(job: Job, *, deadline: float | None = None, guard: GpuGuard | None =
     env: dict[str, str] = {}
     try:
         import probes
-        from runner.hosts.jobenv import collect_env
+        from runner.hosts.jobenv import collect_env, harness_env
         from runner.store.fingerprint import fingerprint
 
         # Imports (torch, transformers, the probe) happen before the clock starts: wall_s is the
@@ -70,6 +70,7 @@ def execute(job: Job, *, deadline: float | None = None, guard: GpuGuard | None =
         module, config = probes.get(job.probe), job.probe_config()
         t0 = time.perf_counter()
         result = module.run(config)
+        env.update(harness_env(result.summary))  # the harness's hash and versions: never read as host drift
     except Exception as exc:  # the probe's failure is this job's answer, not the sweep's
         return Outcome(status="failed", reason=one_line(exc), env=env, checkpoint_fp=job.checkpoint_fp,
                        started_at=started, wall_s=time.perf_counter() - t0)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import probes
 
-VERSION_KEYS = ("python", "torch", "transformers", "cuda", "driver", "gpu", "code_version")
+VERSION_KEYS = ("python", "torch", "transformers", "peft", "cuda", "driver", "gpu", "code_version", "harness",
+                "harness_sha256")
 """Keys whose difference between compared hosts deserves a warning."""
 
 
@@ -30,10 +31,11 @@ def base_env() -> dict[str, str]:
 def collect_env() -> dict[str, str]:
     """python, torch, transformers, CUDA, NVIDIA driver, GPU name, hostname, the code version of this
     host's checkout. Cached per worker process."""
+    import peft
     import torch
     import transformers
 
-    env = {**base_env(), "torch": torch.__version__, "transformers": transformers.__version__,
+    env = {**base_env(), "torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
            "cuda": torch.version.cuda or "", "driver": "", "gpu": "", "code_version": code_version()}
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
@@ -74,3 +76,16 @@ def code_version() -> str:
     except (OSError, subprocess.SubprocessError):
         return base
     return f"{base}+g{sha}" + (".dirty" if dirty else "")
+
+
+def harness_env(summary: dict) -> dict[str, str]:
+    """What a GPU probe's summary says of the harness it measured through (probes/contract.py): its
+    import path and source hash, and the step it gave: optimizer class, autocast dtype, fallbacks.
+    Empty for a probe that runs no harness."""
+    env = {k: str(v) for k, v in (summary.get("harness_env") or {}).items()}
+    step = summary.get("harness_step") or {}
+    if step:
+        env["harness_optimizer"] = str(step.get("optimizer_class", step.get("optimizer", "")))
+        env["harness_autocast_dtype"] = str(step.get("autocast_dtype"))
+        env["harness_fallbacks"] = ",".join(summary.get("harness_fallbacks") or [])
+    return env

@@ -1,0 +1,24 @@
+"""A harness whose step runs out of memory on one model of a family (the untied one) and whose LoRA
+runs out of memory on a model named in $HARNESS_OOM_AT_LOAD: CUDA's own exception, raised where a
+GPU would raise it, so a CPU test sees the probe turn it into a row."""
+
+import os
+
+import torch
+
+from probes.harness import apply_lora as reference_lora
+from probes.harness import compute_loss as reference_loss
+from probes.harness import discover_target_modules  # noqa: F401
+
+
+def apply_lora(model, *, rank, alpha, targets):
+    if os.environ.get("HARNESS_OOM_AT_LOAD") == str(model.config.tie_word_embeddings):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+    return reference_lora(model, rank=rank, alpha=alpha, targets=targets)
+
+
+def compute_loss(model, batch):
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not base.config.tie_word_embeddings:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+    return reference_loss(model, batch)
