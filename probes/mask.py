@@ -78,7 +78,9 @@ class LayerRow:
     mask: str
     is_causal: bool
     fast_path: bool
-    backend: str
+    expected_backend: str
+    """The SDPA backend torch's selection rules give for this call (no kernel runs here: expected, not
+    observed; carrier and profile read the backend from the kernels that ran)."""
     window: int | None
     keys_min: int
     keys_max: int
@@ -316,7 +318,7 @@ def layer_rows(config: Config, text_config, calls: list[Call], batch: Batch) -> 
         rows.append(LayerRow(
             layer=call.layer, layer_type=layer_types[call.layer] if layer_types else "full_attention",
             mask="none" if call.mask is None else "tensor", is_causal=call.is_causal,
-            fast_path=fast, backend=expected_backend(call, config, fast), window=call.window,
+            fast_path=fast, expected_backend=expected_backend(call, config, fast), window=call.window,
             keys_min=seen.keys_min, keys_max=seen.keys_max, band_ok=seen.band_ok,
             cross_sequence=seen.cross_sequence))
     return rows

@@ -60,7 +60,7 @@ def test_qwen3_unpadded_keeps_fast_path_on_every_layer(qwen3):
     result = probe(qwen3, seq_len=40, batch_size=2)
     rows = result.tables["layers"]
     assert [r.layer for r in rows] == [0, 1, 2]
-    assert all(r.mask == "none" and r.is_causal and r.fast_path and r.backend == "flash" for r in rows)
+    assert all(r.mask == "none" and r.is_causal and r.fast_path and r.expected_backend == "flash" for r in rows)
     assert {(r.keys_min, r.keys_max) for r in rows} == {brute_force_keys([40, 40], 40)}
     assert result.ok
 
@@ -69,7 +69,7 @@ def test_qwen3_right_padding_gets_a_tensor_and_real_queries_see_only_real_keys(q
     result = probe(qwen3, seq_len=40, batch_size=2, padding="right")
     rows = result.tables["layers"]
     assert all(r.mask == "tensor" and not r.is_causal and not r.fast_path for r in rows)
-    assert all(r.backend == "efficient" for r in rows)
+    assert all(r.expected_backend == "efficient" for r in rows)
     # rows shrink from full length to half: 40 and 20 real tokens
     assert {(r.keys_min, r.keys_max) for r in rows} == {brute_force_keys([40, 20], 40)}
     assert all(r.band_ok and not r.cross_sequence for r in rows)
@@ -147,7 +147,7 @@ def test_gemma3_packed_band_restarts_with_each_sequence(gemma3):
 def test_eager_receives_an_additive_mask_that_is_read_the_same_way(gemma3):
     result = probe(gemma3, seq_len=32, attn_implementation="eager")
     rows = result.tables["layers"]
-    assert all(r.backend == "eager" and not r.fast_path for r in rows)
+    assert all(r.expected_backend == "eager" and not r.fast_path for r in rows)
     assert {(r.keys_min, r.keys_max) for r in rows if r.window} == {(1, WINDOW)}
     assert not result.ok  # fast_path_kept fails: eager has no maskless fast path
 
