@@ -13,7 +13,7 @@ from pathlib import Path
 from probes import goodput
 from probes.result import InputError
 from runner.analysis.stored_profile import profile_from_store
-from runner.cli.options import add_config_options, build_config
+from runner.cli.options import add_config_options, build_config, options_named
 from runner.cli.probe import render
 from runner.lab.budget import with_budget
 from runner.lab.cluster import load_cluster
@@ -43,7 +43,9 @@ def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         args.profile = Path(tmp) / "profile.json"
         args.profile.write_text(json.dumps(profile))
-        result = goodput.run(build_config(goodput.Config, args))
+        config = build_config(goodput.Config, args)
+        with options_named():  # a check inside run() names its field as the option it came from
+            result = goodput.run(config)
     result.summary["step_model"] = profile["source"]
     if args.json:
         json.dump(result.to_json_dict(), sys.stdout, indent=1)
