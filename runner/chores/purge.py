@@ -36,8 +36,9 @@ from runner.chores import deletion, scan
 from runner.chores.fstree import readable
 from runner.chores.mounts import filesystems
 from runner.clock import new_run_id
-from runner.hosts.jobenv import base_env
+from runner.hosts.jobenv import base_env, code_version
 from runner.hosts.nodes import HostFailure, node_host, run_on_hosts
+from runner.store.store import JobKey
 
 PROBE = "purge"
 NO_CHECKPOINT = "-"
@@ -180,8 +181,6 @@ _INTERNAL = ("host", "dev", "ino")  # host is the partition; dev/ino are st_dev/
 def store_phase(store: Any, report: Report, phase: str) -> None:
     """Per host: purge.actions and purge.filesystems of one phase ("plan": every host, before any
     deletion; "outcome": the hosts that planned), then that phase's jobs row, which commits them."""
-    from runner.hosts.jobenv import code_version
-    from runner.store.store import JobKey
 
     finished = datetime.now(timezone.utc)
     for host in report.roots if phase == "plan" else report.plan:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from runner.analysis.compare import compare, render
 from runner.cli.options import plot_file
+from runner.lab.cluster import load_cluster
 from runner.store.store import Store
 
 
@@ -46,7 +47,6 @@ def main(args: argparse.Namespace) -> int:
 def _store_and_order(store: Path | None, cluster_file: str) -> tuple[Store, list[str]]:
     order: list[str] = []
     if Path(cluster_file).is_file():
-        from runner.lab.cluster import load_cluster
 
         cluster = load_cluster(cluster_file)
         order = list(cluster.hosts)

@@ -16,6 +16,7 @@ from runner.analysis.drift import (
 )
 from runner.analysis.history import choose_table, newest_drifted, render, select_rows
 from runner.cli.options import plot_file
+from runner.lab.cluster import load_cluster
 from runner.store.store import Store
 
 
@@ -71,6 +72,5 @@ def resolve_store(store: Path | None, cluster: Path) -> Path:
     if store is not None:
         return store
     if cluster.is_file():
-        from runner.lab.cluster import load_cluster
         return load_cluster(cluster).store_root()
     return Path("results")

@@ -16,9 +16,11 @@ from typing import Any
 
 from probes.result import InputError
 from runner.gpu.idle import GpuReading, Thresholds, read_local
-from runner.hosts.nodes import node_host
+from runner.hosts.nodes import HostFailure, connect, node_host, run_on_hosts
 from runner.hosts.reach import DEFAULT_CONNECT_TIMEOUT_S
+from runner.lab.cluster import load_cluster
 from runner.log import foreign_output_to
+from runner.tables import format_table
 
 
 def read_pinned(per_host: dict[str, tuple[str | None, Thresholds]]) -> list[GpuReading]:
@@ -33,7 +35,6 @@ def read_pinned(per_host: dict[str, tuple[str | None, Thresholds]]) -> list[GpuR
 def read_hosts(per_host: dict[str, tuple[str | None, Thresholds]], *,
                timeout_s: float) -> dict[str, list[GpuReading] | Any]:
     """Every host at once, one pinned task each: host -> its readings, or a HostFailure."""
-    from runner.hosts.nodes import run_on_hosts
 
     window_s = max((t.window_s for _, t in per_host.values()), default=0.0)
     # num_cpus=0: a reading must not queue behind the jobs that fill a host's CPUs.
@@ -55,8 +56,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from runner.hosts.nodes import HostFailure, connect
-    from runner.lab.cluster import load_cluster
 
     if not args.timeout_s > 0:
         raise InputError(f"--timeout-s: must be > 0 (got {args.timeout_s})")
@@ -82,7 +81,6 @@ def main(args: argparse.Namespace) -> int:
         json.dump(rows, sys.stdout, indent=1)
         print()
     else:
-        from runner.tables import format_table
 
         print(format_table([{"host": r["host"], "gpu": "-" if r["gpu"] is None else r["gpu"], "name": r["name"],
                              "verdict": r["verdict"], "reason": r["reason"]} for r in rows]))

@@ -19,6 +19,9 @@ from runner.chores.purge import (
     runs_roots,
     store_phase,
 )
+from runner.hosts.nodes import connect, warn_embedded
+from runner.lab.cluster import load_cluster
+from runner.store.store import Store
 from runner.tables import format_table
 
 
@@ -75,9 +78,6 @@ def _verified(value: bool | None) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from runner.hosts.nodes import connect, warn_embedded
-    from runner.lab.cluster import load_cluster
-    from runner.store.store import Store
 
     if not args.timeout_s > 0:
         raise InputError(f"--timeout-s: must be > 0 (got {args.timeout_s})")

@@ -38,9 +38,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from probes.result import InputError
+from runner.analysis.answers import answers_text
+from runner.analysis.report import write_report
 from runner.clock import new_run_id, parse_deadline
+from runner.dispatch.launch import InlineLauncher, RayLauncher
 from runner.dispatch.lock import SweepLock
-from runner.dispatch.loop import Counts
+from runner.dispatch.loop import Counts, Dispatch
 from runner.dispatch.spill import check_writable
 from runner.hosts.nodes import (
     HostFailure,
@@ -54,6 +57,7 @@ from runner.lab.cluster import load_cluster
 from runner.lab.plan import DEFAULT_PLAN, Job, checkpoints_by_host, expand
 from runner.log import foreign_output_to, log_path, logger, terminal_err
 from runner.log import setup as setup_logging
+from runner.store.fingerprint import Unreadable, fingerprints, host_fingerprints
 from runner.store.store import Store
 
 FINGERPRINT_TIMEOUT_S = 120.0
@@ -146,8 +150,6 @@ def run_sweep(*, cluster, store: Store, plan: str, jobs: list[Job], run_id: str,
     from a watch thread with the counts once the Ray head is gone and the run's unfinished jobs are
     stored failed; it must end the process (the main thread is blocked inside Ray by then).
     """
-    from runner.dispatch.launch import InlineLauncher, RayLauncher
-    from runner.dispatch.loop import Dispatch
 
     ready, unreachable = fingerprint_jobs(jobs, here=inline)
     done = set() if force else store.done_job_ids()
@@ -180,7 +182,6 @@ def fingerprint_jobs(jobs: list[Job], *, here: bool = False) -> tuple[list[Job],
     """Each job with its host-computed checkpoint fingerprint (and so its job_id); jobs whose host
     is unreachable or cannot read the checkpoint come back apart, with the reason. `here`: computed
     in this process (an inline sweep, run on the host itself)."""
-    from runner.store.fingerprint import Unreadable, fingerprints, host_fingerprints
 
     by_host = checkpoints_by_host(jobs)
     if here:
@@ -254,7 +255,6 @@ def print_end(store: Store, jobs: list[Job], counts: Counts, run_id: str, host_o
 
 def end_answers(store: Store, jobs: list[Job], run_id: str, host_order: list[str]) -> str:
     """What the sweep's probes found, per host: the text after the summary line (runner/analysis)."""
-    from runner.analysis.answers import answers_text
 
     work = [(j.probe, j.host, j.checkpoint, j.config_hash) for j in jobs]  # the sweep's answers (analysis)
     return answers_text(store, run_id, work=work, host_order=host_order)
@@ -275,7 +275,6 @@ def end_json(store: Store, counts: Counts, run_id: str) -> dict[str, Any]:
 
 
 def _report(store: Store, run_id: str) -> None:
-    from runner.analysis.report import write_report
 
     path, text = write_report(store, run_id)
     print(text)

@@ -17,8 +17,12 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from runner.hosts.nodes import GPU_SLOT, node_host, one_line, pinned
+from runner.gpu.idle import GpuBusyError, Thresholds
+from runner.gpu.idle import guard as idle_guard
+from runner.hosts.jobenv import collect_env, harness_env
+from runner.hosts.nodes import GPU_SLOT, HOST_LABEL, node_host, one_line, pinned
 from runner.lab.plan import Job
+from runner.store.fingerprint import fingerprint
 
 DRAIN_S = 60.0
 """How long a cancelled GPU job's host stays busy at most, waiting for its worker to be killed."""
@@ -40,7 +44,7 @@ class Outcome:
 class GpuGuard:
     """What a GPU job needs to re-read its card's idleness at start."""
     runs_dir: str | None = None
-    thresholds: Any = None
+    thresholds: Thresholds | None = None
 
 
 def execute(job: Job, *, deadline: float | None = None, guard: GpuGuard | None = None) -> Outcome:
@@ -49,8 +53,6 @@ def execute(job: Job, *, deadline: float | None = None, guard: GpuGuard | None =
     if deadline is not None and time.time() >= deadline:
         return Outcome(status="skipped", reason="deadline", started_at=started)
     if guard is not None:
-        from runner.gpu.idle import GpuBusyError
-        from runner.gpu.idle import guard as idle_guard
 
         try:
             idle_guard(job.host, runs_dir=guard.runs_dir, thresholds=guard.thresholds)
@@ -60,8 +62,6 @@ def execute(job: Job, *, deadline: float | None = None, guard: GpuGuard | None =
     env: dict[str, str] = {}
     try:
         import probes
-        from runner.hosts.jobenv import collect_env, harness_env
-        from runner.store.fingerprint import fingerprint
 
         # Imports (torch, transformers, the probe) happen before the clock starts: wall_s is the
         # probe's own run, comparable across hosts, not a fresh worker's start-up.
@@ -210,7 +210,6 @@ def _slot_hosts() -> set[str]:
     """Hosts whose alive nodes offer the GPU slot resource."""
     import ray
 
-    from runner.hosts.nodes import HOST_LABEL
 
     return {(n.get("Labels") or {}).get(HOST_LABEL) for n in ray.nodes()
             if n.get("Alive") and n.get("Resources", {}).get(GPU_SLOT, 0) >= 1}

@@ -35,10 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from runner.dispatch.launch import GpuGuard, Launcher, Outcome
+from runner.dispatch.placement import GpuPlacer
 from runner.dispatch.spill import Spill
+from runner.gpu.idle import Thresholds, read_local
 from runner.hosts.jobenv import code_version
 from runner.hosts.nodes import HOST_LABEL, one_line
-from runner.lab.cluster import Cluster
+from runner.lab.cluster import Cluster, IdleThresholds
 from runner.lab.plan import Job
 from runner.log import logger
 from runner.store.store import JobKey, Store
@@ -279,10 +281,7 @@ class Dispatch:
         return placed, why
 
 
-def _make_placer(deadline: float, backoff_s: tuple[float, ...] | None, read_here_for: Cluster | None) -> Any:
-    from runner.dispatch.placement import GpuPlacer
-    from runner.gpu.idle import read_local
-
+def _make_placer(deadline: float, backoff_s: tuple[float, ...] | None, read_here_for: Cluster | None) -> GpuPlacer:
     kwargs: dict[str, Any] = {} if backoff_s is None else {"backoff_s": backoff_s}
     if read_here_for is not None:
         cluster = read_here_for
@@ -291,10 +290,8 @@ def _make_placer(deadline: float, backoff_s: tuple[float, ...] | None, read_here
     return GpuPlacer(deadline=deadline, **kwargs)
 
 
-def _thresholds(idle: Any) -> Any:
+def _thresholds(idle: IdleThresholds) -> Thresholds:
     """cluster.yaml's per-host idle thresholds as runner.gpu.idle.Thresholds."""
-    from runner.gpu.idle import Thresholds
-
     return Thresholds.from_cluster(idle)
 
 

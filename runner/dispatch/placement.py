@@ -14,6 +14,7 @@ import time
 from typing import Callable
 
 from runner.gpu.idle import GpuReading, Thresholds, describe, read_local
+from runner.hosts.nodes import HostFailure, run_on_hosts
 
 READ_TIMEOUT_S = 30.0
 """A reading takes the sampling window plus a task round trip; more than this means the host is stuck."""
@@ -94,7 +95,6 @@ class GpuPlacer:
 
     def _ray_read(self, host: str, runs_dir: str | None,
                   thresholds: Thresholds | None) -> list[GpuReading] | str:
-        from runner.hosts.nodes import HostFailure, run_on_hosts
 
         window_s = (thresholds or Thresholds()).window_s
         got = run_on_hosts(read_local, [host], host, runs_dir=runs_dir, thresholds=thresholds,

@@ -24,6 +24,7 @@ from pathlib import Path
 from crontab import CronItem, CronSlices, CronTab
 
 from probes.result import InputError
+from runner.clock import parse_deadline
 from runner.lab.cluster import Cluster
 
 TAG = "labprobe-sweep"
@@ -147,7 +148,6 @@ def _check_deadline_after_start(cron: str, deadline: str) -> None:
     """The sweep reads HH:MM as its nearest occurrence (runner/dispatch/lock.py): a deadline less than
     12 h after the start. A 01:00 start with a 23:00 deadline would skip every job, every night.
     A malformed HH:MM is an InputError naming --deadline, from the sweep's own parser."""
-    from runner.clock import parse_deadline
 
     parse_deadline(deadline)
     fields = cron.split()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from probes.checkpoint import read_config
 from probes.result import InputError
+from runner.hosts.nodes import node_host
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
 
@@ -61,6 +62,5 @@ def fingerprints(paths: dict[str, str]) -> dict[str, str | Unreadable]:
 def host_fingerprints(by_host: dict[str, dict[str, str]]) -> dict[str, str | Unreadable]:
     """Run as a task pinned to a host: fingerprints of that host's checkpoints (it finds its own
     entry by the node's label, so one mapping serves every host's task)."""
-    from runner.hosts.nodes import node_host
 
     return fingerprints(by_host.get(node_host(), {}))
