@@ -30,9 +30,6 @@ import json
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 
 from probes.result import InputError
 from runner.analysis.drift import (
@@ -43,7 +40,7 @@ from runner.analysis.drift import (
     spread_pct,
 )
 from runner.hosts.jobenv import VERSION_KEYS
-from runner.store.store import KEY_COLUMNS, PARTITIONING, Store
+from runner.store.store import KEY_COLUMNS, SLOT, Store
 from runner.tables import format_table
 
 SUMMARY = "summary"
@@ -111,25 +108,15 @@ JOB_READ_COLUMNS = ["run_id", "job_id", "probe", "host", "checkpoint", "checkpoi
 
 
 def _latest_ok_jobs(store: Store, probe: str, extra: list[str] = ()) -> pd.DataFrame:
-    """Newest job row per (host, checkpoint, config_hash), kept when that newest row is ok.
-
-    Read straight through pyarrow.dataset with only the columns needed (the store is laid out for
-    that): at 1,000 jobs this is most of compare's time.
-    """
-    folder = store.root / "jobs"
-    if not folder.is_dir():
-        return pd.DataFrame(columns=JOB_READ_COLUMNS)
-    dataset = ds.dataset(folder, format="parquet", partitioning=PARTITIONING)
+    """The latest run of each slot (host, checkpoint, config: runner/store/store.py's SLOT), kept
+    when that run is ok. Only the columns needed are read."""
     columns = JOB_READ_COLUMNS + [c for c in extra if c not in JOB_READ_COLUMNS]
-    missing = [c for c in columns if c not in dataset.schema.names]
+    have = store.columns("jobs")
+    missing = [c for c in columns if have and c not in have]
     if missing:
         raise InputError(f"--metric: no column {missing[0]!r} in the jobs table (numeric: wall_s)")
-    jobs = dataset.to_table(columns=columns, filter=ds.field("probe") == probe).to_pandas()
-    if jobs.empty:
-        return jobs
-    jobs = jobs.sort_values("finished_at", kind="stable")
-    latest = jobs.drop_duplicates(["host", "checkpoint", "config_hash"], keep="last")
-    return latest[latest["status"] == "ok"].reset_index(drop=True)
+    jobs = store.latest_jobs(probe, by=SLOT, columns=columns)
+    return jobs[jobs["status"] == "ok"].reset_index(drop=True) if not jobs.empty else jobs
 
 
 def _choose(store: Store, probe: str, table: str | None, metric: str | None) -> tuple[str, str]:
@@ -145,26 +132,15 @@ def _choose(store: Store, probe: str, table: str | None, metric: str | None) -> 
     if metric is None and table == SUMMARY:
         raise InputError("--metric: name the summary figure to compare (--table summary)")
     if metric is None:
-        cols = ["wall_s"] if table == "jobs" else list(ds.dataset(store.root / f"{probe}.{table}").schema.names)
+        cols = ["wall_s"] if table == "jobs" else store.columns(f"{probe}.{table}")
         metric = next((m for m in METRIC_PREFERENCE if m in cols), None) or next(
             (c for c in cols if c.endswith(("_s", "_per_s", "_fraction"))), cols[-1])
     return table, metric
 
 
 def _table_rows(store: Store, name: str, jobs: pd.DataFrame) -> pd.DataFrame:
-    """Rows of the newest ok jobs only, read from their own files (the path is known from the key),
-    so older runs cost nothing and orphans of a crashed write never enter."""
-    tables = []
-    for job in jobs.itertuples(index=False):
-        path = store.file_path(name, host=job.host, checkpoint=job.checkpoint, job_id=job.job_id,
-                               run_id=job.run_id)
-        if path.is_file():
-            table = pq.read_table(path)  # the store keeps host and checkpoint in the path only
-            tables.append(table.append_column("host", pa.array([job.host] * table.num_rows, pa.string()))
-                          .append_column("checkpoint", pa.array([job.checkpoint] * table.num_rows, pa.string())))
-    if not tables:
-        return pd.DataFrame(columns=list(KEY_COLUMNS))
-    return pa.concat_tables(tables, promote_options="permissive").to_pandas()
+    """Rows of the given (newest ok) jobs only: orphans of a crashed write and older runs never enter."""
+    return store.read(name, jobs=jobs)
 
 
 def _summary_rows(jobs: pd.DataFrame) -> pd.DataFrame:

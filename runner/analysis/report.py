@@ -38,7 +38,7 @@ from runner.analysis.drift import (
 )
 from runner.analysis.findings import findings_html
 from runner.analysis.html_table import CSS, SPAN, html_table
-from runner.store.store import KEY_COLUMNS, Store
+from runner.store.store import JOB, KEY_COLUMNS, Store, latest
 from runner.tables import format_value
 
 MAX_ROWS = 40
@@ -85,9 +85,8 @@ def write_report(store: Store, run_id: str, *, threshold_pct: float = 3.0,
 def collect(store: Store, run_id: str, *, threshold_pct: float, max_spread_pct: float) -> RunData:
     """This run's jobs and rows, and the drift alerts its rows raise. A run with no jobs (a resumed
     sweep that found everything stored) gives an empty report that says so."""
-    all_jobs = store.jobs()
-    jobs = all_jobs[all_jobs["run_id"] == run_id]
-    jobs = jobs.sort_values("finished_at", kind="stable").drop_duplicates("job_id", keep="last")
+    all_jobs = store.jobs()  # first: every table read after it holds these jobs' rows
+    jobs = latest(all_jobs[all_jobs["run_id"] == run_id], JOB)
     tables, alerts, watched, histories = {}, [], [], {}
     for name in store.table_names():
         if name == "jobs":

@@ -116,6 +116,7 @@ def main(args: argparse.Namespace) -> int:
                            force=args.force, deadline=deadline, timeout_s=args.timeout_s,
                            gpu_wait_s=args.gpu_wait_s, inline=args.inline is not None,
                            on_head_lost=None if args.inline is not None else head_lost)
+        store.compact()  # the night's small files into few, and a log checkpoint: reads stay fast
     _print_end(args, store, jobs, counts, run_id, hosts, sys.stdout)
     if args.report and counts.store_failure is None:
         _report(store, run_id)

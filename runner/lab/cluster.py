@@ -12,6 +12,7 @@ directory holding the yaml, so the file means the same thing from any working di
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -62,7 +63,21 @@ class _Model(BaseModel):
 
 class StoreSpec(_Model):
     root: str = "./results"
-    """The store's root directory; relative to the cluster file's directory."""
+    """The store's root: a directory (relative to the cluster file's directory) or an object-store
+    URL delta-rs supports (`s3://bucket/labprobe`, `gs://...`, `az://...`, `abfss://...`)."""
+    storage_options: dict[str, str] = {}
+    """For a URL root: delta-rs storage options (region, endpoint, credentials; e.g. `aws_region`,
+    `aws_conditional_put: etag` for safe concurrent S3 commits). Unset keys come from the environment
+    (AWS_*, GOOGLE_*, AZURE_* variables)."""
+    vacuum_retention_days: float = Field(7.0, ge=0)
+    """`labprobe store vacuum` keeps every file a table version of the last N days needs (time travel)."""
+
+    def location(self, base: Path) -> Path | str:
+        """The root: a URL as written, a path resolved against `base` (the cluster file's directory)."""
+        if re.match(r"^[a-z][a-z0-9+.-]*://", self.root) and not self.root.startswith("file://"):
+            return self.root
+        path = Path(self.root.removeprefix("file://")).expanduser()
+        return path if path.is_absolute() else (base / path).resolve()
 
 
 class RaySpec(_Model):
@@ -190,8 +205,8 @@ class Cluster:
     def corpora(self) -> dict[str, Corpus]:
         return {c.name: c for c in self.spec.corpora}
 
-    def store_root(self) -> Path:
-        return self._here(self.spec.store.root)
+    def store_root(self) -> Path | str:
+        return self.spec.store.location(self.base)
 
     def head(self) -> Host:
         return self.hosts[self.spec.ray.head] if self.spec.ray.head else self.spec.hosts[0]

@@ -1,16 +1,25 @@
-"""The one Parquet store: every result, keyed by host and checkpoint.
+"""The one store: every result, keyed by host and checkpoint, in Delta Lake tables.
 
-Layout (hive-partitioned, so pyarrow.dataset, DuckDB and pandas read it directly):
+Layout (runner/store/delta.py says where and how):
 
-    <root>/<probe>.<table>/host=<host>/checkpoint=<checkpoint>/<job_id>-<run_id>.parquet
-    <root>/jobs/host=<host>/checkpoint=<checkpoint>/<job_id>-<run_id>.parquet
-    <root>/artifacts/<job_id>/<run_id>/<name>
+    <root>/tables/jobs/                  one row per finished job: status, reason, env, config
+    <root>/tables/<probe>.<table>/       one Delta table per probe table, its rows
+    <root>/artifacts/<job_id>/<run_id>/  raw evidence, plain files
 
-The file name carries the run id so a re-run (`--force`, a retry of a failed job) adds a file
-and never rewrites one. Writes are atomic: a temp file whose name starts with '.' (which
-pyarrow.dataset ignores) is renamed into place, so a process killed mid-write leaves nothing a
-reader sees. `host` and `checkpoint` live in the path only, and come back as string columns. A
-row column named like a key column is stored as `row_<name>`.
+`host` and `checkpoint` are columns (the rows are tiny: folders per host and checkpoint only made
+tens of thousands of files). Every row carries the key columns (the fields of `JobKey`); a row column
+named like a key column is stored as `row_<name>`. A new column merges into its table's schema and
+older rows read null there, so adding a key column is adding a field to `JobKey`.
+
+Commits: each table of a job is one atomic commit, its artifacts are written next, and the job's row
+is committed last: a job row is what commits a job. Readers read the jobs table first and keep a
+table's rows only where their (job_id, run_id) has a job row, so a writer killed between commits
+leaves nothing half-visible. Nothing committed is rewritten: appends only; compaction
+(runner/store/maintain.py) writes new files and commits their swap for the old ones in one commit.
+
+"The latest run of a job" is defined here once (`latest`): the newest row by (finished_at, run_id)
+per job_id (what the sweep's done-set and the report take), or per slot (probe, host, checkpoint,
+config: what compare takes, where a re-fingerprinted checkpoint replaces its older runs).
 """
 
 from __future__ import annotations
@@ -24,23 +33,23 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.dataset as ds
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
+import pyarrow.fs as pa_fs
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
+from deltalake.fs import DeltaStorageHandler
 
-from probes.result import ProbeResult, _jsonable, config_to_dict
+from probes.result import InputError, ProbeResult, _jsonable, config_to_dict
+from runner.store import delta
+from runner.store.delta import CorruptStoreError, StoreError
 
-KEY_COLUMNS = ("run_id", "job_id", "probe", "host", "checkpoint", "checkpoint_fp", "config_hash",
-               "code_version", "finished_at")
-JOB_COLUMNS = KEY_COLUMNS + ("status", "reason", "started_at", "wall_s", "summary_json",
-                             "config_json", "env_json", "plan")
-STATUSES = ("ok", "failed", "skipped")
-PARTITIONING = ds.partitioning(pa.schema([("host", pa.string()), ("checkpoint", pa.string())]),
-                             flavor="hive")
+__all__ = ["CorruptStoreError", "JOB", "JOB_COLUMNS", "JobKey", "KEY_COLUMNS", "SLOT", "STATUSES", "Store",
+           "StoreError", "latest"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class JobKey:
-    """The key columns every stored row carries."""
+    """The key columns every stored row carries (a new field here is a new key column everywhere)."""
 
     run_id: str
     job_id: str
@@ -58,41 +67,93 @@ class JobKey:
             assert value and "/" not in value and not value.startswith("."), f"bad {name} {value!r}"
 
 
-class StoreError(RuntimeError):
-    """A write that would rewrite an existing file: the store never rewrites."""
+KEY_COLUMNS = tuple(f.name for f in dataclasses.fields(JobKey))
+JOB_COLUMNS = KEY_COLUMNS + ("status", "reason", "started_at", "wall_s", "summary_json",
+                             "config_json", "env_json", "plan")
+STATUSES = ("ok", "failed", "skipped")
+JOB = ("job_id",)
+"""A job: one probe x checkpoint fingerprint x host x config (runner/lab/plan.py's job_id)."""
+SLOT = ("probe", "host", "checkpoint", "config_hash")
+"""What compare fills: a checkpoint name on a host under one config, whatever its fingerprint."""
+ORDER = ("finished_at", "run_id")
+"""Newest last; run ids start with their UTC start time, so they break finished_at ties."""
+_IDS = ["job_id", "run_id"]
+
+
+def latest(jobs: pd.DataFrame, by: tuple[str, ...] = JOB) -> pd.DataFrame:
+    """The latest run of each job (`by`=JOB) or slot (`by`=SLOT): its newest job row."""
+    if jobs.empty:
+        return jobs.reset_index(drop=True)
+    ordered = jobs.sort_values(list(ORDER), kind="stable")
+    return ordered.drop_duplicates(list(by), keep="last").reset_index(drop=True)
 
 
 class Store:
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
+    def __init__(self, root: str | Path, *, storage_options: dict[str, str] | None = None) -> None:
+        """`root`: a directory or an object-store URL; `storage_options`: delta-rs's, for a URL
+        (credentials and endpoints; unset, delta-rs reads the usual AWS_/GOOGLE_/AZURE_ variables)."""
+        self.uri, self.local = delta.location(root)
+        self.root: Path | str = Path(self.uri) if self.local else self.uri
+        self.storage_options = dict(storage_options or {})
+        self._writers: dict[str, DeltaTable] = {}
+        self._written: dict[tuple[str, str], set[str]] = {}  # (table, run_id) -> job ids stored
+        self._layout_ok = False
+        self._warned: set[str] = set()
+
+    # -- where ---------------------------------------------------------------------------------
+    def table_uri(self, name: str) -> str:
+        return delta.join(self.uri, delta.TABLES, name)
+
+    def table(self, name: str) -> DeltaTable | None:
+        """Table `name` at its newest version; None when nothing was stored in it."""
+        self.check_layout()
+        return delta.open_table(self.table_uri(name), self.storage_options)
+
+    def check_layout(self) -> None:
+        """Refuse a store in the older hive layout (one Parquet file per job): migrate it first."""
+        if self._layout_ok or not self.local:
+            return
+        from runner.store.migrate import legacy_tables
+
+        if not (self.root / delta.TABLES).is_dir() and legacy_tables(self.root):
+            raise InputError(f"store {self.root}: holds results in the older layout (a Parquet file per job): "
+                             f"run `labprobe store migrate --store {self.root}` once (the old files stay "
+                             f"until you remove them)")
+        self._layout_ok = True
 
     # -- writing -------------------------------------------------------------------------------
-    def file_path(self, name: str, *, host: str, checkpoint: str, job_id: str, run_id: str) -> Path:
-        """Where table `name` keeps one job's rows (the key says it: no listing needed)."""
-        return self.root / name / f"host={host}" / f"checkpoint={checkpoint}" / f"{job_id}-{run_id}.parquet"
+    def _append(self, name: str, key: JobKey, data: pa.Table) -> str:
+        """One commit of one job's rows into table `name`; a (job, run) is stored at most once."""
+        stored = self._stored(name, key.run_id)
+        if key.job_id in stored:
+            raise StoreError(f"{name}: job {key.job_id} of run {key.run_id} already stored; "
+                             f"the store never rewrites a job")
+        uri = self.table_uri(name)
+        # A table kept open across this process's writes: each commit then reads only the log's
+        # new entries, not the whole snapshot again.
+        target = self._writers.get(name) or delta.open_table(uri, self.storage_options)
+        delta.append(target or uri, data, self.storage_options)
+        self._writers[name] = target or delta.open_table(uri, self.storage_options)
+        stored.add(key.job_id)
+        return uri
 
-    def _file(self, name: str, key: JobKey) -> Path:
-        return self.file_path(name, host=key.host, checkpoint=key.checkpoint, job_id=key.job_id,
-                              run_id=key.run_id)
-
-    def _write(self, path: Path, table: pa.Table) -> Path:
-        if path.exists():
-            raise StoreError(f"{path}: already stored; the store never rewrites a file")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-        pq.write_table(table, tmp)
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        _publish(tmp, path)
-        return path
+    def _stored(self, name: str, run_id: str) -> set[str]:
+        """Job ids of run `run_id` already in table `name` (read once per run, then kept up to date)."""
+        if (name, run_id) not in self._written:
+            self.check_layout()
+            table = delta.open_table(self.table_uri(name), self.storage_options)
+            ids: set[str] = set()
+            if table is not None:
+                rows = delta.read(table, columns=["job_id"], filters=pc.field("run_id") == run_id)
+                ids = set(rows.column("job_id").to_pylist())
+            self._written[(name, run_id)] = ids
+        return self._written[(name, run_id)]
 
     def _key_columns(self, key: JobKey) -> dict[str, Any]:
-        row = dataclasses.asdict(key)
-        del row["host"], row["checkpoint"]  # in the path
-        return row
+        return dataclasses.asdict(key)
 
-    def write_table(self, key: JobKey, table: str, rows: list[dict[str, Any]]) -> Path | None:
-        """One probe table of one job; None when there are no rows (nothing to write)."""
+    def write_table(self, key: JobKey, table: str, rows: list[dict[str, Any]]) -> str | None:
+        """One probe table of one job, one commit; None when there are no rows (nothing to write)."""
         if not rows:
             return None
         keys = self._key_columns(key)
@@ -100,33 +161,46 @@ class Store:
         # overwritten by the key nor shadow it: it is kept as `row_<name>`.
         data = [{**keys, **{(f"row_{k}" if k in KEY_COLUMNS else k): _cell(v) for k, v in row.items()}}
                 for row in rows]
-        name = f"{key.probe}.{table}"
-        path = self._file(name, key)
-        return self._write(path, pa.Table.from_pylist(data))
+        return self._append(f"{key.probe}.{table}", key, pa.Table.from_pylist(data))
 
     def write_job(self, key: JobKey, *, status: str, reason: str = "", started_at: datetime,
-                  wall_s: float, summary: dict, config: dict, env: dict, plan: str = "") -> Path:
+                  wall_s: float, summary: dict, config: dict, env: dict, plan: str = "") -> str:
+        """The job's row, one commit: once it is in, the job's tables count as stored."""
         assert status in STATUSES, status
         row = {**self._key_columns(key), "status": status, "reason": reason,
                "started_at": started_at, "wall_s": float(wall_s),
                "summary_json": json.dumps(_jsonable(summary), sort_keys=True),
                "config_json": json.dumps(_jsonable(config), sort_keys=True),
                "env_json": json.dumps(_jsonable(env), sort_keys=True), "plan": plan}
-        path = self._file("jobs", key)
-        return self._write(path, pa.Table.from_pylist([row]))
+        return self._append("jobs", key, pa.Table.from_pylist([row]))
 
-    def write_artifacts(self, key: JobKey, files: dict[str, str]) -> Path:
+    def write_artifacts(self, key: JobKey, files: dict[str, str]) -> str:
+        """Raw evidence as plain files under artifacts/<job_id>/<run_id>/ (never rewritten)."""
+        for name in files:
+            assert "/" not in name and not name.startswith("."), f"bad artifact name {name!r}"
+        if not self.local:
+            return self._write_remote_artifacts(key, files)
         folder = self.root / "artifacts" / key.job_id / key.run_id
         folder.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
-            assert "/" not in name and not name.startswith("."), f"bad artifact name {name!r}"
             path = folder / name
             if path.exists():
                 raise StoreError(f"{path}: already stored; the store never rewrites a file")
             tmp = folder / f".{name}.tmp-{os.getpid()}"
             tmp.write_text(text, encoding="utf-8")
             _publish(tmp, path)
-        return folder
+        return str(folder)
+
+    def _write_remote_artifacts(self, key: JobKey, files: dict[str, str]) -> str:
+        # An object store's put is atomic (the object appears whole or not at all).
+        fs = pa_fs.PyFileSystem(DeltaStorageHandler(self.uri, self.storage_options or None))
+        folder = f"artifacts/{key.job_id}/{key.run_id}"
+        for name, text in files.items():
+            if fs.get_file_info(f"{folder}/{name}").type != pa_fs.FileType.NotFound:
+                raise StoreError(f"{self.uri}/{folder}/{name}: already stored; the store never rewrites a file")
+            with fs.open_output_stream(f"{folder}/{name}") as out:
+                out.write(text.encode("utf-8"))
+        return delta.join(self.uri, folder)
 
     def write_result(self, key: JobKey, result: ProbeResult, *, started_at: datetime, wall_s: float,
                      env: dict, plan: str = "") -> None:
@@ -142,60 +216,83 @@ class Store:
 
     # -- reading -------------------------------------------------------------------------------
     def table_names(self) -> list[str]:
-        if not self.root.is_dir():
-            return []
-        return sorted(p.name for p in self.root.iterdir()
-                      if p.is_dir() and (p.name == "jobs" or "." in p.name) and not p.name.startswith("."))
+        """Every table stored ("jobs" and "<probe>.<table>"). A folder under tables/ that is not a
+        Delta table (a stray) is skipped with one warning naming it."""
+        self.check_layout()
+        names = []
+        for name in delta.list_dirs(delta.join(self.uri, delta.TABLES), self.storage_options, self.local):
+            if (name == "jobs" or "." in name) and not name.startswith(".") and \
+                    delta.is_table(self.table_uri(name), self.storage_options):
+                names.append(name)
+            else:
+                self._warn(name, f"store {self.uri}: skipped {delta.TABLES}/{name}: not a store table")
+        return names
+
+    def columns(self, name: str) -> list[str]:
+        """Table `name`'s columns, from its log (no data read); empty when nothing is stored."""
+        table = self.table(name)
+        return [] if table is None else [f.name for f in table.schema().fields]
 
     def read(self, name: str, *, columns: list[str] | None = None, filters: Any = None,
              jobs: pd.DataFrame | None = None) -> pd.DataFrame:
         """Table `name` ("jobs" or "<probe>.<table>") as a DataFrame; empty when nothing is stored.
 
-        Rows of a job whose job row was never written (the writer died between its tables and
-        its job row) are left out: a job row, written last, is what commits a result. `jobs`: the
-        jobs table already read, so a caller reading several tables reads it once.
+        Rows of a job whose job row was never committed (the writer died between its tables and
+        its job row) are left out. `jobs`: job rows (job_id, run_id at least) already read: only
+        their rows are kept, so a caller reading several tables reads the jobs table once, first.
+        `filters`: a pyarrow.dataset expression.
         """
-        if name == "jobs":
-            return self._read_files(name, columns=columns, filters=filters)
-        ids = ["job_id", "run_id"]
-        wanted = None if columns is None else list(dict.fromkeys([*columns, *ids]))
-        frame = self._read_files(name, columns=wanted, filters=filters)
-        if not frame.empty:
-            if jobs is None:
-                jobs = self._read_files("jobs", columns=ids)
-            keep = pd.MultiIndex.from_frame(frame[ids]).isin(pd.MultiIndex.from_frame(jobs[ids]))
+        if name != "jobs" and jobs is None:
+            jobs = self._read("jobs", columns=_IDS)  # first: every job row seen has its tables in
+        wanted = None if columns is None or name == "jobs" else list(dict.fromkeys([*columns, *_IDS]))
+        frame = self._read(name, columns=wanted if name != "jobs" else columns, filters=filters)
+        if name != "jobs" and not frame.empty:
+            keep = pd.MultiIndex.from_frame(frame[_IDS]).isin(pd.MultiIndex.from_frame(jobs[_IDS]))
             frame = frame[keep].reset_index(drop=True)
         return frame if columns is None else frame[list(columns)]
 
-    def _read_files(self, name: str, *, columns: list[str] | None = None, filters: Any = None) -> pd.DataFrame:
-        folder = self.root / name
-        if not folder.is_dir():
+    def _read(self, name: str, *, columns: list[str] | None = None, filters: Any = None) -> pd.DataFrame:
+        table = self.table(name)
+        if table is None:
             return pd.DataFrame(columns=list(columns or (JOB_COLUMNS if name == "jobs" else KEY_COLUMNS)))
-        dataset = ds.dataset(folder, format="parquet", partitioning=PARTITIONING)
-        schemas = [f.physical_schema for f in dataset.get_fragments()]
-        if not schemas:
-            return pd.DataFrame(columns=list(columns or KEY_COLUMNS))
-        # Rows written at different times may type a column differently (int vs null): unify.
-        schema = pa.unify_schemas(schemas + [PARTITIONING.schema], promote_options="permissive")
-        dataset = ds.dataset(folder, format="parquet", partitioning=PARTITIONING, schema=schema)
-        table = dataset.to_table(columns=columns, filter=filters)
-        return table.to_pandas()
+        if columns is not None:
+            have = {f.name for f in table.schema().fields}
+            missing = [c for c in columns if c not in have]
+            if missing:
+                raise InputError(f"store {self.uri}: table {name} has no column {missing[0]!r}")
+        return delta.read(table, columns=columns, filters=filters).to_pandas()
 
-    def jobs(self) -> pd.DataFrame:
-        return self.read("jobs")
+    def jobs(self, *, columns: list[str] | None = None, probe: str | None = None) -> pd.DataFrame:
+        return self.read("jobs", columns=columns, filters=None if probe is None else pc.field("probe") == probe)
 
-    def latest_jobs(self) -> pd.DataFrame:
-        jobs = self.jobs()
-        if jobs.empty:
-            return jobs
-        jobs = jobs.sort_values("finished_at", kind="stable")
-        return jobs.drop_duplicates("job_id", keep="last").reset_index(drop=True)
+    def latest_jobs(self, probe: str | None = None, *, by: tuple[str, ...] = JOB,
+                    columns: list[str] | None = None) -> pd.DataFrame:
+        """The latest run of each job (or slot: `by`=SLOT), of one probe or all."""
+        wanted = None if columns is None else list(dict.fromkeys([*columns, *by, *ORDER]))
+        return latest(self.jobs(columns=wanted, probe=probe), by)
 
     def done_job_ids(self) -> set[str]:
-        latest = self.latest_jobs()
-        if latest.empty:
-            return set()
-        return set(latest.loc[latest["status"] == "ok", "job_id"])
+        """Jobs whose latest run is ok: what a sweep skips."""
+        newest = self.latest_jobs(columns=["job_id", "status"])
+        return set(newest.loc[newest["status"] == "ok", "job_id"]) if not newest.empty else set()
+
+    # -- upkeep ----------------------------------------------------------------------------------
+    def compact(self) -> dict[str, dict[str, int]]:
+        """Compact every table and checkpoint its log (after a sweep); a failure is a warning, not
+        lost results: the rows are committed either way, only reads stay slower until it succeeds."""
+        from runner.store.maintain import compact
+
+        try:
+            return compact(self)
+        except (StoreError, OSError, DeltaError) as exc:
+            delta.log.warning(f"store {self.uri}: compaction failed ({delta._short(exc)}); "
+                              f"run `labprobe store compact` later")
+            return {}
+
+    def _warn(self, what: str, message: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            delta.log.warning(message)
 
 
 def _publish(tmp: Path, path: Path) -> None:

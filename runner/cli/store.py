@@ -1,0 +1,133 @@
+"""`labprobe store`: look after the store's Delta tables.
+
+    labprobe store check   [--store D] [--cluster F]    tables, versions, files, rows, what is unreadable
+    labprobe store compact [--store D] [--cluster F]    fewer, larger files + a log checkpoint per table
+    labprobe store vacuum  [--store D] [--cluster F] [--retention-days N] [--dry-run]
+    labprobe store migrate [--store D] [--cluster F]    the older Parquet-per-job layout into Delta tables
+
+The store is the cluster file's `store:` (root, storage_options, vacuum_retention_days), or --store.
+compact, vacuum and migrate take the sweep's lock on a local store, so they never run beside a
+sweep. Exit 0 done, 1 `check` found unreadable files, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from probes.result import InputError
+from runner.clock import new_run_id
+from runner.dispatch.lock import SweepLock
+from runner.store import maintain
+from runner.store.migrate import legacy_tables, migrate
+from runner.store.store import Store
+from runner.tables import format_table
+
+ACTIONS = ("check", "compact", "vacuum", "migrate")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=ACTIONS, help="what to do")
+    parser.add_argument("--store", help="store root, a directory or URL (default: the cluster file's, else ./results)")
+    parser.add_argument("--cluster", default="cluster.yaml", help="cluster file (default: ./cluster.yaml, if present)")
+    parser.add_argument("--retention-days", type=float, metavar="N",
+                        help="vacuum: keep N days of time travel (default: the cluster file's "
+                             f"store.vacuum_retention_days, else {maintain.DEFAULT_RETENTION_DAYS:g})")
+    parser.add_argument("--dry-run", action="store_true", help="vacuum: list what would be deleted, delete nothing")
+
+
+def main(args: argparse.Namespace) -> int:
+    store, retention = open_store(args.store, args.cluster)
+    if args.retention_days is not None:
+        if not args.retention_days >= 0:
+            raise InputError(f"--retention-days: expected a number of days >= 0, got {args.retention_days:g}")
+        retention = args.retention_days
+    if args.action == "check":
+        return _check(store)
+    with _locked(store, args.action):
+        if args.action == "compact":
+            _compact(store)
+        elif args.action == "vacuum":
+            _vacuum(store, retention, args.dry_run)
+        else:
+            _migrate(store)
+    return 0
+
+
+def open_store(store: str | None, cluster_file: str) -> tuple[Store, float]:
+    """The store named by --store or the cluster file, and the vacuum retention (days)."""
+    spec = None
+    if Path(cluster_file).is_file():
+        from runner.lab.cluster import load_cluster
+
+        cluster = load_cluster(cluster_file)
+        spec = cluster.spec.store
+        root = store if store is not None else cluster.store_root()
+    else:
+        root = store if store is not None else "results"
+    options = spec.storage_options if spec is not None else {}
+    return Store(root, storage_options=options), spec.vacuum_retention_days if spec else maintain.DEFAULT_RETENTION_DAYS
+
+
+class _locked:
+    """The sweep lock, on a local store (an object store has no flock: Delta's commit protocol is
+    what keeps concurrent writers apart there)."""
+
+    def __init__(self, store: Store, action: str) -> None:
+        self.lock = SweepLock(store.root, run_id=new_run_id(), plan=f"store {action}") if store.local else None
+
+    def __enter__(self) -> None:
+        if self.lock is not None:
+            self.lock.acquire()
+
+    def __exit__(self, *exc) -> None:
+        if self.lock is not None:
+            self.lock.release()
+
+
+def _check(store: Store) -> int:
+    state = maintain.check(store)
+    rows = [{"table": t.name, "version": t.version, "files": t.files, "rows": t.rows,
+             "MiB": round(t.bytes / 2**20, 3)} for t in state.tables]
+    print(format_table(rows, title=f"store {store.uri}: {len(rows)} table(s)"))
+    for table in state.tables:
+        for path, why in table.unreadable:
+            print(f"unreadable: {path}: {why}")
+    for name in state.strays:
+        print(f"stray: tables/{name} is not a store table (readers skip it)")
+    if state.legacy:
+        migrated = "jobs" in [t.name for t in state.tables]
+        print(f"older layout at the root: {', '.join(state.legacy)} "
+              + ("(migrated: remove them once you no longer need them)" if migrated
+                 else "(not migrated: run `labprobe store migrate`)"))
+    return 0 if state.ok else 1
+
+
+def _compact(store: Store) -> None:
+    done = maintain.compact(store)
+    rows = [{"table": name, "files_removed": m["files_removed"], "files_added": m["files_added"]}
+            for name, m in done.items()]
+    print(format_table(rows, title=f"store {store.uri}: compacted and checkpointed"))
+
+
+def _vacuum(store: Store, retention_days: float, dry_run: bool) -> None:
+    done = maintain.vacuum(store, retention_days, dry_run=dry_run)
+    verb = "would delete" if dry_run else "deleted"
+    print(f"store {store.uri}: {verb} {sum(map(len, done.values()))} file(s) no version of the last "
+          f"{retention_days:g} day(s) needs")
+    for name, files in done.items():
+        if files:
+            print(f"  {name}: {len(files)}")
+
+
+def _migrate(store: Store) -> None:
+    if not store.local:
+        raise InputError(f"--store: migrate reads the older layout from a local directory, not {store.uri}")
+    if not legacy_tables(store.root):
+        raise InputError(f"store {store.root}: no tables of the older layout (jobs/host=.../) to migrate")
+    report = migrate(store)
+    rows = [{"table": name, "files": report.files[name], "rows_added": report.rows[name]} for name in report.rows]
+    print(format_table(rows, title=f"store {store.root}: migrated into {store.root}/tables"))
+    for path, why in report.skipped:
+        print(f"skipped: {path}: {why}")
+    print("the older files are left in place; remove them when you no longer need them")

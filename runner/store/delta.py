@@ -1,0 +1,130 @@
+"""The store's Delta Lake tables through delta-rs (`deltalake`): where they live, append, read.
+
+A store root is a local directory or an object-store URL delta-rs supports (`s3://`, `gs://`,
+`az://`, `abfss://`, ...). Its tables live under `<root>/tables/<name>/` (`jobs`, and
+`<probe>.<table>` per probe table), each a Delta table: data files plus the `_delta_log/` that says
+which files are the table. A file not in the log (a stray, a writer's half-written file, a file of
+the older hive layout) is never read: that is how stray files stop breaking reads.
+
+Errors: a write the table refuses (a column whose type cannot merge) is `StoreError`; a file the
+log references but that cannot be read (corrupt, missing) is `CorruptStoreError`, an InputError
+naming the file, so every command reports it in one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pa_fs
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.fs import DeltaStorageHandler
+
+from probes.result import InputError
+
+log = logging.getLogger("labprobe.store")
+
+TABLES = "tables"
+"""Folder of the root that holds the Delta tables (the older hive layout used the root itself)."""
+_URL = re.compile(r"^([a-z][a-z0-9+.-]*):/+(.+)$")
+TARGET_FILE_BYTES = 32 * 2**20
+"""Compaction target: files above it are left alone, so a nightly compaction rewrites only the
+recent small files, not the whole table (a year of one table stays a few files)."""
+
+
+class StoreError(RuntimeError):
+    """A write the store refuses: a rewrite of a stored job, or rows the table cannot take."""
+
+
+class CorruptStoreError(InputError):
+    """A file the table's log references cannot be read (corrupt or missing)."""
+
+
+def location(root: str | Path) -> tuple[str, bool]:
+    """(uri for delta-rs, is it a local directory). `s3://b/x`, also as `Path` mangles it (`s3:/b/x`)."""
+    text = str(root)
+    match = _URL.match(text)
+    if match and match.group(1) != "file":
+        return f"{match.group(1)}://{match.group(2)}", False
+    if match:  # file:///abs/path
+        text = "/" + match.group(2).lstrip("/")
+    return str(Path(text).expanduser().absolute()), True
+
+
+def join(uri: str, *parts: str) -> str:
+    return "/".join([uri.rstrip("/"), *parts])
+
+
+def open_table(uri: str, options: dict[str, str] | None) -> DeltaTable | None:
+    """The table at `uri`, or None when there is none yet."""
+    try:
+        return DeltaTable(uri, storage_options=options or None)
+    except TableNotFoundError:
+        return None
+    except (DeltaError, OSError) as exc:
+        raise CorruptStoreError(f"table {uri}: its log cannot be read: {_short(exc)}") from None
+
+
+def append(target: DeltaTable | str, data: pa.Table, options: dict[str, str] | None) -> None:
+    """One commit adding `data` (to a table, or creating it at a uri); a new column merges into the
+    table's schema (older rows read null)."""
+    uri = target.table_uri if isinstance(target, DeltaTable) else target
+    try:
+        write_deltalake(target, data, mode="append", schema_mode="merge", storage_options=options or None)
+    except Exception as exc:  # delta-rs raises plain Exception for a cast it cannot make
+        raise StoreError(f"table {uri}: rows refused: {_short(exc)}") from None
+
+
+def read(table: DeltaTable, *, columns: list[str] | None = None, filters: Any = None) -> pa.Table:
+    """The table's rows (one snapshot: the version the DeltaTable was loaded at)."""
+    try:
+        return table.to_pyarrow_dataset().to_table(columns=columns, filter=filters)
+    except Exception as exc:  # delta-rs' file system raises more than OSError: find the file, name it
+        bad = unreadable_files(table)
+        if not bad:
+            raise CorruptStoreError(f"table {table.table_uri} cannot be read: {_short(exc)}") from exc
+        more = f" (and {len(bad) - 1} more: labprobe store check lists them)" if len(bad) > 1 else ""
+        raise CorruptStoreError(f"table {table.table_uri}: file {bad[0][0]} is referenced by the log "
+                                f"but cannot be read ({bad[0][1]}){more}") from exc
+
+
+def unreadable_files(table: DeltaTable) -> list[tuple[str, str]]:
+    """(file, why) for every live file that cannot be read whole (missing, truncated, corrupt)."""
+    fs = table_filesystem(table)
+    bad = []
+    for path in table.get_add_actions(flatten=True).column("path").to_pylist():
+        try:
+            with fs.open_input_file(path) as handle:
+                pq.read_table(handle)
+        except Exception as exc:  # noqa: BLE001: whatever the reason, this file is not readable
+            bad.append((join(table.table_uri, path), _short(exc, 160)))
+    return bad
+
+
+def table_filesystem(table: DeltaTable) -> pa_fs.FileSystem:
+    return pa_fs.PyFileSystem(DeltaStorageHandler.from_table(table._table, table._storage_options,
+                                                              table._table.get_add_file_sizes()))
+
+
+def list_dirs(uri: str, options: dict[str, str] | None, local: bool) -> list[str]:
+    """Names of the folders directly under `uri` (empty when it does not exist)."""
+    if local:
+        path = Path(uri)
+        return sorted(p.name for p in path.iterdir() if p.is_dir()) if path.is_dir() else []
+    fs = pa_fs.PyFileSystem(DeltaStorageHandler(uri, options or None))
+    infos = fs.get_file_info(pa_fs.FileSelector("", allow_not_found=True))
+    return sorted(i.base_name for i in infos if i.type == pa_fs.FileType.Directory)
+
+
+def is_table(uri: str, options: dict[str, str] | None) -> bool:
+    return DeltaTable.is_deltatable(uri, storage_options=options or None)
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[:limit] + "..."
