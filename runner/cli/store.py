@@ -88,8 +88,11 @@ class _locked:
 def _check(store: Store) -> int:
     state = maintain.check(store)
     rows = [{"table": t.name, "version": t.version, "files": t.files, "rows": t.rows,
-             "MiB": round(t.bytes / 2**20, 3)} for t in state.tables]
+             "MiB": round(t.bytes / 2**20, 3), "other files": t.other_files} for t in state.tables]
     print(format_table(rows, title=f"store {store.uri}: {len(rows)} table(s)"))
+    if any(t.other_files for t in state.tables):
+        print("other files: not in the tables' current version (older versions kept for time travel, "
+              "or strays): never read; `labprobe store vacuum` deletes those past the retention")
     for table in state.tables:
         for path, why in table.unreadable:
             print(f"unreadable: {path}: {why}")

@@ -12,7 +12,6 @@ directory holding the yaml, so the file means the same thing from any working di
 from __future__ import annotations
 
 import dataclasses
-import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +30,7 @@ from runner.lab.budget import BudgetSpec, with_budget
 from runner.lab.names import path_name_errors
 from runner.lab.probe_config import build_probe_config, field_error_line
 from runner.lab.safe_yaml import read_yaml
+from runner.lab.store_spec import StoreSpec
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 """Checkpoint and corpus names become Parquet partition values: keep them plain."""
@@ -59,25 +59,6 @@ def _keyed(lines: list[str]) -> list[Problem]:
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class StoreSpec(_Model):
-    root: str = "./results"
-    """The store's root: a directory (relative to the cluster file's directory) or an object-store
-    URL delta-rs supports (`s3://bucket/labprobe`, `gs://...`, `az://...`, `abfss://...`)."""
-    storage_options: dict[str, str] = {}
-    """For a URL root: delta-rs storage options (region, endpoint, credentials; e.g. `aws_region`,
-    `aws_conditional_put: etag` for safe concurrent S3 commits). Unset keys come from the environment
-    (AWS_*, GOOGLE_*, AZURE_* variables)."""
-    vacuum_retention_days: float = Field(7.0, ge=0)
-    """`labprobe store vacuum` keeps every file a table version of the last N days needs (time travel)."""
-
-    def location(self, base: Path) -> Path | str:
-        """The root: a URL as written, a path resolved against `base` (the cluster file's directory)."""
-        if re.match(r"^[a-z][a-z0-9+.-]*://", self.root) and not self.root.startswith("file://"):
-            return self.root
-        path = Path(self.root.removeprefix("file://")).expanduser()
-        return path if path.is_absolute() else (base / path).resolve()
 
 
 class RaySpec(_Model):

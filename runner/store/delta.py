@@ -101,7 +101,7 @@ def unreadable_files(table: DeltaTable) -> list[tuple[str, str]]:
         try:
             with fs.open_input_file(path) as handle:
                 pq.read_table(handle)
-        except Exception as exc:  # noqa: BLE001: whatever the reason, this file is not readable
+        except Exception as exc:  # noqa: BLE001 (whatever the reason, this file is not readable)
             bad.append((join(table.table_uri, path), _short(exc, 160)))
     return bad
 

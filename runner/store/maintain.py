@@ -28,6 +28,9 @@ class TableState:
     rows: int
     bytes: int
     unreadable: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    other_files: int | None = None
+    """Files in the table's folder that its current version does not use: older versions' (time
+    travel, until vacuum) and strays (never read). None on an object store (not listed)."""
 
 
 @dataclasses.dataclass
@@ -55,8 +58,16 @@ def check(store) -> Check:
         states.append(TableState(name=name, version=table.version(), files=actions.num_rows,
                                  rows=sum(r or 0 for r in rows),
                                  bytes=sum(actions.column("size_bytes").to_pylist()),
-                                 unreadable=delta.unreadable_files(table)))
+                                 unreadable=delta.unreadable_files(table),
+                                 other_files=_other_files(store, name, table) if store.local else None))
     return Check(tables=states, strays=strays, legacy=legacy_tables(store.root) if store.local else [])
+
+
+def _other_files(store, name: str, table) -> int:
+    folder = store.root / delta.TABLES / name
+    live = {str(folder / p) for p in table.get_add_actions(flatten=True).column("path").to_pylist()}
+    files = [p for p in folder.rglob("*") if p.is_file() and "_delta_log" not in p.relative_to(folder).parts]
+    return sum(str(p) not in live for p in files)
 
 
 def compact(store) -> dict[str, dict[str, int]]:

@@ -82,8 +82,9 @@ def _read(path: Path, name: str, report: Migration) -> pa.Table | None:
     """The file's rows with host and checkpoint from its folders; None (and why) if not a store file."""
     try:
         table = pq.read_table(path)
-    except (OSError, pa.ArrowException) as exc:
-        report.skipped.append((str(path), f"unreadable: {delta._short(exc, 120)}"))
+    except (OSError, pa.ArrowException):
+        report.skipped.append((str(path), "unreadable as Parquet (" + ("empty)" if path.stat().st_size == 0
+                                                                       else "corrupt or not Parquet)")))
         return None
     needed = NEEDED.get(name, NEEDED_ROWS)
     missing = [c for c in needed if c not in table.column_names]

@@ -43,8 +43,18 @@ from probes.result import InputError, ProbeResult, _jsonable, config_to_dict
 from runner.store import delta
 from runner.store.delta import CorruptStoreError, StoreError
 
-__all__ = ["CorruptStoreError", "JOB", "JOB_COLUMNS", "JobKey", "KEY_COLUMNS", "SLOT", "STATUSES", "Store",
-           "StoreError", "latest"]
+__all__ = [
+    "JOB",
+    "JOB_COLUMNS",
+    "KEY_COLUMNS",
+    "SLOT",
+    "STATUSES",
+    "CorruptStoreError",
+    "JobKey",
+    "Store",
+    "StoreError",
+    "latest",
+]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -149,30 +159,26 @@ class Store:
             self._written[(name, run_id)] = ids
         return self._written[(name, run_id)]
 
-    def _key_columns(self, key: JobKey) -> dict[str, Any]:
-        return dataclasses.asdict(key)
-
     def write_table(self, key: JobKey, table: str, rows: list[dict[str, Any]]) -> str | None:
         """One probe table of one job, one commit; None when there are no rows (nothing to write)."""
         if not rows:
             return None
-        keys = self._key_columns(key)
-        # A row's own column named like a key (a probe's own `host`, say) must neither be
-        # overwritten by the key nor shadow it: it is kept as `row_<name>`.
-        data = [{**keys, **{(f"row_{k}" if k in KEY_COLUMNS else k): _cell(v) for k, v in row.items()}}
-                for row in rows]
-        return self._append(f"{key.probe}.{table}", key, pa.Table.from_pylist(data))
+        return self._append(f"{key.probe}.{table}", key, pa.Table.from_pylist(table_records(key, rows)))
 
     def write_job(self, key: JobKey, *, status: str, reason: str = "", started_at: datetime,
                   wall_s: float, summary: dict, config: dict, env: dict, plan: str = "") -> str:
         """The job's row, one commit: once it is in, the job's tables count as stored."""
-        assert status in STATUSES, status
-        row = {**self._key_columns(key), "status": status, "reason": reason,
-               "started_at": started_at, "wall_s": float(wall_s),
-               "summary_json": json.dumps(_jsonable(summary), sort_keys=True),
-               "config_json": json.dumps(_jsonable(config), sort_keys=True),
-               "env_json": json.dumps(_jsonable(env), sort_keys=True), "plan": plan}
+        row = job_record(key, status=status, reason=reason, started_at=started_at, wall_s=wall_s,
+                         summary=summary, config=config, env=env, plan=plan)
         return self._append("jobs", key, pa.Table.from_pylist([row]))
+
+    def write_rows(self, name: str, records: list[dict[str, Any]]) -> None:
+        """Many jobs' records (from `table_records`/`job_record`) in one commit: bulk loads only
+        (benchmarks, imports), which take on themselves the order (tables, then jobs) and the
+        never-twice rule that write_table/write_job keep per job."""
+        self.check_layout()
+        delta.append(self.table_uri(name), pa.Table.from_pylist(records), self.storage_options)
+        self._writers.pop(name, None)
 
     def write_artifacts(self, key: JobKey, files: dict[str, str]) -> str:
         """Raw evidence as plain files under artifacts/<job_id>/<run_id>/ (never rewritten)."""
@@ -293,6 +299,24 @@ class Store:
         if what not in self._warned:
             self._warned.add(what)
             delta.log.warning(message)
+
+
+def table_records(key: JobKey, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A probe table's rows as stored: the key columns, then the row's own (a row column named like
+    a key, a probe's own `host` say, neither overwrites nor shadows it: it is kept as `row_<name>`)."""
+    keys = dataclasses.asdict(key)
+    return [{**keys, **{(f"row_{k}" if k in KEY_COLUMNS else k): _cell(v) for k, v in row.items()}}
+            for row in rows]
+
+
+def job_record(key: JobKey, *, status: str, reason: str = "", started_at: datetime, wall_s: float,
+               summary: dict, config: dict, env: dict, plan: str = "") -> dict[str, Any]:
+    """A job row as stored."""
+    assert status in STATUSES, status
+    return {**dataclasses.asdict(key), "status": status, "reason": reason, "started_at": started_at,
+            "wall_s": float(wall_s), "summary_json": json.dumps(_jsonable(summary), sort_keys=True),
+            "config_json": json.dumps(_jsonable(config), sort_keys=True),
+            "env_json": json.dumps(_jsonable(env), sort_keys=True), "plan": plan}
 
 
 def _publish(tmp: Path, path: Path) -> None:

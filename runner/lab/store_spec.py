@@ -1,0 +1,32 @@
+"""The `store:` block of cluster.yaml: where the store lives and how it is kept."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+URL = re.compile(r"^[a-z][a-z0-9+.-]*://")
+
+
+class StoreSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    root: str = "./results"
+    """The store's root: a directory (relative to the cluster file's directory) or an object-store
+    URL delta-rs supports (`s3://bucket/labprobe`, `gs://...`, `az://...`, `abfss://...`)."""
+    storage_options: dict[str, str] = {}
+    """For a URL root: delta-rs storage options (region, endpoint, credentials; e.g. `aws_region`,
+    or `aws_conditional_put: etag` for safe concurrent commits on S3). Options not given here come
+    from the environment (AWS_*, GOOGLE_*, AZURE_* variables), as delta-rs reads them."""
+    vacuum_retention_days: float = Field(7.0, ge=0)
+    """`labprobe store vacuum` keeps every file a table version of the last N days needs: N days of
+    time travel, and of safety for a reader that opened an older version."""
+
+    def location(self, base: Path) -> Path | str:
+        """The root: a URL as written, a path resolved against `base` (the cluster file's directory)."""
+        if URL.match(self.root) and not self.root.startswith("file://"):
+            return self.root
+        path = Path(self.root.removeprefix("file://")).expanduser()
+        return path if path.is_absolute() else (base / path).resolve()
