@@ -126,5 +126,7 @@ def is_table(uri: str, options: dict[str, str] | None) -> bool:
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:
-    text = " ".join(str(exc).split())
+    """The message's first line (delta-rs appends a Rust backtrace), cut to `limit` characters."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    text = " ".join(lines[0].split())
     return text if len(text) <= limit else text[:limit] + "..."

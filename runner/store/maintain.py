@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 
+from deltalake import WriterProperties
+
 from runner.store import delta
 from runner.store.migrate import legacy_tables
 
 DEFAULT_RETENTION_DAYS = 7.0
+ROW_GROUP_ROWS = 16_384
+"""Rows per Parquet row group of compacted files: small enough that a read of the newest runs
+skips the older row groups by their run_id statistics (runner/store/store.py's `_only`)."""
 
 
 @dataclasses.dataclass
@@ -76,7 +81,8 @@ def compact(store) -> dict[str, dict[str, int]]:
     out = {}
     for name in store.table_names():
         table = store.table(name)
-        metrics = table.optimize.compact(target_size=delta.TARGET_FILE_BYTES)
+        metrics = table.optimize.compact(target_size=delta.TARGET_FILE_BYTES,
+                                         writer_properties=WriterProperties(max_row_group_size=ROW_GROUP_ROWS))
         removed, added = int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0))
         if removed:
             table.create_checkpoint()

@@ -88,14 +88,41 @@ SLOT = ("probe", "host", "checkpoint", "config_hash")
 ORDER = ("finished_at", "run_id")
 """Newest last; run ids start with their UTC start time, so they break finished_at ties."""
 _IDS = ["job_id", "run_id"]
+PUSHDOWN_JOBS = 5000
+"""Up to this many jobs given to `read`, their ids filter the table while it is read."""
 
 
 def latest(jobs: pd.DataFrame, by: tuple[str, ...] = JOB) -> pd.DataFrame:
-    """The latest run of each job (`by`=JOB) or slot (`by`=SLOT): its newest job row."""
+    """The latest run of each job (`by`=JOB) or slot (`by`=SLOT): its newest job row, oldest first."""
     if jobs.empty:
         return jobs.reset_index(drop=True)
-    ordered = jobs.sort_values(list(ORDER), kind="stable")
-    return ordered.drop_duplicates(list(by), keep="last").reset_index(drop=True)
+    keys = pa.table({c: pa.array(jobs[c]) for c in (*by, *ORDER)})
+    picked = jobs.iloc[latest_indices(keys, by).to_numpy()]
+    return picked.sort_values(list(ORDER), kind="stable").reset_index(drop=True)
+
+
+def latest_indices(rows: pa.Table, by: tuple[str, ...] = JOB) -> pa.Array:
+    """Row numbers of `latest`'s rows, computed in Arrow (a year of job rows in tens of ms): sort by
+    (by..., finished_at, run_id), keep each group's last row. Strings of `by` are sorted as their
+    dictionary codes: only equality matters for grouping."""
+    if rows.num_rows == 0:
+        return pa.array([], pa.uint64())
+    codes = {c: _codes(rows.column(c)) for c in by}
+    keyed = pa.table({**{f"k{i}": codes[c] for i, c in enumerate(by)}, **{c: rows.column(c) for c in ORDER}})
+    order = pc.sort_indices(keyed, sort_keys=[(c, "ascending") for c in keyed.column_names])
+    last = pa.array([False] * (rows.num_rows - 1) + [True])  # the last row ends its group
+    for c in by:
+        column = codes[c].take(order)
+        differs = pc.fill_null(pc.not_equal(column.slice(0, len(column) - 1), column.slice(1)), True)
+        last = pc.or_(last, pa.concat_arrays([differs, pa.array([True])]))
+    return order.filter(last)
+
+
+def _codes(column: pa.ChunkedArray) -> pa.Array:
+    column = column.combine_chunks()
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        return pc.dictionary_encode(column).indices
+    return column
 
 
 class Store:
@@ -248,34 +275,54 @@ class Store:
         their rows are kept, so a caller reading several tables reads the jobs table once, first.
         `filters`: a pyarrow.dataset expression.
         """
-        if name != "jobs" and jobs is None:
-            jobs = self._read("jobs", columns=_IDS)  # first: every job row seen has its tables in
-        wanted = None if columns is None or name == "jobs" else list(dict.fromkeys([*columns, *_IDS]))
-        frame = self._read(name, columns=wanted if name != "jobs" else columns, filters=filters)
-        if name != "jobs" and not frame.empty:
+        if name == "jobs":
+            return self._read("jobs", columns=columns, filters=filters).to_pandas()
+        if jobs is None:
+            jobs = self._read("jobs", columns=_IDS).to_pandas()  # first: every job row seen has its tables in
+        elif len(jobs) <= PUSHDOWN_JOBS:  # a few jobs (the newest per slot): filter while reading
+            filters = _only(jobs, filters)
+        wanted = None if columns is None else list(dict.fromkeys([*columns, *_IDS]))
+        frame = self._read(name, columns=wanted, filters=filters).to_pandas()
+        if not frame.empty:
             keep = pd.MultiIndex.from_frame(frame[_IDS]).isin(pd.MultiIndex.from_frame(jobs[_IDS]))
             frame = frame[keep].reset_index(drop=True)
         return frame if columns is None else frame[list(columns)]
 
-    def _read(self, name: str, *, columns: list[str] | None = None, filters: Any = None) -> pd.DataFrame:
-        table = self.table(name)
+    def _read(self, name: str, *, columns: list[str] | None = None, filters: Any = None,
+              table: DeltaTable | None = None) -> pa.Table:
+        """`table`: the table already opened (one snapshot for several reads)."""
+        table = table or self.table(name)
         if table is None:
-            return pd.DataFrame(columns=list(columns or (JOB_COLUMNS if name == "jobs" else KEY_COLUMNS)))
+            names = list(columns or (JOB_COLUMNS if name == "jobs" else KEY_COLUMNS))
+            return pa.table({c: pa.array([], pa.string()) for c in names})
         if columns is not None:
             have = {f.name for f in table.schema().fields}
             missing = [c for c in columns if c not in have]
             if missing:
                 raise InputError(f"store {self.uri}: table {name} has no column {missing[0]!r}")
-        return delta.read(table, columns=columns, filters=filters).to_pandas()
+        return delta.read(table, columns=columns, filters=filters)
 
     def jobs(self, *, columns: list[str] | None = None, probe: str | None = None) -> pd.DataFrame:
         return self.read("jobs", columns=columns, filters=None if probe is None else pc.field("probe") == probe)
 
     def latest_jobs(self, probe: str | None = None, *, by: tuple[str, ...] = JOB,
                     columns: list[str] | None = None) -> pd.DataFrame:
-        """The latest run of each job (or slot: `by`=SLOT), of one probe or all."""
-        wanted = None if columns is None else list(dict.fromkeys([*columns, *by, *ORDER]))
-        return latest(self.jobs(columns=wanted, probe=probe), by)
+        """The latest run of each job (or slot: `by`=SLOT), of one probe or all (`latest`'s rule).
+        Every row's keys are read; the JSON columns (most of the bytes) only for the latest rows."""
+        table = self.table("jobs")
+        have = [f.name for f in table.schema().fields] if table is not None else list(JOB_COLUMNS)
+        wanted = have if columns is None else list(columns)
+        first = list(dict.fromkeys([*by, *ORDER, *_IDS, *(c for c in wanted if not c.endswith("_json"))]))
+        where = None if probe is None else pc.field("probe") == probe
+        rows = self._read("jobs", columns=first, filters=where, table=table)
+        newest = rows.take(latest_indices(rows, by)).to_pandas()
+        rest = [c for c in wanted if c not in first]
+        if rest and not newest.empty:
+            more = self._read("jobs", columns=[*_IDS, *rest], filters=_only(newest, where), table=table)
+            newest = newest.merge(more.to_pandas().drop_duplicates(_IDS), on=_IDS, how="left")
+        newest = newest.reindex(columns=list(dict.fromkeys([*newest.columns, *rest])))  # none: empty columns
+        newest = newest.sort_values(list(ORDER), kind="stable").reset_index(drop=True)
+        return newest if columns is None else newest[list(dict.fromkeys([*columns, *by, *ORDER]))]
 
     def done_job_ids(self) -> set[str]:
         """Jobs whose latest run is ok: what a sweep skips."""
@@ -299,6 +346,18 @@ class Store:
         if what not in self._warned:
             self._warned.add(what)
             delta.log.warning(message)
+
+
+def _only(jobs: pd.DataFrame, filters: Any = None) -> Any:
+    """A read filter keeping (a superset of) these jobs' rows. The run_id range lets Parquet
+    statistics skip row groups of older runs (compacted files keep commit order, and run ids
+    begin with their UTC start), so reading the newest jobs' rows costs little however old the store."""
+    if jobs.empty:
+        return filters
+    runs = jobs["run_id"].astype(str)
+    only = ((pc.field("run_id") >= runs.min()) & pc.field("run_id").isin(pa.array(runs.unique(), pa.string()))
+            & pc.field("job_id").isin(pa.array(jobs["job_id"].astype(str).unique(), pa.string())))
+    return only if filters is None else filters & only
 
 
 def table_records(key: JobKey, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -142,3 +142,14 @@ def test_a_corrupt_file_the_log_references_is_one_line_naming_it_exit_2(tmp_path
     assert len(err.strip().splitlines()) == 1 and jobs_file.name in err and "Traceback" not in err, err
     with pytest.raises(Exception, match=jobs_file.name):
         store.done_job_ids()
+
+
+def test_a_corrupt_log_is_one_line_naming_the_table_exit_2(tmp_path, capsys):
+    proc = writer(tmp_path, 0, 10, 2, stdout=subprocess.DEVNULL)
+    assert proc.wait(120) == 0
+    newest = sorted((tmp_path / "tables" / "jobs" / "_delta_log").glob("*.json"))[-1]
+    newest.write_text("garbage{")
+    for argv in (["compare", "--probe", "carrier"], ["store", "check"]):
+        assert cli.main([*argv, "--store", str(tmp_path), "--cluster", str(tmp_path / "none.yaml")]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "tables/jobs: its log cannot be read" in err, err
