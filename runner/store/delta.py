@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pa_fs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
@@ -74,10 +75,29 @@ def append(target: DeltaTable | str, data: pa.Table, options: dict[str, str] | N
     """One commit adding `data` (to a table, or creating it at a uri); a new column merges into the
     table's schema (older rows read null)."""
     uri = target.table_uri if isinstance(target, DeltaTable) else target
+    table = target if isinstance(target, DeltaTable) else open_table(target, options)
+    if table is not None:
+        data = fit(data, pa.schema(table.schema().to_arrow()), uri)
     try:
-        write_deltalake(target, data, mode="append", schema_mode="merge", storage_options=options or None)
-    except Exception as exc:  # delta-rs raises plain Exception for a cast it cannot make
+        write_deltalake(table or uri, data, mode="append", schema_mode="merge", storage_options=options or None)
+    except Exception as exc:  # noqa: BLE001 (delta-rs raises plain Exception for a cast it cannot make)
         raise StoreError(f"table {uri}: rows refused: {_short(exc)}") from None
+
+
+def fit(data: pa.Table, schema: pa.Schema, uri: str) -> pa.Table:
+    """`data` with each column the table already has cast to the table's type, refusing a lossy
+    cast (delta-rs would silently store 2.5 as 2 in an integer column)."""
+    for i, field in enumerate(data.schema):
+        if field.name not in schema.names:
+            continue
+        want = schema.field(field.name).type
+        if field.type != want and not pa.types.is_null(want):  # a null column takes any type: merge
+            try:
+                data = data.set_column(i, field.with_type(want), pc.cast(data.column(i), want, safe=True))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise StoreError(f"table {uri}: column {field.name!r} holds {field.type} values the table's "
+                                 f"{want} cannot take without loss ({_short(exc, 120)})") from None
+    return data
 
 
 def read(table: DeltaTable, *, columns: list[str] | None = None, filters: Any = None) -> pa.Table:
