@@ -44,7 +44,9 @@ ENV = {"python": "3.11.7", "torch": "2.13.0+cu130", "transformers": "5.24.0", "p
        "hostname": "gx10.lab.example", "cpu": "AMD EPYC 9354 32-Core Processor", "ram_gib": 503.4}
 CONFIG = {"checkpoint": "/models/qwen3-4b-base", "seq_len": 4096, "batch_size": 4, "lora_rank": 32,
           "lora_alpha": 64.0, "steps": 20, "warmup": 3, "precision": "bf16", "harness": "mytrainer.train"}
-T0 = datetime(2026, 1, 1, 1, 0, tzinfo=timezone.utc)
+T0 = datetime.now(timezone.utc).replace(hour=1, minute=0, second=0, microsecond=0) - timedelta(days=731)
+"""The first simulated night: two years ago, so the second year ends today (the log retention works
+on file dates)."""
 
 
 def night_records(night: int, hosts: int, checkpoints: int) -> tuple[list[dict], list[dict]]:
@@ -73,10 +75,12 @@ def night_records(night: int, hosts: int, checkpoints: int) -> tuple[list[dict],
 def build(store: Store, first: int, nights: int, hosts: int, checkpoints: int) -> float:
     t0 = time.perf_counter()
     for night in range(first, first + nights):
+        started = time.time()
         rows, jobs = night_records(night, hosts, checkpoints)
         store.write_rows("carrier.carriers", rows)
         store.write_rows("jobs", jobs)  # last, as a sweep commits each job's row after its tables
         store.compact()
+        age_log(store, started, T0 + timedelta(days=night))
         if night % 30 == 29:
             from runner.store.maintain import vacuum
 
@@ -84,6 +88,20 @@ def build(store: Store, first: int, nights: int, hosts: int, checkpoints: int) -
         if night % 73 == 72:
             print(f"  night {night + 1}: {time.perf_counter() - t0:.0f} s", flush=True)
     return time.perf_counter() - t0
+
+
+def age_log(store: Store, since: float, when: datetime) -> None:
+    """Date the log files this night wrote to its simulated date, so the log retention (7 days) drops
+    old ones as it would over a real year: every commit lists the log, its size is part of the cost."""
+    stamp = when.timestamp()
+    for folder in (store.root / "tables").glob("*/_delta_log"):
+        for path in folder.iterdir():
+            if path.stat().st_mtime >= since and path.name != "_last_checkpoint":
+                os.utime(path, (stamp, stamp))
+
+
+def log_files(root: Path) -> int:
+    return len(list((root / "tables" / "jobs" / "_delta_log").iterdir()))
 
 
 def timed(fn, repeat: int) -> list[float]:
@@ -98,7 +116,7 @@ def timed(fn, repeat: int) -> list[float]:
 def measure(root: Path, night: int, hosts: int, checkpoints: int) -> dict:
     from runner.analysis.compare import JOB_READ_COLUMNS
 
-    figures = {"load_1min": os.getloadavg()[0]}
+    figures = {"load_1min": os.getloadavg()[0], "jobs_log_files": log_files(root)}
     done = timed(lambda: Store(root).done_job_ids(), 5)
     figures["done_set_s"] = statistics.median(done)
     figures["done_jobs"] = len(Store(root).done_job_ids())
@@ -137,18 +155,18 @@ def per_job_commits(root: Path, night: int, hosts: int, checkpoints: int, num: i
         walls.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
     rest = walls[1:]
-    return {"first_job_commit_s": walls[0], "per_job_commit_median_s": statistics.median(rest),
+    return {"jobs_log_files_after": log_files(root), "first_job_commit_s": walls[0], "per_job_commit_median_s": statistics.median(rest),
             "per_job_commit_p90_s": sorted(rest)[int(0.9 * len(rest))], "per_job_commits": len(walls),
             "per_job_commit_cpu_median_s": statistics.median(cpus[1:])}
 
 
 def report(label: str, f: dict) -> None:
-    print(f"{label}: load {f['load_1min']:.1f}; done-set {f['done_set_s']:.3f} s ({f['done_jobs']:,} jobs done); "
+    print(f"{label}: load {f['load_1min']:.1f}; jobs log {f['jobs_log_files']} files; done-set {f['done_set_s']:.3f} s ({f['done_jobs']:,} jobs done); "
           f"latest rows {f['latest_rows_s']:.3f} s ({f['latest_rows']} rows); compare CLI {f['compare_cli_s']:.2f} s; "
           f"per-job commit median {f['per_job_commit_median_s'] * 1e3:.0f} ms, p90 "
           f"{f['per_job_commit_p90_s'] * 1e3:.0f} ms over {f['per_job_commits']} (CPU median "
           f"{f['per_job_commit_cpu_median_s'] * 1e3:.0f} ms; first of the run "
-          f"{f['first_job_commit_s'] * 1e3:.0f} ms)", flush=True)
+          f"{f['first_job_commit_s'] * 1e3:.0f} ms; jobs log {f['jobs_log_files_after']} files after)", flush=True)
 
 
 def main() -> None:
@@ -167,6 +185,9 @@ def main() -> None:
 
     print(f"python {sys.version.split()[0]}, deltalake {deltalake.__version__}, pyarrow {pyarrow.__version__}, "
           f"pandas {pandas.__version__}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
+    global T0
+    T0 = datetime.now(timezone.utc).replace(hour=1, minute=0, second=0, microsecond=0) - timedelta(
+        days=2 * args.nights + 1)
     tmp = Path(tempfile.mkdtemp()) if args.root is None else args.root
     root = tmp / "store"
     per_night = args.hosts * args.checkpoints

@@ -38,6 +38,13 @@ TARGET_FILE_BYTES = 32 * 2**20
 recent small files, not the whole table (a year of one table stays a few files)."""
 
 
+RETENTION = "interval 7 days"
+TABLE_CONFIG = {"delta.logRetentionDuration": RETENTION, "delta.deletedFileRetentionDuration": RETENTION}
+"""A new table keeps 7 days of log (time travel), as vacuum keeps 7 days of files by default. Every
+commit lists the log folder, so a log kept 30 days (Delta's default) of 200 commits a night would
+make each commit several times slower."""
+
+
 class StoreError(RuntimeError):
     """A write the store refuses: a rewrite of a stored job, or rows the table cannot take."""
 
@@ -78,8 +85,10 @@ def append(target: DeltaTable | str, data: pa.Table, options: dict[str, str] | N
     table = target if isinstance(target, DeltaTable) else open_table(target, options)
     if table is not None:
         data = fit(data, pa.schema(table.schema().to_arrow()), uri)
+    config = None if table is not None else TABLE_CONFIG
     try:
-        write_deltalake(table or uri, data, mode="append", schema_mode="merge", storage_options=options or None)
+        write_deltalake(table or uri, data, mode="append", schema_mode="merge", storage_options=options or None,
+                        configuration=config)
     except Exception as exc:  # noqa: BLE001 (delta-rs raises plain Exception for a cast it cannot make)
         raise StoreError(f"table {uri}: rows refused: {_short(exc)}") from None
 

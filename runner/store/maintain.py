@@ -86,7 +86,7 @@ def compact(store) -> dict[str, dict[str, int]]:
         removed, added = int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0))
         if removed:
             table.create_checkpoint()
-            table.cleanup_metadata()  # log files past the log retention (30 days), never data
+            table.cleanup_metadata()  # log files past the log retention (7 days by default), never data
         out[name] = {"files_removed": removed, "files_added": added}
     return out
 
@@ -97,6 +97,9 @@ def vacuum(store, retention_days: float = DEFAULT_RETENTION_DAYS, *, dry_run: bo
     out = {}
     for name in store.table_names():
         table = store.table(name)
+        keep = f"interval {hours} hours"  # the log keeps as long: time travel needs both
+        if not dry_run and table.metadata().configuration.get("delta.logRetentionDuration") != keep:
+            table.alter.set_table_properties({"delta.logRetentionDuration": keep})
         out[name] = table.vacuum(retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False,
                                  full=True)
     return out
