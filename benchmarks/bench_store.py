@@ -160,6 +160,16 @@ def per_job_commits(root: Path, night: int, hosts: int, checkpoints: int, num: i
             "per_job_commit_cpu_median_s": statistics.median(cpus[1:])}
 
 
+def week_of_log(tmp: Path, hosts: int, checkpoints: int) -> dict:
+    """Per-job commits at the log's steady state: every commit lists the log folder, which holds the
+    last 7 days of per-job commits (the log retention) whatever the store's age. Seven nights of
+    per-job commits on a fresh store (no log file is older than the retention yet), then the 8th."""
+    root = tmp / "week"
+    for night in range(7):
+        per_job_commits(root, night, hosts, checkpoints, num=hosts * checkpoints)
+    return per_job_commits(root, 7, hosts, checkpoints, num=hosts * checkpoints)
+
+
 def report(label: str, f: dict) -> None:
     print(f"{label}: load {f['load_1min']:.1f}; jobs log {f['jobs_log_files']} files; done-set {f['done_set_s']:.3f} s ({f['done_jobs']:,} jobs done); "
           f"latest rows {f['latest_rows_s']:.3f} s ({f['latest_rows']} rows); compare CLI {f['compare_cli_s']:.2f} s; "
@@ -178,6 +188,8 @@ def main() -> None:
     parser.add_argument("--measure-only", type=int, metavar="NIGHTS",
                         help="measure the store already built under --root (NIGHTS nights in it), build nothing: "
                              "to measure again when the machine is quieter")
+    parser.add_argument("--week-log", action="store_true",
+                        help="only: per-job commits over a week of per-job log (the log's steady state)")
     args = parser.parse_args()
     import deltalake
     import pandas
@@ -191,6 +203,13 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp()) if args.root is None else args.root
     root = tmp / "store"
     per_night = args.hosts * args.checkpoints
+    if args.week_log:
+        f = week_of_log(tmp, args.hosts, args.checkpoints)
+        print(f"per-job commits over a week of log: load {os.getloadavg()[0]:.1f}; median "
+              f"{f['per_job_commit_median_s'] * 1e3:.0f} ms, p90 {f['per_job_commit_p90_s'] * 1e3:.0f} ms, CPU median "
+              f"{f['per_job_commit_cpu_median_s'] * 1e3:.0f} ms over {f['per_job_commits']}; jobs log "
+              f"{f['jobs_log_files_after']} files after", flush=True)
+        return
     if args.measure_only:
         figures = measure(root, args.measure_only + 1000, args.hosts, args.checkpoints)  # a night not built
         report(f"{args.measure_only} nights, measured again", figures)

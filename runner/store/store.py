@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -34,13 +33,11 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pa_fs
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
-from deltalake.fs import DeltaStorageHandler
 
 from probes.result import InputError, ProbeResult, _jsonable, config_to_dict
-from runner.store import delta
+from runner.store import artifacts, delta
 from runner.store.delta import CorruptStoreError, StoreError
 
 __all__ = [
@@ -209,31 +206,7 @@ class Store:
 
     def write_artifacts(self, key: JobKey, files: dict[str, str]) -> str:
         """Raw evidence as plain files under artifacts/<job_id>/<run_id>/ (never rewritten)."""
-        for name in files:
-            assert "/" not in name and not name.startswith("."), f"bad artifact name {name!r}"
-        if not self.local:
-            return self._write_remote_artifacts(key, files)
-        folder = self.root / "artifacts" / key.job_id / key.run_id
-        folder.mkdir(parents=True, exist_ok=True)
-        for name, text in files.items():
-            path = folder / name
-            if path.exists():
-                raise StoreError(f"{path}: already stored; the store never rewrites a file")
-            tmp = folder / f".{name}.tmp-{os.getpid()}"
-            tmp.write_text(text, encoding="utf-8")
-            _publish(tmp, path)
-        return str(folder)
-
-    def _write_remote_artifacts(self, key: JobKey, files: dict[str, str]) -> str:
-        # An object store's put is atomic (the object appears whole or not at all).
-        fs = pa_fs.PyFileSystem(DeltaStorageHandler(self.uri, self.storage_options or None))
-        folder = f"artifacts/{key.job_id}/{key.run_id}"
-        for name, text in files.items():
-            if fs.get_file_info(f"{folder}/{name}").type != pa_fs.FileType.NotFound:
-                raise StoreError(f"{self.uri}/{folder}/{name}: already stored; the store never rewrites a file")
-            with fs.open_output_stream(f"{folder}/{name}") as out:
-                out.write(text.encode("utf-8"))
-        return delta.join(self.uri, folder)
+        return artifacts.write(self, key.job_id, key.run_id, files)
 
     def write_result(self, key: JobKey, result: ProbeResult, *, started_at: datetime, wall_s: float,
                      env: dict, plan: str = "") -> None:
@@ -376,19 +349,6 @@ def job_record(key: JobKey, *, status: str, reason: str = "", started_at: dateti
             "wall_s": float(wall_s), "summary_json": json.dumps(_jsonable(summary), sort_keys=True),
             "config_json": json.dumps(_jsonable(config), sort_keys=True),
             "env_json": json.dumps(_jsonable(env), sort_keys=True), "plan": plan}
-
-
-def _publish(tmp: Path, path: Path) -> None:
-    """Move a finished temp file into place, failing (never overwriting) if `path` appeared meanwhile."""
-    try:
-        os.link(tmp, path)  # unlike rename, link refuses an existing target
-    except FileExistsError:
-        tmp.unlink()
-        raise StoreError(f"{path}: already stored; the store never rewrites a file") from None
-    except OSError:  # a filesystem without hard links: rename, after the check in the caller
-        os.replace(tmp, path)
-        return
-    tmp.unlink()
 
 
 def _cell(value: Any) -> Any:
