@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pa_fs
 import pyarrow.parquet as pq
+from pyarrow.dataset import ParquetReadOptions
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
@@ -109,10 +110,14 @@ def fit(data: pa.Table, schema: pa.Schema, uri: str) -> pa.Table:
     return data
 
 
-def read(table: DeltaTable, *, columns: list[str] | None = None, filters: Any = None) -> pa.Table:
-    """The table's rows (one snapshot: the version the DeltaTable was loaded at)."""
+def read(table: DeltaTable, *, columns: list[str] | None = None, filters: Any = None,
+         dictionary: set[str] | None = None) -> pa.Table:
+    """The table's rows (one snapshot: the version the DeltaTable was loaded at). `dictionary`:
+    string columns read as dictionary arrays (no string per row: a year of keys twice as fast)."""
+    options = ParquetReadOptions(dictionary_columns=dictionary) if dictionary else None
     try:
-        return table.to_pyarrow_dataset().to_table(columns=columns, filter=filters)
+        rows = table.to_pyarrow_dataset(parquet_read_options=options).to_table(columns=columns, filter=filters)
+        return rows.unify_dictionaries() if dictionary else rows
     except Exception as exc:  # delta-rs' file system raises more than OSError: find the file, name it
         bad = unreadable_files(table)
         if not bad:

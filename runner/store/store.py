@@ -30,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -100,22 +101,25 @@ def latest(jobs: pd.DataFrame, by: tuple[str, ...] = JOB) -> pd.DataFrame:
 
 def latest_indices(rows: pa.Table, by: tuple[str, ...] = JOB) -> pa.Array:
     """Row numbers of `latest`'s rows, computed in Arrow (a year of job rows in tens of ms): sort by
-    (by..., finished_at, run_id), keep each group's last row. Strings of `by` are sorted as their
-    dictionary codes: only equality matters for grouping."""
+    (group, finished_at, run_id), keep each group's last row. The group is one integer made of the
+    `by` columns' dictionary codes: only equality matters for grouping."""
     if rows.num_rows == 0:
         return pa.array([], pa.uint64())
-    codes = {c: _codes(rows.column(c)) for c in by}
-    keyed = pa.table({**{f"k{i}": codes[c] for i, c in enumerate(by)}, **{c: rows.column(c) for c in ORDER}})
-    order = pc.sort_indices(keyed, sort_keys=[(c, "ascending") for c in keyed.column_names])
-    last = pa.array([False] * (rows.num_rows - 1) + [True])  # the last row ends its group
+    group = pa.array(np.zeros(rows.num_rows, np.int64))
     for c in by:
-        column = codes[c].take(order)
-        differs = pc.fill_null(pc.not_equal(column.slice(0, len(column) - 1), column.slice(1)), True)
-        last = pc.or_(last, pa.concat_arrays([differs, pa.array([True])]))
-    return order.filter(last)
+        codes = _codes(rows.column(c)).cast(pa.int64())
+        width = pc.max(codes).as_py() + 1 if len(codes) else 1
+        group = pc.add(pc.multiply(group, width), codes)  # a few hundred slots: far from overflow
+    keyed = pa.table({"group": group, **{c: rows.column(c) for c in ORDER}})
+    order = pc.sort_indices(keyed, sort_keys=[(c, "ascending") for c in keyed.column_names])
+    sorted_group = group.take(order)
+    differs = pc.not_equal(sorted_group.slice(0, len(sorted_group) - 1), sorted_group.slice(1))
+    return order.filter(pa.concat_arrays([differs, pa.array([True])]))  # each group's last row
 
 
 def _codes(column: pa.ChunkedArray) -> pa.Array:
+    if pa.types.is_dictionary(column.type):  # read as dictionary: its codes, once unified across chunks
+        return column.unify_dictionaries().combine_chunks().indices
     column = column.combine_chunks()
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         return pc.dictionary_encode(column).indices
@@ -262,8 +266,8 @@ class Store:
         return frame if columns is None else frame[list(columns)]
 
     def _read(self, name: str, *, columns: list[str] | None = None, filters: Any = None,
-              table: DeltaTable | None = None) -> pa.Table:
-        """`table`: the table already opened (one snapshot for several reads)."""
+              table: DeltaTable | None = None, dictionary: set[str] | None = None) -> pa.Table:
+        """`table`: the table already opened (one snapshot for several reads); `dictionary`: see delta.read."""
         table = table or self.table(name)
         if table is None:
             names = list(columns or (JOB_COLUMNS if name == "jobs" else KEY_COLUMNS))
@@ -273,7 +277,9 @@ class Store:
             missing = [c for c in columns if c not in have]
             if missing:
                 raise InputError(f"store {self.uri}: table {name} has no column {missing[0]!r}")
-        return delta.read(table, columns=columns, filters=filters)
+        schema = pa.schema(table.schema().to_arrow()) if dictionary else pa.schema([])
+        strings = {c for c in dictionary or () if c in schema.names and pa.types.is_string(schema.field(c).type)}
+        return delta.read(table, columns=columns, filters=filters, dictionary=strings or None)
 
     def jobs(self, *, columns: list[str] | None = None, probe: str | None = None) -> pd.DataFrame:
         return self.read("jobs", columns=columns, filters=None if probe is None else pc.field("probe") == probe)
@@ -287,8 +293,8 @@ class Store:
         wanted = have if columns is None else list(columns)
         first = list(dict.fromkeys([*by, *ORDER, *_IDS, *(c for c in wanted if not c.endswith("_json"))]))
         where = None if probe is None else pc.field("probe") == probe
-        rows = self._read("jobs", columns=first, filters=where, table=table)
-        newest = rows.take(latest_indices(rows, by)).to_pandas()
+        rows = self._read("jobs", columns=first, filters=where, table=table, dictionary=set(by) | {"status"})
+        newest = _plain(rows.take(latest_indices(rows, by))).to_pandas()
         rest = [c for c in wanted if c not in first]
         if rest and not newest.empty:
             more = self._read("jobs", columns=[*_IDS, *rest], filters=_only(newest, where), table=table)
@@ -319,6 +325,14 @@ class Store:
         if what not in self._warned:
             self._warned.add(what)
             delta.log.warning(message)
+
+
+def _plain(rows: pa.Table) -> pa.Table:
+    """Dictionary columns back to their values (pandas would make them categoricals)."""
+    for i, field in enumerate(rows.schema):
+        if pa.types.is_dictionary(field.type):
+            rows = rows.set_column(i, field.name, pc.cast(rows.column(i), field.type.value_type))
+    return rows
 
 
 def _only(jobs: pd.DataFrame, filters: Any = None) -> Any:
