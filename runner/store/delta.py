@@ -26,6 +26,7 @@ from pyarrow.dataset import ParquetReadOptions
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
+from deltalake.transaction import PostCommitHookProperties
 
 from probes.result import InputError
 
@@ -44,6 +45,11 @@ TABLE_CONFIG = {"delta.logRetentionDuration": RETENTION, "delta.deletedFileReten
 """A new table keeps 7 days of log (time travel), as vacuum keeps 7 days of files by default. Every
 commit lists the log folder, so a log kept 30 days (Delta's default) of 200 commits a night would
 make each commit several times slower."""
+
+
+HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+"""Per commit: a log checkpoint every 100 commits, but no expired-log cleanup, which lists the whole
+log each time (compaction cleans the log once per sweep: runner/store/maintain.py)."""
 
 
 class StoreError(RuntimeError):
@@ -89,7 +95,7 @@ def append(target: DeltaTable | str, data: pa.Table, options: dict[str, str] | N
     config = None if table is not None else TABLE_CONFIG
     try:
         write_deltalake(table or uri, data, mode="append", schema_mode="merge", storage_options=options or None,
-                        configuration=config)
+                        configuration=config, post_commithook_properties=HOOKS)
     except Exception as exc:  # noqa: BLE001 (delta-rs raises plain Exception for a cast it cannot make)
         raise StoreError(f"table {uri}: rows refused: {_short(exc)}") from None
 
