@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from runner.store.store import SLOT, JobKey, Store, job_record, table_records  # noqa: E402
+from runner.store.store import SLOT, JobKey, Store, job_record, table_records
 
 ENV = {"python": "3.11.7", "torch": "2.13.0+cu130", "transformers": "5.24.0", "peft": "0.21.0", "cuda": "13.0",
        "driver": "580.159.04", "gpu": "NVIDIA H200", "code_version": "0.3.0+g1a2b3c4", "node_host": "gx10",

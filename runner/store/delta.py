@@ -22,11 +22,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pa_fs
 import pyarrow.parquet as pq
-from pyarrow.dataset import ParquetReadOptions
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import PostCommitHookProperties
+from pyarrow.dataset import ParquetReadOptions
 
 from probes.result import InputError
 
@@ -96,7 +96,7 @@ def append(target: DeltaTable | str, data: pa.Table, options: dict[str, str] | N
     try:
         write_deltalake(table or uri, data, mode="append", schema_mode="merge", storage_options=options or None,
                         configuration=config, post_commithook_properties=HOOKS)
-    except Exception as exc:  # noqa: BLE001 (delta-rs raises plain Exception for a cast it cannot make)
+    except Exception as exc:
         raise StoreError(f"table {uri}: rows refused: {_short(exc)}") from None
 
 
@@ -141,7 +141,7 @@ def unreadable_files(table: DeltaTable) -> list[tuple[str, str]]:
         try:
             with fs.open_input_file(path) as handle:
                 pq.read_table(handle)
-        except Exception as exc:  # noqa: BLE001 (whatever the reason, this file is not readable)
+        except Exception as exc:
             bad.append((join(table.table_uri, path), _short(exc, 160)))
     return bad
 

@@ -24,9 +24,9 @@ WRITER = textwrap.dedent("""
     from datetime import datetime, timezone
     from runner.store.store import JobKey, Store
 
-    store, first, rows = Store(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    store, first, rows, run = Store(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[5]
     for n in range(first, first + int(sys.argv[4])):
-        key = JobKey(run_id=f"r{first}", job_id=f"k{n}", probe="carrier", host="gx10", checkpoint="c",
+        key = JobKey(run_id=run, job_id=f"k{n}", probe="carrier", host="gx10", checkpoint="c",
                      checkpoint_fp="f", config_hash="h", code_version="v", finished_at=datetime.now(timezone.utc))
         if key.job_id in store.done_job_ids():
             continue
@@ -36,8 +36,9 @@ WRITER = textwrap.dedent("""
 """)
 
 
-def writer(root: Path, first: int, rows: int, jobs: int, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", WRITER, str(root), str(first), str(rows), str(jobs)],
+def writer(root: Path, first: int, rows: int, jobs: int, run: str = "r1", **kw) -> subprocess.Popen:
+    """A process writing jobs k<first>.. of run `run` (a resumed sweep is a new run)."""
+    return subprocess.Popen([sys.executable, "-c", WRITER, str(root), str(first), str(rows), str(jobs), run],
                             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, text=True, **kw)
 
 
@@ -56,9 +57,11 @@ def kill_mid_commit(root: Path) -> bool:
     folder = root / "tables" / "carrier.big"
     try:
         assert proc.stdout.readline().strip() == "k0"  # one whole job first
+        seen = set(os.listdir(folder))
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not uncommitted(folder):
-            time.sleep(0.002)
+        # A new data file appears before the commit that adds it to the log: kill at once.
+        while time.monotonic() < deadline and not set(os.listdir(folder)) - seen:
+            time.sleep(0.001)
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.kill()
@@ -83,11 +86,13 @@ def test_a_writer_killed_mid_commit_leaves_readable_tables_without_that_job_and_
     killed = f"k{len(done)}"
     assert killed not in done
     # Resume: a new writer skips the done jobs and writes the rest, each once.
-    proc = writer(root, 0, 1000, len(done) + 2, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # (If the kill fell between the job's table commit and its job row, its rows stay in the table
+    # under the killed run, unread: the new run writes the job again beside them.)
+    proc = writer(root, 0, 1000, len(done) + 2, "r2", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.wait(120) == 0, proc.stderr.read()
     jobs = Store(root).jobs()
     assert jobs["job_id"].is_unique and set(jobs["job_id"]) == done | {killed, f"k{len(done) + 1}"}
-    assert Store(root).read("carrier.big").groupby("job_id").size()[killed] == 1000
+    assert Store(root).read("carrier.big").groupby("job_id").size()[killed] == 1000  # the new run's only
 
 
 COMPACT = "import sys\nfrom runner.store.store import Store\nprint('start', flush=True)\nStore(sys.argv[1]).compact()\n"
@@ -147,7 +152,7 @@ def test_a_corrupt_file_the_log_references_is_one_line_naming_it_exit_2(tmp_path
 def test_a_corrupt_log_is_one_line_naming_the_table_exit_2(tmp_path, capsys):
     proc = writer(tmp_path, 0, 10, 2, stdout=subprocess.DEVNULL)
     assert proc.wait(120) == 0
-    newest = sorted((tmp_path / "tables" / "jobs" / "_delta_log").glob("*.json"))[-1]
+    newest = max((tmp_path / "tables" / "jobs" / "_delta_log").glob("*.json"))
     newest.write_text("garbage{")
     for argv in (["compare", "--probe", "carrier"], ["store", "check"]):
         assert cli.main([*argv, "--store", str(tmp_path), "--cluster", str(tmp_path / "none.yaml")]) == 2
