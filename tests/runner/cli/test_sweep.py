@@ -193,7 +193,7 @@ def test_bad_input_exits_2(lab, tmp_path, capsys):
     assert sweep(lab, "--plan", "nope", "--store", str(tmp_path)) == 2
     assert "no plan 'nope'" in capsys.readouterr().err
     assert sweep(lab, "--plan", "cpu", "--deadline", "25:99", "--store", str(tmp_path)) == 2
-    assert not (tmp_path / "jobs").exists()
+    assert not (tmp_path / "tables" / "jobs").exists()
 
 
 def test_a_host_whose_node_offers_no_cpu_fails_its_jobs_at_once(lab, tmp_path):

@@ -50,7 +50,7 @@ def test_a_sweep_to_a_port_where_nothing_listens_ends_at_once_with_one_line(lab,
     [line] = proc.stderr.strip().splitlines()
     assert address in line and "nothing listens there" in line, line
     assert proc.stdout == "" and took_s < BOUND_S
-    assert lock_holder(tmp_path) is None and not (tmp_path / "jobs").exists()
+    assert lock_holder(tmp_path) is None and not (tmp_path / "tables" / "jobs").exists()
 
 
 def test_idle_to_a_port_where_nothing_listens_ends_at_once_with_one_line(lab):

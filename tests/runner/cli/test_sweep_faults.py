@@ -165,7 +165,7 @@ def test_a_second_sweep_exits_at_once_naming_the_running_one(lab, tmp_path, caps
     finally:
         holder.kill()
         holder.wait()
-    assert not (tmp_path / "jobs").exists()
+    assert not (tmp_path / "tables" / "jobs").exists()
     # Its holder is dead now: the kernel dropped its lock and the next sweep takes it.
     assert cli.main(["sweep", "--cluster", str(lab), "--plan", "small", "--store", str(tmp_path)]) == 0
     assert len(Store(tmp_path).jobs()) == 1 and lock_holder(tmp_path) is None

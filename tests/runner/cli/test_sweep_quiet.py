@@ -75,7 +75,7 @@ def test_a_node_killed_mid_sweep_leaves_its_raylet_dump_in_the_log_not_the_outpu
 
     def kill_after_first_stored_job():
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (store.root / "jobs").is_dir():
+        while time.monotonic() < deadline and not (store.root / "tables" / "jobs").is_dir():
             time.sleep(0.1)
         node.all_processes["raylet"][0].process.send_signal(signal.SIGKILL)  # no goodbye: Ray's dump follows
 

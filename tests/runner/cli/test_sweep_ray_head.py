@@ -64,7 +64,7 @@ def test_a_wrong_token_is_one_line_saying_so_and_how_to_set_it(head, lab, tmp_pa
     assert head.address in line and "the Ray token in RAY_AUTH_TOKEN is wrong" in line, line
     assert "RAY_AUTH_TOKEN_PATH" in line and "InvalidAuthToken" in line
     assert out == "" and time.monotonic() - t0 < 60
-    assert not (tmp_path / "store" / "jobs").exists()
+    assert not (tmp_path / "store" / "tables" / "jobs").exists()
 
 
 def test_a_missing_token_is_one_line_saying_so(head, lab, tmp_path):
@@ -81,7 +81,7 @@ def test_a_head_lost_mid_sweep_stores_the_unfinished_jobs_failed_and_prints_the_
     proc = sweep(lab, head.address, store.root, base_env(tmp_path, RAY_AUTH_TOKEN=TOKEN))
     try:
         deadline = time.monotonic() + 180
-        while not ((store.root / "jobs").is_dir() and "ok" in set(store.jobs().get("status", []))):
+        while not ((store.root / "tables" / "jobs").is_dir() and "ok" in set(store.jobs().get("status", []))):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
             time.sleep(0.2)
         head.kill()
