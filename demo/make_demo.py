@@ -77,7 +77,7 @@ class Writer:
 
     def chat(self, median: int, sigma: float, turns: int) -> list[dict[str, str]]:
         messages = []
-        for t in range(turns):
+        for _t in range(turns):
             messages.append({"role": "user", "content": self.prose(self.num_words(median // 3, sigma))})
             messages.append({"role": "assistant", "content": self.prose(self.num_words(median, sigma))})
         return messages

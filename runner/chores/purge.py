@@ -221,7 +221,8 @@ def _host_reason(report: Report, host: str) -> str:
 
 def host_summary(report: Report, host: str) -> dict[str, Any]:
     plan, outcome = report.plan.get(host, []), report.outcome.get(host, [])
-    count = lambda rows, action: sum(1 for r in rows if r["action"] == action)
+    def count(rows, action):
+        return sum(1 for r in rows if r["action"] == action)
     fs = report.filesystems.get(host, [])
     return {"mode": "purge" if report.yes else "dry-run",
             "num_remove_planned": count(plan, "remove"), "num_refused": count(plan, "refuse"),

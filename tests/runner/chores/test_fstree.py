@@ -87,7 +87,8 @@ def test_digests_read_files_and_through_links_and_name_what_cannot_be_read(tmp_p
     (adapter / "via-link.bin").symlink_to(tmp_path / "outside.bin")
     (adapter / "dangling").symlink_to(tmp_path / "gone")
     (adapter / "dir-link").symlink_to(tmp_path)
-    sha = lambda data: hashlib.sha256(data).hexdigest()
+    def sha(data):
+        return hashlib.sha256(data).hexdigest()
     assert tree_digests(str(adapter)) == {
         "w.safetensors": sha(b"weights"), os.path.join("sub", "cfg.json"): sha(b"{}"),
         "via-link.bin": sha(b"elsewhere"), "dangling": "not read: No such file or directory",
