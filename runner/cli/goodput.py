@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from probes import goodput
 from probes.result import InputError
 from runner.analysis.stored_profile import profile_from_store
 from runner.cli.options import add_config_options, build_config, options_named
-from runner.cli.probe import render
+from runner.cli.probe import show
 from runner.lab.budget import with_budget
 from runner.lab.cluster import load_cluster
 from runner.store.store import Store
@@ -47,9 +46,4 @@ def main(args: argparse.Namespace) -> int:
         with options_named():  # a check inside run() names its field as the option it came from
             result = goodput.run(config)
     result.summary["step_model"] = profile["source"]
-    if args.json:
-        json.dump(result.to_json_dict(), sys.stdout, indent=1)
-        print()
-    else:
-        print(render(result))
-    return 0 if result.ok else 1
+    return show(result, as_json=args.json)

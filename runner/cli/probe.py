@@ -37,7 +37,12 @@ def main(args: argparse.Namespace) -> int:
     config = build_config(module.Config, options)
     with options_named():
         result = module.run(config)
-    if options.json:
+    return show(result, as_json=options.json)
+
+
+def show(result: probes.ProbeResult, *, as_json: bool) -> int:
+    """Print a result (its tables, or one JSON object) and return the exit code its checks give."""
+    if as_json:
         json.dump(result.to_json_dict(), sys.stdout, indent=1)
         print()
     else:
