@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -44,3 +45,14 @@ def assert_kept(before: dict[str, int], after: dict[str, int]) -> None:
     lost = sorted(set(before) - set(after))
     rewritten = sorted(k for k in before if k in after and after[k] != before[k])
     assert not lost and not rewritten, f"lost {lost[:3]}, rewritten {rewritten[:3]}"
+
+
+def tiny_qwen3(folder: Path) -> dict:
+    """A config-only Qwen3 of two small layers (random weights): the job is about the path, not the model."""
+    config = json.loads((REPO / "demo" / "checkpoints" / "qwen3-0.6b-base" / "config.json").read_text())
+    config.update(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=2,
+                  num_key_value_heads=1, head_dim=32)
+    config.pop("layer_types", None)
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    return config

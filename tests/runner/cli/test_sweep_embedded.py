@@ -6,29 +6,18 @@ The other sweep tests join the shared test cluster or run --inline, so only this
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+from sweep_util import tiny_qwen3
 
 from runner.store.store import Store
 
 REPO = Path(__file__).resolve().parents[3]
 SEQ_LEN = 64
-
-
-def tiny_qwen3(folder: Path) -> dict:
-    """A config-only Qwen3 of two small layers (random weights): the job is about the path, not the model."""
-    config = json.loads((REPO / "demo" / "checkpoints" / "qwen3-0.6b-base" / "config.json").read_text())
-    config.update(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=2,
-                  num_key_value_heads=1, head_dim=32)
-    config.pop("layer_types", None)
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(config))
-    return config
 
 
 def test_sweep_without_an_address_runs_the_plan_on_an_embedded_ray(tmp_path):

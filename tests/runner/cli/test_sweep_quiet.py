@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from sweep_util import tiny_qwen3
 
 from runner.store.store import Store
 
@@ -21,17 +22,8 @@ BANNER = "Token authentication is enabled"
 STAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ labprobe sweep|^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \[\d+/\d+ ")
 
 
-def tiny_checkpoint(folder: Path) -> None:
-    config = json.loads((REPO / "demo" / "checkpoints" / "qwen3-0.6b-base" / "config.json").read_text())
-    config.update(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=2,
-                  num_key_value_heads=1, head_dim=32)
-    config.pop("layer_types", None)
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(config))
-
-
 def test_embedded_sweep_json_is_one_object_and_ray_banner_stays_off_the_terminal(tmp_path):
-    tiny_checkpoint(tmp_path / "checkpoints" / "tiny")
+    tiny_qwen3(tmp_path / "checkpoints" / "tiny")
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(yaml.safe_dump({
         "hosts": [{"name": "local", "address": "127.0.0.1", "checkpoints_root": str(tmp_path / "checkpoints")}],
