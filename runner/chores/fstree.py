@@ -196,7 +196,10 @@ def tree_digests(folder: str) -> dict[str, str]:
     a regular file (bytes behind a link into a deleted tree then show as changed); anything else
     (a dangling link, a link to a directory, a FIFO, a socket, a device, an unreadable file) is an
     entry starting with UNVERIFIABLE, read neither now nor ever: a FIFO never blocks the digest."""
-    top = os.path.realpath(folder)
+    try:
+        top = os.path.realpath(folder)
+    except OSError as exc:  # a link swapped while resolved (EINVAL, ELOOP): unverifiable, never a crash
+        return {".": f"{UNVERIFIABLE}{exc.strerror or exc}"}
     digests = {}
     for parent, dirs, files in os.walk(top, followlinks=False):
         for name in files + [d for d in dirs if os.path.islink(os.path.join(parent, d))]:
