@@ -6,7 +6,7 @@ on an H200. Random-weight Qwen3-4B-Base at 1 x 4,096 and Qwen3-1.7B-Base at 4 x 
 benchmarks/harness_plain.py (no autocast, fp32 LoRA matmuls, for-each AdamW: the probes' step before
 the harness contract was whole) so that every variant changes something. `carrier --variant` runs
 each variant in its own process (the baseline in two). Writes variants_<shape>.json (the probe's JSON),
-variants_<shape>.txt (its table) and variants_summary.json, and prints a verdict per criterion last.
+variants_<shape>.txt (its table) and variants_summary_<shapes>.json, and prints a verdict per criterion last.
 --quick: a smoke run (0.6B at 1 x 1,024, three variants with compile, few steps). BENCH_SHAPES replaces the shapes
 for a CPU dry run: "ckpt_dir:batch:seq_len,..." with tiny configs.
 """
@@ -35,14 +35,15 @@ SHAPES = [("4b_1x4096", CKPT / "qwen3-4b-base", 1, 4096), ("1.7b_4x4096", CKPT /
 QUICK = [("0.6b_1x1024", CKPT / "qwen3-0.6b-base", 1, 1024)]
 
 
-def shapes(quick: bool) -> list[tuple[str, Path, int, int]]:
+def shapes(quick: bool, only: list[str] | None = None) -> list[tuple[str, Path, int, int]]:
     if os.environ.get("BENCH_SHAPES"):
         out = []
         for item in os.environ["BENCH_SHAPES"].split(","):
             path, batch, seq = item.split(":")
             out.append((Path(path).name, Path(path), int(batch), int(seq)))
         return out
-    return QUICK if quick else SHAPES
+    chosen = QUICK if quick else SHAPES
+    return [s for s in chosen if not only or s[0] in only]
 
 
 def run_shape(name: str, checkpoint: Path, batch: int, seq: int, quick: bool, device: str, out: Path) -> dict:
@@ -82,7 +83,8 @@ def verdicts(results: dict[str, dict], quick: bool) -> list[tuple[str, bool, str
             ok = r is not None and r["error_pp"] is not None and abs(r["error_pp"]) <= 5
             out.append((f"{name}: {v} predicted within 5 pp of measured", ok,
                         "missing" if r is None else f"predicted {r['predicted_saving_pct']}, measured "
-                        f"{r['measured_saving_pct']}, error {r['error_pp']} pp"))
+                        f"{r['measured_saving_pct']}, error {r['error_pp']} pp; kernel time removed "
+                        f"{r.get('kernel_saving_pct')}"))
         if name.startswith("4b"):
             out.append((f"{name}: the whole variant set within 10 minutes", data["wall_s"] <= 600,
                         f"{data['wall_s']:.0f} s"))
@@ -94,6 +96,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "out")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--shape", action="append", choices=[s[0] for s in SHAPES],
+                        help="only this shape (repeatable; default: both): one call each fits the device's limit")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     # one line per finished process on stderr, every worker's whole result in workers.jsonl: a run cut
@@ -108,10 +112,10 @@ def main() -> int:
     workers.setLevel(logging.DEBUG)
     workers.addHandler(jsonl)
     results = {name: run_shape(name, ckpt, b, n, args.quick, args.device, args.out)
-               for name, ckpt, b, n in shapes(args.quick)}
+               for name, ckpt, b, n in shapes(args.quick, args.shape)}
     checks = verdicts(results, args.quick)
     summary = {"environment": environment(), "checks": [{"name": n, "ok": ok, "detail": d} for n, ok, d in checks]}
-    (args.out / "variants_summary.json").write_text(json.dumps(summary, indent=1))
+    (args.out / f"variants_summary_{'+'.join(results)}.json").write_text(json.dumps(summary, indent=1))
     for name, ok, detail in checks:
         print(f"[{'ok' if ok else 'FAIL'}] {name}: {detail}")
     return 0 if all(ok for _, ok, _ in checks) else 1

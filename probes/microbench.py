@@ -1,7 +1,8 @@
 """The micro-benchmarks behind the what-if predictions, run in the baseline's process after its
 profile: each times, in isolation and at the production shape, the part of the step a variant
 changes, under the baseline's setting and the variant's. probes/whatif.py scales the profile's
-attributed kernel time of that part by the ratio (variant / baseline).
+attributed kernel time of that part by the ratio (variant / baseline) of these times: kernel time on
+a GPU, as the profile counts it; wall time on the CPU.
 
 - `lora`: one real LoRA layer of each distinct (in, out) shape, forward and backward on the step's
   tokens, minus its frozen base layer alone: the adapter path (casts, A, B, scaling, add) per
@@ -20,25 +21,32 @@ import time
 from collections.abc import Callable
 
 import torch
+from torch.autograd import DeviceType
 
 from probes import harness as reference
+from probes import kernels
 
 REPEATS = 10
 
 
 def _time(fn: Callable[[], object], device: torch.device, repeats: int = REPEATS) -> float:
-    """Median-free mean over repeats after 3 warm-up calls: the parts are short and steady."""
+    """Seconds a call: on CUDA the kernel time (torch.profiler's device rows, probes/kernels.py),
+    the same measure the profile's attributed time is, so their ratio applies to it. Wall time
+    would not: in isolation these short kernels leave the GPU idle while the host launches them,
+    where in the step the host runs ahead behind the base model's large GEMMs. On the CPU, the
+    mean wall time. 3 warm-up calls first."""
     for _ in range(3):
         fn()
     if device.type == "cuda":
+        from torch.profiler import ProfilerActivity, profile
+
         torch.cuda.synchronize(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(repeats):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1000.0 / repeats
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(repeats):
+                fn()
+            torch.cuda.synchronize(device)
+        rows = kernels.device_rows(prof.events(), DeviceType.CUDA)
+        return sum(map(kernels.self_us, rows)) / 1e6 / repeats
     begin = time.perf_counter()
     for _ in range(repeats):
         fn()

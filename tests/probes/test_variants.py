@@ -229,6 +229,27 @@ def test_a_profile_mostly_unattributed_predicts_nothing():
     assert predicted is None and "2% of the profile's kernel time is attributed" in why
 
 
+def test_whatif_measures_the_kernel_time_removed_a_second_way_and_names_a_launch_bound_variant():
+    att = {"lora/forward/fp32 GEMM": 0.2, "base/forward/bf16 GEMM": 0.15}
+    baseline = {"variant": "baseline", "status": "ok", "step_s": 0.4, "kernel_s_per_step": 0.38,
+                "gpu_busy_frac": 0.95, "attributed_s": att,
+                "microbench": {"lora": {"baseline": 1.0, "bf16-autocast": 0.6, "bf16-adapters": 0.5},
+                               "optimizer": {"baseline": 1.0, "bf16-adapters": 1.0}}}
+    autocast = {"variant": "bf16-autocast", "status": "ok", "step_s": 0.32, "kernel_s_per_step": 0.30,
+                "gpu_busy_frac": 0.94}
+    adapters = {"variant": "bf16-adapters", "status": "ok", "step_s": 0.33, "kernel_s_per_step": 0.27,
+                "gpu_busy_frac": 0.82}
+    rows = {r.variant: r for r in whatif.table("m", baseline, [autocast, adapters])}
+    assert rows["bf16-autocast"].predicted_saving_pct == pytest.approx(100 * 0.2 * 0.4 / 0.4)
+    assert rows["bf16-autocast"].measured_saving_pct == pytest.approx(20.0)
+    assert rows["bf16-autocast"].kernel_saving_pct == pytest.approx(20.0)
+    assert "launch-bound" not in rows["bf16-autocast"].basis
+    assert rows["bf16-adapters"].kernel_saving_pct == pytest.approx(100 * 0.11 / 0.4)
+    assert "variant's step is launch-bound (GPU busy 0.82)" in rows["bf16-adapters"].basis
+    cpu = {k: v for k, v in baseline.items() if k != "gpu_busy_frac"}
+    assert all(r.kernel_saving_pct is None for r in whatif.table("m", cpu, [autocast]))
+
+
 def test_backends_are_read_from_kernel_names():
     rows = [SimpleNamespace(name=n, device_type=DeviceType.CUDA, is_async=False, is_user_annotation=False)
             for n in ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16", "fmha_cutlassB_bf16_aligned")]
