@@ -50,7 +50,7 @@ def run_shape(name: str, checkpoint: Path, batch: int, seq: int, quick: bool, de
     chosen = ("bf16-autocast", "grad-ckpt", "compile") if quick else ALL
     config = carrier.Config(checkpoint=(checkpoint,), weights="random", harness="benchmarks.harness_plain",
                             lora_rank=32, lora_alpha=64.0, seq_len=seq, batch_size=batch, warmup_steps=2,
-                            steps=3 if quick else 5, max_steps=4 if quick else 12, variant=("baseline", *chosen),
+                            steps=3 if quick else 5, max_steps=4 if quick else 20, variant=("baseline", *chosen),
                             processes=2, num_arms=3, num_seeds=2, device=device)
     begin = time.perf_counter()
     result = carrier.run(config)

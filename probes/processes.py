@@ -35,8 +35,9 @@ def run(spec: Spec, timeout_s: float = TIMEOUT_S) -> dict:
     begin = time.perf_counter()
     result = _run(spec, timeout_s)
     result["process_wall_s"] = time.perf_counter() - begin
-    LOG.info("%s %s: %s, step_s %s, %.1f s in the process (stages %s)", Path(spec.checkpoint).name, spec.variant,
-             result.get("status"), result.get("step_s"), result["process_wall_s"], result.get("stage_s"))
+    LOG.info("%s %s: %s, step_s %s, spread %s%%, %.1f s in the process (stages %s; gc while timed %s)",
+             Path(spec.checkpoint).name, spec.variant, result.get("status"), result.get("step_s"),
+             result.get("spread_pct"), result["process_wall_s"], result.get("stage_s"), result.get("gc_during_timing"))
     LOG.debug("%s", json.dumps({"checkpoint": spec.checkpoint, **result}))
     return result
 

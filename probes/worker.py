@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import inspect
 import json
 import sys
@@ -93,10 +94,42 @@ def _first_call_s(step, device: torch.device) -> float:
     return time.perf_counter() - begin
 
 
+@contextlib.contextmanager
+def _gc_watched(out: dict):
+    """Freeze the objects alive now (the built model) out of the collector, and record every collection.
+
+    A long training run's model objects are old: its collections are young and short. A fresh process
+    promotes the whole build through the generations during its first steps, and a full collection
+    over a 4B PEFT model stalls the host for tens of ms, which a GPU-bound step pays as a bump of its
+    time. Freezing gives the timed steps a long run's collector; `gc_during_timing` keeps the evidence.
+    """
+    pauses: list[tuple[int, float]] = []
+    begun: list[float] = []
+
+    def watch(phase: str, info: dict) -> None:
+        if phase == "start":
+            begun.append(time.perf_counter())
+        elif begun:
+            pauses.append((info["generation"], time.perf_counter() - begun.pop()))
+
+    gc.collect()
+    gc.freeze()
+    gc.callbacks.append(watch)
+    try:
+        yield
+    finally:
+        gc.callbacks.remove(watch)
+        gc.unfreeze()
+        out["gc_during_timing"] = {"collections": len(pauses), "full_collections": sum(g == 2 for g, _ in pauses),
+                                   "pause_ms_total": 1e3 * sum(s for _, s in pauses),
+                                   "pause_ms_max": 1e3 * max((s for _, s in pauses), default=0.0)}
+
+
 def _timed(spec: Spec, model, step, device: torch.device, out: dict) -> None:
     first_s = _first_call_s(step, device)
-    t = time_steps(step, device=device, warmup=max(0, spec.warmup_steps - 1), steps=spec.steps,
-                   max_steps=spec.max_steps)
+    with _gc_watched(out):
+        t = time_steps(step, device=device, warmup=max(0, spec.warmup_steps - 1), steps=spec.steps,
+                       max_steps=spec.max_steps)
     out.update(timings=t.to_dict(), step_s=t.median_s, spread_pct=100 * t.spread,
                spread_all_pct=100 * t.spread_all, iqr_pct=100 * t.iqr, trustworthy=t.trustworthy,
                steps=t.num_steps, warmup_steps=t.num_warmup + 1, peak_mem_bytes=models.peak_mem_bytes(device),

@@ -261,3 +261,22 @@ def test_the_evidence_is_json(every_variant):
     evidence = json.loads(every_variant.artifacts["evidence.json"])
     (model,) = evidence
     assert evidence[model]["baseline"]["microbench"]["lora"]["baseline"] > 0
+
+
+def test_the_timed_steps_run_with_the_build_frozen_out_of_the_collector_and_record_each_collection():
+    import gc
+
+    from probes import worker
+
+    out: dict = {}
+    alive = [object() for _ in range(1000)]
+    with worker._gc_watched(out):
+        assert gc.get_freeze_count() >= len(alive)  # the objects alive before timing are frozen
+        loop = []
+        loop.append(loop)  # cyclic garbage: only the collector frees it
+        del loop
+        gc.collect()
+    assert gc.get_freeze_count() == 0
+    record = out["gc_during_timing"]
+    assert record["collections"] >= 1 and record["full_collections"] >= 1
+    assert 0 < record["pause_ms_max"] <= record["pause_ms_total"]
