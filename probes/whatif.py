@@ -25,6 +25,8 @@ from probes import attribution, variants
 
 MIN_COVERAGE = 0.9
 """Below this share of kernel time attributed to a module, no prediction is made from it."""
+MAX_ATTRIBUTION_GAP = 0.02
+"""Attributed vs device kernel time per step, relative, above which nothing is predicted."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -49,6 +51,19 @@ def _ratio_saving(part_s: float, bench: dict, key: str) -> float:
     return part_s * (1.0 - bench[key] / bench["baseline"]) if bench.get("baseline") else 0.0
 
 
+def _attribution_mismatch(att: dict[str, float], baseline: dict) -> str | None:
+    """The attributed kernel time, checked against the device rows' sum (each kernel once): on a GPU
+    they must agree within MAX_ATTRIBUTION_GAP, or a kernel was counted twice or lost."""
+    kernel_s = baseline.get("kernel_s_per_step")
+    if baseline.get("gpu_busy_frac") is None or not kernel_s:
+        return None
+    gap = sum(att.values()) / kernel_s - 1.0
+    if abs(gap) <= MAX_ATTRIBUTION_GAP:
+        return None
+    return (f"not predicted: the attribution counts {1e3 * sum(att.values()):.1f} ms of kernel time a step, "
+            f"the device {1e3 * kernel_s:.1f} ms ({100 * gap:+.1f}%)")
+
+
 def predict(name: str, baseline: dict) -> tuple[float | None, str]:
     """(predicted saving in percent of the baseline step, how) or (None, why not)."""
     att, bench, step_s = baseline.get("attributed_s"), baseline.get("microbench"), baseline.get("step_s")
@@ -57,6 +72,8 @@ def predict(name: str, baseline: dict) -> tuple[float | None, str]:
     covered = 1.0 - attribution.total(att, scope="unattributed") / (sum(att.values()) or 1.0)
     if covered < MIN_COVERAGE:
         return None, f"not predicted: only {100 * covered:.0f}% of the profile's kernel time is attributed to a module"
+    if (mismatch := _attribution_mismatch(att, baseline)) is not None:
+        return None, mismatch
     variant = variants.get(name)
     lora_s, opt_s = attribution.total(att, scope="lora"), attribution.total(att, scope="optimizer")
     if name == variants.BASELINE:
