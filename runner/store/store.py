@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import pandas as pd
 import pyarrow as pa
@@ -57,6 +57,9 @@ __all__ = [
 _IDS = ["job_id", "run_id"]
 PUSHDOWN_JOBS = 5000
 """Up to this many jobs given to `read`, their ids filter the table while it is read."""
+FILTER_IDS = 5000
+"""Up to this many job ids asked about (`done_job_ids(among=...)`), only their rows are read; past
+it an IN list of that many literals costs more than reading every row's keys."""
 
 
 class Store:
@@ -236,10 +239,22 @@ class Store:
         newest = newest.sort_values(list(ORDER), kind="stable").reset_index(drop=True)
         return newest if columns is None else newest[list(dict.fromkeys([*columns, *by, *ORDER]))]
 
-    def done_job_ids(self) -> set[str]:
-        """Jobs whose latest run is ok: what a sweep skips."""
+    def done_job_ids(self, among: Iterable[str] | None = None) -> set[str]:
+        """Jobs whose latest run is ok: what a sweep skips. `among`: only these job ids are asked
+        about (a sweep's plan), and only their rows are read: the jobs table's bloom filters on
+        job_id let the reader skip the row groups of other jobs, so the answer costs the plan's
+        size, not the history's. A plan of over FILTER_IDS ids reads every row's keys, as without."""
+        wanted = None if among is None else sorted(set(among))
+        if wanted is not None and len(wanted) <= FILTER_IDS:
+            table = self.table("jobs")
+            if table is None or not wanted:
+                return set()
+            rows = delta.read_ids(table, ["job_id", "status", *ORDER], wanted)
+            newest = rows.take(latest_indices(rows, JOB))
+            return set(newest.filter(pc.equal(newest.column("status"), "ok")).column("job_id").to_pylist())
         newest = self.latest_jobs(columns=["job_id", "status"])
-        return set(newest.loc[newest["status"] == "ok", "job_id"]) if not newest.empty else set()
+        done = set(newest.loc[newest["status"] == "ok", "job_id"]) if not newest.empty else set()
+        return done if wanted is None else done.intersection(wanted)
 
     # -- upkeep ----------------------------------------------------------------------------------
     def compact(self) -> dict[str, dict[str, int]]:
