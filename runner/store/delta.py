@@ -157,17 +157,21 @@ def read_ids(table: DeltaTable, columns: list[str], job_ids: list[str]) -> pa.Ta
     """`columns` of the rows whose job_id is one of `job_ids`, read through DataFusion, which skips
     every row group whose job_id bloom filter rules all of them out (pyarrow's reader uses min/max
     statistics only, useless on hashed ids). String columns come back as plain strings."""
-    quoted = ", ".join("'" + i.replace("'", "''") + "'" for i in job_ids)
-    names = ", ".join('"' + c.replace('"', '""') + '"' for c in columns)
-    sql = f'SELECT {names} FROM t WHERE "job_id" IN ({quoted})'
     try:
-        rows = pa.table(QueryBuilder().register("t", table).execute(sql).read_all())
+        rows = pa.table(QueryBuilder().register("t", table).execute(ids_query(columns, job_ids)).read_all())
     except Exception as exc:
         raise _unreadable(table, exc) from exc
     for i, field in enumerate(rows.schema):
         if pa.types.is_string_view(field.type) or pa.types.is_large_string(field.type):
             rows = rows.set_column(i, field.with_type(pa.string()), pc.cast(rows.column(i), pa.string()))
     return rows
+
+
+def ids_query(columns: list[str], job_ids: list[str]) -> str:
+    """read_ids' SQL over table `t`."""
+    quoted = ", ".join("'" + i.replace("'", "''") + "'" for i in job_ids)
+    names = ", ".join('"' + c.replace('"', '""') + '"' for c in columns)
+    return f'SELECT {names} FROM t WHERE "job_id" IN ({quoted})'
 
 
 def _unreadable(table: DeltaTable, exc: Exception) -> CorruptStoreError:
