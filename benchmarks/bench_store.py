@@ -15,9 +15,10 @@ reruns (same job id) ok the next night. At the size reached (the year, then twic
   last night's failed jobs (reruns); 40 of its jobs were stored per job earlier tonight by a sweep
   that stopped (so 40 are done, in small files not yet compacted). Measured so, then after
   compaction; with a pyarrow dataset filter (`job_id` isin) instead of DataFusion, for comparison;
-  for a stress plan (as many ids, spread evenly over the whole history: bloom filters skip nothing);
-  for 5,000 ids spread so (the largest plan read filtered); and in full (every job's newest run: a
-  plan of over 5,000 ids, and the done-set before plans were passed);
+  for a stress plan (as many ids, spread evenly over the whole history: bloom filters skip almost
+  nothing); for 5,000 ids spread so (a plan past Store's FILTER_IDS: the pyarrow filter); in full
+  (every job's newest run: the done-set before plans were passed); and per plan size, spread ids,
+  DataFusion's read against the pyarrow filter (where FILTER_IDS comes from);
 - latest rows: the newest ok job per slot and its `carrier.carriers` rows, as compare reads them;
 - `labprobe compare --probe carrier` wall, the whole CLI in a fresh process (imports included);
 - per-job commit: write_table (2 rows) + write_job of one job through the per-job writer, on top of
@@ -174,6 +175,23 @@ def done_pyarrow(root: Path, plan: list[str]) -> set[str]:
     return set(newest.filter(pc.equal(newest.column("status"), "ok")).column("job_id").to_pylist())
 
 
+def done_datafusion(root: Path, plan: list[str]) -> set[str]:
+    """The plan's done-set through DataFusion's read whatever the plan's size."""
+    rows = delta.read_ids(Store(root).table("jobs"), ["job_id", "status", "finished_at", "run_id"], plan)
+    newest = rows.take(latest_indices(rows, JOB))
+    return set(newest.filter(pc.equal(newest.column("status"), "ok")).column("job_id").to_pylist())
+
+
+def plan_sizes(root: Path) -> dict[int, tuple[float, float]]:
+    """Plan size -> (DataFusion s, pyarrow filter s), medians of 3, spread ids."""
+    out = {}
+    for num in (222, 500, 1000, 2000, 5000):
+        plan = spread(root, num)
+        out[num] = tuple(statistics.median(timed(lambda fn=fn, plan=plan: fn(root, plan), 3))
+                         for fn in (done_datafusion, done_pyarrow))
+    return out
+
+
 def done_sets(root: Path, plan: list[str], figures: dict, suffix: str = "") -> None:
     """Median seconds of the plan's done-set (fresh Store each), by DataFusion and by pyarrow."""
     figures["done_set_s" + suffix] = statistics.median(timed(lambda: Store(root).done_job_ids(among=plan), 5))
@@ -195,6 +213,7 @@ def measure(root: Path, night: int, hosts: int, checkpoints: int) -> dict:
     figures["done_stress_s"] = statistics.median(timed(lambda: Store(root).done_job_ids(among=stress), 5))
     figures["done_5000_s"] = statistics.median(timed(lambda: Store(root).done_job_ids(among=big), 3))
     figures["done_full_s"] = statistics.median(timed(lambda: Store(root).done_job_ids(), 5))
+    figures["plan_sizes"] = plan_sizes(root)
     Store(root).compact()  # tonight's stored jobs compacted into the history
     done_sets(root, plan, figures, "_compacted")
 
@@ -252,7 +271,8 @@ def report(label: str, f: dict) -> None:
           f"({f['plan_jobs']} jobs, {f['done_jobs']} done) {f['done_set_s']:.3f} s (pyarrow filter "
           f"{f['done_pyarrow_s']:.3f} s), compacted {f['done_set_s_compacted']:.3f} s (pyarrow "
           f"{f['done_pyarrow_s_compacted']:.3f} s); stress plan {f['done_stress_s']:.3f} s, 5,000 ids "
-          f"{f['done_5000_s']:.3f} s, full {f['done_full_s']:.3f} s ({f['all_done_jobs']:,} jobs done); "
+          f"{f['done_5000_s']:.3f} s, full {f['done_full_s']:.3f} s ({f['all_done_jobs']:,} jobs done); by plan size "
+          f"(DataFusion / pyarrow s): {', '.join(f'{n}: {a:.3f}/{b:.3f}' for n, (a, b) in f['plan_sizes'].items())}; "
           f"latest rows {f['latest_rows_s']:.3f} s ({f['latest_rows']} rows); compare CLI {f['compare_cli_s']:.2f} s; "
           f"per-job commit median {f['per_job_commit_median_s'] * 1e3:.0f} ms, p90 "
           f"{f['per_job_commit_p90_s'] * 1e3:.0f} ms over {f['per_job_commits']} (CPU median "
@@ -304,7 +324,7 @@ def main() -> None:
         for label, first in (("year", 0), ("two years", args.nights))[:args.years]:
             took = build(store, first, args.nights, args.hosts, args.checkpoints)
             jobs = len(store.jobs(columns=["job_id"]))
-            print(f"{label}: built {jobs:,} job rows ({args.nights} nights x {per_night} new jobs, and the reruns "
+            print(f"{label}: built {jobs:,} job rows ({first + args.nights} nights x {per_night} new jobs, and the reruns "
                   f"of the failed ones) in {took:.0f} s", flush=True)
             out[label] = measure(root, first + args.nights, args.hosts, args.checkpoints)
             out[label]["jobs"] = jobs + out[label]["per_job_commits"]

@@ -57,9 +57,10 @@ __all__ = [
 _IDS = ["job_id", "run_id"]
 PUSHDOWN_JOBS = 5000
 """Up to this many jobs given to `read`, their ids filter the table while it is read."""
-FILTER_IDS = 5000
-"""Up to this many job ids asked about (`done_job_ids(among=...)`), only their rows are read; past
-it an IN list of that many literals costs more than reading every row's keys."""
+FILTER_IDS = 500
+"""Up to this many job ids asked about (`done_job_ids(among=...)`), DataFusion's bloom-filtered read;
+past it a pyarrow filter (measured: DataFusion's IN list costs ~0.02 ms an id, a pyarrow filter the
+same ~0.02 s a year of history for 222 ids or 5,000; benchmarks/RESULTS.md)."""
 
 
 class Store:
@@ -241,20 +242,24 @@ class Store:
 
     def done_job_ids(self, among: Iterable[str] | None = None) -> set[str]:
         """Jobs whose latest run is ok: what a sweep skips. `among`: only these job ids are asked
-        about (a sweep's plan), and only their rows are read: the jobs table's bloom filters on
-        job_id let the reader skip the row groups of other jobs, so the answer costs the plan's
-        size, not the history's. A plan of over FILTER_IDS ids reads every row's keys, as without."""
-        wanted = None if among is None else sorted(set(among))
-        if wanted is not None and len(wanted) <= FILTER_IDS:
-            table = self.table("jobs")
-            if table is None or not wanted:
-                return set()
-            rows = delta.read_ids(table, ["job_id", "status", *ORDER], wanted)
-            newest = rows.take(latest_indices(rows, JOB))
-            return set(newest.filter(pc.equal(newest.column("status"), "ok")).column("job_id").to_pylist())
-        newest = self.latest_jobs(columns=["job_id", "status"])
-        done = set(newest.loc[newest["status"] == "ok", "job_id"]) if not newest.empty else set()
-        return done if wanted is None else done.intersection(wanted)
+        about (a sweep's plan), and only their rows are read: up to FILTER_IDS ids through
+        DataFusion, whose reader skips every row group whose job_id bloom filter rules them all
+        out, so a plan's answer costs the plan, not the history; a larger plan through a pyarrow
+        filter, which reads every row's job_id (cheap) where an IN list of thousands costs more."""
+        if among is None:
+            newest = self.latest_jobs(columns=["job_id", "status"])
+            return set(newest.loc[newest["status"] == "ok", "job_id"]) if not newest.empty else set()
+        wanted = sorted(set(among))
+        table = self.table("jobs")
+        if table is None or not wanted:
+            return set()
+        columns = ["job_id", "status", *ORDER]
+        if len(wanted) <= FILTER_IDS:
+            rows = delta.read_ids(table, columns, wanted)
+        else:
+            rows = delta.read(table, columns=columns, filters=pc.field("job_id").isin(pa.array(wanted, pa.string())))
+        newest = rows.take(latest_indices(rows, JOB))
+        return set(newest.filter(pc.equal(newest.column("status"), "ok")).column("job_id").to_pylist())
 
     # -- upkeep ----------------------------------------------------------------------------------
     def compact(self) -> dict[str, dict[str, int]]:

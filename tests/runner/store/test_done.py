@@ -1,6 +1,6 @@
 """done_job_ids(among=...): a sweep's plan answered from its jobs' rows only (bloom filters on
 job_id, a filtered read), the same answer as the full done-set for those ids, on a real store
-with reruns, failures, skips, ties and both compacted and per-job files."""
+with reruns, failures, skips, ties and both compacted and per-job files, by either filtered read."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def test_done_among_is_the_full_done_set_for_those_ids(tmp_path, monkeypatch):
     for plan in plans:
         assert Store(tmp_path).done_job_ids(among=plan) == full & set(plan), plan
         assert Store(tmp_path).done_job_ids(among=iter(plan)) == full & set(plan)  # any iterable, once
-    # A plan past the filtered read's limit reads every row's keys: the same answer.
+    # A plan past DataFusion's limit is read through a pyarrow filter: the same answer.
     monkeypatch.setattr(store_module, "FILTER_IDS", 3)
     for plan in plans:
         assert Store(tmp_path).done_job_ids(among=plan) == full & set(plan), plan
