@@ -59,8 +59,8 @@ PUSHDOWN_JOBS = 5000
 """Up to this many jobs given to `read`, their ids filter the table while it is read."""
 FILTER_IDS = 500
 """Up to this many job ids asked about (`done_job_ids(among=...)`), DataFusion's bloom-filtered read;
-past it a pyarrow filter (measured: DataFusion's IN list costs ~0.02 ms an id, a pyarrow filter the
-same ~0.02 s a year of history for 222 ids or 5,000; benchmarks/RESULTS.md)."""
+past it a pyarrow filter (measured: DataFusion's IN list costs 0.02-0.1 ms an id, the pyarrow filter
+~0.01 s a year of history whatever the plan's size; benchmarks/RESULTS.md)."""
 
 
 class Store:
