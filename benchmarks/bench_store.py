@@ -2,8 +2,9 @@
 
     PYTHONPATH=. python benchmarks/bench_store.py [--nights 365] [--hosts 20] [--checkpoints 10] [--root DIR]
 
-Builds a lab's store through the store's writer: every night, 20 hosts x 10 checkpoints of carrier
-jobs (two `carrier.carriers` rows and one job row each, with real-sized env/config/summary JSON),
+Builds a lab's store (benchmarks/store_history.py) through the store's writer: every night, 20
+hosts x 10 checkpoints of carrier jobs (two `carrier.carriers` rows and one job row each, with
+real-sized env/config/summary JSON),
 written as one commit per table per night (Store.write_rows), then compacted and checkpointed as a
 sweep does (Store.compact), vacuumed with 0 days retention every 30 nights to keep the disk small.
 The history is a lab's: each checkpoint name holds a new checkpoint every night (a new fingerprint,
@@ -32,8 +33,6 @@ median; at twice the jobs each within 1.5x. Prints one line per figure and a JSO
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -50,90 +49,11 @@ sys.path.insert(0, str(REPO))
 
 import pyarrow.compute as pc
 
-from runner.lab.plan import job_id
+from benchmarks import store_history as history
+from benchmarks.store_history import CONFIG, ENV, build, log_files, night_records, tonight
 from runner.store import delta
 from runner.store.latest import JOB, latest_indices
-from runner.store.store import SLOT, JobKey, Store, job_record, table_records
-
-ENV = {"python": "3.11.7", "torch": "2.13.0+cu130", "transformers": "5.24.0", "peft": "0.21.0", "cuda": "13.0",
-       "driver": "580.159.04", "gpu": "NVIDIA H200", "code_version": "0.3.0+g1a2b3c4", "node_host": "gx10",
-       "hostname": "gx10.lab.example", "cpu": "AMD EPYC 9354 32-Core Processor", "ram_gib": 503.4}
-CONFIG_HASH = "5e1f" * 4
-CONFIG = {"checkpoint": "/models/qwen3-4b-base", "seq_len": 4096, "batch_size": 4, "lora_rank": 32,
-          "lora_alpha": 64.0, "steps": 20, "warmup": 3, "precision": "bf16", "harness": "mytrainer.train"}
-T0 = datetime.now(timezone.utc).replace(hour=1, minute=0, second=0, microsecond=0) - timedelta(days=731)
-"""The first simulated night: two years ago, so the second year ends today (the log retention works
-on file dates)."""
-
-
-def night_keys(night: int, hosts: int, checkpoints: int, salt: str = "") -> list[tuple[JobKey, bool]]:
-    """(key, failed) of one night's new jobs: each checkpoint name a new checkpoint (fingerprint)."""
-    run_id = (T0 + timedelta(days=night)).strftime("%Y%m%dT%H%M%SZ") + f"-{night:04x}"
-    out = []
-    for h in range(hosts):
-        for c in range(checkpoints):
-            n = h * checkpoints + c
-            fp = hashlib.sha256(f"ckpt{c:02d}@{night}{salt}".encode()).hexdigest()[:16]
-            key = JobKey(run_id=run_id, job_id=job_id("carrier", CONFIG_HASH, fp, f"host{h:02d}", f"ckpt{c:02d}"),
-                         probe="carrier", host=f"host{h:02d}", checkpoint=f"ckpt{c:02d}", checkpoint_fp=fp,
-                         config_hash=CONFIG_HASH, code_version="0.3.0+g1a2b3c4",
-                         finished_at=T0 + timedelta(days=night, seconds=n * 20))
-            out.append((key, n % 100 == night % 100))
-    return out
-
-
-def night_records(night: int, hosts: int, checkpoints: int) -> tuple[list[dict], list[dict]]:
-    """(carrier rows, job rows) of one night's sweep: its new jobs, then last night's failed ones rerun."""
-    keys = night_keys(night, hosts, checkpoints)
-    if night > 0:
-        later = timedelta(seconds=len(keys) * 20)
-        keys += [(dataclasses.replace(k, run_id=keys[0][0].run_id, finished_at=k.finished_at + timedelta(days=1) + later),
-                  False) for k, failed in night_keys(night - 1, hosts, checkpoints) if failed]
-    rows, jobs = [], []
-    for key, failed in keys:
-        h = int(key.host[4:])
-        jobs.append(job_record(key, status="failed" if failed else "ok", reason="CUDA error: out of memory" if failed
-                               else "", started_at=key.finished_at - timedelta(seconds=18), wall_s=18.0,
-                               summary={} if failed else {"tok_per_s": 9000.0 + h, "step_s": 1.8, "mfu": 0.41},
-                               config=CONFIG, env=ENV, plan="nightly"))
-        if not failed:
-            rows += table_records(key, [{"seq_len": s, "step_s": 0.9 * s / 4096 * (1 + h / 100),
-                                         "tok_per_s": 4 * s / (0.9 * s / 4096), "peak_mem_bytes": 40 * 2**30 + s,
-                                         "mfu": 0.41, "step_spread_pct": 0.6, "params_total": 4_022_468_096,
-                                         "params_trainable": 33_030_144} for s in (2048, 4096)])
-    return rows, jobs
-
-
-def build(store: Store, first: int, nights: int, hosts: int, checkpoints: int) -> float:
-    t0 = time.perf_counter()
-    for night in range(first, first + nights):
-        started = time.time()
-        rows, jobs = night_records(night, hosts, checkpoints)
-        store.write_rows("carrier.carriers", rows)
-        store.write_rows("jobs", jobs)  # last, as a sweep commits each job's row after its tables
-        store.compact()
-        age_log(store, started, T0 + timedelta(days=night))
-        if night % 30 == 29:
-            from runner.store.maintain import vacuum
-
-            vacuum(store, 0)
-        if night % 73 == 72:
-            print(f"  night {night + 1}: {time.perf_counter() - t0:.0f} s", flush=True)
-    return time.perf_counter() - t0
-
-
-def age_log(store: Store, since: float, when: datetime) -> None:
-    """Date the log files this night wrote to its simulated date, so the log retention (7 days) drops
-    old ones as it would over a real year: every commit lists the log, its size is part of the cost."""
-    stamp = when.timestamp()
-    for folder in (store.root / "tables").glob("*/_delta_log"):
-        for path in folder.iterdir():
-            if path.stat().st_mtime >= since and path.name != "_last_checkpoint":
-                os.utime(path, (stamp, stamp))
-
-
-def log_files(root: Path) -> int:
-    return len(list((root / "tables" / "jobs" / "_delta_log").iterdir()))
+from runner.store.store import SLOT, JobKey, Store
 
 
 def timed(fn, repeat: int) -> list[float]:
@@ -143,21 +63,6 @@ def timed(fn, repeat: int) -> list[float]:
         fn()
         out.append(time.perf_counter() - t0)
     return out
-
-
-def tonight(root: Path, night: int, hosts: int, checkpoints: int, stored: int = 40) -> list[str]:
-    """Tonight's plan (job ids): 20 hosts x one checkpoint name more than the history's, each a new
-    checkpoint, and last night's failed jobs; `stored` of them stored per job first, ok, as by a
-    sweep earlier tonight that stopped."""
-    keys = [k for k, _ in night_keys(night, hosts, checkpoints + 1, salt="-tonight")]
-    reruns = [k.job_id for k, failed in night_keys(night - 1, hosts, checkpoints) if failed]
-    store = Store(root)
-    for key in keys[:stored]:
-        key = dataclasses.replace(key, run_id=key.run_id + "-tonight")
-        store.write_table(key, "carriers", [{"seq_len": 4096, "step_s": 0.9}])
-        store.write_job(key, status="ok", started_at=key.finished_at, wall_s=18.0, summary={}, config=CONFIG,
-                        env=ENV, plan="nightly")
-    return [k.job_id for k in keys] + reruns
 
 
 def spread(root: Path, num: int) -> list[str]:
@@ -300,12 +205,10 @@ def main() -> None:
 
     print(f"python {sys.version.split()[0]}, deltalake {deltalake.__version__}, pyarrow {pyarrow.__version__}, "
           f"pandas {pandas.__version__}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
-    global T0
-    T0 = datetime.now(timezone.utc).replace(hour=1, minute=0, second=0, microsecond=0) - timedelta(
+    history.T0 = datetime.now(timezone.utc).replace(hour=1, minute=0, second=0, microsecond=0) - timedelta(
         days=2 * args.nights + 1)
     tmp = Path(tempfile.mkdtemp()) if args.root is None else args.root
     root = tmp / "store"
-    per_night = args.hosts * args.checkpoints
     if args.week_log:
         f = week_of_log(tmp, args.hosts, args.checkpoints)
         print(f"per-job commits over a week of log: load {os.getloadavg()[0]:.1f}; median "
@@ -318,28 +221,33 @@ def main() -> None:
         figures = measure(root, night, args.hosts, args.checkpoints)
         report(f"{args.measure_only} nights, measured again", figures)
         return
-    out = {}
     try:
-        store = Store(root)
-        for label, first in (("year", 0), ("two years", args.nights))[:args.years]:
-            took = build(store, first, args.nights, args.hosts, args.checkpoints)
-            jobs = len(store.jobs(columns=["job_id"]))
-            print(f"{label}: built {jobs:,} job rows ({first + args.nights} nights x {per_night} new jobs, and the reruns "
-                  f"of the failed ones) in {took:.0f} s", flush=True)
-            out[label] = measure(root, first + args.nights, args.hosts, args.checkpoints)
-            out[label]["jobs"] = jobs + out[label]["per_job_commits"]
-            report(label, out[label])
-            if first == 0 and args.root is not None and args.years == 2:
-                shutil.copytree(root, tmp / "year" / "store", dirs_exist_ok=True)  # for --root DIR/year --measure-only
-        year, two = out["year"], out.get("two years", out["year"])
-        for name in ("done_set_s", "done_set_s_compacted", "done_stress_s", "done_full_s", "latest_rows_s",
-                     "compare_cli_s", "per_job_commit_median_s"):
-            print(f"{name}: x{two[name] / year[name]:.2f} at twice the jobs (target <= 1.5)")
-        print(json.dumps(out, indent=1, default=str))
+        years(root, tmp, args)
     finally:
         if args.root is None:
             shutil.rmtree(tmp, ignore_errors=True)
 
+
+def years(root: Path, tmp: Path, args: argparse.Namespace) -> None:
+    """Build the year (and the second), measuring each; the year's store kept as DIR/year under --root."""
+    out = {}
+    store = Store(root)
+    per_night = args.hosts * args.checkpoints
+    for label, first in (("year", 0), ("two years", args.nights))[:args.years]:
+        took = build(store, first, args.nights, args.hosts, args.checkpoints)
+        jobs = len(store.jobs(columns=["job_id"]))
+        print(f"{label}: built {jobs:,} job rows ({first + args.nights} nights x {per_night} new jobs, and the reruns "
+              f"of the failed ones) in {took:.0f} s", flush=True)
+        out[label] = measure(root, first + args.nights, args.hosts, args.checkpoints)
+        out[label]["jobs"] = jobs + out[label]["per_job_commits"]
+        report(label, out[label])
+        if first == 0 and args.root is not None and args.years == 2:
+            shutil.copytree(root, tmp / "year" / "store", dirs_exist_ok=True)  # for --root DIR/year --measure-only
+    year, two = out["year"], out.get("two years", out["year"])
+    for name in ("done_set_s", "done_set_s_compacted", "done_stress_s", "done_full_s", "latest_rows_s",
+                 "compare_cli_s", "per_job_commit_median_s"):
+        print(f"{name}: x{two[name] / year[name]:.2f} at twice the jobs (target <= 1.5)")
+    print(json.dumps(out, indent=1, default=str))
 
 if __name__ == "__main__":
     main()
