@@ -2,14 +2,24 @@
 
     PYTHONPATH=. python benchmarks/bench_store.py [--nights 365] [--hosts 20] [--checkpoints 10] [--root DIR]
 
-Builds a lab's store through the store's writer: every night, 20 hosts x 10 checkpoints of carrier
-jobs (two `carrier.carriers` rows and one job row each, with real-sized env/config/summary JSON),
+Builds a lab's store (benchmarks/store_history.py) through the store's writer: every night, 20
+hosts x 10 checkpoints of carrier jobs (two `carrier.carriers` rows and one job row each, with
+real-sized env/config/summary JSON),
 written as one commit per table per night (Store.write_rows), then compacted and checkpointed as a
 sweep does (Store.compact), vacuumed with 0 days retention every 30 nights to keep the disk small.
-Every 100th job of a night is `failed` and reruns ok the next night. At the size reached (the year,
-then twice it), measures:
+The history is a lab's: each checkpoint name holds a new checkpoint every night (a new fingerprint,
+so new job ids: a sweep never reruns a job that is done), every 100th job of a night is `failed` and
+reruns (same job id) ok the next night. At the size reached (the year, then twice it), measures:
 
-- done-set: Store(root).done_job_ids() from a fresh Store (what a sweep reads at its start);
+- done-set: Store(root).done_job_ids(among=plan) from a fresh Store, what a sweep reads at its
+  start. Tonight's plan: 20 hosts x 11 checkpoint names with new checkpoints (220 new job ids) plus
+  last night's failed jobs (reruns); 40 of its jobs were stored per job earlier tonight by a sweep
+  that stopped (so 40 are done, in small files not yet compacted). Measured so, then after
+  compaction; with a pyarrow dataset filter (`job_id` isin) instead of DataFusion, for comparison;
+  for a stress plan (as many ids, spread evenly over the whole history: bloom filters skip almost
+  nothing); for 5,000 ids spread so (a plan past Store's FILTER_IDS: the pyarrow filter); in full
+  (every job's newest run: the done-set before plans were passed); and per plan size, spread ids,
+  DataFusion's read against the pyarrow filter (where FILTER_IDS comes from);
 - latest rows: the newest ok job per slot and its `carrier.carriers` rows, as compare reads them;
 - `labprobe compare --probe carrier` wall, the whole CLI in a fresh process (imports included);
 - per-job commit: write_table (2 rows) + write_job of one job through the per-job writer, on top of
@@ -37,71 +47,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from runner.store.store import SLOT, JobKey, Store, job_record, table_records
+import pyarrow.compute as pc
 
-ENV = {"python": "3.11.7", "torch": "2.13.0+cu130", "transformers": "5.24.0", "peft": "0.21.0", "cuda": "13.0",
-       "driver": "580.159.04", "gpu": "NVIDIA H200", "code_version": "0.3.0+g1a2b3c4", "node_host": "gx10",
-       "hostname": "gx10.lab.example", "cpu": "AMD EPYC 9354 32-Core Processor", "ram_gib": 503.4}
-CONFIG = {"checkpoint": "/models/qwen3-4b-base", "seq_len": 4096, "batch_size": 4, "lora_rank": 32,
-          "lora_alpha": 64.0, "steps": 20, "warmup": 3, "precision": "bf16", "harness": "mytrainer.train"}
-T0 = datetime.now(timezone.utc).replace(hour=1, minute=0, second=0, microsecond=0) - timedelta(days=731)
-"""The first simulated night: two years ago, so the second year ends today (the log retention works
-on file dates)."""
-
-
-def night_records(night: int, hosts: int, checkpoints: int) -> tuple[list[dict], list[dict]]:
-    """(carrier rows, job rows) of one night's sweep."""
-    run_id = (T0 + timedelta(days=night)).strftime("%Y%m%dT%H%M%SZ") + f"-{night:04x}"
-    rows, jobs = [], []
-    for h in range(hosts):
-        for c in range(checkpoints):
-            n = h * checkpoints + c
-            key = JobKey(run_id=run_id, job_id=f"carrier-h{h:02d}-c{c:02d}", probe="carrier", host=f"host{h:02d}",
-                         checkpoint=f"ckpt{c:02d}", checkpoint_fp=f"{c:016x}", config_hash="5e1f" * 4,
-                         code_version="0.3.0+g1a2b3c4", finished_at=T0 + timedelta(days=night, seconds=n * 20))
-            failed = n % 100 == night % 100
-            jobs.append(job_record(key, status="failed" if failed else "ok", reason="CUDA error: out of memory" if failed
-                                   else "", started_at=key.finished_at - timedelta(seconds=18), wall_s=18.0,
-                                   summary={} if failed else {"tok_per_s": 9000.0 + n, "step_s": 1.8, "mfu": 0.41},
-                                   config=CONFIG, env=ENV, plan="nightly"))
-            if not failed:
-                rows += table_records(key, [{"seq_len": s, "step_s": 0.9 * s / 4096 * (1 + h / 100),
-                                             "tok_per_s": 4 * s / (0.9 * s / 4096), "peak_mem_bytes": 40 * 2**30 + s,
-                                             "mfu": 0.41, "step_spread_pct": 0.6, "params_total": 4_022_468_096,
-                                             "params_trainable": 33_030_144} for s in (2048, 4096)])
-    return rows, jobs
-
-
-def build(store: Store, first: int, nights: int, hosts: int, checkpoints: int) -> float:
-    t0 = time.perf_counter()
-    for night in range(first, first + nights):
-        started = time.time()
-        rows, jobs = night_records(night, hosts, checkpoints)
-        store.write_rows("carrier.carriers", rows)
-        store.write_rows("jobs", jobs)  # last, as a sweep commits each job's row after its tables
-        store.compact()
-        age_log(store, started, T0 + timedelta(days=night))
-        if night % 30 == 29:
-            from runner.store.maintain import vacuum
-
-            vacuum(store, 0)
-        if night % 73 == 72:
-            print(f"  night {night + 1}: {time.perf_counter() - t0:.0f} s", flush=True)
-    return time.perf_counter() - t0
-
-
-def age_log(store: Store, since: float, when: datetime) -> None:
-    """Date the log files this night wrote to its simulated date, so the log retention (7 days) drops
-    old ones as it would over a real year: every commit lists the log, its size is part of the cost."""
-    stamp = when.timestamp()
-    for folder in (store.root / "tables").glob("*/_delta_log"):
-        for path in folder.iterdir():
-            if path.stat().st_mtime >= since and path.name != "_last_checkpoint":
-                os.utime(path, (stamp, stamp))
-
-
-def log_files(root: Path) -> int:
-    return len(list((root / "tables" / "jobs" / "_delta_log").iterdir()))
+from benchmarks import store_history as history
+from benchmarks.store_history import CONFIG, ENV, build, log_files, night_records, tonight
+from runner.store import delta
+from runner.store.latest import JOB, latest_indices
+from runner.store.store import SLOT, JobKey, Store
 
 
 def timed(fn, repeat: int) -> list[float]:
@@ -113,13 +65,62 @@ def timed(fn, repeat: int) -> list[float]:
     return out
 
 
+def spread(root: Path, num: int) -> list[str]:
+    """`num` job ids spread evenly over the whole history (the stress plan: every row group holds some)."""
+    ids = list(dict.fromkeys(Store(root).jobs(columns=["job_id"])["job_id"]))
+    return ids[:: max(1, len(ids) // num)][:num]
+
+
+def done_pyarrow(root: Path, plan: list[str]) -> set[str]:
+    """The plan's done-set read through a pyarrow dataset filter instead (min/max statistics only)."""
+    table = Store(root).table("jobs")
+    rows = delta.read(table, columns=["job_id", "status", "finished_at", "run_id"],
+                      filters=pc.field("job_id").isin(plan))
+    newest = rows.take(latest_indices(rows, JOB))
+    return set(newest.filter(pc.equal(newest.column("status"), "ok")).column("job_id").to_pylist())
+
+
+def done_datafusion(root: Path, plan: list[str]) -> set[str]:
+    """The plan's done-set through DataFusion's read whatever the plan's size."""
+    rows = delta.read_ids(Store(root).table("jobs"), ["job_id", "status", "finished_at", "run_id"], plan)
+    newest = rows.take(latest_indices(rows, JOB))
+    return set(newest.filter(pc.equal(newest.column("status"), "ok")).column("job_id").to_pylist())
+
+
+def plan_sizes(root: Path) -> dict[int, tuple[float, float]]:
+    """Plan size -> (DataFusion s, pyarrow filter s), medians of 3, spread ids."""
+    out = {}
+    for num in (222, 500, 1000, 2000, 5000):
+        plan = spread(root, num)
+        out[num] = tuple(statistics.median(timed(lambda fn=fn, plan=plan: fn(root, plan), 3))
+                         for fn in (done_datafusion, done_pyarrow))
+    return out
+
+
+def done_sets(root: Path, plan: list[str], figures: dict, suffix: str = "") -> None:
+    """Median seconds of the plan's done-set (fresh Store each), by DataFusion and by pyarrow."""
+    figures["done_set_s" + suffix] = statistics.median(timed(lambda: Store(root).done_job_ids(among=plan), 5))
+    figures["done_pyarrow_s" + suffix] = statistics.median(timed(lambda: done_pyarrow(root, plan), 5))
+
+
 def measure(root: Path, night: int, hosts: int, checkpoints: int) -> dict:
     from runner.analysis.compare import JOB_READ_COLUMNS
 
     figures = {"load_1min": os.getloadavg()[0], "jobs_log_files": log_files(root)}
-    done = timed(lambda: Store(root).done_job_ids(), 5)
-    figures["done_set_s"] = statistics.median(done)
-    figures["done_jobs"] = len(Store(root).done_job_ids())
+    plan = tonight(root, night, hosts, checkpoints)
+    full = Store(root).done_job_ids()
+    done = Store(root).done_job_ids(among=plan)
+    assert done == full & set(plan) == done_pyarrow(root, plan), "a plan's done-set differs from the full one"
+    figures.update(plan_jobs=len(plan), done_jobs=len(done), all_done_jobs=len(full))
+    done_sets(root, plan, figures)
+    stress, big = spread(root, len(plan)), spread(root, 5000)
+    assert Store(root).done_job_ids(among=big) == full & set(big)
+    figures["done_stress_s"] = statistics.median(timed(lambda: Store(root).done_job_ids(among=stress), 5))
+    figures["done_5000_s"] = statistics.median(timed(lambda: Store(root).done_job_ids(among=big), 3))
+    figures["done_full_s"] = statistics.median(timed(lambda: Store(root).done_job_ids(), 5))
+    figures["plan_sizes"] = plan_sizes(root)
+    Store(root).compact()  # tonight's stored jobs compacted into the history
+    done_sets(root, plan, figures, "_compacted")
 
     def latest_rows():
         store = Store(root)
@@ -171,7 +172,12 @@ def week_of_log(tmp: Path, hosts: int, checkpoints: int) -> dict:
 
 
 def report(label: str, f: dict) -> None:
-    print(f"{label}: load {f['load_1min']:.1f}; jobs log {f['jobs_log_files']} files; done-set {f['done_set_s']:.3f} s ({f['done_jobs']:,} jobs done); "
+    print(f"{label}: load {f['load_1min']:.1f}; jobs log {f['jobs_log_files']} files; done-set of tonight's plan "
+          f"({f['plan_jobs']} jobs, {f['done_jobs']} done) {f['done_set_s']:.3f} s (pyarrow filter "
+          f"{f['done_pyarrow_s']:.3f} s), compacted {f['done_set_s_compacted']:.3f} s (pyarrow "
+          f"{f['done_pyarrow_s_compacted']:.3f} s); stress plan {f['done_stress_s']:.3f} s, 5,000 ids "
+          f"{f['done_5000_s']:.3f} s, full {f['done_full_s']:.3f} s ({f['all_done_jobs']:,} jobs done); by plan size "
+          f"(DataFusion / pyarrow s): {', '.join(f'{n}: {a:.3f}/{b:.3f}' for n, (a, b) in f['plan_sizes'].items())}; "
           f"latest rows {f['latest_rows_s']:.3f} s ({f['latest_rows']} rows); compare CLI {f['compare_cli_s']:.2f} s; "
           f"per-job commit median {f['per_job_commit_median_s'] * 1e3:.0f} ms, p90 "
           f"{f['per_job_commit_p90_s'] * 1e3:.0f} ms over {f['per_job_commits']} (CPU median "
@@ -184,7 +190,8 @@ def main() -> None:
     parser.add_argument("--nights", type=int, default=365)
     parser.add_argument("--hosts", type=int, default=20)
     parser.add_argument("--checkpoints", type=int, default=10)
-    parser.add_argument("--root", type=Path, help="build here (default: a temporary folder, removed)")
+    parser.add_argument("--root", type=Path, help="build here (default: a temporary folder, removed); with "
+                        "--years 2 the year's store is also kept, as DIR/year")
     parser.add_argument("--measure-only", type=int, metavar="NIGHTS",
                         help="measure the store already built under --root (NIGHTS nights in it), build nothing: "
                              "to measure again when the machine is quieter")
@@ -198,12 +205,10 @@ def main() -> None:
 
     print(f"python {sys.version.split()[0]}, deltalake {deltalake.__version__}, pyarrow {pyarrow.__version__}, "
           f"pandas {pandas.__version__}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
-    global T0
-    T0 = datetime.now(timezone.utc).replace(hour=1, minute=0, second=0, microsecond=0) - timedelta(
+    history.T0 = datetime.now(timezone.utc).replace(hour=1, minute=0, second=0, microsecond=0) - timedelta(
         days=2 * args.nights + 1)
     tmp = Path(tempfile.mkdtemp()) if args.root is None else args.root
     root = tmp / "store"
-    per_night = args.hosts * args.checkpoints
     if args.week_log:
         f = week_of_log(tmp, args.hosts, args.checkpoints)
         print(f"per-job commits over a week of log: load {os.getloadavg()[0]:.1f}; median "
@@ -212,27 +217,37 @@ def main() -> None:
               f"{f['jobs_log_files_after']} files after", flush=True)
         return
     if args.measure_only:
-        figures = measure(root, args.measure_only + 1000, args.hosts, args.checkpoints)  # a night not built
+        night = args.measure_only + 1000 + int(time.time() // 60) % 10_000  # a night not built, new each minute
+        figures = measure(root, night, args.hosts, args.checkpoints)
         report(f"{args.measure_only} nights, measured again", figures)
         return
-    out = {}
     try:
-        store = Store(root)
-        for label, first in (("year", 0), ("two years", args.nights))[:args.years]:
-            took = build(store, first, args.nights, args.hosts, args.checkpoints)
-            jobs = (first + args.nights) * per_night
-            print(f"{label}: built {jobs:,} jobs ({args.nights} nights x {per_night}) in {took:.0f} s", flush=True)
-            out[label] = measure(root, first + args.nights, args.hosts, args.checkpoints)
-            out[label]["jobs"] = jobs + out[label]["per_job_commits"]
-            report(label, out[label])
-        year, two = out["year"], out.get("two years", out["year"])
-        for name in ("done_set_s", "latest_rows_s", "compare_cli_s", "per_job_commit_median_s"):
-            print(f"{name}: x{two[name] / year[name]:.2f} at twice the jobs (target <= 1.5)")
-        print(json.dumps(out, indent=1, default=str))
+        years(root, tmp, args)
     finally:
         if args.root is None:
             shutil.rmtree(tmp, ignore_errors=True)
 
+
+def years(root: Path, tmp: Path, args: argparse.Namespace) -> None:
+    """Build the year (and the second), measuring each; the year's store kept as DIR/year under --root."""
+    out = {}
+    store = Store(root)
+    per_night = args.hosts * args.checkpoints
+    for label, first in (("year", 0), ("two years", args.nights))[:args.years]:
+        took = build(store, first, args.nights, args.hosts, args.checkpoints)
+        jobs = len(store.jobs(columns=["job_id"]))
+        print(f"{label}: built {jobs:,} job rows ({first + args.nights} nights x {per_night} new jobs, and the reruns "
+              f"of the failed ones) in {took:.0f} s", flush=True)
+        out[label] = measure(root, first + args.nights, args.hosts, args.checkpoints)
+        out[label]["jobs"] = jobs + out[label]["per_job_commits"]
+        report(label, out[label])
+        if first == 0 and args.root is not None and args.years == 2:
+            shutil.copytree(root, tmp / "year" / "store", dirs_exist_ok=True)  # for --root DIR/year --measure-only
+    year, two = out["year"], out.get("two years", out["year"])
+    for name in ("done_set_s", "done_set_s_compacted", "done_stress_s", "done_full_s", "latest_rows_s",
+                 "compare_cli_s", "per_job_commit_median_s"):
+        print(f"{name}: x{two[name] / year[name]:.2f} at twice the jobs (target <= 1.5)")
+    print(json.dumps(out, indent=1, default=str))
 
 if __name__ == "__main__":
     main()

@@ -153,7 +153,7 @@ def run_sweep(*, cluster, store: Store, plan: str, jobs: list[Job], run_id: str,
     """
 
     ready, unreachable = fingerprint_jobs(jobs, here=inline)
-    done = set() if force else store.done_job_ids()
+    done = set() if force else store.done_job_ids(among=[j.job_id for j in ready])  # tonight's plan only
     todo = [j for j in ready if j.job_id not in done]
     bar = Progress(todo + [j for j, _ in unreachable], enabled=progress, stream=terminal_err())
     hosts = {j.host for j in jobs}

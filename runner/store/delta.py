@@ -22,7 +22,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pa_fs
 import pyarrow.parquet as pq
-from deltalake import DeltaTable, write_deltalake
+from deltalake import (
+    BloomFilterProperties,
+    ColumnProperties,
+    DeltaTable,
+    QueryBuilder,
+    WriterProperties,
+    write_deltalake,
+)
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import PostCommitHookProperties
@@ -38,6 +45,23 @@ _URL = re.compile(r"^([a-z][a-z0-9+.-]*):/+(.+)$")
 TARGET_FILE_BYTES = 32 * 2**20
 """Compaction target: files above it are left alone, so a nightly compaction rewrites only the
 recent small files, not the whole table (a year of one table stays a few files)."""
+
+
+ROW_GROUP_ROWS = 16_384
+"""Rows per Parquet row group of compacted files: small enough that a read of the newest runs
+skips the older row groups by their run_id statistics (runner/store/store.py's `_only`)."""
+BLOOM_FPP = 0.01
+
+
+def writer_properties() -> WriterProperties:
+    """Every data file (appends and compaction): row groups of ROW_GROUP_ROWS, and a bloom filter on
+    `job_id` per row group, so a read of a few given jobs (a sweep's plan) skips the row groups that
+    hold none of them. Job ids are hashes, so min/max statistics cannot skip anything; a bloom filter
+    sized for a full row group of distinct ids at 1% false positives is ~32 KiB per row group (a
+    one-row file's filter is a few dozen bytes: the writer folds it to the values written)."""
+    bloom = BloomFilterProperties(set_bloom_filter_enabled=True, fpp=BLOOM_FPP, ndv=ROW_GROUP_ROWS)
+    return WriterProperties(max_row_group_size=ROW_GROUP_ROWS,
+                            column_properties={"job_id": ColumnProperties(bloom_filter_properties=bloom)})
 
 
 RETENTION = "interval 7 days"
@@ -95,7 +119,8 @@ def append(target: DeltaTable | str, data: pa.Table, options: dict[str, str] | N
     config = None if table is not None else TABLE_CONFIG
     try:
         write_deltalake(table or uri, data, mode="append", schema_mode="merge", storage_options=options or None,
-                        configuration=config, post_commithook_properties=HOOKS)
+                        configuration=config, post_commithook_properties=HOOKS,
+                        writer_properties=writer_properties())
     except Exception as exc:
         raise StoreError(f"table {uri}: rows refused: {_short(exc)}") from None
 
@@ -125,12 +150,38 @@ def read(table: DeltaTable, *, columns: list[str] | None = None, filters: Any = 
         rows = table.to_pyarrow_dataset(parquet_read_options=options).to_table(columns=columns, filter=filters)
         return rows.unify_dictionaries() if dictionary else rows
     except Exception as exc:  # delta-rs' file system raises more than OSError: find the file, name it
-        bad = unreadable_files(table)
-        if not bad:
-            raise CorruptStoreError(f"table {table.table_uri} cannot be read: {_short(exc)}") from exc
-        more = f" (and {len(bad) - 1} more: labprobe store check lists them)" if len(bad) > 1 else ""
-        raise CorruptStoreError(f"table {table.table_uri}: file {bad[0][0]} is referenced by the log "
-                                f"but cannot be read ({bad[0][1]}){more}") from exc
+        raise _unreadable(table, exc) from exc
+
+
+def read_ids(table: DeltaTable, columns: list[str], job_ids: list[str]) -> pa.Table:
+    """`columns` of the rows whose job_id is one of `job_ids`, read through DataFusion, which skips
+    every row group whose job_id bloom filter rules all of them out (pyarrow's reader uses min/max
+    statistics only, useless on hashed ids). String columns come back as plain strings."""
+    try:
+        rows = pa.table(QueryBuilder().register("t", table).execute(ids_query(columns, job_ids)).read_all())
+    except Exception as exc:
+        raise _unreadable(table, exc) from exc
+    for i, field in enumerate(rows.schema):
+        if pa.types.is_string_view(field.type) or pa.types.is_large_string(field.type):
+            rows = rows.set_column(i, field.with_type(pa.string()), pc.cast(rows.column(i), pa.string()))
+    return rows
+
+
+def ids_query(columns: list[str], job_ids: list[str]) -> str:
+    """read_ids' SQL over table `t`."""
+    quoted = ", ".join("'" + i.replace("'", "''") + "'" for i in job_ids)
+    names = ", ".join('"' + c.replace('"', '""') + '"' for c in columns)
+    return f'SELECT {names} FROM t WHERE "job_id" IN ({quoted})'
+
+
+def _unreadable(table: DeltaTable, exc: Exception) -> CorruptStoreError:
+    """The error for a read that failed: naming the first live file that cannot be read."""
+    bad = unreadable_files(table)
+    if not bad:
+        return CorruptStoreError(f"table {table.table_uri} cannot be read: {_short(exc)}")
+    more = f" (and {len(bad) - 1} more: labprobe store check lists them)" if len(bad) > 1 else ""
+    return CorruptStoreError(f"table {table.table_uri}: file {bad[0][0]} is referenced by the log "
+                             f"but cannot be read ({bad[0][1]}){more}")
 
 
 def unreadable_files(table: DeltaTable) -> list[tuple[str, str]]:

@@ -14,15 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from deltalake import WriterProperties
-
 from runner.store import delta
 from runner.store.migrate import legacy_tables
 
 DEFAULT_RETENTION_DAYS = 7.0
-ROW_GROUP_ROWS = 16_384
-"""Rows per Parquet row group of compacted files: small enough that a read of the newest runs
-skips the older row groups by their run_id statistics (runner/store/store.py's `_only`)."""
 
 
 @dataclasses.dataclass
@@ -82,7 +77,7 @@ def compact(store) -> dict[str, dict[str, int]]:
     for name in store.table_names():
         table = store.table(name)
         metrics = table.optimize.compact(target_size=delta.TARGET_FILE_BYTES,
-                                         writer_properties=WriterProperties(max_row_group_size=ROW_GROUP_ROWS))
+                                         writer_properties=delta.writer_properties())
         removed, added = int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0))
         if removed:
             table.create_checkpoint()

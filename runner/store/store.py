@@ -7,9 +7,8 @@ Layout (runner/store/delta.py says where and how):
     <root>/artifacts/<job_id>/<run_id>/  raw evidence, plain files
 
 `host` and `checkpoint` are columns (the rows are tiny: folders per host and checkpoint only made
-tens of thousands of files). Every row carries the key columns (the fields of `JobKey`); a row column
-named like a key column is stored as `row_<name>`. A new column merges into its table's schema and
-older rows read null there, so adding a key column is adding a field to `JobKey`.
+tens of thousands of files). Every row carries the key columns (the fields of `JobKey`,
+runner/store/rows.py, which builds the rows as stored).
 
 Commits: each table of a job is one atomic commit, its artifacts are written next, and the job's row
 is committed last: a job row is what commits a job. Readers read the jobs table first and keep a
@@ -17,29 +16,27 @@ table's rows only where their (job_id, run_id) has a job row, so a writer killed
 leaves nothing half-visible. Nothing committed is rewritten: appends only; compaction
 (runner/store/maintain.py) writes new files and commits their swap for the old ones in one commit.
 
-"The latest run of a job" is defined here once (`latest`): the newest row by (finished_at, run_id)
-per job_id (what the sweep's done-set and the report take), or per slot (probe, host, checkpoint,
-config: what compare takes, where a re-fingerprinted checkpoint replaces its older runs).
+"The latest run of a job" is defined once, in runner/store/latest.py: the newest row by
+(finished_at, run_id) per job_id (the sweep's done-set, the report) or per slot (compare).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
-from probes.result import InputError, ProbeResult, _jsonable, config_to_dict
+from probes.result import InputError, ProbeResult, config_to_dict
 from runner.store import artifacts, delta
 from runner.store.delta import CorruptStoreError, StoreError
+from runner.store.latest import JOB, ORDER, SLOT, latest, latest_indices, plain
+from runner.store.rows import JOB_COLUMNS, KEY_COLUMNS, STATUSES, JobKey, job_record, table_records
 
 __all__ = [
     "JOB",
@@ -51,79 +48,19 @@ __all__ = [
     "JobKey",
     "Store",
     "StoreError",
+    "job_record",
     "latest",
+    "table_records",
 ]
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class JobKey:
-    """The key columns every stored row carries (a new field here is a new key column everywhere)."""
-
-    run_id: str
-    job_id: str
-    probe: str
-    host: str
-    checkpoint: str
-    checkpoint_fp: str
-    config_hash: str
-    code_version: str
-    finished_at: datetime
-
-    def __post_init__(self) -> None:
-        for name in ("host", "checkpoint", "job_id", "run_id"):
-            value = getattr(self, name)
-            assert value and "/" not in value and not value.startswith("."), f"bad {name} {value!r}"
-
-
-KEY_COLUMNS = tuple(f.name for f in dataclasses.fields(JobKey))
-JOB_COLUMNS = KEY_COLUMNS + ("status", "reason", "started_at", "wall_s", "summary_json",
-                             "config_json", "env_json", "plan")
-STATUSES = ("ok", "failed", "skipped")
-JOB = ("job_id",)
-"""A job: one probe x checkpoint fingerprint x host x config (runner/lab/plan.py's job_id)."""
-SLOT = ("probe", "host", "checkpoint", "config_hash")
-"""What compare fills: a checkpoint name on a host under one config, whatever its fingerprint."""
-ORDER = ("finished_at", "run_id")
-"""Newest last; run ids start with their UTC start time, so they break finished_at ties."""
 _IDS = ["job_id", "run_id"]
 PUSHDOWN_JOBS = 5000
 """Up to this many jobs given to `read`, their ids filter the table while it is read."""
-
-
-def latest(jobs: pd.DataFrame, by: tuple[str, ...] = JOB) -> pd.DataFrame:
-    """The latest run of each job (`by`=JOB) or slot (`by`=SLOT): its newest job row, oldest first."""
-    if jobs.empty:
-        return jobs.reset_index(drop=True)
-    keys = pa.table({c: pa.array(jobs[c]) for c in (*by, *ORDER)})
-    picked = jobs.iloc[latest_indices(keys, by).to_numpy()]
-    return picked.sort_values(list(ORDER), kind="stable").reset_index(drop=True)
-
-
-def latest_indices(rows: pa.Table, by: tuple[str, ...] = JOB) -> pa.Array:
-    """Row numbers of `latest`'s rows, computed in Arrow (a year of job rows in tens of ms): sort by
-    (group, finished_at, run_id), keep each group's last row. The group is one integer made of the
-    `by` columns' dictionary codes: only equality matters for grouping."""
-    if rows.num_rows == 0:
-        return pa.array([], pa.uint64())
-    group = pa.array(np.zeros(rows.num_rows, np.int64))
-    for c in by:
-        codes = _codes(rows.column(c)).cast(pa.int64())
-        width = pc.max(codes).as_py() + 1 if len(codes) else 1
-        group = pc.add(pc.multiply(group, width), codes)  # a few hundred slots: far from overflow
-    keyed = pa.table({"group": group, **{c: rows.column(c) for c in ORDER}})
-    order = pc.sort_indices(keyed, sort_keys=[(c, "ascending") for c in keyed.column_names])
-    sorted_group = group.take(order)
-    differs = pc.not_equal(sorted_group.slice(0, len(sorted_group) - 1), sorted_group.slice(1))
-    return order.filter(pa.concat_arrays([differs, pa.array([True])]))  # each group's last row
-
-
-def _codes(column: pa.ChunkedArray) -> pa.Array:
-    if pa.types.is_dictionary(column.type):  # read as dictionary: its codes, once unified across chunks
-        return column.unify_dictionaries().combine_chunks().indices
-    column = column.combine_chunks()
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        return pc.dictionary_encode(column).indices
-    return column
+FILTER_IDS = 500
+"""Up to this many job ids asked about (`done_job_ids(among=...)`), DataFusion's bloom-filtered read;
+past it a pyarrow filter (measured: DataFusion's IN list costs 0.02-0.1 ms an id, the pyarrow filter
+~0.01 s a year of history whatever the plan's size; benchmarks/RESULTS.md)."""
 
 
 class Store:
@@ -294,7 +231,7 @@ class Store:
         first = list(dict.fromkeys([*by, *ORDER, *_IDS, *(c for c in wanted if not c.endswith("_json"))]))
         where = None if probe is None else pc.field("probe") == probe
         rows = self._read("jobs", columns=first, filters=where, table=table, dictionary=set(by) | {"status"})
-        newest = _plain(rows.take(latest_indices(rows, by))).to_pandas()
+        newest = plain(rows.take(latest_indices(rows, by))).to_pandas()
         rest = [c for c in wanted if c not in first]
         if rest and not newest.empty:
             more = self._read("jobs", columns=[*_IDS, *rest], filters=_only(newest, where), table=table)
@@ -303,10 +240,26 @@ class Store:
         newest = newest.sort_values(list(ORDER), kind="stable").reset_index(drop=True)
         return newest if columns is None else newest[list(dict.fromkeys([*columns, *by, *ORDER]))]
 
-    def done_job_ids(self) -> set[str]:
-        """Jobs whose latest run is ok: what a sweep skips."""
-        newest = self.latest_jobs(columns=["job_id", "status"])
-        return set(newest.loc[newest["status"] == "ok", "job_id"]) if not newest.empty else set()
+    def done_job_ids(self, among: Iterable[str] | None = None) -> set[str]:
+        """Jobs whose latest run is ok: what a sweep skips. `among`: only these job ids are asked
+        about (a sweep's plan), and only their rows are read: up to FILTER_IDS ids through
+        DataFusion, whose reader skips every row group whose job_id bloom filter rules them all
+        out, so a plan's answer costs the plan, not the history; a larger plan through a pyarrow
+        filter, which reads every row's job_id (cheap) where an IN list of thousands costs more."""
+        if among is None:
+            newest = self.latest_jobs(columns=["job_id", "status"])
+            return set(newest.loc[newest["status"] == "ok", "job_id"]) if not newest.empty else set()
+        wanted = sorted(set(among))
+        table = self.table("jobs")
+        if table is None or not wanted:
+            return set()
+        columns = ["job_id", "status", *ORDER]
+        if len(wanted) <= FILTER_IDS:
+            rows = delta.read_ids(table, columns, wanted)
+        else:
+            rows = delta.read(table, columns=columns, filters=pc.field("job_id").isin(pa.array(wanted, pa.string())))
+        newest = rows.take(latest_indices(rows, JOB))
+        return set(newest.filter(pc.equal(newest.column("status"), "ok")).column("job_id").to_pylist())
 
     # -- upkeep ----------------------------------------------------------------------------------
     def compact(self) -> dict[str, dict[str, int]]:
@@ -327,14 +280,6 @@ class Store:
             delta.log.warning(message)
 
 
-def _plain(rows: pa.Table) -> pa.Table:
-    """Dictionary columns back to their values (pandas would make them categoricals)."""
-    for i, field in enumerate(rows.schema):
-        if pa.types.is_dictionary(field.type):
-            rows = rows.set_column(i, field.name, pc.cast(rows.column(i), field.type.value_type))
-    return rows
-
-
 def _only(jobs: pd.DataFrame, filters: Any = None) -> Any:
     """A read filter keeping (a superset of) these jobs' rows. The run_id range lets Parquet
     statistics skip row groups of older runs (compacted files keep commit order, and run ids
@@ -345,30 +290,3 @@ def _only(jobs: pd.DataFrame, filters: Any = None) -> Any:
     only = ((pc.field("run_id") >= runs.min()) & pc.field("run_id").isin(pa.array(runs.unique(), pa.string()))
             & pc.field("job_id").isin(pa.array(jobs["job_id"].astype(str).unique(), pa.string())))
     return only if filters is None else filters & only
-
-
-def table_records(key: JobKey, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A probe table's rows as stored: the key columns, then the row's own (a row column named like
-    a key, a probe's own `host` say, neither overwrites nor shadows it: it is kept as `row_<name>`)."""
-    keys = dataclasses.asdict(key)
-    return [{**keys, **{(f"row_{k}" if k in KEY_COLUMNS else k): _cell(v) for k, v in row.items()}}
-            for row in rows]
-
-
-def job_record(key: JobKey, *, status: str, reason: str = "", started_at: datetime, wall_s: float,
-               summary: dict, config: dict, env: dict, plan: str = "") -> dict[str, Any]:
-    """A job row as stored."""
-    assert status in STATUSES, status
-    return {**dataclasses.asdict(key), "status": status, "reason": reason, "started_at": started_at,
-            "wall_s": float(wall_s), "summary_json": json.dumps(_jsonable(summary), sort_keys=True),
-            "config_json": json.dumps(_jsonable(config), sort_keys=True),
-            "env_json": json.dumps(_jsonable(env), sort_keys=True), "plan": plan}
-
-
-def _cell(value: Any) -> Any:
-    """Parquet cells: paths as strings, nested values as JSON text."""
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, (dict, list, tuple)):
-        return json.dumps(_jsonable(value), sort_keys=True)
-    return value
