@@ -134,7 +134,17 @@ def config_to_dict(config: Any) -> dict[str, Any]:
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """The docstring written under each dataclass field: the one place a field is documented."""
+    """The docstring written under each dataclass field: the one place a field is documented.
+
+    Inherited fields keep their base class's doc unless the class redeclares them with its own."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            docs.update(_own_field_docs(klass))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
     source = textwrap.dedent(inspect.getsource(cls))
     body = ast.parse(source).body[0].body
     docs: dict[str, str] = {}
