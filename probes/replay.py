@@ -38,31 +38,23 @@ import torch
 
 from probes import batching, contract, goodput, kernels, models, profile
 from probes import corpus as corpus_mod
-from probes import harness as reference
 from probes import profile_measure as measure
 from probes.profile_fit import ScalingRow, fit_scaling
 from probes.result import Check, InputError, ProbeResult, require
+from probes.step_config import StepConfig
 from probes.timing import time_steps
 
 LIMIT_PCT = 5.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config:
+class Config(StepConfig):
     checkpoint: Path
     """Checkpoint directory with config.json (the model; also the tokenizer of --corpus)."""
     corpus: Path | None = None
     """Corpus, JSONL or Parquet: records with `messages` (chat turns) or `text`, optional `source`."""
     lengths: Path | None = None
     """Lengths file instead of a corpus (Parquet or CSV: `length`, optional `source`)."""
-    weights: models.Weights = "checkpoint"
-    """checkpoint: load the weights (local files only); random: build from config.json, random weights."""
-    harness: str = reference.REFERENCE
-    """Import path of the training harness providing discover_target_modules and compute_loss."""
-    lora_rank: int = 32
-    """LoRA rank on every target module the harness discovers."""
-    lora_alpha: float = 64.0
-    """LoRA alpha."""
     batch_size: int = 8
     """Samples per batch."""
     max_length: int = 4096
@@ -83,16 +75,13 @@ class Config:
     """Widths of the fit measured here (>= 3); unset: 8 widths spaced geometrically up to --max-length."""
     fit_steps: int = 5
     """Timed steps per fit width (extended up to 3x while the spread is above 2 percent)."""
-    ce_chunk: int = reference.CHUNK_TOKENS
-    """Cross-entropy chunk in tokens (passed to a harness whose compute_loss takes chunk_tokens)."""
-    device: str = "auto"
-    """auto (the GPU if any, else CPU), cpu, or cuda[:N]."""
     cache_dir: Path = corpus_mod.DEFAULT_CACHE_DIR
     """Where token lengths are cached, keyed by corpus and tokenizer content."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         require((self.corpus is None) != (self.lengths is None), "corpus", "give exactly one of `corpus` and `lengths`")
-        for name in ("batch_size", "max_length", "num_steps", "fit_steps", "lora_rank"):
+        for name in ("batch_size", "max_length", "num_steps", "fit_steps"):
             require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         require(self.warmup_steps >= 0 and self.seed >= 0, "warmup_steps", "`warmup_steps` and `seed` must be >= 0")
         bad = [s for s in self.strategies if s not in batching.STRATEGIES or s == "packed"]
