@@ -131,11 +131,9 @@ class StepRow:
 def _session(config: Config) -> measure.Session:
     """The profile probe's session (model, LoRA, harness), built for this replay's shapes."""
     widths = config.widths()
-    return measure.Session(profile.Config(
-        checkpoint=config.checkpoint, weights=config.weights, harness=config.harness, lora_rank=config.lora_rank,
-        lora_alpha=config.lora_alpha, seq_lens=widths, batch_size=config.batch_size, seq_len=max(widths),
-        warmup_steps=2, steps=config.fit_steps, max_steps=3 * config.fit_steps, ce_chunk=config.ce_chunk,
-        device=config.device))
+    step = {f.name: getattr(config, f.name) for f in dataclasses.fields(StepConfig)}
+    return measure.Session(profile.Config(**step, seq_lens=widths, batch_size=config.batch_size, seq_len=max(widths),
+                                          warmup_steps=2, steps=config.fit_steps, max_steps=3 * config.fit_steps))
 
 
 def shapes(config: Config, lengths: np.ndarray, strategy: str, bucket_size: int | None) -> list[np.ndarray]:
