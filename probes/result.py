@@ -176,7 +176,8 @@ def make_config(cls: type, values: dict[str, Any]) -> Any:
     names = [f.name for f in dataclasses.fields(cls)]
     for key in values:
         if key not in names:
-            probe = cls.__module__.rsplit(".", 1)[-1]
+            # a probe's Config may live beside it (probes/profile_config.py for probes/profile.py)
+            probe = cls.__module__.rsplit(".", 1)[-1].removesuffix("_config")
             raise FieldError(key, f"is not a field of probe {probe!r} (fields: {', '.join(names)})")
     try:
         return _adapter(cls).validate_python(values)

@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from probes import mask
+from probes import mask, profile
 from probes.result import SHOWN_CHARS, FieldError, InputError, field_docs, make_config, shown
 
 
@@ -28,6 +28,8 @@ def test_make_config_checks_names_types_then_the_configs_own_checks(tmp_path):
     with pytest.raises(FieldError) as info:
         make_config(mask.Config, {"checkpoint": "x", "seqlen": 64})
     assert info.value.field == "seqlen" and "is not a field of probe 'mask'" in info.value.message
+    with pytest.raises(FieldError, match="is not a field of probe 'profile'"):  # its Config in profile_config.py
+        make_config(profile.Config, {"checkpoint": "x", "seqlen": 64})
     with pytest.raises(FieldError) as info:
         make_config(mask.Config, {"checkpoint": "x", "seq_len": "x" * 10_000})
     assert info.value.field == "seq_len" and len(str(info.value)) < 200
