@@ -28,11 +28,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from pathlib import Path
 
 import numpy as np
 
 from probes import corpus as corpus_mod
+from probes.corpus_config import CorpusConfig
 from probes.padding import padded_in_order
 from probes.result import Check, ProbeResult, require
 
@@ -40,17 +40,7 @@ _DENSE_CELLS = 1 << 24  # batches x sources below which per-batch source counts 
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config:
-    checkpoint: Path | None = None
-    """Checkpoint directory (or a bare tokenizer.json) whose tokenizer tokenizes --corpus."""
-    corpus: Path | None = None
-    """Corpus, JSONL or Parquet: records with `messages` (chat turns) or `text`, optional `source`."""
-    lengths: Path | None = None
-    """Lengths file instead of a corpus (Parquet or CSV: `length`, optional `source`)."""
-    batch_size: int = 8
-    """Samples per batch."""
-    max_length: int = 4096
-    """Tokens per row: longer samples are truncated before batching."""
+class Config(CorpusConfig):
     bucket_sizes: tuple[int, ...] = ()
     """Bucket sizes to sweep, multiples of --batch-size; unset: --num-sizes sizes spaced geometrically
     from the batch size to the whole corpus. The batch size and the whole corpus are always swept."""
@@ -58,13 +48,9 @@ class Config:
     """Bucket sizes in the default sweep."""
     seeds: tuple[int, ...] = (0, 1, 2, 3)
     """Seeds of the random permutations (mean and std over them)."""
-    cache_dir: Path = corpus_mod.DEFAULT_CACHE_DIR
-    """Where token lengths are cached, keyed by corpus and tokenizer content."""
 
     def __post_init__(self) -> None:
-        corpus_mod.validate_inputs(corpus=self.corpus, lengths=self.lengths, checkpoint=self.checkpoint)
-        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
-        require(self.max_length >= 1, "max_length", f"must be >= 1, got {self.max_length}")
+        super().__post_init__()
         require(self.num_sizes >= 2, "num_sizes", f"must be >= 2, got {self.num_sizes}")
         require(len(self.seeds) >= 1, "seeds", "needs at least one seed")
         require(all(s >= 0 for s in self.seeds), "seeds", f"must all be >= 0, got {list(self.seeds)}")
@@ -248,8 +234,7 @@ def summary(rows: list[SweepRow], random: list[int], data: corpus_mod.Lengths) -
 
 
 def run(config: Config) -> ProbeResult:
-    data = corpus_mod.load(corpus=config.corpus, lengths=config.lengths, checkpoint=config.checkpoint,
-                           cache_dir=config.cache_dir)
+    data = config.load_lengths()
     # With one batch or less there is nothing to bucket: every bucket size is the same single cut.
     require(len(data.length) > config.batch_size, "batch_size",
             f"{config.lengths or config.corpus}: {len(data.length)} samples, bucketing needs more than "

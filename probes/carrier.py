@@ -44,22 +44,15 @@ from probes import contract, flops, kernels, models, processes, variants, whatif
 from probes import harness as reference
 from probes.mask import load_text_config
 from probes.result import Check, ProbeResult, require
+from probes.step_config import StepConfig
 from probes.timing import MAX_SPREAD
 from probes.worker import Spec
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config:
+class Config(StepConfig):
     checkpoint: tuple[Path, ...]
     """Checkpoint directories of the family (repeat --checkpoint), each with config.json."""
-    weights: models.Weights = "checkpoint"
-    """checkpoint: load the weights (local files only); random: build from config.json, random weights."""
-    harness: str = reference.REFERENCE
-    """Import path of the training harness providing discover_target_modules and compute_loss."""
-    lora_rank: int = 32
-    """LoRA rank on every target module the harness discovers."""
-    lora_alpha: float = 64.0
-    """LoRA alpha."""
     seq_len: int = 4096
     """Tokens per sequence."""
     batch_size: int = 1
@@ -70,8 +63,6 @@ class Config:
     """Timed steps (the window the statistics use); 0: parameter counts only, on the meta device."""
     max_steps: int = 30
     """Cap on timed steps when the spread stays above 2 percent."""
-    ce_chunk: int = reference.CHUNK_TOKENS
-    """Cross-entropy chunk in tokens, passed to a harness whose compute_loss takes chunk_tokens."""
     token_budget: int = 1_000_000_000
     """Training tokens per job, for the projected hours."""
     num_arms: int = 1
@@ -87,20 +78,17 @@ class Config:
     """Fresh processes the baseline of each checkpoint is measured in (the across-process spread)."""
     seed: int = 0
     """Seed of the random weights and batches, the same in every process."""
-    device: str = "auto"
-    """auto (the GPU if any, else CPU), cpu, or cuda[:N]."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         require(len(self.checkpoint) >= 1, "checkpoint", "needs at least one checkpoint")
-        for name in ("lora_rank", "seq_len", "batch_size", "max_steps", "token_budget", "num_arms",
+        for name in ("seq_len", "batch_size", "max_steps", "token_budget", "num_arms",
                      "num_seeds", "processes"):
             require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         require(self.steps >= 0 and self.warmup_steps >= 0, "steps", "`steps` and `warmup_steps` must be >= 0")
         require(self.max_steps >= self.steps, "max_steps", f"`max_steps` {self.max_steps} < `steps` {self.steps}")
         require(self.seq_len >= 2, "seq_len", f"must be >= 2, got {self.seq_len}")
-        require(bool(self.harness.strip()), "harness", "is empty: give an import path (default probes.harness)")
         require(self.peak_tflops is None or self.peak_tflops > 0, "peak_tflops", "must be > 0")
-        models.check_common(self)
         variants.parse(self.variant)
 
 

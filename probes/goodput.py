@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from probes import batching
-from probes import corpus as corpus_mod
+from probes.corpus_config import CorpusConfig
 from probes.result import Check, InputError, ProbeResult, require
 
 OUTSIDE_FIT_LIMIT_PCT = 5.0
@@ -134,13 +134,7 @@ def sweep_hours(arm_hours: Sequence[float], budget: Budget) -> float:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config:
-    checkpoint: Path | None = None
-    """Checkpoint directory (or a bare tokenizer.json) whose tokenizer tokenizes --corpus."""
-    corpus: Path | None = None
-    """Corpus, JSONL or Parquet: records with `messages` (chat turns) or `text`, optional `source`."""
-    lengths: Path | None = None
-    """Lengths file instead of a corpus (Parquet or CSV: `length`, optional `source`)."""
+class Config(CorpusConfig):
     batch_size: int = 8
     """Samples per batch (rows of max_length a batch for packed)."""
     max_length: int = 4096
@@ -180,12 +174,10 @@ class Config:
     """Arms of the sweep (cluster.yaml budget.arms)."""
     num_seeds: int = 1
     """Seeds an arm (cluster.yaml budget.seeds)."""
-    cache_dir: Path = corpus_mod.DEFAULT_CACHE_DIR
-    """Where token lengths are cached, keyed by corpus and tokenizer content."""
 
     def __post_init__(self) -> None:
-        corpus_mod.validate_inputs(corpus=self.corpus, lengths=self.lengths, checkpoint=self.checkpoint)
-        for name in ("batch_size", "max_length", "fit_min_len", "fit_batch_size", "num_arms", "num_seeds"):
+        super().__post_init__()
+        for name in ("fit_min_len", "fit_batch_size", "num_arms", "num_seeds"):
             require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
         bad = [s for s in self.strategies if s not in batching.STRATEGIES]
@@ -271,8 +263,7 @@ def price(batches: batching.Batches, model: StepModel, budget: Budget, bucket_si
 
 
 def run(config: Config) -> ProbeResult:
-    data = corpus_mod.load(corpus=config.corpus, lengths=config.lengths, checkpoint=config.checkpoint,
-                           cache_dir=config.cache_dir)
+    data = config.load_lengths()
     model = step_model(config)
     clipped = np.minimum(data.length, config.max_length)
     budget = Budget(config.token_budget or int(clipped.sum()), config.num_arms, config.num_seeds)

@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import math
-import re
 from pathlib import Path
 from types import ModuleType
 from typing import Literal
@@ -23,17 +21,9 @@ from torch import nn
 from probes import harness as reference
 from probes.contract import resolve
 from probes.mask import load_text_config
-from probes.result import InputError, require
+from probes.result import InputError
 
 Weights = Literal["checkpoint", "random"]
-
-
-def check_common(config) -> None:
-    """The options profile and carrier share: --device spelling, --ce-chunk, --lora-alpha."""
-    require(re.fullmatch(r"auto|cpu|cuda(:\d+)?", config.device) is not None, "device",
-            f"{config.device!r}: expected auto, cpu, cuda or cuda:N")
-    require(config.ce_chunk >= 1, "ce_chunk", "must be >= 1")
-    require(math.isfinite(config.lora_alpha) and config.lora_alpha > 0, "lora_alpha", "must be a number > 0")
 
 
 def pick_device(device: str) -> torch.device:

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from probes import corpus as corpus_mod
+from probes.corpus_config import CorpusConfig
 from probes.result import Check, ProbeResult, require
 
 _GIB = 1 << 30
@@ -53,16 +54,10 @@ _PERCENTILES = (50, 90, 99, 99.9)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config:
+class Config(CorpusConfig):
     checkpoint: Path | None = None
     """Checkpoint directory (or a bare tokenizer.json): its tokenizer tokenizes --corpus; its
     config.json gives the vocabulary size for the CE table."""
-    corpus: Path | None = None
-    """Corpus, JSONL or Parquet: records with `messages` (chat turns) or `text`, optional `source`."""
-    lengths: Path | None = None
-    """Lengths file instead of a corpus (Parquet or CSV: `length`, optional `source`)."""
-    batch_size: int = 8
-    """Samples per batch."""
     max_length: int = 4096
     """Tokens per row: longer samples are truncated; `fixed` pads to it; `packed` fills rows of it."""
     seeds: tuple[int, ...] = (0, 1, 2, 3)
@@ -75,13 +70,9 @@ class Config:
     """Memory one step's CE logits may take (bf16 logits + fp32 upcast live together), GiB."""
     ce_chunk_sizes: tuple[int, ...] = ()
     """Candidate CE chunk sizes, tokens; unset: powers of two from 256 below the step's tokens."""
-    cache_dir: Path = corpus_mod.DEFAULT_CACHE_DIR
-    """Where token lengths are cached, keyed by corpus and tokenizer content."""
 
     def __post_init__(self) -> None:
-        corpus_mod.validate_inputs(corpus=self.corpus, lengths=self.lengths, checkpoint=self.checkpoint)
-        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
-        require(self.max_length >= 1, "max_length", f"must be >= 1, got {self.max_length}")
+        super().__post_init__()
         require(len(self.seeds) >= 1, "seeds", "needs at least one seed")
         require(all(s >= 0 for s in self.seeds), "seeds", f"must all be >= 0, got {list(self.seeds)}")
         require(self.num_bins >= 1, "num_bins", f"must be >= 1, got {self.num_bins}")
@@ -294,8 +285,7 @@ def checks(rows: list[StrategyRow], longest: list[int], lengths: np.ndarray,
 
 
 def run(config: Config) -> ProbeResult:
-    data = corpus_mod.load(corpus=config.corpus, lengths=config.lengths, checkpoint=config.checkpoint,
-                           cache_dir=config.cache_dir)
+    data = config.load_lengths()
     rows, longest = strategy_rows(data.length, config)
     tables: dict[str, list] = {"strategies": rows, "lengths": length_rows(data, config.max_length),
                                "histogram": histogram_rows(data.length, config.num_bins)}

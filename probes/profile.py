@@ -110,15 +110,13 @@ def _summarise(result: ProbeResult, session: measure.Session, scaling: list[Scal
                step_s: float | None, prof: kernels.Profile | None) -> None:
     c, cuda = session.config, session.device.type == "cuda"
     fitted = [r.seq_len for r in scaling if r.in_fit]
-    launch = [r.seq_len for r in scaling if r.launch_bound]
     errors = [r.heldout_err_pct for r in scaling if r.in_fit and r.heldout_err_pct is not None]
-    noisy = [r.seq_len for r in scaling if r.status == "ok" and not r.launch_bound and r.spread_pct > 2]
     padding = {r.case: r for r in result.tables["padding_penalty"]}
     measured = any(r.seq_len == c.seq_len and r.step_s is not None for r in scaling)
     summary = {"device": torch.cuda.get_device_name(session.device) if cuda else "cpu",
                "harness": c.harness, "seq_len": c.seq_len, "step_s": step_s,
                "step_s_source": "measured" if measured else "fitted" if step_s is not None else None,
-               "fitted_lens": fitted, "launch_bound_lens": launch,
+               "fitted_lens": fitted, "launch_bound_lens": [r.seq_len for r in scaling if r.launch_bound],
                "max_heldout_err_pct": max(errors) if errors else None}
     summary.update({f"{f.term}_share_pct": f.share_at_production_pct for f in result.tables["fit"]})
     if "half_padded" in padding:
@@ -132,7 +130,16 @@ def _summarise(result: ProbeResult, session: measure.Session, scaling: list[Scal
         summary["note"] = ("CPU: kernel rows are CPU ops by self time; gpu_busy_frac and launch_bound "
                            "are None, so every point is fitted")
     result.summary = summary
-    result.checks += [
+    result.checks += _checks(scaling, prof, summary.get("step_wall_s"))
+
+
+def _checks(scaling: list[ScalingRow], prof: kernels.Profile | None, step_wall_s: float | None) -> list[Check]:
+    """The fit's points, its held-out error, the points' spread and, profiled, kernel time within the step."""
+    fitted = [r.seq_len for r in scaling if r.in_fit]
+    launch = [r.seq_len for r in scaling if r.launch_bound]
+    errors = [r.heldout_err_pct for r in scaling if r.in_fit and r.heldout_err_pct is not None]
+    noisy = [r.seq_len for r in scaling if r.status == "ok" and not r.launch_bound and r.spread_pct > 2]
+    checks = [
         Check(name="fit_has_3_points", ok=len(fitted) >= 3,
               detail=f"fitted {fitted}; left out as launch-bound {launch}; "
                      f"oom/failed {[r.seq_len for r in scaling if r.status != 'ok']}"),
@@ -143,6 +150,7 @@ def _summarise(result: ProbeResult, session: measure.Session, scaling: list[Scal
         Check(name="spread_le_2pct", ok=not noisy, detail=f"GPU-bound lengths above 2%: {noisy}"),
     ]
     if prof is not None:
-        result.checks.append(Check(
-            name="kernel_time_le_step", ok=prof.kernel_s_per_step <= summary["step_wall_s"],
-            detail=f"{prof.kernel_s_per_step:.4f} s of kernels per {summary['step_wall_s']:.4f} s step"))
+        checks.append(Check(
+            name="kernel_time_le_step", ok=prof.kernel_s_per_step <= step_wall_s,
+            detail=f"{prof.kernel_s_per_step:.4f} s of kernels per {step_wall_s:.4f} s step"))
+    return checks

@@ -4,25 +4,14 @@ probes/profile_measure.py, read this Config too)."""
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
-from probes import harness as reference
-from probes import models, variants
+from probes import variants
 from probes.result import require
+from probes.step_config import StepConfig
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config:
-    checkpoint: Path
-    """Checkpoint directory with config.json (and weights unless --weights random)."""
-    weights: models.Weights = "checkpoint"
-    """checkpoint: load the weights (local files only); random: build from config.json, random weights."""
-    harness: str = reference.REFERENCE
-    """Import path of the training harness providing discover_target_modules and compute_loss."""
-    lora_rank: int = 32
-    """LoRA rank on every target module the harness discovers."""
-    lora_alpha: float = 64.0
-    """LoRA alpha."""
+class Config(StepConfig):
     seq_lens: tuple[int, ...] = (2048, 4096, 6144, 8192, 12288)
     """Sequence lengths of the scaling table (at least three; four GPU-bound ones for a held-out error)."""
     batch_size: int = 1
@@ -35,12 +24,8 @@ class Config:
     """Timed steps per measurement (the window the statistics use)."""
     max_steps: int = 15
     """Cap on timed steps when the spread stays above 2 percent."""
-    ce_chunk: int = reference.CHUNK_TOKENS
-    """Cross-entropy chunk in tokens (passed to a harness whose compute_loss takes chunk_tokens)."""
     profile_steps: int = 3
     """Steps under torch.profiler for the kernel table (each scaling point gets one for gpu_busy_frac)."""
-    device: str = "auto"
-    """auto (the GPU if any, else CPU), cpu, or cuda[:N]."""
     variant: tuple[str, ...] = ()
     """Variants to measure at --batch-size x --seq-len, each in its own process (repeat --variant;
     probes/variants.py): baseline, bf16-autocast, bf16-adapters, fused-adamw, grad-ckpt, compile,
@@ -51,13 +36,12 @@ class Config:
     """Seed of the random weights and batches of the variants' processes."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         require(len(set(self.seq_lens)) >= 3, "seq_lens", f"needs >= 3 distinct lengths (quadratic, linear "
                 f"and fixed terms), got {list(self.seq_lens)}")
         require(min(self.seq_lens) >= 2 and self.seq_len >= 2, "seq_lens", "`seq_lens`/`seq_len` must be >= 2")
-        for name in ("lora_rank", "batch_size", "steps", "profile_steps", "processes"):
+        for name in ("batch_size", "steps", "profile_steps", "processes"):
             require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         require(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
-        models.check_common(self)
-        require(bool(self.harness.strip()), "harness", "is empty: give an import path (default probes.harness)")
         require(self.max_steps >= self.steps, "max_steps", f"`max_steps` {self.max_steps} < `steps` {self.steps}")
         variants.parse(self.variant)

@@ -25,6 +25,8 @@ Tables: `replay`, one row per strategy: `num_steps`, `real_tokens`, `padded_toke
 `replay_steps`: every step's shape and both times; `scaling` and `fit` when measured here.
 Check `replay_within_5pct`: |error_pct| <= 5 for every strategy (a GPU criterion: on the CPU, the
 tests' tiny models time in milliseconds and the figure is not a promise).
+
+The fit measured here and the step model read from --profile are in probes/replay_model.py.
 """
 
 from __future__ import annotations
@@ -36,33 +38,24 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from probes import batching, contract, goodput, kernels, models, profile
+from probes import batching, contract, goodput, models, profile, replay_model
 from probes import corpus as corpus_mod
-from probes import harness as reference
 from probes import profile_measure as measure
-from probes.profile_fit import ScalingRow, fit_scaling
-from probes.result import Check, InputError, ProbeResult, require
+from probes.result import Check, ProbeResult, require
+from probes.step_config import StepConfig
 from probes.timing import time_steps
 
 LIMIT_PCT = 5.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config:
+class Config(StepConfig):
     checkpoint: Path
     """Checkpoint directory with config.json (the model; also the tokenizer of --corpus)."""
     corpus: Path | None = None
     """Corpus, JSONL or Parquet: records with `messages` (chat turns) or `text`, optional `source`."""
     lengths: Path | None = None
     """Lengths file instead of a corpus (Parquet or CSV: `length`, optional `source`)."""
-    weights: models.Weights = "checkpoint"
-    """checkpoint: load the weights (local files only); random: build from config.json, random weights."""
-    harness: str = reference.REFERENCE
-    """Import path of the training harness providing discover_target_modules and compute_loss."""
-    lora_rank: int = 32
-    """LoRA rank on every target module the harness discovers."""
-    lora_alpha: float = 64.0
-    """LoRA alpha."""
     batch_size: int = 8
     """Samples per batch."""
     max_length: int = 4096
@@ -83,16 +76,13 @@ class Config:
     """Widths of the fit measured here (>= 3); unset: 8 widths spaced geometrically up to --max-length."""
     fit_steps: int = 5
     """Timed steps per fit width (extended up to 3x while the spread is above 2 percent)."""
-    ce_chunk: int = reference.CHUNK_TOKENS
-    """Cross-entropy chunk in tokens (passed to a harness whose compute_loss takes chunk_tokens)."""
-    device: str = "auto"
-    """auto (the GPU if any, else CPU), cpu, or cuda[:N]."""
     cache_dir: Path = corpus_mod.DEFAULT_CACHE_DIR
     """Where token lengths are cached, keyed by corpus and tokenizer content."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         require((self.corpus is None) != (self.lengths is None), "corpus", "give exactly one of `corpus` and `lengths`")
-        for name in ("batch_size", "max_length", "num_steps", "fit_steps", "lora_rank"):
+        for name in ("batch_size", "max_length", "num_steps", "fit_steps"):
             require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         require(self.warmup_steps >= 0 and self.seed >= 0, "warmup_steps", "`warmup_steps` and `seed` must be >= 0")
         bad = [s for s in self.strategies if s not in batching.STRATEGIES or s == "packed"]
@@ -141,67 +131,9 @@ class StepRow:
 def _session(config: Config) -> measure.Session:
     """The profile probe's session (model, LoRA, harness), built for this replay's shapes."""
     widths = config.widths()
-    return measure.Session(profile.Config(
-        checkpoint=config.checkpoint, weights=config.weights, harness=config.harness, lora_rank=config.lora_rank,
-        lora_alpha=config.lora_alpha, seq_lens=widths, batch_size=config.batch_size, seq_len=max(widths),
-        warmup_steps=2, steps=config.fit_steps, max_steps=3 * config.fit_steps, ce_chunk=config.ce_chunk,
-        device=config.device))
-
-
-def _padded_rows(batch_size: int, width: int) -> list[int] | None:
-    """A fit point's rows: all full but the last, half padding (so the explicit mask is the replay's)."""
-    return None if batch_size == 1 else [width] * (batch_size - 1) + [max(1, width // 2)]
-
-
-def fit_point(session: measure.Session, width: int) -> ScalingRow:
-    b = session.config.batch_size
-    base = dict(seq_len=width, batch_size=b, tokens=b * width)
-
-    def time_it() -> ScalingRow:
-        t, peak = session.time(f"fit/{width}", session.step(b, width, real_lengths=_padded_rows(b, width)))
-        timed = t.raw_s[t.num_warmup_configured or 0:]
-        return ScalingRow(**base, step_s=float(np.mean(timed)), spread_pct=100 * t.spread,
-                          spread_all_pct=100 * t.spread_all, iqr_pct=100 * t.iqr, steps=len(timed),
-                          peak_mem_bytes=peak)
-
-    return measure.oom_guard(session, time_it, lambda msg: ScalingRow(**base, status=msg))
-
-
-def with_busy(session: measure.Session, row: ScalingRow) -> ScalingRow:
-    """gpu_busy_frac of a fit point, profiled after every timing (CUPTI lingers: probes/kernels.py)."""
-    if row.status != "ok" or session.device.type != "cuda":
-        return row
-
-    def profile_it() -> ScalingRow:
-        step = session.step(row.batch_size, row.seq_len, real_lengths=_padded_rows(row.batch_size, row.seq_len))
-        busy = session.busy_frac(step, row.step_s)
-        return dataclasses.replace(row, gpu_busy_frac=busy, launch_bound=busy < kernels.LAUNCH_BOUND_BELOW)
-
-    return measure.oom_guard(session, profile_it, lambda msg: dataclasses.replace(row, status=f"profiler {msg}"))
-
-
-def new_shape_s(raw: dict[str, dict], first: str) -> float:
-    """The one-off cost of a batch shape's first step: over the fit points, the mean of (first
-    warm-up step - mean timed step), the mean since a replay sums them. The first point timed in the
-    process is left out: it also pays the process's own first-step costs."""
-    extra = [t["raw_s"][0] - float(np.mean(t["raw_s"][t["num_warmup_configured"]:]))
-             for key, t in raw.items() if key.startswith("fit/") and key != first and t["num_warmup_configured"]]
-    return max(0.0, float(np.mean(extra))) if extra else 0.0
-
-
-def model_here(session: measure.Session, rows: list[ScalingRow]):
-    """(scaling rows, fit rows, StepModel or None) from the fit points measured in this session."""
-    b = session.config.batch_size
-    scaling, fit, coef = fit_scaling(rows, batch_size=b, seq_len=max(r.seq_len for r in rows))
-    if coef is None:
-        return scaling, fit, None
-    fitted = [r.seq_len for r in scaling if r.in_fit]
-    launch = tuple((r.tokens, r.step_s) for r in scaling if r.launch_bound and r.seq_len < min(fitted))
-    return scaling, fit, goodput.StepModel(
-        quadratic_s=float(coef[0]), linear_s=float(coef[1]), fixed_s=float(coef[2]), min_len=min(fitted),
-        max_len=max(fitted), fit_batch_size=b, launch_points=launch,
-        launch_bound_in_fit=None if session.device.type != "cuda" else False,
-        new_shape_s=new_shape_s(session.raw, f"fit/{max(r.seq_len for r in rows)}"), source="measured in this session")
+    step = {f.name: getattr(config, f.name) for f in dataclasses.fields(StepConfig)}
+    return measure.Session(profile.Config(**step, seq_lens=widths, batch_size=config.batch_size, seq_len=max(widths),
+                                          warmup_steps=2, steps=config.fit_steps, max_steps=3 * config.fit_steps))
 
 
 def shapes(config: Config, lengths: np.ndarray, strategy: str, bucket_size: int | None) -> list[np.ndarray]:
@@ -285,15 +217,20 @@ def _failed(result: ProbeResult, name: str, message: str) -> ProbeResult:
     return result
 
 
+def _bucket_size(config: Config, data: corpus_mod.Lengths) -> int | None:
+    """--bucket-size, or the bucket probe's 90%-gain size when `bucket` is replayed without one."""
+    if "bucket" not in config.strategies or config.bucket_size is not None:
+        return config.bucket_size
+    require(data.num_samples > config.batch_size, "batch_size", f"{config.lengths or config.corpus}: "
+            f"{data.num_samples} samples, bucketing needs more than `batch_size` {config.batch_size}")
+    return batching.bucket_size_90pct(data.length, batch_size=config.batch_size, max_length=config.max_length)
+
+
 def run(config: Config) -> ProbeResult:
     data = corpus_mod.load(corpus=config.corpus, lengths=config.lengths, checkpoint=config.checkpoint,
                            cache_dir=config.cache_dir)
-    size = config.bucket_size
-    if "bucket" in config.strategies and size is None:
-        require(data.num_samples > config.batch_size, "batch_size", f"{config.lengths or config.corpus}: "
-                f"{data.num_samples} samples, bucketing needs more than `batch_size` {config.batch_size}")
-        size = batching.bucket_size_90pct(data.length, batch_size=config.batch_size, max_length=config.max_length)
-    given = _given_model(config)
+    size = _bucket_size(config, data)
+    given = replay_model.given_model(config.profile)
     session = _session(config)
     result = ProbeResult(probe="replay", config=config)
     failed = measure.oom_guard(session, session.load, lambda msg: msg.replace("oom:", "oom while loading:", 1))
@@ -302,13 +239,14 @@ def run(config: Config) -> ProbeResult:
     result.summary["device"] = torch.cuda.get_device_name(session.device) if session.device.type == "cuda" else "cpu"
     # every timing first (fit points, then the replays), every profiler run after: CUPTI lingers
     # widest first: the allocator reaches its peak before the jittery launch-bound points are timed
-    points = [] if given else sorted((fit_point(session, w) for w in config.widths()[::-1]), key=lambda r: r.seq_len)
+    widest_first = [] if given else [replay_model.fit_point(session, w) for w in config.widths()[::-1]]
+    points = sorted(widest_first, key=lambda r: r.seq_len)
     plans = {s: shapes(config, data.length, s, size) for s in config.strategies}
     measured = {s: measure.oom_guard(session, lambda b=b: time_replay(session, b, config.warmup_steps),
                                      lambda msg: msg) for s, b in plans.items()}
     model = given
     if not given:
-        scaling, fit, model = model_here(session, [with_busy(session, r) for r in points])
+        scaling, fit, model = replay_model.model_here(session, [replay_model.with_busy(session, r) for r in points])
         result.tables.update(scaling=scaling, fit=fit)
         if model is None:
             return _failed(result, "fit_has_3_points", f"fewer than 3 GPU-bound fit points: {list(config.widths())}")
@@ -320,20 +258,13 @@ def run(config: Config) -> ProbeResult:
                           launch_points=[list(p) for p in model.launch_points],
                           **{f"error_pct_{r.strategy}": r.error_pct for r in replay_rows})
     result.artifacts["timings.json"] = json.dumps(session.raw, indent=1)
-    bad = {r.strategy: r.error_pct if r.status == "ok" else r.status for r in replay_rows
-           if r.status != "ok" or abs(r.error_pct) > LIMIT_PCT}
-    result.checks.append(Check(name="replay_within_5pct", ok=not bad, detail=(
-        f"|predicted - measured| / measured above {LIMIT_PCT:g}% or not measured: {bad}" if bad else
-        "; ".join(f"{r.strategy} {r.error_pct:+.2f}%" for r in replay_rows))))
+    result.checks.append(_within_limit(replay_rows))
     return result
 
 
-def _given_model(config: Config) -> goodput.StepModel | None:
-    if config.profile is None:
-        return None
-    try:
-        return goodput.model_from_profile(json.loads(config.profile.read_text()), source=str(config.profile))
-    except (OSError, ValueError) as exc:
-        if isinstance(exc, InputError):
-            raise
-        raise InputError(f"{config.profile}: unreadable profile JSON: {exc}") from None
+def _within_limit(replay_rows: list[ReplayRow]) -> Check:
+    bad = {r.strategy: r.error_pct if r.status == "ok" else r.status for r in replay_rows
+           if r.status != "ok" or abs(r.error_pct) > LIMIT_PCT}
+    return Check(name="replay_within_5pct", ok=not bad, detail=(
+        f"|predicted - measured| / measured above {LIMIT_PCT:g}% or not measured: {bad}" if bad else
+        "; ".join(f"{r.strategy} {r.error_pct:+.2f}%" for r in replay_rows)))

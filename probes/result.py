@@ -134,7 +134,17 @@ def config_to_dict(config: Any) -> dict[str, Any]:
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """The docstring written under each dataclass field: the one place a field is documented."""
+    """The docstring written under each dataclass field: the one place a field is documented.
+
+    Inherited fields keep their base class's doc unless the class redeclares them with its own."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            docs.update(_own_field_docs(klass))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
     source = textwrap.dedent(inspect.getsource(cls))
     body = ast.parse(source).body[0].body
     docs: dict[str, str] = {}
@@ -166,7 +176,8 @@ def make_config(cls: type, values: dict[str, Any]) -> Any:
     names = [f.name for f in dataclasses.fields(cls)]
     for key in values:
         if key not in names:
-            probe = cls.__module__.rsplit(".", 1)[-1]
+            # a probe's Config may live beside it (probes/profile_config.py for probes/profile.py)
+            probe = cls.__module__.rsplit(".", 1)[-1].removesuffix("_config")
             raise FieldError(key, f"is not a field of probe {probe!r} (fields: {', '.join(names)})")
     try:
         return _adapter(cls).validate_python(values)

@@ -18,22 +18,10 @@ COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA
 def plot_comparison(result: Comparison, path: Path) -> Path:
     labels = [f"{r['checkpoint']}\n{r['group']}" if r["group"] else r["checkpoint"] for r in result.rows]
     num_hosts = len(result.hosts)
-    width = 0.8 / num_hosts
     fig = Figure(figsize=(max(6.0, 1.5 + (0.5 * num_hosts + 0.6) * len(labels)), 4.2), layout="constrained")
     ax = fig.add_subplot()
     top = max((v for r in result.rows for v in r["values"].values()), default=1.0) or 1.0
-    for k, host in enumerate(result.hosts):
-        xs = [i + (k - (num_hosts - 1) / 2) * width for i in range(len(labels))]
-        values = [r["values"].get(host, float("nan")) for r in result.rows]
-        name = f"{host} ({result.gpus[host]})" if result.gpus.get(host) else host
-        hatches = ["//" if r.get("untrusted", {}).get(host) else "" for r in result.rows]
-        bars = ax.bar(xs, values, width * 0.92, label=name + (" = baseline" if host == result.baseline else ""),
-                      color=COLORS[k % len(COLORS)], hatch=hatches, edgecolor="white")
-        for bar, row in zip(bars, result.rows):
-            ratio = row["ratios"].get(host)
-            if host != result.baseline and ratio is not None:
-                ax.annotate(f"{ratio:.2f}×", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                            xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=8)
+    _host_bars(ax, result, len(labels))
     ax.set_xticks(range(len(labels)), [lab.replace(" ", "\n") for lab in labels], fontsize=8)
     direction = better(result.metric)
     ax.set_ylabel(f"{result.metric} ({direction})" if direction else result.metric)
@@ -50,3 +38,21 @@ def plot_comparison(result: Comparison, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     return path
+
+
+def _host_bars(ax, result: Comparison, num_groups: int) -> None:
+    """One bar per host in each group, hatched where untrusted, each non-baseline bar labelled with its ratio."""
+    num_hosts = len(result.hosts)
+    width = 0.8 / num_hosts
+    for k, host in enumerate(result.hosts):
+        xs = [i + (k - (num_hosts - 1) / 2) * width for i in range(num_groups)]
+        values = [r["values"].get(host, float("nan")) for r in result.rows]
+        name = f"{host} ({result.gpus[host]})" if result.gpus.get(host) else host
+        hatches = ["//" if r.get("untrusted", {}).get(host) else "" for r in result.rows]
+        bars = ax.bar(xs, values, width * 0.92, label=name + (" = baseline" if host == result.baseline else ""),
+                      color=COLORS[k % len(COLORS)], hatch=hatches, edgecolor="white")
+        for bar, row in zip(bars, result.rows):
+            ratio = row["ratios"].get(host)
+            if host != result.baseline and ratio is not None:
+                ax.annotate(f"{ratio:.2f}×", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                            xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=8)

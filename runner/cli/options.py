@@ -39,9 +39,10 @@ def add_config_options(parser: argparse.ArgumentParser, config_cls: type) -> Non
         help_text = docs.get(field.name, "")
         if not required and default is not None and kwargs.get("action") is not argparse.BooleanOptionalAction:
             help_text += f" (default: {_show(default)})"
+        # argparse %-formats help strings (for %(default)s): a literal % in a field doc must be doubled
         parser.add_argument(
             option_name(field.name), dest=field.name, required=required,
-            default=argparse.SUPPRESS, help=help_text, **kwargs,
+            default=argparse.SUPPRESS, help=help_text.replace("%", "%%"), **kwargs,
         )
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 from transformers import Qwen3Config
+
+from runner.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -24,3 +27,42 @@ def tokenizer_dir(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("tok") / "checkpoint"
     shutil.copytree(Path(__file__).resolve().parents[2] / "demo" / "tokenizer", path)
     return path
+
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+@pytest.fixture
+def lab_path(monkeypatch) -> Path:
+    """tests/data on sys.path, as a lab's own harness modules are (harness_custom, harness_broken, ...)."""
+    monkeypatch.syspath_prepend(str(DATA))
+    return DATA
+
+
+@pytest.fixture
+def harness_calls(lab_path, monkeypatch, tmp_path) -> Path:
+    """The file tests/data's harnesses append their calls to (HARNESS_CALLS_FILE), read back by the test:
+    it is written by the worker process that measured, so it shows what really ran."""
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("HARNESS_CALLS_FILE", str(calls))
+    return calls
+
+
+DEMO = Path(__file__).resolve().parents[2] / "demo"
+
+
+@pytest.fixture
+def demo_json(tmp_path, capsys):
+    """`demo_json(probe, checkpoint, *options, exit_code=0)`: `labprobe probe PROBE --json` over the demo
+    corpus, tokenized by demo/checkpoints/CHECKPOINT (its length cache in tmp_path); the parsed output,
+    once its exit code and its keys are the contract's."""
+
+    def run(probe: str, checkpoint: str, *options: str, exit_code: int = 0) -> dict:
+        argv = ["probe", probe, "--checkpoint", str(DEMO / "checkpoints" / checkpoint),
+                "--corpus", str(DEMO / "corpus.jsonl"), "--cache-dir", str(tmp_path), *options, "--json"]
+        assert main(argv) == exit_code
+        out = json.loads(capsys.readouterr().out)
+        assert set(out) == {"probe", "config", "summary", "tables", "checks"}
+        return out
+
+    return run

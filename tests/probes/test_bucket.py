@@ -4,15 +4,13 @@ checks must catch."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from lengths_util import write_lengths
 
 from probes import bucket
 from runner.cli import main
@@ -22,13 +20,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SMALL = [5, 3, 9, 1, 7, 2, 12, 4, 4, 6, 8, 1]
 SMALL_SOURCES = ["a", "b", "a", "b", "c", "b", "a", "c", "c", "a", "b", "a"]
 
-
-def write_lengths(path: Path, lengths, sources=None) -> Path:
-    columns = {"length": list(lengths)}
-    if sources is not None:
-        columns["source"] = list(sources)
-    pq.write_table(pa.table(columns), path)
-    return path
 
 
 def entropy(counts) -> float:
@@ -172,13 +163,8 @@ def test_a_corpus_of_equal_lengths_and_one_source_cannot_vary(tmp_path, capsys):
     assert "[FAIL] sweep_varies" in capsys.readouterr().out
 
 
-def test_demo_corpus_through_the_cli_json(tmp_path, capsys):
-    argv = ["probe", "bucket", "--checkpoint", str(ROOT / "demo" / "checkpoints" / "gemma-3-4b"),
-            "--corpus", str(ROOT / "demo" / "corpus.jsonl"), "--max-length", "2048",
-            "--cache-dir", str(tmp_path), "--json"]
-    assert main(argv) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"probe", "config", "summary", "tables", "checks"}
+def test_demo_corpus_through_the_cli_json(demo_json):
+    out = demo_json("bucket", "gemma-3-4b", "--max-length", "2048")
     assert [c["name"] for c in out["checks"]] == ["sweep_varies", "random_at_batch_size", "global_sort_at_all"]
     rows = out["tables"]["sweep"]
     assert len(rows) == 10 and rows[0]["bucket_size"] == 8 and rows[-1]["bucket_size"] == 1300
@@ -210,17 +196,14 @@ def test_a_corpus_of_one_batch_or_less_is_bad_input(tmp_path, capsys, num_sample
     assert str(path) in err and f"{num_samples} samples" in err and "--batch-size 8" in err and "\n" not in err
 
 
-def test_buckets_larger_than_the_batch_sorting_globally_fail_sweep_varies(monkeypatch, capsys):
+def test_buckets_larger_than_the_batch_sorting_globally_fail_sweep_varies(monkeypatch, demo_json):
     """The partial form of the bucketing bug: random batching stays right at bucket_size ==
     batch_size, but every larger bucket re-sorts the whole corpus, so the sweep reads [random, then
     the global sort at every size]. Two distinct outcomes used to pass sweep_varies."""
     real = bucket.bucketed
     monkeypatch.setattr(bucket, "bucketed", lambda lengths, codes, perm, size: real(
         lengths, codes, perm, size if size <= 8 else lengths.size))
-    argv = ["probe", "bucket", "--checkpoint", str(ROOT / "demo" / "checkpoints" / "qwen3-0.6b-base"),
-            "--corpus", str(ROOT / "demo" / "corpus.jsonl"), "--max-length", "2048", "--json"]
-    assert main(argv) == 1
-    out = json.loads(capsys.readouterr().out)
+    out = demo_json("bucket", "qwen3-0.6b-base", "--max-length", "2048", exit_code=1)
     fractions = [round(r["pad_fraction"], 4) for r in out["tables"]["sweep"]]
     assert fractions[0] > 0.6 and len(set(fractions[1:])) == 1 and len(fractions) == 10
     failed = {c["name"]: c["detail"] for c in out["checks"] if not c["ok"]}

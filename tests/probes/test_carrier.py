@@ -15,13 +15,7 @@ from probes import carrier, flops, models
 from probes.result import InputError
 from runner.cli import main
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 H, I, HEADS, KV, D, LAYERS, VOCAB = 48, 80, 3, 1, 16, 2, 300
-
-
-@pytest.fixture
-def lab_path(monkeypatch):
-    monkeypatch.syspath_prepend(str(DATA))
 
 
 @pytest.fixture(scope="module")

@@ -6,17 +6,11 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from lengths_util import write_lengths
 
 from probes import batching, goodput
 from runner.cli import main
-
-
-def write_lengths(path: Path, lengths) -> Path:
-    pq.write_table(pa.table({"length": list(lengths)}), path)
-    return path
 
 
 def test_the_rulings_hours_from_its_step_times(tmp_path):

@@ -3,8 +3,6 @@ refused by name; the reference harness's chunked CE equals the full-logits CE, l
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,13 +12,6 @@ from probes import carrier, harness, profile
 from probes.result import InputError
 from runner.cli import main
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-
-
-@pytest.fixture
-def lab_path(monkeypatch):
-    monkeypatch.syspath_prepend(str(DATA))
-
 
 def test_reference_targets_all_seven_projections(tiny):
     model = AutoModelForCausalLM.from_config(Qwen3Config.from_pretrained(tiny))
@@ -28,16 +19,14 @@ def test_reference_targets_all_seven_projections(tiny):
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def test_a_lab_harness_outside_the_package_is_imported_and_used(tiny, lab_path, monkeypatch, tmp_path):
-    calls = tmp_path / "calls.txt"
-    monkeypatch.setenv("HARNESS_CALLS_FILE", str(calls))
+def test_a_lab_harness_outside_the_package_is_imported_and_used(tiny, harness_calls):
     result = carrier.run(carrier.Config(checkpoint=(tiny,), weights="random", harness="harness_custom",
                                         lora_rank=4, seq_len=16, warmup_steps=1, steps=2, max_steps=2,
                                         device="cpu", processes=1))
     row = result.tables["carriers"][0]
     # its targets, not the reference's: q (32 -> 32) and v (32 -> 16) on 2 layers, rank 4
     assert row.params_trainable == 2 * 4 * ((32 + 32) + (32 + 16))
-    lines = calls.read_text().splitlines()  # written by the worker process that measured
+    lines = harness_calls.read_text().splitlines()  # written by the worker process that measured
     assert lines.count("discover") == 1
     assert lines.count("loss") == 1 + 2 + 2  # warm-up + timed steps + the 2 profiled steps of the baseline
     assert row.step_s > 0

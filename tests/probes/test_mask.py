@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from transformers import Gemma3Config, Gemma3TextConfig, Qwen3Config
 
-from probes import mask
+from probes import mask, mask_calls
 from runner.cli import main
 
 WINDOW = 8
@@ -88,7 +88,7 @@ def test_packed_batch_leaks_across_sequences_when_use_cache_is_left_on(qwen3):
 def test_packed_batch_stays_apart_without_cache(qwen3):
     result = probe(qwen3, seq_len=30, padding="packed", num_packed=3, use_cache=False)
     rows = result.tables["layers"]
-    positions = mask.build_batch(mask.Config(checkpoint=qwen3, seq_len=30, padding="packed"), 512)
+    positions = mask_calls.build_batch(mask.Config(checkpoint=qwen3, seq_len=30, padding="packed"), 512)
     pos = positions.kwargs["position_ids"][0].tolist()
     segments = [i for i, p in enumerate(pos) if p == 0] + [30]
     lengths = [b - a for a, b in zip(segments, segments[1:])]

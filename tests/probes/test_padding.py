@@ -10,10 +10,9 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
+from lengths_util import write_lengths
 
 from probes import padding
 from runner.cli import main
@@ -24,13 +23,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SMALL = [5, 3, 9, 1, 7, 2, 12]
 SMALL_SOURCES = ["a", "b", "a", "b", "c", "b", "a"]
 
-
-def write_lengths(path: Path, lengths, sources=None) -> Path:
-    columns = {"length": list(lengths)}
-    if sources is not None:
-        columns["source"] = list(sources)
-    pq.write_table(pa.table(columns), path)
-    return path
 
 
 def loop_padded(order, batch_size, max_length) -> int:
@@ -250,13 +242,8 @@ def test_large_generated_corpus(tmp_path):
     assert result.ok
 
 
-def test_demo_corpus_through_the_cli_json(tmp_path, capsys):
-    argv = ["probe", "padding", "--checkpoint", str(ROOT / "demo" / "checkpoints" / "qwen3-0.6b-base"),
-            "--corpus", str(ROOT / "demo" / "corpus.jsonl"), "--max-length", "2048",
-            "--cache-dir", str(tmp_path), "--json"]
-    assert main(argv) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"probe", "config", "summary", "tables", "checks"}
+def test_demo_corpus_through_the_cli_json(tmp_path, demo_json):
+    out = demo_json("padding", "qwen3-0.6b-base", "--max-length", "2048")
     assert out["probe"] == "padding" and out["config"]["max_length"] == 2048
     assert set(out["tables"]) == {"strategies", "lengths", "histogram", "ce_chunks"}
     assert all({"name", "ok", "detail"} == set(c) for c in out["checks"])

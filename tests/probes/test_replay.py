@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from probes import batching, replay
+from probes import batching, replay, replay_model
 from runner.cli import main
 
 
@@ -92,5 +92,5 @@ def test_new_shape_cost_is_the_mean_first_step_excess_without_the_first_point():
            "fit/32": {"raw_s": [0.9, 0.5, 0.6, 0.7], "num_warmup_configured": 1},  # 0.9 - 0.6 = 0.3
            "fit/16": {"raw_s": [0.5, 0.4, 0.1, 0.3], "num_warmup_configured": 2},  # 0.5 - 0.2 = 0.3
            "ce/chunked": {"raw_s": [9.0, 1.0], "num_warmup_configured": 1}}
-    assert replay.new_shape_s(raw, "fit/64") == pytest.approx(0.3)
-    assert replay.new_shape_s({"fit/64": raw["fit/64"]}, "fit/64") == 0.0
+    assert replay_model.new_shape_s(raw, "fit/64") == pytest.approx(0.3)
+    assert replay_model.new_shape_s({"fit/64": raw["fit/64"]}, "fit/64") == 0.0

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import pytest
 
-from probes import mask
-from probes.result import SHOWN_CHARS, FieldError, InputError, make_config, shown
+from probes import mask, profile
+from probes.result import SHOWN_CHARS, FieldError, InputError, field_docs, make_config, shown
 
 
 def test_a_field_error_is_worded_by_each_edge():
@@ -27,6 +28,8 @@ def test_make_config_checks_names_types_then_the_configs_own_checks(tmp_path):
     with pytest.raises(FieldError) as info:
         make_config(mask.Config, {"checkpoint": "x", "seqlen": 64})
     assert info.value.field == "seqlen" and "is not a field of probe 'mask'" in info.value.message
+    with pytest.raises(FieldError, match="is not a field of probe 'profile'"):  # its Config in profile_config.py
+        make_config(profile.Config, {"checkpoint": "x", "seqlen": 64})
     with pytest.raises(FieldError) as info:
         make_config(mask.Config, {"checkpoint": "x", "seq_len": "x" * 10_000})
     assert info.value.field == "seq_len" and len(str(info.value)) < 200
@@ -43,3 +46,15 @@ def test_make_config_checks_names_types_then_the_configs_own_checks(tmp_path):
                                    10**5000], ids=["string", "nested", "dict", "int"])
 def test_shown_is_short_whatever_the_value(value):
     assert len(shown(value)) <= SHOWN_CHARS
+
+
+def test_field_docs_read_a_base_class_and_let_a_redeclared_field_say_more():
+    from probes import carrier, padding
+    from probes.corpus_config import CorpusConfig
+
+    base, docs = field_docs(CorpusConfig), field_docs(padding.Config)
+    assert set(base) <= set(docs) and {f.name for f in dataclasses.fields(padding.Config)} == set(docs)
+    assert docs["corpus"] == base["corpus"]  # inherited as written
+    assert docs["checkpoint"] != base["checkpoint"] and "vocabulary size" in docs["checkpoint"]  # redeclared
+    assert "repeat --checkpoint" in field_docs(carrier.Config)["checkpoint"]
+    assert field_docs(carrier.Config)["lora_rank"] == "LoRA rank on every target module the harness discovers."

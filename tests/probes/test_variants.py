@@ -17,13 +17,7 @@ from probes.result import InputError
 from runner.cli import main
 from runner.hosts.jobenv import harness_env
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 ALL = ("bf16-autocast", "bf16-adapters", "fused-adamw", "grad-ckpt", "compile", "ce-chunk=8", "ce-chunk=0")
-
-
-@pytest.fixture
-def lab_path(monkeypatch):
-    monkeypatch.syspath_prepend(str(DATA))
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +83,7 @@ def test_variant_names_parse_baseline_first_and_once():
         variants.get("ce-chunk=-1")
 
 
-def test_a_harness_with_its_own_step_is_used_as_given(tiny, lab_path, monkeypatch, tmp_path):
-    calls = tmp_path / "calls.txt"
-    monkeypatch.setenv("HARNESS_CALLS_FILE", str(calls))
+def test_a_harness_with_its_own_step_is_used_as_given(tiny, harness_calls):
     result = carrier.run(carrier.Config(checkpoint=(tiny,), weights="random", harness="harness_own_step",
                                         lora_rank=4, seq_len=16, warmup_steps=2, steps=2, max_steps=2,
                                         device="cpu", processes=1))
@@ -100,7 +92,7 @@ def test_a_harness_with_its_own_step_is_used_as_given(tiny, lab_path, monkeypatc
     assert step["train_step"] == "harness" and step["optimizer"] == "harness_own_step.make_optimizer"
     assert result.summary["harness_fallbacks"] == ["apply_lora"]  # the one piece it lacks, named
     # its train_step ran every step (2 warm-up, 2 timed, 2 profiled), with its SGD and its autocast
-    assert calls.read_text().splitlines() == ["SGD True"] * 6
+    assert harness_calls.read_text().splitlines() == ["SGD True"] * 6
     env = harness_env(result.summary)  # what the runner stores in the job's environment
     assert env["harness_optimizer"] == "SGD" and env["harness_autocast_dtype"] == "torch.bfloat16"
     assert env["harness"] == "harness_own_step" and len(env["harness_sha256"]) == 16 and env["peft"]

@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from runner.analysis import compare, report
+from runner.analysis import compare, report_html
 from runner.analysis.drift import (
     SPREAD_LIMIT_PCT,
     above_spread_limit,
@@ -47,5 +47,5 @@ def test_compare_report_and_drift_mark_the_same_rows(column, values):
     rows = pd.DataFrame({"run_id": "r1", "probe": "carrier", "host": hosts, "checkpoint": "A",
                          "finished_at": pd.Timestamp("2026-12-03"), "step_s": 1.0, column: values})
     assert compare._cells(rows, "step_s", [])["untrusted"].tolist() == expected
-    assert report._untrusted(rows).tolist() == expected
+    assert report_html._untrusted(rows).tolist() == expected
     assert (~drift_table(rows, "step_s", by=[])["trusted"]).tolist() == expected
