@@ -22,8 +22,18 @@ from runner.store.store import JobKey, Store
 
 HOSTS = [f"h{i}" for i in range(4)]
 CHECKPOINTS = [f"c{i}" for i in range(5)]
-LAYER = {"layer_type": "full_attention", "mask": "none", "is_causal": True, "fast_path": True, "backend": "flash",
-         "window": None, "keys_min": 1, "keys_max": 1024, "band_ok": True, "cross_sequence": False}
+LAYER = {
+    "layer_type": "full_attention",
+    "mask": "none",
+    "is_causal": True,
+    "fast_path": True,
+    "backend": "flash",
+    "window": None,
+    "keys_min": 1,
+    "keys_max": 1024,
+    "band_ok": True,
+    "cross_sequence": False,
+}
 
 
 def fill(store: Store, nights: int) -> None:
@@ -31,16 +41,44 @@ def fill(store: Store, nights: int) -> None:
         at = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(days=night)
         for host in HOSTS:
             for ckpt in CHECKPOINTS:
-                for probe, table, rows in (("mask", "layers", [{"layer": i, **LAYER} for i in range(36)]),
-                                           ("carrier", "carriers", [{"model": ckpt, "tok_per_s": random.uniform(1e4, 2e4),
-                                                                     "step_s": 0.2, "spread_pct": 0.5,
-                                                                     "trustworthy": True, "launch_bound": False}])):
-                    key = JobKey(run_id=f"r{night}", job_id=f"{probe}-{host}-{ckpt}", probe=probe, host=host,
-                                 checkpoint=ckpt, checkpoint_fp="f", config_hash=probe, code_version="v",
-                                 finished_at=at)
+                for probe, table, rows in (
+                    ("mask", "layers", [{"layer": i, **LAYER} for i in range(36)]),
+                    (
+                        "carrier",
+                        "carriers",
+                        [
+                            {
+                                "model": ckpt,
+                                "tok_per_s": random.uniform(1e4, 2e4),
+                                "step_s": 0.2,
+                                "spread_pct": 0.5,
+                                "trustworthy": True,
+                                "launch_bound": False,
+                            }
+                        ],
+                    ),
+                ):
+                    key = JobKey(
+                        run_id=f"r{night}",
+                        job_id=f"{probe}-{host}-{ckpt}",
+                        probe=probe,
+                        host=host,
+                        checkpoint=ckpt,
+                        checkpoint_fp="f",
+                        config_hash=probe,
+                        code_version="v",
+                        finished_at=at,
+                    )
                     store.write_table(key, table, rows)
-                    store.write_job(key, status="ok", started_at=at, wall_s=1.0, summary={},
-                                    config={"seq_len": 1024, "padding": "none"}, env={})
+                    store.write_job(
+                        key,
+                        status="ok",
+                        started_at=at,
+                        wall_s=1.0,
+                        summary={},
+                        config={"seq_len": 1024, "padding": "none"},
+                        env={},
+                    )
 
 
 def main() -> None:
@@ -56,8 +94,10 @@ def main() -> None:
         for attempt in ("first", "second"):
             t0 = time.perf_counter()
             found = answers(store, f"r{args.nights - 1}", host_order=HOSTS)
-            print(f"answers ({attempt}): {time.perf_counter() - t0:.2f} s for "
-                  f"{sum(len(s.answers) for s in found)} answers")
+            print(
+                f"answers ({attempt}): {time.perf_counter() - t0:.2f} s for "
+                f"{sum(len(s.answers) for s in found)} answers"
+            )
         t0 = time.perf_counter()
         store.jobs()
         print(f"store.jobs() alone: {time.perf_counter() - t0:.2f} s")

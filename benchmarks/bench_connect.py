@@ -28,8 +28,13 @@ def free_port() -> int:
 def timed(args: list[str]) -> dict:
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "runner.cli", *args], capture_output=True, text=True, timeout=900)
-    return {"args": " ".join(args), "wall_s": round(time.monotonic() - t0, 1), "rc": proc.returncode,
-            "stderr_lines": len(proc.stderr.strip().splitlines()), "stderr": proc.stderr.strip()[-300:]}
+    return {
+        "args": " ".join(args),
+        "wall_s": round(time.monotonic() - t0, 1),
+        "rc": proc.returncode,
+        "stderr_lines": len(proc.stderr.strip().splitlines()),
+        "stderr": proc.stderr.strip()[-300:],
+    }
 
 
 def main() -> None:
@@ -39,15 +44,19 @@ def main() -> None:
     args = parser.parse_args()
     store = tempfile.mkdtemp(prefix="bench-connect-")
     base = ["--cluster", args.cluster]
-    rows = [timed(["sweep", *base, "--store", store, "--address", f"127.0.0.1:{free_port()}"]),
-            timed(["idle", *base, "--address", f"127.0.0.1:{free_port()}"])]
+    rows = [
+        timed(["sweep", *base, "--store", store, "--address", f"127.0.0.1:{free_port()}"]),
+        timed(["idle", *base, "--address", f"127.0.0.1:{free_port()}"]),
+    ]
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(64)
         rows.append(timed(["sweep", *base, "--store", store, "--address", f"127.0.0.1:{silent.getsockname()[1]}"]))
     rows.append(timed(["sweep", *base, "--store", store, "--address", "127.0.0.1:notaport"]))
     for row in rows:
-        print(f"{row['wall_s']:6.1f} s  rc {row['rc']}  lines {row['stderr_lines']}  {row['args']}\n         {row['stderr']}")
+        print(
+            f"{row['wall_s']:6.1f} s  rc {row['rc']}  lines {row['stderr_lines']}  {row['args']}\n         {row['stderr']}"
+        )
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(rows, handle, indent=1)

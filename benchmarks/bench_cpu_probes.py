@@ -70,8 +70,13 @@ def cli_seconds(args: list[str], repeats: int) -> list[float]:
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "runner.cli", *args], cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "runner.cli", *args],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         times.append(time.perf_counter() - start)
         if done.returncode != 0:
             raise SystemExit(f"labprobe {' '.join(args)} exited {done.returncode}: {done.stderr[-500:]}")
@@ -90,8 +95,7 @@ def make_lengths(path: Path, num: int) -> None:
         lengths.append(np.maximum(1, rng.lognormal(mu, sigma, k)).astype(np.int64))
         sources.append(np.full(k, name))
     order = rng.permutation(num)
-    pq.write_table(pa.table({"length": np.concatenate(lengths)[order],
-                             "source": np.concatenate(sources)[order]}), path)
+    pq.write_table(pa.table({"length": np.concatenate(lengths)[order], "source": np.concatenate(sources)[order]}), path)
 
 
 def make_corpus(path: Path, num: int) -> None:
@@ -110,11 +114,16 @@ def make_corpus(path: Path, num: int) -> None:
     cuts = np.concatenate([[0], np.cumsum(sizes)])
     with path.open("w", encoding="utf-8") as f:
         for i in range(num):
-            text = " ".join(drawn[cuts[i]:cuts[i + 1]])
+            text = " ".join(drawn[cuts[i] : cuts[i + 1]])
             if kinds[i] == 0:
                 half = text.find(" ", len(text) // 3)
-                record = {"messages": [{"role": "user", "content": text[:half]},
-                                       {"role": "assistant", "content": text[half + 1:]}], "source": "qa"}
+                record = {
+                    "messages": [
+                        {"role": "user", "content": text[:half]},
+                        {"role": "assistant", "content": text[half + 1 :]},
+                    ],
+                    "source": "qa",
+                }
             else:
                 record = {"text": text, "source": ("web", "code", "books")[kinds[i] - 1]}
             f.write(json.dumps(record) + "\n")
@@ -139,10 +148,17 @@ def bench_tokenize(corpus_path: Path, cache: Path) -> dict:
     cached_s = time.perf_counter() - start
     assert again.origin == "cache"
     tokens = int(data.length.sum())
-    return {"samples": data.num_samples, "tokens": tokens, "parse_s": parse_s, "cold_s": total_s,
-            "load_tokenizer_s": load_tokenizer_s,
-            "samples_per_s": data.num_samples / total_s, "tokens_per_s": tokens / total_s,
-            "cached_load_s": cached_s, "corpus_bytes": corpus_path.stat().st_size}
+    return {
+        "samples": data.num_samples,
+        "tokens": tokens,
+        "parse_s": parse_s,
+        "cold_s": total_s,
+        "load_tokenizer_s": load_tokenizer_s,
+        "samples_per_s": data.num_samples / total_s,
+        "tokens_per_s": tokens / total_s,
+        "cached_load_s": cached_s,
+        "corpus_bytes": corpus_path.stat().st_size,
+    }
 
 
 def versions() -> str:
@@ -151,8 +167,10 @@ def versions() -> str:
     import torch
     import transformers
 
-    return (f"Python {platform.python_version()}, numpy {np.__version__}, pyarrow {pyarrow.__version__}, "
-            f"tokenizers {tokenizers.__version__}, transformers {transformers.__version__}, torch {torch.__version__}")
+    return (
+        f"Python {platform.python_version()}, numpy {np.__version__}, pyarrow {pyarrow.__version__}, "
+        f"tokenizers {tokenizers.__version__}, transformers {transformers.__version__}, torch {torch.__version__}"
+    )
 
 
 def cpu_model() -> str:
@@ -179,39 +197,49 @@ def run(args: argparse.Namespace, work: Path) -> tuple[list[tuple], dict]:
 
     mask_t = cli_seconds(["probe", "mask", "--checkpoint", str(GEMMA), "--seq-len", "4096"], args.repeats)
     rows.append(("mask, Gemma-3-4B config, 4,096 tokens (CLI process)", mask_t, 5.0))
-    pad_t = cli_seconds(["probe", "padding", "--lengths", str(lengths_file), "--vocab-size", "151936"],
-                        args.repeats)
+    pad_t = cli_seconds(["probe", "padding", "--lengths", str(lengths_file), "--vocab-size", "151936"], args.repeats)
     rows.append((f"padding, {n:,} samples from a lengths file (CLI process)", pad_t, 5.0))
-    bucket_t = cli_seconds(["probe", "bucket", "--lengths", str(lengths_file), "--num-sizes", "10",
-                            "--seeds", "0", "1", "2", "3"], args.repeats)
+    bucket_t = cli_seconds(
+        ["probe", "bucket", "--lengths", str(lengths_file), "--num-sizes", "10", "--seeds", "0", "1", "2", "3"],
+        args.repeats,
+    )
     rows.append((f"bucket sweep, 10 sizes x 4 seeds, {n:,} samples (CLI process)", bucket_t, 20.0))
     print("tokenizing (cold cache) ...", flush=True)
     tok = bench_tokenize(corpus_file, cache)
-    cached_t = cli_seconds(["probe", "padding", "--corpus", str(corpus_file), "--checkpoint", str(TOKENIZER),
-                            "--cache-dir", str(cache)], args.repeats)
+    cached_t = cli_seconds(
+        ["probe", "padding", "--corpus", str(corpus_file), "--checkpoint", str(TOKENIZER), "--cache-dir", str(cache)],
+        args.repeats,
+    )
     rows.append((f"padding, cached second run over {n:,} corpus samples (CLI process)", cached_t, 2.0))
-    breakdown = json.loads(subprocess.run([sys.executable, "-c", MASK_BREAKDOWN % str(GEMMA)], cwd=ROOT,
-                                          capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+    breakdown = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", MASK_BREAKDOWN % str(GEMMA)], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.splitlines()[-1]
+    )
     shutil.rmtree(cache, ignore_errors=True)
-    extra = {"tokenize": tok, "mask_breakdown": breakdown,
-             "load": (load_before, os.getloadavg()[0])}
+    extra = {"tokenize": tok, "mask_breakdown": breakdown, "load": (load_before, os.getloadavg()[0])}
     return rows, extra
 
 
 def report(rows: list[tuple], extra: dict, repeats: int) -> str:
     tok, mb = extra["tokenize"], extra["mask_breakdown"]
     lines = [
-        SECTION, "",
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {os.cpu_count()} cores ({cpu_model()}); "
-        f"{versions()}.",
+        SECTION,
+        "",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {os.cpu_count()} cores ({cpu_model()}); {versions()}.",
         f"Load average {extra['load'][0]:.1f} before and {extra['load'][1]:.1f} after: other work shared the "
         "cores, so these are upper bounds; re-run on a quiet machine for the record.",
         f"`python benchmarks/bench_cpu_probes.py --repeats {repeats}`; median of {repeats} runs, wall "
-        "clock of a whole `labprobe` process (interpreter start and imports included).", "",
-        "| measurement | median s | runs s | target s | holds |", "|---|---|---|---|---|",
+        "clock of a whole `labprobe` process (interpreter start and imports included).",
+        "",
+        "| measurement | median s | runs s | target s | holds |",
+        "|---|---|---|---|---|",
     ]
-    lines += [f"| {name} | {statistics.median(runs):.2f} | {', '.join(f'{t:.2f}' for t in runs)} | <= {target:g} | "
-              f"{'yes' if statistics.median(runs) <= target else 'NO'} |" for name, runs, target in rows]
+    lines += [
+        f"| {name} | {statistics.median(runs):.2f} | {', '.join(f'{t:.2f}' for t in runs)} | <= {target:g} | "
+        f"{'yes' if statistics.median(runs) <= target else 'NO'} |"
+        for name, runs, target in rows
+    ]
     lines += [
         "",
         f"Tokenization, cold cache, in-process: {tok['samples']:,} records ({tok['corpus_bytes'] / 1e6:.0f} MB "
@@ -243,8 +271,8 @@ def write_section(text: str, path: Path = RESULTS) -> None:
         path.write_text(current.rstrip("\n") + "\n\n" + text, encoding="utf-8")
         return
     following = re.compile(r"^## ", re.MULTILINE).search(current, heading.end())
-    rest = current[following.start():] if following else ""
-    path.write_text(current[:heading.start()] + text + ("\n" + rest if rest else ""), encoding="utf-8")
+    rest = current[following.start() :] if following else ""
+    path.write_text(current[: heading.start()] + text + ("\n" + rest if rest else ""), encoding="utf-8")
 
 
 def main() -> None:

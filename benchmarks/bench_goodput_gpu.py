@@ -47,10 +47,16 @@ def environment() -> dict:
     import transformers
 
     cuda = torch.cuda.is_available()
-    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "gpu": torch.cuda.get_device_name(0) if cuda else "none", "torch": torch.__version__,
-            "cuda": torch.version.cuda, "transformers": transformers.__version__, "peft": peft.__version__,
-            "python": platform.python_version(), "cpu_count": os.cpu_count()}
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": torch.cuda.get_device_name(0) if cuda else "none",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "peft": peft.__version__,
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+    }
 
 
 def ce_peak(tokens: int, vocab: int, hidden: int, chunk: int, device: torch.device) -> int:
@@ -78,22 +84,43 @@ def ce_check(budgets_gib: list[float], tokens: int, device: torch.device) -> dic
         chunk = padding.recommended_chunk(rows)
         model = next(r.peak_bytes for r in rows if r.chunk_tokens == chunk)
         measured = ce_peak(tokens, vocab, hidden, chunk, device)
-        out["budgets"].append({"budget_gib": budget, "chunk_tokens": chunk, "model_peak_bytes": model,
-                               "measured_peak_bytes": measured, "error_pct": 100 * (model - measured) / measured,
-                               "fits": measured <= budget * 2**30})
+        out["budgets"].append(
+            {
+                "budget_gib": budget,
+                "chunk_tokens": chunk,
+                "model_peak_bytes": model,
+                "measured_peak_bytes": measured,
+                "error_pct": 100 * (model - measured) / measured,
+                "fits": measured <= budget * 2**30,
+            }
+        )
     full_model = padding.ce_peak_bytes(tokens, tokens, vocab, hidden)
     full = ce_peak(tokens, vocab, hidden, 0, device)
-    out["unchunked"] = {"model_peak_bytes": full_model, "measured_peak_bytes": full,
-                        "bytes_per_logit": full / (tokens * vocab), "error_pct": 100 * (full_model - full) / full}
+    out["unchunked"] = {
+        "model_peak_bytes": full_model,
+        "measured_peak_bytes": full,
+        "bytes_per_logit": full / (tokens * vocab),
+        "error_pct": 100 * (full_model - full) / full,
+    }
     out["ok"] = all(abs(b["error_pct"]) <= 10 and b["fits"] for b in out["budgets"])
     return out
 
 
 def replay_config() -> replay.Config:
     return replay.Config(
-        checkpoint=CHECKPOINT, lengths=LENGTHS, weights="random", lora_rank=32, lora_alpha=64.0,
-        batch_size=6, max_length=2048, strategies=("longest", "bucket"), num_steps=20 if QUICK else 200,
-        warmup_steps=3, fit_lens=FIT_LENS, fit_steps=2 if QUICK else 5)
+        checkpoint=CHECKPOINT,
+        lengths=LENGTHS,
+        weights="random",
+        lora_rank=32,
+        lora_alpha=64.0,
+        batch_size=6,
+        max_length=2048,
+        strategies=("longest", "bucket"),
+        num_steps=20 if QUICK else 200,
+        warmup_steps=3,
+        fit_lens=FIT_LENS,
+        fit_steps=2 if QUICK else 5,
+    )
 
 
 def replay_check() -> tuple[dict, replay.ProbeResult]:
@@ -109,10 +136,17 @@ def projection(result_json: dict) -> list[dict]:
     lengths = np.loadtxt(LENGTHS, delimiter=",", skiprows=1, usecols=0, dtype=np.int64)
     size = batching.bucket_size_90pct(lengths, batch_size=6, max_length=2048)
     budget = goodput.Budget(23_400_000, 3, 2)
-    return [dataclasses.asdict(goodput.price(batching.make(s, lengths, batch_size=6, max_length=2048,
-                                                           bucket_size=size), model, budget,
-                                             size if s == "bucket" else None))
-            for s in batching.STRATEGIES]
+    return [
+        dataclasses.asdict(
+            goodput.price(
+                batching.make(s, lengths, batch_size=6, max_length=2048, bucket_size=size),
+                model,
+                budget,
+                size if s == "bucket" else None,
+            )
+        )
+        for s in batching.STRATEGIES
+    ]
 
 
 def main() -> int:

@@ -34,8 +34,11 @@ from runner.cli.probe import render  # noqa: E402
 from runner.tables import format_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-FAMILY = [Path(p) for p in os.environ["BENCH_FAMILY"].split(",")] if os.environ.get("BENCH_FAMILY") else [
-    ROOT / "demo" / "checkpoints" / f"qwen3-{size}-base" for size in ("0.6b", "1.7b", "4b")]
+FAMILY = (
+    [Path(p) for p in os.environ["BENCH_FAMILY"].split(",")]
+    if os.environ.get("BENCH_FAMILY")
+    else [ROOT / "demo" / "checkpoints" / f"qwen3-{size}-base" for size in ("0.6b", "1.7b", "4b")]
+)
 
 
 def environment() -> dict:
@@ -43,21 +46,41 @@ def environment() -> dict:
     import transformers
 
     try:
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=30).stdout.strip()
+        driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.strip()
     except OSError as exc:
         driver = f"nvidia-smi: {exc}"
-    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
-            "driver_and_max_sm_clock": driver, "torch": torch.__version__,
-            "transformers": transformers.__version__, "peft": peft.__version__,
-            "python": platform.python_version(), "cpu_count": os.cpu_count()}
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
+        "driver_and_max_sm_clock": driver,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "peft": peft.__version__,
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+    }
 
 
 def carrier_config(batch_size: int, steps: int, family: list[Path]) -> carrier.Config:
-    return carrier.Config(checkpoint=tuple(family), weights="random", lora_rank=32, lora_alpha=64.0,
-                          seq_len=4096, batch_size=batch_size, warmup_steps=3, steps=steps,
-                          max_steps=3 * steps, token_budget=1_000_000_000, num_arms=4, num_seeds=3)
+    return carrier.Config(
+        checkpoint=tuple(family),
+        weights="random",
+        lora_rank=32,
+        lora_alpha=64.0,
+        seq_len=4096,
+        batch_size=batch_size,
+        warmup_steps=3,
+        steps=steps,
+        max_steps=3 * steps,
+        token_budget=1_000_000_000,
+        num_arms=4,
+        num_seeds=3,
+    )
 
 
 def cli_args(config: carrier.Config) -> list[str]:
@@ -78,19 +101,30 @@ def job(kind: str, batch_size: int, steps: int, out: Path) -> int:
     of an earlier job lingers in a later job's timings)."""
     begin = time.perf_counter()
     if kind == "profile":
-        config = profile.Config(checkpoint=FAMILY[2] if steps > 2 else FAMILY[0], weights="random",
-                                lora_rank=32, lora_alpha=64.0,
-                                seq_lens=(2048, 4096, 6144, 8192, 12288) if steps > 2 else (1024, 2048, 4096),
-                                batch_size=1, seq_len=4096, warmup_steps=2, steps=steps,
-                                max_steps=3 * steps, profile_steps=3)
+        config = profile.Config(
+            checkpoint=FAMILY[2] if steps > 2 else FAMILY[0],
+            weights="random",
+            lora_rank=32,
+            lora_alpha=64.0,
+            seq_lens=(2048, 4096, 6144, 8192, 12288) if steps > 2 else (1024, 2048, 4096),
+            batch_size=1,
+            seq_len=4096,
+            warmup_steps=2,
+            steps=steps,
+            max_steps=3 * steps,
+            profile_steps=3,
+        )
         result = profile.run(config)
     else:
         result = carrier.run(carrier_config(batch_size, steps, FAMILY if steps > 3 else FAMILY[:1]))
     wall = time.perf_counter() - begin
     print(render(result), f"\n[{kind} {batch_size}x4096: {wall:.1f} s wall]", flush=True)
-    payload = {"wall_s": wall, **result.to_json_dict(),
-               "timings": json.loads(result.artifacts.get("timings.json", "{}")),
-               "evidence": json.loads(result.artifacts.get("evidence.json", "{}"))}
+    payload = {
+        "wall_s": wall,
+        **result.to_json_dict(),
+        "timings": json.loads(result.artifacts.get("timings.json", "{}")),
+        "evidence": json.loads(result.artifacts.get("evidence.json", "{}")),
+    }
     out.write_text(json.dumps(payload, indent=1))
     if "kernels_key_averages.txt" in result.artifacts:
         out.with_suffix(".txt").write_text(result.artifacts["kernels_key_averages.txt"])
@@ -102,8 +136,9 @@ def spawn(args: list[str], tmp: Path, name: str) -> tuple[dict, float]:
     out = tmp / f"{name}.json"
     begin = time.perf_counter()
     if args[0] == "cli":
-        proc = subprocess.run([sys.executable, "-m", "runner.cli", "probe", *args[1:], "--json"],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "runner.cli", "probe", *args[1:], "--json"], capture_output=True, text=True
+        )
         print(proc.stderr[-2000:], flush=True)
         out.write_text(proc.stdout)
     else:
@@ -126,8 +161,7 @@ def rows_by_name(bench: dict) -> dict[str, dict]:
 
 
 def gpu_bound_ok(row: dict | None) -> bool:
-    return (row is not None and row.get("status") == "ok" and row["launch_bound"] is False
-            and row["spread_pct"] <= 2.0)
+    return row is not None and row.get("status") == "ok" and row["launch_bound"] is False and row["spread_pct"] <= 2.0
 
 
 def _brief(row: dict | None) -> str:
@@ -159,8 +193,13 @@ def verdicts(benches: dict, prof: dict, prof_wall: float) -> list[tuple[str, boo
             out.append((f"{key}: {name} GPU-bound, spread <= 2% (run {i})", gpu_bound_ok(row), _brief(row)))
     for i, run in enumerate(runs["4096"], 1):
         row = run.get("qwen3-0.6b-base")
-        out.append((f"4096: qwen3-0.6b-base flagged launch-bound (run {i})",
-                    row is not None and row["launch_bound"] is True, _brief(row)))
+        out.append(
+            (
+                f"4096: qwen3-0.6b-base flagged launch-bound (run {i})",
+                row is not None and row["launch_bound"] is True,
+                _brief(row),
+            )
+        )
     for key in ("4096", "16384"):
         out += [agreement(key, name, runs[key]) for name in AGREE[key]]
         for name in sorted(set(runs[key][0]) - set(AGREE[key])):  # the other GPU-bound rows, when both are
@@ -173,19 +212,38 @@ def verdicts(benches: dict, prof: dict, prof_wall: float) -> list[tuple[str, boo
 
 def profile_verdicts(prof: dict, prof_wall: float) -> list[tuple[str, bool, str]]:
     s, out = prof["summary"], []
-    out.append(("profile: >= 3 GPU-bound lengths fitted", len(s["fitted_lens"]) >= 3,
-                f"fitted {s['fitted_lens']}, launch-bound {s['launch_bound_lens']}"))
-    out.append(("profile: held-out error <= 5% (>= 4 fitted)", len(s["fitted_lens"]) >= 4
-                and (s["max_heldout_err_pct"] or 99) <= 5.0, f"max {s['max_heldout_err_pct']}"))
+    out.append(
+        (
+            "profile: >= 3 GPU-bound lengths fitted",
+            len(s["fitted_lens"]) >= 3,
+            f"fitted {s['fitted_lens']}, launch-bound {s['launch_bound_lens']}",
+        )
+    )
+    out.append(
+        (
+            "profile: held-out error <= 5% (>= 4 fitted)",
+            len(s["fitted_lens"]) >= 4 and (s["max_heldout_err_pct"] or 99) <= 5.0,
+            f"max {s['max_heldout_err_pct']}",
+        )
+    )
     pad = {r["case"]: r for r in prof["tables"]["padding_penalty"]}
     half = pad["half_padded"]
-    out.append(("profile: padding penalty measured against both references",
-                half["penalty_same_shape_pct"] is not None and half["penalty_same_tokens_pct"] is not None,
-                f"{half['step_s']} s half-padded vs same shape {pad['unpadded_same_shape']['step_s']} s "
-                f"({half['penalty_same_shape_pct']}%), vs same tokens {pad['unpadded_same_tokens']['step_s']} s "
-                f"({half['penalty_same_tokens_pct']}%)"))
-    out.append(("profile: kernel time <= step wall", s["kernel_s_per_step"] <= s["step_wall_s"],
-                f"{s['kernel_s_per_step']} <= {s['step_wall_s']}"))
+    out.append(
+        (
+            "profile: padding penalty measured against both references",
+            half["penalty_same_shape_pct"] is not None and half["penalty_same_tokens_pct"] is not None,
+            f"{half['step_s']} s half-padded vs same shape {pad['unpadded_same_shape']['step_s']} s "
+            f"({half['penalty_same_shape_pct']}%), vs same tokens {pad['unpadded_same_tokens']['step_s']} s "
+            f"({half['penalty_same_tokens_pct']}%)",
+        )
+    )
+    out.append(
+        (
+            "profile: kernel time <= step wall",
+            s["kernel_s_per_step"] <= s["step_wall_s"],
+            f"{s['kernel_s_per_step']} <= {s['step_wall_s']}",
+        )
+    )
     out.append(("profile: whole 4B profile <= 180 s", prof_wall <= 180, f"{prof_wall:.1f} s"))
     return out
 
@@ -220,8 +278,9 @@ def main() -> int:
     shutil.copy(tmp / "profile.txt", args.out / "gpu_kernels_key_averages.txt")
     if args.profile_only:
         checks = profile_verdicts(prof, prof["wall_s"])
-        (args.out / "gpu_profile_summary.json").write_text(json.dumps(
-            {"env": env, "checks": [{"name": n, "ok": ok, "detail": d} for n, ok, d in checks]}, indent=1))
+        (args.out / "gpu_profile_summary.json").write_text(
+            json.dumps({"env": env, "checks": [{"name": n, "ok": ok, "detail": d} for n, ok, d in checks]}, indent=1)
+        )
         print_verdicts(checks)
         return 0 if all(ok for _, ok, _ in checks) and all(c["ok"] for c in prof["checks"]) else 1
     benches = {}
@@ -232,8 +291,9 @@ def main() -> int:
         benches[key] = {"runs": [first[0], second[0]], "walls_s": [round(first[1], 1), round(second[1], 1)]}
     (args.out / "gpu_carrier.json").write_text(json.dumps(benches, indent=1))
     checks = verdicts(benches, prof, prof["wall_s"])
-    (args.out / "gpu_summary.json").write_text(json.dumps(
-        {"env": env, "checks": [{"name": n, "ok": ok, "detail": d} for n, ok, d in checks]}, indent=1))
+    (args.out / "gpu_summary.json").write_text(
+        json.dumps({"env": env, "checks": [{"name": n, "ok": ok, "detail": d} for n, ok, d in checks]}, indent=1)
+    )
     print_verdicts(checks)
     return 0 if all(ok for _, ok, _ in checks) else 1
 

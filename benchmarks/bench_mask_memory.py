@@ -26,8 +26,13 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024)
 
 
 def peak_bytes(checkpoint: Path, seq_len: int, padding: str, impl: str) -> int:
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(checkpoint), str(seq_len), padding, impl],
-                         capture_output=True, text=True, check=True, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(checkpoint), str(seq_len), padding, impl],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
     return int(out.stdout.split()[-1])
 
 
@@ -42,8 +47,10 @@ def main() -> None:
         checkpoint = REPO / "demo" / "checkpoints" / name
         for padding, impl in (("none", "sdpa"), ("right", "sdpa"), ("packed", "sdpa"), ("right", "eager")):
             p1, p2 = peak_bytes(checkpoint, s1, padding, impl), peak_bytes(checkpoint, s2, padding, impl)
-            print(f"| {name} | {padding} | {impl} | {p1 / 2**20:.0f} | {p2 / 2**20:.0f} | "
-                  f"{(p2 - p1) / (s2 * s2 - s1 * s1):.1f} |")
+            print(
+                f"| {name} | {padding} | {impl} | {p1 / 2**20:.0f} | {p2 / 2**20:.0f} | "
+                f"{(p2 - p1) / (s2 * s2 - s1 * s1):.1f} |"
+            )
 
 
 if __name__ == "__main__":

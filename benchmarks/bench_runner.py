@@ -50,18 +50,28 @@ def job_fn(mode: str, work_s: float):
             while time_.perf_counter() - t0 < work_s:
                 pass
         result = ProbeResult(probe=job.probe, config=job.probe_config(), tables={"t": [{"work_s": work_s}]})
-        return Outcome(status="ok", result=result, env={"node_host": job.host}, checkpoint_fp=job.checkpoint_fp,
-                       wall_s=time_.perf_counter() - t0)
+        return Outcome(
+            status="ok",
+            result=result,
+            env={"node_host": job.host},
+            checkpoint_fp=job.checkpoint_fp,
+            wall_s=time_.perf_counter() - t0,
+        )
+
     return run
 
 
 def cluster_file(folder: Path, hosts: list[str], num_jobs: int) -> Path:
     """num_jobs mask jobs (distinct configs) spread round-robin over `hosts`, one checkpoint."""
-    entries = [{"probe": "mask", "hosts": [hosts[i % len(hosts)]], "checkpoints": ["q"],
-                "config": {"seq_len": 64 + i}} for i in range(num_jobs)]
-    data = {"hosts": [{"name": h, "address": "127.0.0.1"} for h in hosts],
-            "checkpoints": [{"name": "q", "path": str(REPO / "demo/checkpoints/qwen3-0.6b-base")}],
-            "plans": {"p": entries}}
+    entries = [
+        {"probe": "mask", "hosts": [hosts[i % len(hosts)]], "checkpoints": ["q"], "config": {"seq_len": 64 + i}}
+        for i in range(num_jobs)
+    ]
+    data = {
+        "hosts": [{"name": h, "address": "127.0.0.1"} for h in hosts],
+        "checkpoints": [{"name": "q", "path": str(REPO / "demo/checkpoints/qwen3-0.6b-base")}],
+        "plans": {"p": entries},
+    }
     path = folder / f"cluster-{len(hosts)}-{num_jobs}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -77,8 +87,15 @@ def sweep_wall(yaml_path: Path, store: Path, fn) -> tuple[float, object]:
     cluster = load_cluster(yaml_path)
     jobs = expand(cluster, "p")
     t0 = time.perf_counter()
-    counts = run_sweep(cluster=cluster, store=Store(store), plan="p", jobs=jobs, run_id=new_run_id(),
-                       launcher=RayLauncher(fn=fn), progress=False)
+    counts = run_sweep(
+        cluster=cluster,
+        store=Store(store),
+        plan="p",
+        jobs=jobs,
+        run_id=new_run_id(),
+        launcher=RayLauncher(fn=fn),
+        progress=False,
+    )
     wall = time.perf_counter() - t0
     assert counts.ok == len(jobs), counts
     return wall, counts
@@ -93,6 +110,7 @@ def bench_dispatch(tmp: Path, num_jobs: int) -> None:
     ray.init(address=cluster.address, log_to_driver=False)
     cluster.wait_for_nodes()
     try:
+
         @ray.remote(num_cpus=1)
         def noop():
             return 0
@@ -109,8 +127,10 @@ def bench_dispatch(tmp: Path, num_jobs: int) -> None:
         path = cluster_file(tmp, ["solo"], num_jobs)
         sweep_wall(path, tmp / "warmup", job_fn("none", 0.0))  # warm the worker (imports) and caches
         wall, _ = sweep_wall(path, tmp / "dispatch", job_fn("none", 0.0))
-        print(f"dispatch overhead per job (warm, {num_jobs} serial no-op jobs through sweep, store writes "
-              f"included): {wall / num_jobs * 1e3:.1f} ms  (target <= 50 ms; sweep wall {wall:.2f} s)")
+        print(
+            f"dispatch overhead per job (warm, {num_jobs} serial no-op jobs through sweep, store writes "
+            f"included): {wall / num_jobs * 1e3:.1f} ms  (target <= 50 ms; sweep wall {wall:.2f} s)"
+        )
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -120,8 +140,9 @@ def bench_fanout(tmp: Path, num_jobs: int, work_s: float) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
-                                                            "labels": {LABEL: "head"}})
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, "labels": {LABEL: "head"}}
+    )
     cluster.add_node(num_cpus=1, labels={LABEL: "gx10"})
     cluster.add_node(num_cpus=1, labels={LABEL: "ana-ml2"})
     ray.init(address=cluster.address, log_to_driver=False)
@@ -134,9 +155,11 @@ def bench_fanout(tmp: Path, num_jobs: int, work_s: float) -> None:
             for hosts in (["gx10"], ["head", "gx10", "ana-ml2"]):
                 path = cluster_file(tmp, hosts, num_jobs)
                 walls[len(hosts)], _ = sweep_wall(path, tmp / f"{mode}-{len(hosts)}", job_fn(mode, work_s))
-            print(f"{num_jobs} x {work_s * 1e3:.0f} ms {mode} jobs: one node {walls[1]:.2f} s, head + two nodes "
-                  f"{walls[3]:.2f} s, speedup {walls[1] / walls[3]:.2f}x  (ideal {num_jobs * work_s:.1f} s / "
-                  f"{num_jobs * work_s / 3:.1f} s)")
+            print(
+                f"{num_jobs} x {work_s * 1e3:.0f} ms {mode} jobs: one node {walls[1]:.2f} s, head + two nodes "
+                f"{walls[3]:.2f} s, speedup {walls[1] / walls[3]:.2f}x  (ideal {num_jobs * work_s:.1f} s / "
+                f"{num_jobs * work_s / 3:.1f} s)"
+            )
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -152,15 +175,29 @@ def build_store(root: Path, num_rows: int) -> None:
     for run in range(50):
         for host in ("gx10", "ana-ml2"):
             for c in range(10):
-                key = JobKey(run_id=f"r{run:03d}", job_id=f"{host}-c{c}", probe="profile", host=host,
-                             checkpoint=f"c{c}", checkpoint_fp=f"fp{c}", config_hash="h", code_version="v",
-                             finished_at=t0 + timedelta(hours=run))
+                key = JobKey(
+                    run_id=f"r{run:03d}",
+                    job_id=f"{host}-c{c}",
+                    probe="profile",
+                    host=host,
+                    checkpoint=f"c{c}",
+                    checkpoint_fp=f"fp{c}",
+                    config_hash="h",
+                    code_version="v",
+                    finished_at=t0 + timedelta(hours=run),
+                )
                 scale = 1.0 if host == "gx10" else 1.3
-                store.write_table(key, "scaling", [
-                    {"seq_len": 64 * (i + 1), "step_s": scale * (c + 1) * (i + 1) * 1e-3, "spread_pct": 0.5}
-                    for i in range(rows_per_job)])
-                store.write_job(key, status="ok", started_at=key.finished_at, wall_s=1.0, summary={}, config={},
-                                env=env)
+                store.write_table(
+                    key,
+                    "scaling",
+                    [
+                        {"seq_len": 64 * (i + 1), "step_s": scale * (c + 1) * (i + 1) * 1e-3, "spread_pct": 0.5}
+                        for i in range(rows_per_job)
+                    ],
+                )
+                store.write_job(
+                    key, status="ok", started_at=key.finished_at, wall_s=1.0, summary={}, config={}, env=env
+                )
 
 
 def bench_compare(tmp: Path, num_rows: int) -> None:
@@ -177,8 +214,10 @@ def bench_compare(tmp: Path, num_rows: int) -> None:
         result = compare(Store(root), "profile", host_order=["gx10", "ana-ml2"])
         walls.append(time.perf_counter() - t0)
     assert len(result.rows) == 10 * (num_rows // 1000), len(result.rows)
-    print(f"compare over {num_rows:,} rows: first {walls[0]:.2f} s, then {min(walls[1:]):.2f} s "
-          f"(target <= 2 s; {len(result.rows)} compared rows)")
+    print(
+        f"compare over {num_rows:,} rows: first {walls[0]:.2f} s, then {min(walls[1:]):.2f} s "
+        f"(target <= 2 s; {len(result.rows)} compared rows)"
+    )
 
 
 def main() -> None:
@@ -190,8 +229,9 @@ def main() -> None:
     args = parser.parse_args()
     import ray
 
-    print(f"python {sys.version.split()[0]}, ray {ray.__version__}, {os.cpu_count()} cores, "
-          f"load {os.getloadavg()[0]:.1f}")
+    print(
+        f"python {sys.version.split()[0]}, ray {ray.__version__}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
+    )
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
         if args.only in (None, "dispatch"):

@@ -74,8 +74,9 @@ def spread(root: Path, num: int) -> list[str]:
 def done_pyarrow(root: Path, plan: list[str]) -> set[str]:
     """The plan's done-set read through a pyarrow dataset filter instead (min/max statistics only)."""
     table = Store(root).table("jobs")
-    rows = delta.read(table, columns=["job_id", "status", "finished_at", "run_id"],
-                      filters=pc.field("job_id").isin(plan))
+    rows = delta.read(
+        table, columns=["job_id", "status", "finished_at", "run_id"], filters=pc.field("job_id").isin(plan)
+    )
     newest = rows.take(latest_indices(rows, JOB))
     return set(newest.filter(pc.equal(newest.column("status"), "ok")).column("job_id").to_pylist())
 
@@ -92,8 +93,10 @@ def plan_sizes(root: Path) -> dict[int, tuple[float, float]]:
     out = {}
     for num in (222, 500, 1000, 2000, 5000):
         plan = spread(root, num)
-        out[num] = tuple(statistics.median(timed(lambda fn=fn, plan=plan: fn(root, plan), 3))
-                         for fn in (done_datafusion, done_pyarrow))
+        out[num] = tuple(
+            statistics.median(timed(lambda fn=fn, plan=plan: fn(root, plan), 3))
+            for fn in (done_datafusion, done_pyarrow)
+        )
     return out
 
 
@@ -129,8 +132,18 @@ def measure(root: Path, night: int, hosts: int, checkpoints: int) -> dict:
 
     figures["latest_rows_s"] = statistics.median(timed(latest_rows, 5))
     figures["latest_rows"] = len(latest_rows())
-    cli = [sys.executable, "-m", "runner.cli", "compare", "--probe", "carrier", "--store", str(root),
-           "--cluster", "/nonexistent"]
+    cli = [
+        sys.executable,
+        "-m",
+        "runner.cli",
+        "compare",
+        "--probe",
+        "carrier",
+        "--store",
+        str(root),
+        "--cluster",
+        "/nonexistent",
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     walls = timed(lambda: subprocess.run(cli, check=True, capture_output=True, env=env, cwd=REPO), 3)
     figures["compare_cli_s"] = statistics.median(walls)
@@ -144,21 +157,45 @@ def per_job_commits(root: Path, night: int, hosts: int, checkpoints: int, num: i
     rows, jobs = night_records(night, hosts, checkpoints)
     walls, cpus = [], []  # wall time, and CPU time of this process (all its threads): less load-bound
     for job in jobs[:num]:
-        fields = {k: job[k] for k in ("job_id", "probe", "host", "checkpoint", "checkpoint_fp", "config_hash",
-                                      "code_version", "finished_at")}
+        fields = {
+            k: job[k]
+            for k in (
+                "job_id",
+                "probe",
+                "host",
+                "checkpoint",
+                "checkpoint_fp",
+                "config_hash",
+                "code_version",
+                "finished_at",
+            )
+        }
         key = JobKey(run_id=job["run_id"] + "-live", **fields)  # its own run: the next night's bulk build differs
         mine = [{k: v for k, v in r.items() if k not in job} for r in rows if r["job_id"] == key.job_id] or [{"x": 1.0}]
         t0, c0 = time.perf_counter(), time.process_time()
         store.write_table(key, "carriers", mine)
-        store.write_job(key, status=job["status"], reason=job["reason"], started_at=job["started_at"],
-                        wall_s=job["wall_s"], summary=json.loads(job["summary_json"]), config=CONFIG, env=ENV,
-                        plan="nightly")
+        store.write_job(
+            key,
+            status=job["status"],
+            reason=job["reason"],
+            started_at=job["started_at"],
+            wall_s=job["wall_s"],
+            summary=json.loads(job["summary_json"]),
+            config=CONFIG,
+            env=ENV,
+            plan="nightly",
+        )
         walls.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
     rest = walls[1:]
-    return {"jobs_log_files_after": log_files(root), "first_job_commit_s": walls[0], "per_job_commit_median_s": statistics.median(rest),
-            "per_job_commit_p90_s": sorted(rest)[int(0.9 * len(rest))], "per_job_commits": len(walls),
-            "per_job_commit_cpu_median_s": statistics.median(cpus[1:])}
+    return {
+        "jobs_log_files_after": log_files(root),
+        "first_job_commit_s": walls[0],
+        "per_job_commit_median_s": statistics.median(rest),
+        "per_job_commit_p90_s": sorted(rest)[int(0.9 * len(rest))],
+        "per_job_commits": len(walls),
+        "per_job_commit_cpu_median_s": statistics.median(cpus[1:]),
+    }
 
 
 def week_of_log(tmp: Path, hosts: int, checkpoints: int) -> dict:
@@ -172,17 +209,20 @@ def week_of_log(tmp: Path, hosts: int, checkpoints: int) -> dict:
 
 
 def report(label: str, f: dict) -> None:
-    print(f"{label}: load {f['load_1min']:.1f}; jobs log {f['jobs_log_files']} files; done-set of tonight's plan "
-          f"({f['plan_jobs']} jobs, {f['done_jobs']} done) {f['done_set_s']:.3f} s (pyarrow filter "
-          f"{f['done_pyarrow_s']:.3f} s), compacted {f['done_set_s_compacted']:.3f} s (pyarrow "
-          f"{f['done_pyarrow_s_compacted']:.3f} s); stress plan {f['done_stress_s']:.3f} s, 5,000 ids "
-          f"{f['done_5000_s']:.3f} s, full {f['done_full_s']:.3f} s ({f['all_done_jobs']:,} jobs done); by plan size "
-          f"(DataFusion / pyarrow s): {', '.join(f'{n}: {a:.3f}/{b:.3f}' for n, (a, b) in f['plan_sizes'].items())}; "
-          f"latest rows {f['latest_rows_s']:.3f} s ({f['latest_rows']} rows); compare CLI {f['compare_cli_s']:.2f} s; "
-          f"per-job commit median {f['per_job_commit_median_s'] * 1e3:.0f} ms, p90 "
-          f"{f['per_job_commit_p90_s'] * 1e3:.0f} ms over {f['per_job_commits']} (CPU median "
-          f"{f['per_job_commit_cpu_median_s'] * 1e3:.0f} ms; first of the run "
-          f"{f['first_job_commit_s'] * 1e3:.0f} ms; jobs log {f['jobs_log_files_after']} files after)", flush=True)
+    print(
+        f"{label}: load {f['load_1min']:.1f}; jobs log {f['jobs_log_files']} files; done-set of tonight's plan "
+        f"({f['plan_jobs']} jobs, {f['done_jobs']} done) {f['done_set_s']:.3f} s (pyarrow filter "
+        f"{f['done_pyarrow_s']:.3f} s), compacted {f['done_set_s_compacted']:.3f} s (pyarrow "
+        f"{f['done_pyarrow_s_compacted']:.3f} s); stress plan {f['done_stress_s']:.3f} s, 5,000 ids "
+        f"{f['done_5000_s']:.3f} s, full {f['done_full_s']:.3f} s ({f['all_done_jobs']:,} jobs done); by plan size "
+        f"(DataFusion / pyarrow s): {', '.join(f'{n}: {a:.3f}/{b:.3f}' for n, (a, b) in f['plan_sizes'].items())}; "
+        f"latest rows {f['latest_rows_s']:.3f} s ({f['latest_rows']} rows); compare CLI {f['compare_cli_s']:.2f} s; "
+        f"per-job commit median {f['per_job_commit_median_s'] * 1e3:.0f} ms, p90 "
+        f"{f['per_job_commit_p90_s'] * 1e3:.0f} ms over {f['per_job_commits']} (CPU median "
+        f"{f['per_job_commit_cpu_median_s'] * 1e3:.0f} ms; first of the run "
+        f"{f['first_job_commit_s'] * 1e3:.0f} ms; jobs log {f['jobs_log_files_after']} files after)",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -190,31 +230,49 @@ def main() -> None:
     parser.add_argument("--nights", type=int, default=365)
     parser.add_argument("--hosts", type=int, default=20)
     parser.add_argument("--checkpoints", type=int, default=10)
-    parser.add_argument("--root", type=Path, help="build here (default: a temporary folder, removed); with "
-                        "--years 2 the year's store is also kept, as DIR/year")
-    parser.add_argument("--measure-only", type=int, metavar="NIGHTS",
-                        help="measure the store already built under --root (NIGHTS nights in it), build nothing: "
-                             "to measure again when the machine is quieter")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        help="build here (default: a temporary folder, removed); with "
+        "--years 2 the year's store is also kept, as DIR/year",
+    )
+    parser.add_argument(
+        "--measure-only",
+        type=int,
+        metavar="NIGHTS",
+        help="measure the store already built under --root (NIGHTS nights in it), build nothing: "
+        "to measure again when the machine is quieter",
+    )
     parser.add_argument("--years", type=int, choices=(1, 2), default=2, help="build and measure 1 or 2 years")
-    parser.add_argument("--week-log", action="store_true",
-                        help="only: per-job commits over a week of per-job log (the log's steady state)")
+    parser.add_argument(
+        "--week-log",
+        action="store_true",
+        help="only: per-job commits over a week of per-job log (the log's steady state)",
+    )
     args = parser.parse_args()
     import deltalake
     import pandas
     import pyarrow
 
-    print(f"python {sys.version.split()[0]}, deltalake {deltalake.__version__}, pyarrow {pyarrow.__version__}, "
-          f"pandas {pandas.__version__}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
+    print(
+        f"python {sys.version.split()[0]}, deltalake {deltalake.__version__}, pyarrow {pyarrow.__version__}, "
+        f"pandas {pandas.__version__}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     history.T0 = datetime.now(timezone.utc).replace(hour=1, minute=0, second=0, microsecond=0) - timedelta(
-        days=2 * args.nights + 1)
+        days=2 * args.nights + 1
+    )
     tmp = Path(tempfile.mkdtemp()) if args.root is None else args.root
     root = tmp / "store"
     if args.week_log:
         f = week_of_log(tmp, args.hosts, args.checkpoints)
-        print(f"per-job commits over a week of log: load {os.getloadavg()[0]:.1f}; median "
-              f"{f['per_job_commit_median_s'] * 1e3:.0f} ms, p90 {f['per_job_commit_p90_s'] * 1e3:.0f} ms, CPU median "
-              f"{f['per_job_commit_cpu_median_s'] * 1e3:.0f} ms over {f['per_job_commits']}; jobs log "
-              f"{f['jobs_log_files_after']} files after", flush=True)
+        print(
+            f"per-job commits over a week of log: load {os.getloadavg()[0]:.1f}; median "
+            f"{f['per_job_commit_median_s'] * 1e3:.0f} ms, p90 {f['per_job_commit_p90_s'] * 1e3:.0f} ms, CPU median "
+            f"{f['per_job_commit_cpu_median_s'] * 1e3:.0f} ms over {f['per_job_commits']}; jobs log "
+            f"{f['jobs_log_files_after']} files after",
+            flush=True,
+        )
         return
     if args.measure_only:
         night = args.measure_only + 1000 + int(time.time() // 60) % 10_000  # a night not built, new each minute
@@ -233,21 +291,32 @@ def years(root: Path, tmp: Path, args: argparse.Namespace) -> None:
     out = {}
     store = Store(root)
     per_night = args.hosts * args.checkpoints
-    for label, first in (("year", 0), ("two years", args.nights))[:args.years]:
+    for label, first in (("year", 0), ("two years", args.nights))[: args.years]:
         took = build(store, first, args.nights, args.hosts, args.checkpoints)
         jobs = len(store.jobs(columns=["job_id"]))
-        print(f"{label}: built {jobs:,} job rows ({first + args.nights} nights x {per_night} new jobs, and the reruns "
-              f"of the failed ones) in {took:.0f} s", flush=True)
+        print(
+            f"{label}: built {jobs:,} job rows ({first + args.nights} nights x {per_night} new jobs, and the reruns "
+            f"of the failed ones) in {took:.0f} s",
+            flush=True,
+        )
         out[label] = measure(root, first + args.nights, args.hosts, args.checkpoints)
         out[label]["jobs"] = jobs + out[label]["per_job_commits"]
         report(label, out[label])
         if first == 0 and args.root is not None and args.years == 2:
             shutil.copytree(root, tmp / "year" / "store", dirs_exist_ok=True)  # for --root DIR/year --measure-only
     year, two = out["year"], out.get("two years", out["year"])
-    for name in ("done_set_s", "done_set_s_compacted", "done_stress_s", "done_full_s", "latest_rows_s",
-                 "compare_cli_s", "per_job_commit_median_s"):
+    for name in (
+        "done_set_s",
+        "done_set_s_compacted",
+        "done_stress_s",
+        "done_full_s",
+        "latest_rows_s",
+        "compare_cli_s",
+        "per_job_commit_median_s",
+    ):
         print(f"{name}: x{two[name] / year[name]:.2f} at twice the jobs (target <= 1.5)")
     print(json.dumps(out, indent=1, default=str))
+
 
 if __name__ == "__main__":
     main()

@@ -48,10 +48,23 @@ def shapes(quick: bool, only: list[str] | None = None) -> list[tuple[str, Path, 
 
 def run_shape(name: str, checkpoint: Path, batch: int, seq: int, quick: bool, device: str, out: Path) -> dict:
     chosen = ("bf16-autocast", "grad-ckpt", "compile") if quick else ALL
-    config = carrier.Config(checkpoint=(checkpoint,), weights="random", harness="benchmarks.harness_plain",
-                            lora_rank=32, lora_alpha=64.0, seq_len=seq, batch_size=batch, warmup_steps=2,
-                            steps=3 if quick else 5, max_steps=4 if quick else 20, variant=("baseline", *chosen),
-                            processes=2, num_arms=3, num_seeds=2, device=device)
+    config = carrier.Config(
+        checkpoint=(checkpoint,),
+        weights="random",
+        harness="benchmarks.harness_plain",
+        lora_rank=32,
+        lora_alpha=64.0,
+        seq_len=seq,
+        batch_size=batch,
+        warmup_steps=2,
+        steps=3 if quick else 5,
+        max_steps=4 if quick else 20,
+        variant=("baseline", *chosen),
+        processes=2,
+        num_arms=3,
+        num_seeds=2,
+        device=device,
+    )
     begin = time.perf_counter()
     result = carrier.run(config)
     wall_s = time.perf_counter() - begin
@@ -70,24 +83,45 @@ def verdicts(results: dict[str, dict], quick: bool) -> list[tuple[str, bool, str
     for name, data in results.items():
         rows = data["tables"]["carriers"]
         failed = [f"{r['variant']}: {r['status']}" for r in rows if r["step_s"] is None]
-        out.append((f"{name}: every variant measured or failing with its reason", all(r["status"] for r in rows),
-                    f"{len(rows) - len(failed)} measured; failed: {failed}"))
+        out.append(
+            (
+                f"{name}: every variant measured or failing with its reason",
+                all(r["status"] for r in rows),
+                f"{len(rows) - len(failed)} measured; failed: {failed}",
+            )
+        )
         gpu_bound = [r for r in rows if r["launch_bound"] is False]
-        wide = [f"{r['variant']} {r['spread_pct']:.2f}%/{r['spread_across_pct'] or 0:.2f}%" for r in gpu_bound
-                if r["spread_pct"] > 2 or (r["spread_across_pct"] or 0) > 2]
-        out.append((f"{name}: GPU-bound rows' spread <= 2% (in process / across processes)", not wide,
-                    f"{len(gpu_bound)} GPU-bound rows; above: {wide}"))
+        wide = [
+            f"{r['variant']} {r['spread_pct']:.2f}%/{r['spread_across_pct'] or 0:.2f}%"
+            for r in gpu_bound
+            if r["spread_pct"] > 2 or (r["spread_across_pct"] or 0) > 2
+        ]
+        out.append(
+            (
+                f"{name}: GPU-bound rows' spread <= 2% (in process / across processes)",
+                not wide,
+                f"{len(gpu_bound)} GPU-bound rows; above: {wide}",
+            )
+        )
         whatif = {r["variant"]: r for r in data["tables"].get("whatif", [])}
         for v in ("bf16-autocast", "bf16-adapters"):
             r = whatif.get(v)
             ok = r is not None and r["error_pp"] is not None and abs(r["error_pp"]) <= 5
-            out.append((f"{name}: {v} predicted within 5 pp of measured", ok,
-                        "missing" if r is None else f"predicted {r['predicted_saving_pct']}, measured "
-                        f"{r['measured_saving_pct']}, error {r['error_pp']} pp; kernel time removed "
-                        f"{r.get('kernel_saving_pct')}"))
+            out.append(
+                (
+                    f"{name}: {v} predicted within 5 pp of measured",
+                    ok,
+                    "missing"
+                    if r is None
+                    else f"predicted {r['predicted_saving_pct']}, measured "
+                    f"{r['measured_saving_pct']}, error {r['error_pp']} pp; kernel time removed "
+                    f"{r.get('kernel_saving_pct')}",
+                )
+            )
         if name.startswith("4b"):
-            out.append((f"{name}: the whole variant set within 10 minutes", data["wall_s"] <= 600,
-                        f"{data['wall_s']:.0f} s"))
+            out.append(
+                (f"{name}: the whole variant set within 10 minutes", data["wall_s"] <= 600, f"{data['wall_s']:.0f} s")
+            )
     return out
 
 
@@ -96,8 +130,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "out")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--shape", action="append", choices=[s[0] for s in SHAPES],
-                        help="only this shape (repeatable; default: both): one call each fits the device's limit")
+    parser.add_argument(
+        "--shape",
+        action="append",
+        choices=[s[0] for s in SHAPES],
+        help="only this shape (repeatable; default: both): one call each fits the device's limit",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     # one line per finished process on stderr, every worker's whole result in workers.jsonl: a run cut
@@ -111,8 +149,10 @@ def main() -> int:
     workers = logging.getLogger("probes.processes")
     workers.setLevel(logging.DEBUG)
     workers.addHandler(jsonl)
-    results = {name: run_shape(name, ckpt, b, n, args.quick, args.device, args.out)
-               for name, ckpt, b, n in shapes(args.quick, args.shape)}
+    results = {
+        name: run_shape(name, ckpt, b, n, args.quick, args.device, args.out)
+        for name, ckpt, b, n in shapes(args.quick, args.shape)
+    }
     checks = verdicts(results, args.quick)
     summary = {"environment": environment(), "checks": [{"name": n, "ok": ok, "detail": d} for n, ok, d in checks]}
     (args.out / f"variants_summary_{'+'.join(results)}.json").write_text(json.dumps(summary, indent=1))

@@ -42,11 +42,23 @@ while time.time() < end:
     torch.cuda.synchronize()
 """
 
-TINY_QWEN3 = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256,
-              "intermediate_size": 768, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 151936, "max_position_embeddings": 4096,
-              "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
-              "torch_dtype": "bfloat16", "hidden_act": "silu"}
+TINY_QWEN3 = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 256,
+    "intermediate_size": 768,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "vocab_size": 151936,
+    "max_position_embeddings": 4096,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "hidden_act": "silu",
+}
 
 
 def log(steps: list[dict], step: str, ok: bool, **fields) -> None:
@@ -67,7 +79,10 @@ def start_hog(work: Path, seconds: float) -> int:
     ready = work / "ready"
     out = subprocess.run(
         ["sh", "-c", f'"{sys.executable}" "{work}/hog.py" "{ready}" {seconds} >"{work}/hog.log" 2>&1 & echo $!'],
-        capture_output=True, text=True, check=True)
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     pid = int(out.stdout.strip())
     deadline = time.time() + 120
     while not ready.exists():
@@ -108,8 +123,12 @@ def profile_job() -> dict:
     end.record()
     torch.cuda.synchronize()
     tflops = 10 * 2 * 8192**3 / (start.elapsed_time(end) / 1e3) / 1e12
-    out = {"matmul_bf16_tflops": round(tflops, 1), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-           "device": torch.cuda.get_device_name(), "card": dataclasses.asdict(card)}
+    out = {
+        "matmul_bf16_tflops": round(tflops, 1),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "device": torch.cuda.get_device_name(),
+        "card": dataclasses.asdict(card),
+    }
     out["profile"] = tiny_profile()
     return out
 
@@ -121,12 +140,23 @@ def tiny_profile() -> dict:
 
         ckpt = Path(tempfile.mkdtemp(prefix="tiny-qwen3-"))
         (ckpt / "config.json").write_text(json.dumps(TINY_QWEN3))
-        config = profile.Config(checkpoint=ckpt, weights="random", seq_lens=(256, 512, 1024),
-                                seq_len=512, warmup_steps=1, steps=3, max_steps=5, profile_steps=1)
+        config = profile.Config(
+            checkpoint=ckpt,
+            weights="random",
+            seq_lens=(256, 512, 1024),
+            seq_len=512,
+            warmup_steps=1,
+            steps=3,
+            max_steps=5,
+            profile_steps=1,
+        )
         t0 = time.perf_counter()
         result = profile.run(config)
-        return {"ran": True, "wall_s": round(time.perf_counter() - t0, 2),
-                "scaling_step_s": [r.step_s for r in result.tables.get("scaling", [])]}
+        return {
+            "ran": True,
+            "wall_s": round(time.perf_counter() - t0, 2),
+            "scaling_step_s": [r.step_s for r in result.tables.get("scaling", [])],
+        }
     except Exception as exc:  # the check is about the guard; the probe's own state is reported as is
         return {"ran": False, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
 
@@ -149,8 +179,7 @@ def check(steps: list[dict], work: Path) -> None:
 
 def hog_busy(steps: list[dict], pid: int) -> None:
     rows, wall = readings()
-    log(steps, "matmul loop reads busy naming its pid", busy_with(rows, pid), hog_pid=pid, read_s=wall,
-        readings=rows)
+    log(steps, "matmul loop reads busy naming its pid", busy_with(rows, pid), hog_pid=pid, read_s=wall, readings=rows)
     try:
         profile_job()
         log(steps, "profile job refuses to start on the busy card", False, error="guard let it start")
@@ -168,26 +197,44 @@ def after_hog(steps: list[dict], work: Path, t0: float) -> None:
         idle = all(r["verdict"] == "idle" for r in rows)
         if idle or time.perf_counter() - t0 > 20:
             break
-    log(steps, "after the loop ends the card reads idle again", idle, num_reads=num_reads,
-        hog_end_to_idle_read_s=round(time.perf_counter() - t0, 2), read_s=wall, readings=rows)
+    log(
+        steps,
+        "after the loop ends the card reads idle again",
+        idle,
+        num_reads=num_reads,
+        hog_end_to_idle_read_s=round(time.perf_counter() - t0, 2),
+        read_s=wall,
+        readings=rows,
+    )
     t0 = time.perf_counter()
     try:
         out = profile_job()
         # tiny_profile reports the probe's failure instead of raising: the step holds only if it ran.
-        log(steps, "the job runs", out["profile"]["ran"] is True, job_wall_s=round(time.perf_counter() - t0, 2),
-            job=out)
+        log(
+            steps, "the job runs", out["profile"]["ran"] is True, job_wall_s=round(time.perf_counter() - t0, 2), job=out
+        )
     except GpuBusyError as exc:
         log(steps, "the job runs", False, error=str(exc))
     time.sleep(1.0)
     rows, wall = readings()
-    log(steps, "our own job's process on the card is not counted", all(r["verdict"] == "idle" for r in rows)
-        and any(os.getpid() in r["own_pids"] for r in rows), read_s=wall, readings=rows)
+    log(
+        steps,
+        "our own job's process on the card is not counted",
+        all(r["verdict"] == "idle" for r in rows) and any(os.getpid() in r["own_pids"] for r in rows),
+        read_s=wall,
+        readings=rows,
+    )
     runs = work / "runs" / "exp1"
     runs.mkdir(parents=True)
     (runs / "metrics.jsonl").write_text("{}\n")
     rows, wall = readings(runs_dir=str(work / "runs"))
-    log(steps, "a fresh file under the runs dir reads busy", all(r["verdict"] == "busy" and "metrics.jsonl"
-        in r["reason"] for r in rows), read_s=wall, readings=rows)
+    log(
+        steps,
+        "a fresh file under the runs dir reads busy",
+        all(r["verdict"] == "busy" and "metrics.jsonl" in r["reason"] for r in rows),
+        read_s=wall,
+        readings=rows,
+    )
 
 
 def main() -> int:
@@ -206,8 +253,11 @@ def main() -> int:
         import torch
 
         pynvml.nvmlInit()
-        meta |= {"driver": pynvml.nvmlSystemGetDriverVersion(), "torch": torch.__version__,
-                 "nvidia_ml_py": metadata.version("nvidia-ml-py")}
+        meta |= {
+            "driver": pynvml.nvmlSystemGetDriverVersion(),
+            "torch": torch.__version__,
+            "nvidia_ml_py": metadata.version("nvidia-ml-py"),
+        }
         pynvml.nvmlShutdown()
         with tempfile.TemporaryDirectory(prefix="idle-check-") as work:
             check(steps, Path(work))

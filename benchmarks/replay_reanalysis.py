@@ -32,8 +32,10 @@ def main() -> int:
     raw = json.loads((args.results / "gpu_replay_timings.json").read_text())
     config = replay_config()
     lengths = corpus.read_lengths_file(LENGTHS).length
-    model = dataclasses.replace(goodput.model_from_profile(recorded, source="the recorded H200 fit"),
-                                new_shape_s=replay.new_shape_s(raw, f"fit/{max(FIT_LENS)}"))
+    model = dataclasses.replace(
+        goodput.model_from_profile(recorded, source="the recorded H200 fit"),
+        new_shape_s=replay.new_shape_s(raw, f"fit/{max(FIT_LENS)}"),
+    )
     steps = recorded["tables"]["replay_steps"]
     size = next(r["bucket_size"] for r in recorded["tables"]["replay"] if r["strategy"] == "bucket")
     plans = {s: replay.shapes(config, lengths, s, size) for s in config.strategies}
@@ -41,15 +43,20 @@ def main() -> int:
         mine = [(r["rows"], r["width"], r["real_tokens"]) for r in steps if r["strategy"] == s]
         assert mine == [(len(b), int(b.max()), int(b.sum())) for b in batches], f"{s}: batches differ"
     measured = {s: [r["measured_s"] for r in steps if r["strategy"] == s] for s in config.strategies}
-    rows, step_rows = replay._tables(config, plans, measured, model, size,
-                                     {(config.batch_size, w) for w in FIT_LENS})
-    out = {"model": dataclasses.asdict(model), "replay": [dataclasses.asdict(r) for r in rows],
-           "recorded_error_pct": {r["strategy"]: r["error_pct"] for r in recorded["tables"]["replay"]},
-           "new_shape_steps": {s: int(sum(r.new_shape for r in step_rows if r.strategy == s)) for s in plans},
-           "excess_s_by_kind": _excess(step_rows)}
+    rows, step_rows = replay._tables(config, plans, measured, model, size, {(config.batch_size, w) for w in FIT_LENS})
+    out = {
+        "model": dataclasses.asdict(model),
+        "replay": [dataclasses.asdict(r) for r in rows],
+        "recorded_error_pct": {r["strategy"]: r["error_pct"] for r in recorded["tables"]["replay"]},
+        "new_shape_steps": {s: int(sum(r.new_shape for r in step_rows if r.strategy == s)) for s in plans},
+        "excess_s_by_kind": _excess(step_rows),
+    }
     (args.results / "replay_reanalysis.json").write_text(json.dumps(out, indent=1))
-    print(json.dumps({k: out[k] for k in ("replay", "recorded_error_pct", "new_shape_steps", "excess_s_by_kind")},
-                     indent=1))
+    print(
+        json.dumps(
+            {k: out[k] for k in ("replay", "recorded_error_pct", "new_shape_steps", "excess_s_by_kind")}, indent=1
+        )
+    )
     return 0
 
 
@@ -60,8 +67,12 @@ def _excess(step_rows) -> dict:
         for new in (True, False):
             e = [r.measured_s - r.predicted_s for r in step_rows if r.strategy == s and r.new_shape == new]
             if e:
-                out[f"{s}/{'new' if new else 'repeat'}"] = {"steps": len(e), "mean_s": float(np.mean(e)),
-                                                            "median_s": float(np.median(e)), "sum_s": float(np.sum(e))}
+                out[f"{s}/{'new' if new else 'repeat'}"] = {
+                    "steps": len(e),
+                    "mean_s": float(np.mean(e)),
+                    "median_s": float(np.median(e)),
+                    "sum_s": float(np.sum(e)),
+                }
     return out
 
 

@@ -18,12 +18,32 @@ from pathlib import Path
 from runner.lab.plan import job_id
 from runner.store.store import JobKey, Store, job_record, table_records
 
-ENV = {"python": "3.11.7", "torch": "2.13.0+cu130", "transformers": "5.24.0", "peft": "0.21.0", "cuda": "13.0",
-       "driver": "580.159.04", "gpu": "NVIDIA H200", "code_version": "0.3.0+g1a2b3c4", "node_host": "gx10",
-       "hostname": "gx10.lab.example", "cpu": "AMD EPYC 9354 32-Core Processor", "ram_gib": 503.4}
+ENV = {
+    "python": "3.11.7",
+    "torch": "2.13.0+cu130",
+    "transformers": "5.24.0",
+    "peft": "0.21.0",
+    "cuda": "13.0",
+    "driver": "580.159.04",
+    "gpu": "NVIDIA H200",
+    "code_version": "0.3.0+g1a2b3c4",
+    "node_host": "gx10",
+    "hostname": "gx10.lab.example",
+    "cpu": "AMD EPYC 9354 32-Core Processor",
+    "ram_gib": 503.4,
+}
 CONFIG_HASH = "5e1f" * 4
-CONFIG = {"checkpoint": "/models/qwen3-4b-base", "seq_len": 4096, "batch_size": 4, "lora_rank": 32,
-          "lora_alpha": 64.0, "steps": 20, "warmup": 3, "precision": "bf16", "harness": "mytrainer.train"}
+CONFIG = {
+    "checkpoint": "/models/qwen3-4b-base",
+    "seq_len": 4096,
+    "batch_size": 4,
+    "lora_rank": 32,
+    "lora_alpha": 64.0,
+    "steps": 20,
+    "warmup": 3,
+    "precision": "bf16",
+    "harness": "mytrainer.train",
+}
 T0 = datetime.now(timezone.utc).replace(hour=1, minute=0, second=0, microsecond=0) - timedelta(days=731)
 """The first simulated night: two years ago, so the second year ends today (the log retention works
 on file dates)."""
@@ -37,10 +57,17 @@ def night_keys(night: int, hosts: int, checkpoints: int, salt: str = "") -> list
         for c in range(checkpoints):
             n = h * checkpoints + c
             fp = hashlib.sha256(f"ckpt{c:02d}@{night}{salt}".encode()).hexdigest()[:16]
-            key = JobKey(run_id=run_id, job_id=job_id("carrier", CONFIG_HASH, fp, f"host{h:02d}", f"ckpt{c:02d}"),
-                         probe="carrier", host=f"host{h:02d}", checkpoint=f"ckpt{c:02d}", checkpoint_fp=fp,
-                         config_hash=CONFIG_HASH, code_version="0.3.0+g1a2b3c4",
-                         finished_at=T0 + timedelta(days=night, seconds=n * 20))
+            key = JobKey(
+                run_id=run_id,
+                job_id=job_id("carrier", CONFIG_HASH, fp, f"host{h:02d}", f"ckpt{c:02d}"),
+                probe="carrier",
+                host=f"host{h:02d}",
+                checkpoint=f"ckpt{c:02d}",
+                checkpoint_fp=fp,
+                config_hash=CONFIG_HASH,
+                code_version="0.3.0+g1a2b3c4",
+                finished_at=T0 + timedelta(days=night, seconds=n * 20),
+            )
             out.append((key, n % 100 == night % 100))
     return out
 
@@ -50,20 +77,47 @@ def night_records(night: int, hosts: int, checkpoints: int) -> tuple[list[dict],
     keys = night_keys(night, hosts, checkpoints)
     if night > 0:
         later = timedelta(seconds=len(keys) * 20)
-        keys += [(dataclasses.replace(k, run_id=keys[0][0].run_id, finished_at=k.finished_at + timedelta(days=1) + later),
-                  False) for k, failed in night_keys(night - 1, hosts, checkpoints) if failed]
+        keys += [
+            (
+                dataclasses.replace(k, run_id=keys[0][0].run_id, finished_at=k.finished_at + timedelta(days=1) + later),
+                False,
+            )
+            for k, failed in night_keys(night - 1, hosts, checkpoints)
+            if failed
+        ]
     rows, jobs = [], []
     for key, failed in keys:
         h = int(key.host[4:])
-        jobs.append(job_record(key, status="failed" if failed else "ok", reason="CUDA error: out of memory" if failed
-                               else "", started_at=key.finished_at - timedelta(seconds=18), wall_s=18.0,
-                               summary={} if failed else {"tok_per_s": 9000.0 + h, "step_s": 1.8, "mfu": 0.41},
-                               config=CONFIG, env=ENV, plan="nightly"))
+        jobs.append(
+            job_record(
+                key,
+                status="failed" if failed else "ok",
+                reason="CUDA error: out of memory" if failed else "",
+                started_at=key.finished_at - timedelta(seconds=18),
+                wall_s=18.0,
+                summary={} if failed else {"tok_per_s": 9000.0 + h, "step_s": 1.8, "mfu": 0.41},
+                config=CONFIG,
+                env=ENV,
+                plan="nightly",
+            )
+        )
         if not failed:
-            rows += table_records(key, [{"seq_len": s, "step_s": 0.9 * s / 4096 * (1 + h / 100),
-                                         "tok_per_s": 4 * s / (0.9 * s / 4096), "peak_mem_bytes": 40 * 2**30 + s,
-                                         "mfu": 0.41, "step_spread_pct": 0.6, "params_total": 4_022_468_096,
-                                         "params_trainable": 33_030_144} for s in (2048, 4096)])
+            rows += table_records(
+                key,
+                [
+                    {
+                        "seq_len": s,
+                        "step_s": 0.9 * s / 4096 * (1 + h / 100),
+                        "tok_per_s": 4 * s / (0.9 * s / 4096),
+                        "peak_mem_bytes": 40 * 2**30 + s,
+                        "mfu": 0.41,
+                        "step_spread_pct": 0.6,
+                        "params_total": 4_022_468_096,
+                        "params_trainable": 33_030_144,
+                    }
+                    for s in (2048, 4096)
+                ],
+            )
     return rows, jobs
 
 
@@ -109,6 +163,14 @@ def tonight(root: Path, night: int, hosts: int, checkpoints: int, stored: int = 
     for key in keys[:stored]:
         key = dataclasses.replace(key, run_id=key.run_id + "-tonight")
         store.write_table(key, "carriers", [{"seq_len": 4096, "step_s": 0.9}])
-        store.write_job(key, status="ok", started_at=key.finished_at, wall_s=18.0, summary={}, config=CONFIG,
-                        env=ENV, plan="nightly")
+        store.write_job(
+            key,
+            status="ok",
+            started_at=key.finished_at,
+            wall_s=18.0,
+            summary={},
+            config=CONFIG,
+            env=ENV,
+            plan="nightly",
+        )
     return [k.job_id for k in keys] + reruns

@@ -119,11 +119,16 @@ def make_tokenizer(corpus: Path, out: Path) -> None:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=SPECIAL, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tokenizer.train_from_iterator(training_texts(corpus), trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=SPECIAL[0], pad_token=SPECIAL[0],
-                                   model_max_length=32768)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, eos_token=SPECIAL[0], pad_token=SPECIAL[0], model_max_length=32768
+    )
     shutil.rmtree(out, ignore_errors=True)
     fast.save_pretrained(out)
     # Keep the chat template inside tokenizer_config.json (the layout most hub checkpoints ship).
@@ -137,14 +142,32 @@ def make_tokenizer(corpus: Path, out: Path) -> None:
 def qwen3(hidden: int, intermediate: int, layers: int, heads: int) -> dict:
     """Qwen3-*-Base config.json as published (docs/measurement.md: real configs)."""
     return {
-        "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
-        "bos_token_id": 151643, "eos_token_id": 151643, "head_dim": 128, "hidden_act": "silu",
-        "hidden_size": hidden, "initializer_range": 0.02, "intermediate_size": intermediate,
-        "max_position_embeddings": 32768, "max_window_layers": layers, "model_type": "qwen3",
-        "num_attention_heads": heads, "num_hidden_layers": layers, "num_key_value_heads": 8,
-        "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None,
-        "tie_word_embeddings": True, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
-        "use_cache": True, "use_sliding_window": False, "vocab_size": 151936,
+        "architectures": ["Qwen3ForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 151643,
+        "eos_token_id": 151643,
+        "head_dim": 128,
+        "hidden_act": "silu",
+        "hidden_size": hidden,
+        "initializer_range": 0.02,
+        "intermediate_size": intermediate,
+        "max_position_embeddings": 32768,
+        "max_window_layers": layers,
+        "model_type": "qwen3",
+        "num_attention_heads": heads,
+        "num_hidden_layers": layers,
+        "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": None,
+        "rope_theta": 1000000,
+        "sliding_window": None,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+        "transformers_version": "4.51.0",
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": 151936,
     }
 
 
@@ -153,24 +176,50 @@ def gemma3_4b() -> dict:
     layers = 34
     layer_types = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(layers)]
     return {
-        "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999,
-        "eoi_token_index": 256000, "eos_token_id": [1, 106], "image_token_index": 262144,
-        "initializer_range": 0.02, "mm_tokens_per_image": 256, "model_type": "gemma3",
+        "architectures": ["Gemma3ForConditionalGeneration"],
+        "boi_token_index": 255999,
+        "eoi_token_index": 256000,
+        "eos_token_id": [1, 106],
+        "image_token_index": 262144,
+        "initializer_range": 0.02,
+        "mm_tokens_per_image": 256,
+        "model_type": "gemma3",
         "text_config": {
-            "attention_bias": False, "attention_dropout": 0.0, "attn_logit_softcapping": None,
-            "final_logit_softcapping": None, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
-            "hidden_size": 2560, "intermediate_size": 10240, "layer_types": layer_types,
-            "max_position_embeddings": 131072, "model_type": "gemma3_text", "num_attention_heads": 8,
-            "num_hidden_layers": layers, "num_key_value_heads": 4, "query_pre_attn_scalar": 256,
-            "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000.0,
-            "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "rope_theta": 1000000.0,
-            "sliding_window": 1024, "tie_word_embeddings": True, "use_cache": True, "vocab_size": 262208,
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "attn_logit_softcapping": None,
+            "final_logit_softcapping": None,
+            "head_dim": 256,
+            "hidden_activation": "gelu_pytorch_tanh",
+            "hidden_size": 2560,
+            "intermediate_size": 10240,
+            "layer_types": layer_types,
+            "max_position_embeddings": 131072,
+            "model_type": "gemma3_text",
+            "num_attention_heads": 8,
+            "num_hidden_layers": layers,
+            "num_key_value_heads": 4,
+            "query_pre_attn_scalar": 256,
+            "rms_norm_eps": 1e-06,
+            "rope_local_base_freq": 10000.0,
+            "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+            "rope_theta": 1000000.0,
+            "sliding_window": 1024,
+            "tie_word_embeddings": True,
+            "use_cache": True,
+            "vocab_size": 262208,
         },
-        "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+        "torch_dtype": "bfloat16",
+        "transformers_version": "4.50.0.dev0",
         "vision_config": {
-            "hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
-            "model_type": "siglip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 27,
-            "patch_size": 14, "vision_use_head": False,
+            "hidden_size": 1152,
+            "image_size": 896,
+            "intermediate_size": 4304,
+            "model_type": "siglip_vision_model",
+            "num_attention_heads": 16,
+            "num_hidden_layers": 27,
+            "patch_size": 14,
+            "vision_use_head": False,
         },
     }
 

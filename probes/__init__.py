@@ -20,7 +20,10 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "bucket": ("probes.bucket", "length-bucketing gain over a bucket-size sweep, source diversity per batch"),
     "profile": ("probes.profile", "step-time scaling fit, padding penalty, CE wall clock, kernel table (GPU)"),
     "carrier": ("probes.carrier", "training throughput of a model family: params, s/step, tok/s, MFU (GPU)"),
-    "goodput": ("probes.goodput", "epoch time, real tokens/s and budget hours per batching strategy, from a profile fit"),
+    "goodput": (
+        "probes.goodput",
+        "epoch time, real tokens/s and budget hours per batching strategy, from a profile fit",
+    ),
     "replay": ("probes.replay", "a corpus's real batch shapes run through the harness: measured vs predicted (GPU)"),
 }
 

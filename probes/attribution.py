@@ -81,7 +81,7 @@ def _ancestors(event) -> Iterator:
 def _forward_scope(event) -> str:
     for e in _ancestors(event):
         if e.name.startswith(PREFIX):
-            return e.name[len(PREFIX):]
+            return e.name[len(PREFIX) :]
     return "other"
 
 
@@ -140,9 +140,11 @@ def attribute(profile: kernels.Profile) -> dict[str, float]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def total(attributed: dict[str, float], scope: str | None = None, phase: str | None = None,
-          category: str | None = None) -> float:
+def total(
+    attributed: dict[str, float], scope: str | None = None, phase: str | None = None, category: str | None = None
+) -> float:
     """Sum of attributed seconds matching the given parts (None: any)."""
+
     def keep(key: str) -> bool:
         s, p, c = key.split("/", 2)
         return (scope is None or s == scope) and (phase is None or p == phase) and (category is None or c == category)
@@ -152,8 +154,11 @@ def total(attributed: dict[str, float], scope: str | None = None, phase: str | N
 
 def backends(profile: kernels.Profile) -> list[str]:
     """Attention backends that ran: from device kernel names on a GPU, from op names on the CPU."""
-    names = {e.name for e in profile.rows} if profile.device_type == DeviceType.CUDA else {
-        e.name for e in profile.events if e.device_type == DeviceType.CPU}
+    names = (
+        {e.name for e in profile.rows}
+        if profile.device_type == DeviceType.CUDA
+        else {e.name for e in profile.events if e.device_type == DeviceType.CPU}
+    )
     found = []
     for backend, pattern in _BACKENDS:
         if any(re.search(pattern, n.lower()) for n in names):

@@ -61,15 +61,22 @@ class Batches:
     def batch(self, i: int) -> np.ndarray:
         """Row lengths of batch i."""
         end = self.starts[i + 1] if i + 1 < self.num_batches else self.row_lengths.size
-        return self.row_lengths[self.starts[i]:end]
+        return self.row_lengths[self.starts[i] : end]
 
 
 def _cut(strategy: str, ordered: np.ndarray, starts: np.ndarray) -> Batches:
     return Batches(strategy, ordered, starts, np.maximum.reduceat(ordered, starts))
 
 
-def make(strategy: str, lengths: np.ndarray, *, batch_size: int, max_length: int, seed: int = 0,
-         bucket_size: int | None = None) -> Batches:
+def make(
+    strategy: str,
+    lengths: np.ndarray,
+    *,
+    batch_size: int,
+    max_length: int,
+    seed: int = 0,
+    bucket_size: int | None = None,
+) -> Batches:
     """The batches of one epoch; bucket_size is needed for `bucket` (and ignored otherwise)."""
     clipped = np.minimum(np.asarray(lengths, dtype=np.int64), max_length)
     n, b = clipped.size, batch_size
@@ -97,11 +104,16 @@ def make(strategy: str, lengths: np.ndarray, *, batch_size: int, max_length: int
     raise ValueError(f"unknown strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
 
 
-def bucket_size_90pct(lengths: np.ndarray, *, batch_size: int, max_length: int,
-                      seeds: tuple[int, ...] = (0, 1, 2, 3)) -> int:
+def bucket_size_90pct(
+    lengths: np.ndarray, *, batch_size: int, max_length: int, seeds: tuple[int, ...] = (0, 1, 2, 3)
+) -> int:
     """The `bucket` probe's headline: the smallest bucket size winning 90% of the global sort's gain."""
-    data = corpus.Lengths(length=np.asarray(lengths, dtype=np.int64),
-                          source_code=np.zeros(len(lengths), dtype=np.int32), sources=("all",), origin="given")
+    data = corpus.Lengths(
+        length=np.asarray(lengths, dtype=np.int64),
+        source_code=np.zeros(len(lengths), dtype=np.int32),
+        sources=("all",),
+        origin="given",
+    )
     config = bucket.Config(lengths=Path("-"), batch_size=batch_size, max_length=max_length, seeds=seeds)
     rows, _, random = bucket.sweep(data, config)
     return bucket.summary(rows, random, data)["bucket_size_90pct_gain"]

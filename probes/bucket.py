@@ -92,16 +92,17 @@ def bucket_sizes(config: Config, num_samples: int) -> list[int]:
     return sorted(sizes | {min(b, num_samples), num_samples})
 
 
-def bucketed(clipped: np.ndarray, codes: np.ndarray, perm: np.ndarray,
-             bucket_size: int) -> tuple[np.ndarray, np.ndarray]:
+def bucketed(
+    clipped: np.ndarray, codes: np.ndarray, perm: np.ndarray, bucket_size: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Lengths and source codes in the order the sampler yields them: each bucket sorted descending."""
     n = clipped.size
     shuffled = clipped[perm]
     # One integer key sorts by length descending and keeps the shuffled order among equals.
     key = (int(clipped.max()) - shuffled) * n + np.arange(n, dtype=np.int64)
     num_full = n // bucket_size
-    key[:num_full * bucket_size].reshape(num_full, bucket_size).sort(axis=1)
-    key[num_full * bucket_size:].sort()
+    key[: num_full * bucket_size].reshape(num_full, bucket_size).sort(axis=1)
+    key[num_full * bucket_size :].sort()
     position = key % n
     return shuffled[position], codes[perm][position]
 
@@ -113,8 +114,7 @@ def batch_ids(n: int, bucket_size: int, batch_size: int) -> np.ndarray:
     return (j // bucket_size) * per_bucket + (j % bucket_size) // batch_size
 
 
-def outcome(lengths: np.ndarray, codes: np.ndarray, bucket_size: int, batch_size: int,
-            num_sources: int) -> Outcome:
+def outcome(lengths: np.ndarray, codes: np.ndarray, bucket_size: int, batch_size: int, num_sources: int) -> Outcome:
     ids = batch_ids(lengths.size, bucket_size, batch_size)
     starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
     sizes = np.diff(np.r_[starts, lengths.size])
@@ -131,8 +131,9 @@ def outcome(lengths: np.ndarray, codes: np.ndarray, bucket_size: int, batch_size
     share = pair_count / sizes[pair_batch]
     entropy = np.bincount(pair_batch, weights=-share * np.log(share), minlength=num_batches)
     distinct = np.bincount(pair_batch, minlength=num_batches)
-    return Outcome(padded=padded, num_batches=num_batches, sources_per_batch=float(distinct.mean()),
-                   entropy=float(entropy.mean()))
+    return Outcome(
+        padded=padded, num_batches=num_batches, sources_per_batch=float(distinct.mean()), entropy=float(entropy.mean())
+    )
 
 
 def corpus_entropy(codes: np.ndarray, num_sources: int) -> float:
@@ -152,18 +153,24 @@ def sweep(data: corpus_mod.Lengths, config: Config) -> tuple[list[SweepRow], dic
     real = int(clipped.sum())
     rows, raw = [], {}
     for size in bucket_sizes(config, n):
-        runs = [outcome(*bucketed(clipped, data.source_code, p, size), size, config.batch_size, k)
-                for p in perms]
+        runs = [outcome(*bucketed(clipped, data.source_code, p, size), size, config.batch_size, k) for p in perms]
         raw[size] = runs
         fractions = [r.padded / (r.padded + real) for r in runs]
         padded = float(np.mean([r.padded for r in runs]))
-        rows.append(SweepRow(
-            bucket_size=size, num_batches=runs[0].num_batches, padded_tokens=round(padded),
-            pad_fraction=float(np.mean(fractions)), pad_fraction_std=float(np.std(fractions)),
-            gain_vs_random=float(np.mean(random)) / padded if padded else float("inf"),
-            sources_per_batch=float(np.mean([r.sources_per_batch for r in runs])),
-            source_entropy_ratio=(float(np.mean([r.entropy for r in runs])) / base_entropy
-                                  if base_entropy else float("nan"))))
+        rows.append(
+            SweepRow(
+                bucket_size=size,
+                num_batches=runs[0].num_batches,
+                padded_tokens=round(padded),
+                pad_fraction=float(np.mean(fractions)),
+                pad_fraction_std=float(np.std(fractions)),
+                gain_vs_random=float(np.mean(random)) / padded if padded else float("inf"),
+                sources_per_batch=float(np.mean([r.sources_per_batch for r in runs])),
+                source_entropy_ratio=(
+                    float(np.mean([r.entropy for r in runs])) / base_entropy if base_entropy else float("nan")
+                ),
+            )
+        )
     return rows, raw, random
 
 
@@ -172,29 +179,42 @@ def varies(rows: list[SweepRow], num_seeds: int) -> tuple[bool, str]:
     errors over the seeds: different sizes cut the same shuffle differently), and every intermediate
     size strictly between random batching (the first row) and the global sort (the last)."""
     # NaN (a single-source corpus has no entropy) compares unequal to itself: map it to None.
-    values = {tuple(round(v, 12) if math.isfinite(v) else None
-                    for v in (r.pad_fraction, r.sources_per_batch, r.source_entropy_ratio)) for r in rows}
+    values = {
+        tuple(
+            round(v, 12) if math.isfinite(v) else None
+            for v in (r.pad_fraction, r.sources_per_batch, r.source_entropy_ratio)
+        )
+        for r in rows
+    }
     if len(values) <= 1:
         return False, f"all {len(rows)} bucket sizes give identical outputs: the sweep changes nothing"
+
     def noise(a: SweepRow, b: SweepRow) -> float:
         return 3 * math.hypot(a.pad_fraction_std, b.pad_fraction_std) / math.sqrt(num_seeds) + 1e-12
 
-    rises = [f"{a.bucket_size}->{b.bucket_size}" for a, b in itertools.pairwise(rows)
-             if b.pad_fraction > a.pad_fraction + noise(a, b)]
+    rises = [
+        f"{a.bucket_size}->{b.bucket_size}"
+        for a, b in itertools.pairwise(rows)
+        if b.pad_fraction > a.pad_fraction + noise(a, b)
+    ]
     first, last = rows[0].pad_fraction, rows[-1].pad_fraction
     outside = [r.bucket_size for r in rows[1:-1] if not last < r.pad_fraction < first]
-    detail = (f"{len(values)} distinct outcomes over {len(rows)} bucket sizes; pad_fraction "
-              + ", ".join(f"{r.pad_fraction:.4g}" for r in rows))
+    detail = f"{len(values)} distinct outcomes over {len(rows)} bucket sizes; pad_fraction " + ", ".join(
+        f"{r.pad_fraction:.4g}" for r in rows
+    )
     if rises:
         return False, f"pad_fraction rises with the bucket size at {rises}: {detail}"
     if outside:
-        return False, (f"bucket sizes {outside} are not strictly between random batching ({first:.4g}) and "
-                       f"the global sort ({last:.4g}): {detail}")
+        return False, (
+            f"bucket sizes {outside} are not strictly between random batching ({first:.4g}) and "
+            f"the global sort ({last:.4g}): {detail}"
+        )
     return True, detail
 
 
-def checks(rows: list[SweepRow], raw: dict[int, list[Outcome]], random: list[int],
-           clipped: np.ndarray, config: Config) -> list[Check]:
+def checks(
+    rows: list[SweepRow], raw: dict[int, list[Outcome]], random: list[int], clipped: np.ndarray, config: Config
+) -> list[Check]:
     ok_varies, varies_detail = varies(rows, len(config.seeds))
     first, whole = rows[0], rows[-1]
     real = int(clipped.sum())
@@ -207,14 +227,27 @@ def checks(rows: list[SweepRow], raw: dict[int, list[Outcome]], random: list[int
     whole_padded = sorted({r.padded for r in raw[whole.bucket_size]})
     return [
         Check(name="sweep_varies", ok=ok_varies, detail=varies_detail),
-        Check(name="random_at_batch_size", ok=agrees, detail=(
-            f"bucket_size {first.bucket_size}: pad_fraction {first.pad_fraction:.6f} vs random batching "
-            f"{np.mean(random_fractions):.6f} (|diff| {gap:.2e}, noise {noise:.2e})")),
-        Check(name="global_sort_at_all", ok=whole_padded == [global_sort], detail=(
-            f"bucket_size {whole.bucket_size} (whole corpus) pads "
-            + (f"{whole_padded[0]:,} tokens on every seed" if len(whole_padded) == 1 else
-               f"{', '.join(f'{p:,}' for p in whole_padded)} tokens over the seeds")
-            + f", a global descending sort cut from the start {global_sort:,}")),
+        Check(
+            name="random_at_batch_size",
+            ok=agrees,
+            detail=(
+                f"bucket_size {first.bucket_size}: pad_fraction {first.pad_fraction:.6f} vs random batching "
+                f"{np.mean(random_fractions):.6f} (|diff| {gap:.2e}, noise {noise:.2e})"
+            ),
+        ),
+        Check(
+            name="global_sort_at_all",
+            ok=whole_padded == [global_sort],
+            detail=(
+                f"bucket_size {whole.bucket_size} (whole corpus) pads "
+                + (
+                    f"{whole_padded[0]:,} tokens on every seed"
+                    if len(whole_padded) == 1
+                    else f"{', '.join(f'{p:,}' for p in whole_padded)} tokens over the seeds"
+                )
+                + f", a global descending sort cut from the start {global_sort:,}"
+            ),
+        ),
     ]
 
 
@@ -224,10 +257,13 @@ def summary(rows: list[SweepRow], random: list[int], data: corpus_mod.Lengths) -
     base, best = float(np.mean(random)), rows[-1].padded_tokens
     pick = next((r for r in rows if base - r.padded_tokens >= 0.9 * (base - best)), rows[-1])
     return {
-        "num_samples": data.num_samples, "num_sources": len(data.sources), "lengths_from": data.origin,
+        "num_samples": data.num_samples,
+        "num_sources": len(data.sources),
+        "lengths_from": data.origin,
         "pad_fraction_random": round(rows[0].pad_fraction, 6),
         "pad_fraction_global_sort": round(rows[-1].pad_fraction, 6),
-        "bucket_size_90pct_gain": pick.bucket_size, "its_pad_fraction": round(pick.pad_fraction, 6),
+        "bucket_size_90pct_gain": pick.bucket_size,
+        "its_pad_fraction": round(pick.pad_fraction, 6),
         "its_sources_per_batch": round(pick.sources_per_batch, 4),
         "its_source_entropy_ratio": round(pick.source_entropy_ratio, 4),
     }
@@ -236,11 +272,18 @@ def summary(rows: list[SweepRow], random: list[int], data: corpus_mod.Lengths) -
 def run(config: Config) -> ProbeResult:
     data = config.load_lengths()
     # With one batch or less there is nothing to bucket: every bucket size is the same single cut.
-    require(len(data.length) > config.batch_size, "batch_size",
-            f"{config.lengths or config.corpus}: {len(data.length)} samples, bucketing needs more than "
-            f"`batch_size` {config.batch_size}")
+    require(
+        len(data.length) > config.batch_size,
+        "batch_size",
+        f"{config.lengths or config.corpus}: {len(data.length)} samples, bucketing needs more than "
+        f"`batch_size` {config.batch_size}",
+    )
     rows, raw, random = sweep(data, config)
     clipped = np.minimum(data.length, config.max_length)
-    return ProbeResult(probe="bucket", config=config, tables={"sweep": rows},
-                       summary=summary(rows, random, data),
-                       checks=checks(rows, raw, random, clipped, config))
+    return ProbeResult(
+        probe="bucket",
+        config=config,
+        tables={"sweep": rows},
+        summary=summary(rows, random, data),
+        checks=checks(rows, raw, random, clipped, config),
+    )

@@ -82,8 +82,7 @@ class Config(StepConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(len(self.checkpoint) >= 1, "checkpoint", "needs at least one checkpoint")
-        for name in ("seq_len", "batch_size", "max_steps", "token_budget", "num_arms",
-                     "num_seeds", "processes"):
+        for name in ("seq_len", "batch_size", "max_steps", "token_budget", "num_arms", "num_seeds", "processes"):
             require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         require(self.steps >= 0 and self.warmup_steps >= 0, "steps", "`steps` and `warmup_steps` must be >= 0")
         require(self.max_steps >= self.steps, "max_steps", f"`max_steps` {self.max_steps} < `steps` {self.steps}")
@@ -130,21 +129,43 @@ def _counts_only(config: Config, checkpoint: Path, harness) -> CarrierRow:
     model = models.build_model(checkpoint, weights="random", device=torch.device("meta"))
     model = models.with_lora(model, harness, rank=config.lora_rank, alpha=config.lora_alpha)
     total, trainable = models.count_params(model)
-    return CarrierRow(model=_name(checkpoint), params_total=total, params_trainable=trainable,
-                      tokens_per_step=config.batch_size * config.seq_len, status="counts only")
+    return CarrierRow(
+        model=_name(checkpoint),
+        params_total=total,
+        params_trainable=trainable,
+        tokens_per_step=config.batch_size * config.seq_len,
+        status="counts only",
+    )
 
 
 def _spec(config: Config, checkpoint: Path) -> Spec:
-    return Spec(checkpoint=str(checkpoint), weights=config.weights, harness=config.harness,
-                lora_rank=config.lora_rank, lora_alpha=config.lora_alpha, batch_size=config.batch_size,
-                seq_len=config.seq_len, warmup_steps=config.warmup_steps, steps=config.steps,
-                max_steps=config.max_steps, ce_chunk=config.ce_chunk, device=config.device, seed=config.seed)
+    return Spec(
+        checkpoint=str(checkpoint),
+        weights=config.weights,
+        harness=config.harness,
+        lora_rank=config.lora_rank,
+        lora_alpha=config.lora_alpha,
+        batch_size=config.batch_size,
+        seq_len=config.seq_len,
+        warmup_steps=config.warmup_steps,
+        steps=config.steps,
+        max_steps=config.max_steps,
+        ce_chunk=config.ce_chunk,
+        device=config.device,
+        seed=config.seed,
+    )
 
 
 def _row(config: Config, name: str, r: dict, peaks: tuple[float | None, float | None]) -> CarrierRow:
     tokens = config.batch_size * config.seq_len
-    base = dict(model=name, variant=r["variant"], params_total=r.get("params_total"),
-                params_trainable=r.get("params_trainable"), tokens_per_step=tokens, caveat=r.get("caveat", ""))
+    base = dict(
+        model=name,
+        variant=r["variant"],
+        params_total=r.get("params_total"),
+        params_trainable=r.get("params_trainable"),
+        tokens_per_step=tokens,
+        caveat=r.get("caveat", ""),
+    )
     if r.get("status") != "ok":
         return CarrierRow(**base, status=r.get("status", "failed"))
     step_s, busy = r["step_s"], r.get("gpu_busy_frac")
@@ -154,13 +175,28 @@ def _row(config: Config, name: str, r: dict, peaks: tuple[float | None, float | 
     trustworthy = r["trustworthy"] and (across is None or across <= 100 * MAX_SPREAD)
     mfu = [None if p is None else r["step_flops"] / step_s / p for p in peaks]
     return CarrierRow(
-        **base, warmup_steps=r["warmup_steps"], steps=r["steps"], processes=r.get("processes", 1), step_s=step_s,
-        tok_per_s=tokens / step_s, spread_pct=r["spread_pct"], spread_all_pct=r["spread_all_pct"],
-        iqr_pct=r["iqr_pct"], spread_across_pct=across, peak_mem_bytes=r.get("peak_mem_bytes"),
-        gpu_busy_frac=busy, mfu_vs_measured_peak=mfu[0], mfu_vs_datasheet_peak=mfu[1], hours_per_job=hours,
-        hours_sweep=hours * config.num_arms * config.num_seeds, trustworthy=trustworthy,
-        launch_bound=launch_bound, attention_backends=",".join(r.get("attention_backends", [])) or None,
-        compile_s=r.get("compile_s"), status=_status(trustworthy, launch_bound))
+        **base,
+        warmup_steps=r["warmup_steps"],
+        steps=r["steps"],
+        processes=r.get("processes", 1),
+        step_s=step_s,
+        tok_per_s=tokens / step_s,
+        spread_pct=r["spread_pct"],
+        spread_all_pct=r["spread_all_pct"],
+        iqr_pct=r["iqr_pct"],
+        spread_across_pct=across,
+        peak_mem_bytes=r.get("peak_mem_bytes"),
+        gpu_busy_frac=busy,
+        mfu_vs_measured_peak=mfu[0],
+        mfu_vs_datasheet_peak=mfu[1],
+        hours_per_job=hours,
+        hours_sweep=hours * config.num_arms * config.num_seeds,
+        trustworthy=trustworthy,
+        launch_bound=launch_bound,
+        attention_backends=",".join(r.get("attention_backends", [])) or None,
+        compile_s=r.get("compile_s"),
+        status=_status(trustworthy, launch_bound),
+    )
 
 
 def _status(trustworthy: bool, launch_bound: bool | None) -> str:
@@ -172,8 +208,11 @@ def _peaks(config: Config, device: torch.device) -> tuple[tuple[float | None, fl
     """(measured or given peak, datasheet peak) in FLOP/s, and a note naming both."""
     if device.type != "cuda":
         given = None if config.peak_tflops is None else config.peak_tflops * 1e12
-        return (given, None), ("none on CPU: mfu is None" if given is None else
-                               f"given: {config.peak_tflops:g} TFLOP/s (--peak-tflops); datasheet: none on CPU")
+        return (given, None), (
+            "none on CPU: mfu is None"
+            if given is None
+            else f"given: {config.peak_tflops:g} TFLOP/s (--peak-tflops); datasheet: none on CPU"
+        )
     name = torch.cuda.get_device_name(device)
     sheet = flops.datasheet_peak_flops(name)
     sheet_note = f"datasheet: {sheet / 1e12:.0f} TFLOP/s dense bf16" if sheet else f"datasheet: {name} not listed"
@@ -193,14 +232,17 @@ def _family(config: Config, names: tuple[str, ...], peaks, evidence: dict) -> tu
     for checkpoint in config.checkpoint:
         baseline, others = processes.measure_set(_spec(config, checkpoint), names, config.processes)
         name = _name(checkpoint)
-        evidence[name] = {"baseline": {k: baseline.get(k) for k in EVIDENCE},
-                          **{r["variant"]: {"timings": r.get("timings"), "status": r.get("status")} for r in others}}
+        evidence[name] = {
+            "baseline": {k: baseline.get(k) for k in EVIDENCE},
+            **{r["variant"]: {"timings": r.get("timings"), "status": r.get("status")} for r in others},
+        }
         rows += [_row(config, name, r, peaks) for r in (baseline, *others)]
         baseline["tokens_per_step"] = config.batch_size * config.seq_len
         whatifs += whatif.table(name, baseline, others)
         advice += whatif.advice(name, baseline, others, baseline.get("spread_across_pct"))
-        harness_info = harness_info or {k: baseline[k] for k in ("harness_step", "harness_fallbacks", "harness_env")
-                                        if k in baseline}
+        harness_info = harness_info or {
+            k: baseline[k] for k in ("harness_step", "harness_fallbacks", "harness_env") if k in baseline
+        }
     return rows, whatifs, advice, harness_info
 
 
@@ -212,8 +254,11 @@ def run(config: Config) -> ProbeResult:
     device = models.pick_device(config.device)
     result = ProbeResult(probe="carrier", config=config)
     pieces = contract.resolve(harness)
-    info = {"harness_step": pieces.describe(), "harness_fallbacks": list(pieces.fallbacks),
-            "harness_env": contract.fingerprint(harness)}
+    info = {
+        "harness_step": pieces.describe(),
+        "harness_fallbacks": list(pieces.fallbacks),
+        "harness_env": contract.fingerprint(harness),
+    }
     if config.steps == 0:
         rows, whatifs, advice = [_counts_only(config, c, harness) for c in config.checkpoint], [], []
         peak_note = "not measured (--steps 0)"
@@ -226,10 +271,16 @@ def run(config: Config) -> ProbeResult:
     result.tables["carriers"] = rows
     if whatifs:
         result.tables["whatif"] = whatifs
-    result.summary = {"device": _device_name(device) if config.steps else "meta", "peak": peak_note,
-                      "harness": config.harness, **info, "tokens_per_step": config.batch_size * config.seq_len,
-                      "variants": list(names), "num_launch_bound": sum(bool(r.launch_bound) for r in rows),
-                      "num_untrustworthy": sum(r.trustworthy is False for r in rows)}
+    result.summary = {
+        "device": _device_name(device) if config.steps else "meta",
+        "peak": peak_note,
+        "harness": config.harness,
+        **info,
+        "tokens_per_step": config.batch_size * config.seq_len,
+        "variants": list(names),
+        "num_launch_bound": sum(bool(r.launch_bound) for r in rows),
+        "num_untrustworthy": sum(r.trustworthy is False for r in rows),
+    }
     if config.steps and device.type != "cuda":
         result.summary["note"] = "CPU: no device timeline, so gpu_busy_frac/launch_bound/mfu are None"
     result.summary["advice"] = advice
@@ -238,15 +289,31 @@ def run(config: Config) -> ProbeResult:
 
 
 def _checks(config: Config, rows: list[CarrierRow]) -> list[Check]:
-    failed = [f"{r.model}/{r.variant}: {r.status}" for r in rows if r.status not in ("ok", "counts only")
-              and not r.status.startswith("not trustworthy")]
-    checks = [Check(name="all_measured", ok=not failed, detail="; ".join(failed) if failed else
-                    f"{len(rows)} row(s) {'counted' if config.steps == 0 else 'measured'}")]
+    failed = [
+        f"{r.model}/{r.variant}: {r.status}"
+        for r in rows
+        if r.status not in ("ok", "counts only") and not r.status.startswith("not trustworthy")
+    ]
+    checks = [
+        Check(
+            name="all_measured",
+            ok=not failed,
+            detail="; ".join(failed)
+            if failed
+            else f"{len(rows)} row(s) {'counted' if config.steps == 0 else 'measured'}",
+        )
+    ]
     if config.steps:
         bad = [f"{r.model}/{r.variant}" for r in rows if r.status.startswith("not trustworthy")]
-        checks.append(Check(name="rows_trustworthy", ok=not bad,
-                            detail=f"launch-bound or spread above 2% (in a process or across processes): "
-                                   f"{', '.join(bad)}" if bad else "every measured row GPU-bound with spreads <= 2%"))
+        checks.append(
+            Check(
+                name="rows_trustworthy",
+                ok=not bad,
+                detail=f"launch-bound or spread above 2% (in a process or across processes): {', '.join(bad)}"
+                if bad
+                else "every measured row GPU-bound with spreads <= 2%",
+            )
+        )
     return checks
 
 

@@ -50,8 +50,17 @@ def load_text_config(checkpoint: Path):
     return text
 
 
-SIZE_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-               "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings", "sliding_window")
+SIZE_FIELDS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "vocab_size",
+    "max_position_embeddings",
+    "sliding_window",
+)
 """Sizes a decoder config may leave unset (its class then supplies a default), but never set below 1."""
 
 

@@ -53,11 +53,13 @@ class Contract:
 
     def describe(self) -> dict[str, Any]:
         """The step as stored in the summary: optimizer class, autocast dtype, and the rest."""
-        return {"apply_lora": _where(self, "apply_lora"),
-                "autocast_dtype": None if self.autocast_dtype is None else str(self.autocast_dtype),
-                "optimizer": _where(self, "make_optimizer"),
-                "gradient_checkpointing": self.gradient_checkpointing,
-                "train_step": "harness" if self.train_step is not None else "probe (compute_loss, backward, step)"}
+        return {
+            "apply_lora": _where(self, "apply_lora"),
+            "autocast_dtype": None if self.autocast_dtype is None else str(self.autocast_dtype),
+            "optimizer": _where(self, "make_optimizer"),
+            "gradient_checkpointing": self.gradient_checkpointing,
+            "train_step": "harness" if self.train_step is not None else "probe (compute_loss, backward, step)",
+        }
 
 
 def _where(contract: Contract, name: str) -> str:
@@ -77,11 +79,15 @@ def resolve(harness: ModuleType) -> Contract:
 
     train_step = piece("train_step", None)
     autocast_default = None if train_step is not None else reference.autocast_dtype
-    return Contract(harness=harness, apply_lora=piece("apply_lora", reference.apply_lora),
-                    autocast_dtype=piece("autocast_dtype", autocast_default),
-                    make_optimizer=piece("make_optimizer", reference.make_optimizer),
-                    gradient_checkpointing=bool(piece("gradient_checkpointing", reference.gradient_checkpointing)),
-                    train_step=train_step, fallbacks=tuple(fallbacks))
+    return Contract(
+        harness=harness,
+        apply_lora=piece("apply_lora", reference.apply_lora),
+        autocast_dtype=piece("autocast_dtype", autocast_default),
+        make_optimizer=piece("make_optimizer", reference.make_optimizer),
+        gradient_checkpointing=bool(piece("gradient_checkpointing", reference.gradient_checkpointing)),
+        train_step=train_step,
+        fallbacks=tuple(fallbacks),
+    )
 
 
 def optimizer_class(optimizer: torch.optim.Optimizer) -> str:
@@ -105,5 +111,10 @@ def fingerprint(harness: ModuleType) -> dict[str, str]:
         digest = hashlib.sha256(source).hexdigest()[:16]
     except (TypeError, OSError):  # a built-in or generated module: nothing to hash
         digest = ""
-    return {"harness": harness.__name__, "harness_sha256": digest, "torch": torch.__version__,
-            "transformers": transformers.__version__, "peft": peft.__version__}
+    return {
+        "harness": harness.__name__,
+        "harness_sha256": digest,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "peft": peft.__version__,
+    }

@@ -33,9 +33,17 @@ DEFAULT_CACHE_DIR = Path("~/.cache/labprobe/lengths")
 _CACHE_VERSION = b"labprobe-lengths-v1"
 _CHUNK = 8192  # records per tokenizer batch: bounded memory, still batched
 # Files that decide how text becomes tokens (and so belong in the tokenizer's hash).
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                    "added_tokens.json", "chat_template.jinja", "chat_template.json",
-                    "vocab.json", "merges.txt", "tokenizer.model")
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,12 +63,12 @@ class Lengths:
 def validate_inputs(*, corpus: Path | None, lengths: Path | None, checkpoint: Path | None) -> None:
     """For a probe's __post_init__: exactly one of --corpus and --lengths; a corpus needs a tokenizer."""
     require((corpus is None) != (lengths is None), "corpus", "give exactly one of `corpus` and `lengths`")
-    require(corpus is None or checkpoint is not None, "corpus",
-            "needs `checkpoint` (the directory holding the tokenizer)")
+    require(
+        corpus is None or checkpoint is not None, "corpus", "needs `checkpoint` (the directory holding the tokenizer)"
+    )
 
 
-def load(*, corpus: Path | None, lengths: Path | None, checkpoint: Path | None,
-         cache_dir: Path | None) -> Lengths:
+def load(*, corpus: Path | None, lengths: Path | None, checkpoint: Path | None, cache_dir: Path | None) -> Lengths:
     """Lengths from a lengths file, or from the corpus (cached per corpus and tokenizer content)."""
     if lengths is not None:
         return read_lengths_file(lengths)
@@ -84,8 +92,7 @@ def load(*, corpus: Path | None, lengths: Path | None, checkpoint: Path | None,
         _write_atomic(cache, result)
     except OSError as exc:
         # the cache only saves time: a read-only or bad --cache-dir must not lose the run
-        _warn(f"cannot write the lengths cache under {cache_dir} ({exc.strerror or exc}); "
-              "continuing without it")
+        _warn(f"cannot write the lengths cache under {cache_dir} ({exc.strerror or exc}); continuing without it")
         return result
     _remember_or_warn(corpus, cache_dir, digest)
     return result
@@ -99,8 +106,10 @@ def _remember_or_warn(corpus: Path, cache_dir: Path, digest: str) -> None:
     try:
         remember_corpus_sha256(corpus, cache_dir, digest)
     except OSError as exc:
-        _warn(f"cannot remember the corpus hash under {cache_dir} ({exc.strerror or exc}); "
-              "the next run re-reads the corpus")
+        _warn(
+            f"cannot remember the corpus hash under {cache_dir} ({exc.strerror or exc}); "
+            "the next run re-reads the corpus"
+        )
 
 
 # ---- lengths files and the cache -------------------------------------------------------------
@@ -115,8 +124,7 @@ def read_lengths_file(path: Path) -> Lengths:
         else:
             from pyarrow import csv
 
-            table = csv.read_csv(path, convert_options=csv.ConvertOptions(
-                column_types={"source": pa.string()}))
+            table = csv.read_csv(path, convert_options=csv.ConvertOptions(column_types={"source": pa.string()}))
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputError(f"{path}: unreadable lengths file: {str(exc).splitlines()[0]}") from None
     return _from_table(table, path, "lengths file")
@@ -124,8 +132,9 @@ def read_lengths_file(path: Path) -> Lengths:
 
 def _from_table(table: pa.Table, path: Path, origin: str) -> Lengths:
     """Validate a (length[, source]) table; records are numbered from 1 (CSV line = record + 1)."""
-    line = (lambda i: f"record {i + 1} (line {i + 2})") if path.suffix.lower() == ".csv" else (
-        lambda i: f"record {i + 1}")
+    line = (
+        (lambda i: f"record {i + 1} (line {i + 2})") if path.suffix.lower() == ".csv" else (lambda i: f"record {i + 1}")
+    )
     if table.num_rows == 0:
         raise InputError(f"{path}: empty lengths file (no records)")
     if "length" not in table.column_names:
@@ -179,8 +188,9 @@ def _source_codes(table: pa.Table, path: Path, line) -> tuple[np.ndarray, tuple[
 
 def _write_atomic(path: Path, lengths: Lengths) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    source = pa.DictionaryArray.from_arrays(pa.array(lengths.source_code, pa.int32()),
-                                            pa.array(list(lengths.sources), pa.string()))
+    source = pa.DictionaryArray.from_arrays(
+        pa.array(lengths.source_code, pa.int32()), pa.array(list(lengths.sources), pa.string())
+    )
     table = pa.table({"length": pa.array(lengths.length, pa.int64()), "source": source})
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -235,8 +245,11 @@ def file_sha256(path: Path) -> str:
 def tokenizer_sha256(checkpoint: Path) -> str:
     """Hash of every file that decides tokenization (names and bytes), plus the cache format."""
     digest = hashlib.sha256(_CACHE_VERSION)
-    files = [checkpoint] if checkpoint.is_file() else [
-        checkpoint / n for n in _TOKENIZER_FILES if (checkpoint / n).is_file()]
+    files = (
+        [checkpoint]
+        if checkpoint.is_file()
+        else [checkpoint / n for n in _TOKENIZER_FILES if (checkpoint / n).is_file()]
+    )
     if not files:
         raise InputError(f"{checkpoint}: no tokenizer files (tokenizer.json) in this directory")
     for file in files:
@@ -285,7 +298,7 @@ def tokenize_corpus(corpus: Path, checkpoint: Path) -> Lengths:
     for want_chat in (False, True):
         index = np.flatnonzero(is_chat == want_chat)
         for start in range(0, index.size, _CHUNK):
-            chunk = index[start:start + _CHUNK]
+            chunk = index[start : start + _CHUNK]
             items = [records.items[i] for i in chunk]
             if want_chat:
                 texts = _render_chats(items, chunk, records, hf)
@@ -297,16 +310,17 @@ def tokenize_corpus(corpus: Path, checkpoint: Path) -> Lengths:
     empty = np.flatnonzero(lengths == 0)
     if empty.size:  # a zero-length sample has nothing to train on and breaks every ratio after
         i = int(empty[0])
-        raise InputError(f"{records.where(i)}: field '{'messages' if is_chat[i] else 'text'}' gives "
-                         "0 tokens")
+        raise InputError(f"{records.where(i)}: field '{'messages' if is_chat[i] else 'text'}' gives 0 tokens")
     codes, sources = _factorize(records.sources)
     return Lengths(length=lengths, source_code=codes, sources=sources, origin="tokenized")
 
 
 def _render_chats(conversations: list, index: np.ndarray, records: Records, hf) -> list[str]:
     if hf is None or not getattr(hf, "chat_template", None):
-        raise InputError(f"{records.where(int(index[0]))}: field 'messages' needs a chat template, "
-                         f"and the tokenizer has none (tokenizer_config.json chat_template)")
+        raise InputError(
+            f"{records.where(int(index[0]))}: field 'messages' needs a chat template, "
+            f"and the tokenizer has none (tokenizer_config.json chat_template)"
+        )
     try:
         return hf.apply_chat_template(conversations, tokenize=False)
     except Exception:  # find the record the template rejects, and name it
@@ -314,8 +328,10 @@ def _render_chats(conversations: list, index: np.ndarray, records: Records, hf) 
             try:
                 hf.apply_chat_template(conversation, tokenize=False)
             except Exception as exc:
-                raise InputError(f"{records.where(int(i))}: field 'messages': chat template failed: "
-                                 f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+                raise InputError(
+                    f"{records.where(int(i))}: field 'messages': chat template failed: "
+                    f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                ) from None
         raise
 
 

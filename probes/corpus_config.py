@@ -33,5 +33,6 @@ class CorpusConfig:
 
     def load_lengths(self) -> corpus_mod.Lengths:
         """The corpus's token lengths (cached), or the lengths file's."""
-        return corpus_mod.load(corpus=self.corpus, lengths=self.lengths, checkpoint=self.checkpoint,
-                               cache_dir=self.cache_dir)
+        return corpus_mod.load(
+            corpus=self.corpus, lengths=self.lengths, checkpoint=self.checkpoint, cache_dir=self.cache_dir
+        )

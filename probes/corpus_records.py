@@ -53,8 +53,9 @@ def _read_jsonl_corpus(path: Path) -> Records:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise InputError(f"{path}: line {line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset "
-                         f"{exc.start})") from None
+        raise InputError(
+            f"{path}: line {line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
     records = Records(path=path, items=[], sources=[], numbers=[], lines=[])
     # split on "\n" only: str.splitlines() also splits on U+2028 and friends, which JSON strings may hold
     for line_no, line in enumerate(text.split("\n"), start=1):
@@ -64,8 +65,9 @@ def _read_jsonl_corpus(path: Path) -> Records:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise InputError(f"{path}: record {number} (line {line_no}): malformed JSON: {exc.msg} "
-                             f"(column {exc.colno})") from None
+            raise InputError(
+                f"{path}: record {number} (line {line_no}): malformed JSON: {exc.msg} (column {exc.colno})"
+            ) from None
         records.lines.append(line_no)
         records.numbers.append(number)
         _add_record(records, record)
@@ -78,10 +80,10 @@ def _read_parquet_corpus(path: Path) -> Records:
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputError(f"{path}: unreadable Parquet corpus: {str(exc).splitlines()[0]}") from None
     if not {"messages", "text"} & set(table.column_names):
-        raise InputError(f"{path}: neither field 'messages' nor 'text' is present "
-                         f"(columns: {', '.join(table.column_names)})")
-    columns = {n: table.column(n).to_pylist() for n in ("messages", "text", "source")
-               if n in table.column_names}
+        raise InputError(
+            f"{path}: neither field 'messages' nor 'text' is present (columns: {', '.join(table.column_names)})"
+        )
+    columns = {n: table.column(n).to_pylist() for n in ("messages", "text", "source") if n in table.column_names}
     records = Records(path=path, items=[], sources=[], numbers=[])
     for i in range(table.num_rows):
         records.numbers.append(i + 1)

@@ -39,8 +39,14 @@ class Shape:
     """Per layer: the sliding window, or None for full causal attention (empty: all full)."""
 
 
-DATASHEET_BF16_DENSE_TFLOPS = (("GH200", 989.0), ("H200", 989.0), ("H100 PCIe", 756.0), ("H100 NVL", 835.0),
-                               ("H100", 989.0), ("A100", 312.0))
+DATASHEET_BF16_DENSE_TFLOPS = (
+    ("GH200", 989.0),
+    ("H200", 989.0),
+    ("H100 PCIe", 756.0),
+    ("H100 NVL", 835.0),
+    ("H100", 989.0),
+    ("A100", 312.0),
+)
 """Dense bf16 tensor rates from NVIDIA's datasheets, by device name (first match; H100 alone is SXM)."""
 
 
@@ -75,8 +81,8 @@ def model_shape(model: nn.Module) -> Shape:
 def pairs_seen(seq_len: int, window: int | None) -> float:
     """(query, key) pairs one causal layer computes per sequence: L^2/2, or w*L - w^2/2 in a window."""
     if window is None or window >= seq_len:
-        return seq_len ** 2 / 2.0
-    return window * seq_len - window ** 2 / 2.0
+        return seq_len**2 / 2.0
+    return window * seq_len - window**2 / 2.0
 
 
 def step_flops(shape: Shape, *, batch_size: int, seq_len: int) -> float:
@@ -100,4 +106,4 @@ def measure_peak_flops(device: torch.device, *, size: int = 8192, repeats: int =
     end.record()
     end.synchronize()
     seconds = start.elapsed_time(end) / 1000.0 / repeats
-    return 2.0 * size ** 3 / seconds
+    return 2.0 * size**3 / seconds

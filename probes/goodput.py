@@ -64,7 +64,7 @@ class StepModel:
 
     def poly(self, rows, widths) -> np.ndarray:
         rows, widths = np.asarray(rows, float), np.asarray(widths, float)
-        return self.quadratic_s * rows * widths ** 2 + self.linear_s * rows * widths + self.fixed_s
+        return self.quadratic_s * rows * widths**2 + self.linear_s * rows * widths + self.fixed_s
 
     def predict(self, rows, widths, masked) -> np.ndarray:
         """Predicted step_s of each batch."""
@@ -96,17 +96,30 @@ def model_from_profile(profile: dict, source: str = "profile") -> StepModel:
     fitted = [r for r in scaling if r.get("in_fit")]
     if not fitted:
         raise InputError(f"{source}: no fitted point (table 'scaling' needs rows with in_fit true)")
-    launch = sorted((r["tokens"], r["step_s"]) for r in scaling
-                    if r.get("launch_bound") and r["seq_len"] < min(f["seq_len"] for f in fitted))
-    penalty = next((r.get("penalty_same_shape_pct") for r in tables.get("padding_penalty", [])
-                    if r.get("case") == "half_padded"), None)
+    launch = sorted(
+        (r["tokens"], r["step_s"])
+        for r in scaling
+        if r.get("launch_bound") and r["seq_len"] < min(f["seq_len"] for f in fitted)
+    )
+    penalty = next(
+        (r.get("penalty_same_shape_pct") for r in tables.get("padding_penalty", []) if r.get("case") == "half_padded"),
+        None,
+    )
     unknown = any(r.get("launch_bound") is None for r in fitted)
     new_shape_s = (profile.get("summary") or {}).get("new_shape_s") or 0.0
-    return StepModel(quadratic_s=coef["quadratic"], linear_s=coef["linear"], fixed_s=coef["fixed"],
-                     min_len=min(r["seq_len"] for r in fitted), max_len=max(r["seq_len"] for r in fitted),
-                     fit_batch_size=fitted[0]["batch_size"], launch_points=tuple(launch),
-                     mask_penalty_pct=penalty or 0.0, launch_bound_in_fit=None if unknown else False,
-                     new_shape_s=new_shape_s, source=source)
+    return StepModel(
+        quadratic_s=coef["quadratic"],
+        linear_s=coef["linear"],
+        fixed_s=coef["fixed"],
+        min_len=min(r["seq_len"] for r in fitted),
+        max_len=max(r["seq_len"] for r in fitted),
+        fit_batch_size=fitted[0]["batch_size"],
+        launch_points=tuple(launch),
+        mask_penalty_pct=penalty or 0.0,
+        launch_bound_in_fit=None if unknown else False,
+        new_shape_s=new_shape_s,
+        source=source,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,14 +194,25 @@ class Config(CorpusConfig):
             require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
         bad = [s for s in self.strategies if s not in batching.STRATEGIES]
-        require(bool(self.strategies) and not bad, "strategies", f"unknown {bad} (known: {', '.join(batching.STRATEGIES)})")
-        require(self.bucket_size is None or (self.bucket_size >= 1 and self.bucket_size % self.batch_size == 0),
-                "bucket_size", f"must be a multiple of `batch_size` {self.batch_size}, got {self.bucket_size}")
+        require(
+            bool(self.strategies) and not bad, "strategies", f"unknown {bad} (known: {', '.join(batching.STRATEGIES)})"
+        )
+        require(
+            self.bucket_size is None or (self.bucket_size >= 1 and self.bucket_size % self.batch_size == 0),
+            "bucket_size",
+            f"must be a multiple of `batch_size` {self.batch_size}, got {self.bucket_size}",
+        )
         terms = [self.quadratic_s, self.linear_s, self.fixed_s]
-        require((self.profile is None) != (None in terms), "profile",
-                "give exactly one step-time model: `profile` FILE, or `quadratic_s`, `linear_s` and `fixed_s`")
-        require(all(t is None or t >= 0 for t in terms) and (self.floor_s or 0) >= 0, "quadratic_s",
-                "`quadratic_s`/`linear_s`/`fixed_s`/`floor_s` must be >= 0")
+        require(
+            (self.profile is None) != (None in terms),
+            "profile",
+            "give exactly one step-time model: `profile` FILE, or `quadratic_s`, `linear_s` and `fixed_s`",
+        )
+        require(
+            all(t is None or t >= 0 for t in terms) and (self.floor_s or 0) >= 0,
+            "quadratic_s",
+            "`quadratic_s`/`linear_s`/`fixed_s`/`floor_s` must be >= 0",
+        )
         require(self.token_budget is None or self.token_budget >= 1, "token_budget", "must be >= 1")
 
 
@@ -201,11 +225,18 @@ def step_model(config: Config) -> StepModel:
         model = model_from_profile(profile, source=str(config.profile))
         return dataclasses.replace(model, new_shape_s=config.new_shape_s) if config.new_shape_s else model
     floor = () if config.floor_s is None else ((0, config.floor_s),)
-    return StepModel(quadratic_s=config.quadratic_s, linear_s=config.linear_s, fixed_s=config.fixed_s,
-                     min_len=config.fit_min_len, max_len=config.fit_max_len or config.max_length,
-                     fit_batch_size=config.fit_batch_size, launch_points=floor,
-                     mask_penalty_pct=config.mask_penalty_pct, launch_bound_in_fit=config.fit_launch_bound,
-                     new_shape_s=config.new_shape_s)
+    return StepModel(
+        quadratic_s=config.quadratic_s,
+        linear_s=config.linear_s,
+        fixed_s=config.fixed_s,
+        min_len=config.fit_min_len,
+        max_len=config.fit_max_len or config.max_length,
+        fit_batch_size=config.fit_batch_size,
+        launch_points=floor,
+        mask_penalty_pct=config.mask_penalty_pct,
+        launch_bound_in_fit=config.fit_launch_bound,
+        new_shape_s=config.new_shape_s,
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -229,21 +260,31 @@ class GoodputRow:
     hours_sweep: float
 
 
-def job_shapes(lengths: np.ndarray, strategy: str, *, batch_size: int, max_length: int, seed: int,
-               bucket_size: int | None, num_epochs: int) -> int:
+def job_shapes(
+    lengths: np.ndarray,
+    strategy: str,
+    *,
+    batch_size: int,
+    max_length: int,
+    seed: int,
+    bucket_size: int | None,
+    num_epochs: int,
+) -> int:
     """Distinct (rows, width) shapes a job of num_epochs epochs meets (epoch e shuffled with seed + e)."""
     shapes: set[tuple[int, int]] = set()
     for e in range(min(num_epochs, MAX_SHAPE_EPOCHS)):
-        b = batching.make(strategy, lengths, batch_size=batch_size, max_length=max_length, seed=seed + e,
-                          bucket_size=bucket_size)
+        b = batching.make(
+            strategy, lengths, batch_size=batch_size, max_length=max_length, seed=seed + e, bucket_size=bucket_size
+        )
         shapes |= set(zip(b.rows.tolist(), b.widths.tolist()))
         if strategy in ("fixed", "sorted", "packed") and b.widths.size:  # every epoch has the same shapes
             break
     return len(shapes)
 
 
-def price(batches: batching.Batches, model: StepModel, budget: Budget, bucket_size: int | None,
-          num_shapes: int | None = None) -> GoodputRow:
+def price(
+    batches: batching.Batches, model: StepModel, budget: Budget, bucket_size: int | None, num_shapes: int | None = None
+) -> GoodputRow:
     """One strategy's epoch under the step model; num_shapes: the job's distinct shapes (unset: the epoch's)."""
     rows, widths, real = batches.rows, batches.widths, batches.real_tokens
     step_s = model.predict(rows, widths, batches.masked)
@@ -254,12 +295,21 @@ def price(batches: batching.Batches, model: StepModel, budget: Budget, bucket_si
         num_shapes = len(set(zip(rows.tolist(), widths.tolist())))
     once_s = num_shapes * model.new_shape_s
     job_h = hours(real_total / epoch_s, budget) + once_s / 3600
-    return GoodputRow(strategy=batches.strategy, bucket_size=bucket_size, num_batches=batches.num_batches,
-                      real_tokens=real_total, padded_tokens=padded, pad_fraction=padded / (padded + real_total),
-                      epoch_s=epoch_s, goodput_tok_per_s=real_total / epoch_s, num_shapes=num_shapes,
-                      new_shapes_s=once_s,
-                      outside_fit_time_pct=100 * outside / epoch_s, hours_per_job=job_h,
-                      hours_sweep=sweep_hours([job_h], budget))
+    return GoodputRow(
+        strategy=batches.strategy,
+        bucket_size=bucket_size,
+        num_batches=batches.num_batches,
+        real_tokens=real_total,
+        padded_tokens=padded,
+        pad_fraction=padded / (padded + real_total),
+        epoch_s=epoch_s,
+        goodput_tok_per_s=real_total / epoch_s,
+        num_shapes=num_shapes,
+        new_shapes_s=once_s,
+        outside_fit_time_pct=100 * outside / epoch_s,
+        hours_per_job=job_h,
+        hours_sweep=sweep_hours([job_h], budget),
+    )
 
 
 def run(config: Config) -> ProbeResult:
@@ -269,38 +319,72 @@ def run(config: Config) -> ProbeResult:
     budget = Budget(config.token_budget or int(clipped.sum()), config.num_arms, config.num_seeds)
     size = config.bucket_size
     if "bucket" in config.strategies and size is None:
-        require(data.num_samples > config.batch_size, "batch_size", f"{config.lengths or config.corpus}: "
-                f"{data.num_samples} samples, bucketing needs more than `batch_size` {config.batch_size}")
+        require(
+            data.num_samples > config.batch_size,
+            "batch_size",
+            f"{config.lengths or config.corpus}: "
+            f"{data.num_samples} samples, bucketing needs more than `batch_size` {config.batch_size}",
+        )
         size = batching.bucket_size_90pct(data.length, batch_size=config.batch_size, max_length=config.max_length)
     epochs = -(-budget.tokens_per_job // int(clipped.sum()))
     kw = dict(batch_size=config.batch_size, max_length=config.max_length, seed=config.seed)
-    rows = [price(batching.make(s, data.length, bucket_size=size, **kw), model, budget, size if s == "bucket" else None,
-                  job_shapes(data.length, s, bucket_size=size, num_epochs=epochs, **kw) if model.new_shape_s else None)
-            for s in config.strategies]
+    rows = [
+        price(
+            batching.make(s, data.length, bucket_size=size, **kw),
+            model,
+            budget,
+            size if s == "bucket" else None,
+            job_shapes(data.length, s, bucket_size=size, num_epochs=epochs, **kw) if model.new_shape_s else None,
+        )
+        for s in config.strategies
+    ]
     best = max(rows, key=lambda r: r.goodput_tok_per_s)
-    summary = {"num_samples": data.num_samples, "lengths_from": data.origin, "step_model": model.source,
-               "fit_lens": [model.min_len, model.max_len], "fit_batch_size": model.fit_batch_size,
-               "launch_points": [list(p) for p in model.launch_points], "mask_penalty_pct": model.mask_penalty_pct,
-               "budget_tokens_per_job": budget.tokens_per_job, "budget_arms": budget.num_arms,
-               "budget_seeds": budget.num_seeds, "best_strategy": best.strategy,
-               "best_goodput_tok_per_s": best.goodput_tok_per_s, "best_hours_per_job": best.hours_per_job}
-    return ProbeResult(probe="goodput", config=config, tables={"goodput": rows}, summary=summary,
-                       checks=checks(rows, model))
+    summary = {
+        "num_samples": data.num_samples,
+        "lengths_from": data.origin,
+        "step_model": model.source,
+        "fit_lens": [model.min_len, model.max_len],
+        "fit_batch_size": model.fit_batch_size,
+        "launch_points": [list(p) for p in model.launch_points],
+        "mask_penalty_pct": model.mask_penalty_pct,
+        "budget_tokens_per_job": budget.tokens_per_job,
+        "budget_arms": budget.num_arms,
+        "budget_seeds": budget.num_seeds,
+        "best_strategy": best.strategy,
+        "best_goodput_tok_per_s": best.goodput_tok_per_s,
+        "best_hours_per_job": best.hours_per_job,
+    }
+    return ProbeResult(
+        probe="goodput", config=config, tables={"goodput": rows}, summary=summary, checks=checks(rows, model)
+    )
 
 
 def checks(rows: list[GoodputRow], model: StepModel) -> list[Check]:
-    outside = {r.strategy: round(r.outside_fit_time_pct, 1) for r in rows
-               if r.outside_fit_time_pct > OUTSIDE_FIT_LIMIT_PCT}
+    outside = {
+        r.strategy: round(r.outside_fit_time_pct, 1) for r in rows if r.outside_fit_time_pct > OUTSIDE_FIT_LIMIT_PCT
+    }
     gpu_bound = model.launch_bound_in_fit is False
     return [
-        Check(name="within_fitted_range", ok=not outside, detail=(
-            f"share of predicted time outside the fitted lengths {model.min_len}-{model.max_len} "
-            f"(and not covered by a measured launch-bound point) above {OUTSIDE_FIT_LIMIT_PCT:g}%: {outside}"
-            if outside else f"every strategy priced within the fitted lengths {model.min_len}-{model.max_len} "
-            f"or measured launch-bound points")),
-        Check(name="fit_gpu_bound", ok=gpu_bound, detail=(
-            "the fit was built from GPU-bound points only" if gpu_bound else
-            "the fit was built from launch-bound points: its step times measure the host's CPU"
-            if model.launch_bound_in_fit else
-            "not known whether the fit's points were launch-bound (a CPU profile has no device timeline)")),
+        Check(
+            name="within_fitted_range",
+            ok=not outside,
+            detail=(
+                f"share of predicted time outside the fitted lengths {model.min_len}-{model.max_len} "
+                f"(and not covered by a measured launch-bound point) above {OUTSIDE_FIT_LIMIT_PCT:g}%: {outside}"
+                if outside
+                else f"every strategy priced within the fitted lengths {model.min_len}-{model.max_len} "
+                f"or measured launch-bound points"
+            ),
+        ),
+        Check(
+            name="fit_gpu_bound",
+            ok=gpu_bound,
+            detail=(
+                "the fit was built from GPU-bound points only"
+                if gpu_bound
+                else "the fit was built from launch-bound points: its step times measure the host's CPU"
+                if model.launch_bound_in_fit
+                else "not known whether the fit's points were launch-bound (a CPU profile has no device timeline)"
+            ),
+        ),
     ]

@@ -73,8 +73,7 @@ def load_harness(path: str) -> ModuleType:
         raise InputError(f"--harness {path!r} does not import: {type(exc).__name__}: {first}") from None
     missing = [name for name in REQUIRED if not callable(getattr(module, name, None))]
     if missing:
-        raise InputError(f"--harness {path!r} lacks {', '.join(missing)} (a harness provides "
-                         f"{' and '.join(REQUIRED)})")
+        raise InputError(f"--harness {path!r} lacks {', '.join(missing)} (a harness provides {' and '.join(REQUIRED)})")
     return module
 
 
@@ -89,8 +88,12 @@ def loss_fn(harness: ModuleType, chunk_tokens: int):
 def discover_target_modules(model: nn.Module) -> list[str]:
     """Suffixes of every nn.Linear inside the decoder's layers (not lm_head, not a vision tower)."""
     layers = _decoder_layers(model)
-    names = {name.rsplit(".", 1)[-1] for layer in layers
-             for name, module in layer.named_modules() if isinstance(module, nn.Linear)}
+    names = {
+        name.rsplit(".", 1)[-1]
+        for layer in layers
+        for name, module in layer.named_modules()
+        if isinstance(module, nn.Linear)
+    }
     order = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     return sorted(names, key=lambda n: (order.index(n) if n in order else len(order), n))
 
@@ -108,16 +111,16 @@ def apply_lora(model: nn.Module, *, rank: int, alpha: float, targets: list[str])
     """PEFT LoRA with its defaults (adapter weights kept in fp32 over a bf16 base)."""
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0,
-                        bias="none", task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0, bias="none", task_type="CAUSAL_LM"
+    )
     with warnings.catch_warnings():
         # PEFT asks transformers 5.x a deprecated question on every call; it is PEFT's to fix.
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         return get_peft_model(model, config)
 
 
-def compute_loss(model: nn.Module, batch: dict[str, torch.Tensor], *,
-                 chunk_tokens: int = CHUNK_TOKENS) -> torch.Tensor:
+def compute_loss(model: nn.Module, batch: dict[str, torch.Tensor], *, chunk_tokens: int = CHUNK_TOKENS) -> torch.Tensor:
     """Mean next-token CE over labelled tokens; chunk_tokens 0 builds the full logits (HF's way)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     kwargs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
@@ -127,8 +130,7 @@ def compute_loss(model: nn.Module, batch: dict[str, torch.Tensor], *,
     return cross_entropy(hidden, base.get_output_embeddings().weight, labels, chunk_tokens)
 
 
-def cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
-                  chunk_tokens: int) -> torch.Tensor:
+def cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_tokens: int) -> torch.Tensor:
     """lm_head + mean CE over labels != -100; chunked when 0 < chunk_tokens < tokens."""
     if chunk_tokens <= 0 or chunk_tokens >= hidden.shape[0]:
         return F.cross_entropy(_upcast(F.linear(hidden, weight)), labels, ignore_index=-100)
@@ -150,7 +152,7 @@ class _ChunkedLinearCE(torch.autograd.Function):
         grad_hidden = torch.zeros_like(hidden) if hidden.requires_grad else None
         grad_weight = torch.zeros_like(_upcast(weight)) if weight.requires_grad else None
         for start in range(0, hidden.shape[0], chunk_tokens):
-            h, y = hidden[start:start + chunk_tokens], labels[start:start + chunk_tokens]
+            h, y = hidden[start : start + chunk_tokens], labels[start : start + chunk_tokens]
             logits = _upcast(F.linear(h, weight))
             loss += F.cross_entropy(logits, y, ignore_index=-100, reduction="sum")
             # d(sum CE)/d logits = softmax - onehot, zero on ignored rows
@@ -160,7 +162,7 @@ class _ChunkedLinearCE(torch.autograd.Function):
             grad[~keep] = 0.0
             grad = (grad / num_labelled).to(hidden.dtype)
             if grad_hidden is not None:
-                grad_hidden[start:start + chunk_tokens] = grad @ weight
+                grad_hidden[start : start + chunk_tokens] = grad @ weight
             if grad_weight is not None:
                 grad_weight += _upcast(grad.t() @ h)
         ctx.save_for_backward(grad_hidden, grad_weight)

@@ -91,8 +91,7 @@ def profile_steps(step: Callable[[], object], *, device: torch.device, num_steps
         wall_s = time.perf_counter() - begin
     sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
     table = prof.key_averages().table(sort_by=sort, row_limit=-1, max_name_column_width=120)
-    return Profile(list(prof.events()), num_steps, DeviceType.CUDA if cuda else DeviceType.CPU, table,
-                   wall_s)
+    return Profile(list(prof.events()), num_steps, DeviceType.CUDA if cuda else DeviceType.CPU, table, wall_s)
 
 
 def device_rows(events: Iterable, device_type: DeviceType) -> list:
@@ -100,13 +99,20 @@ def device_rows(events: Iterable, device_type: DeviceType) -> list:
     never a GPU user annotation: `record_function` spans such as "Optimizer.step#AdamW.step" are
     mirrored onto the device timeline covering the kernels inside them (seen on an H200: 8.4 ms of
     annotation over 1.8 ms of AdamW kernels per step). On the CPU an annotation's self time is real."""
-    return [e for e in events if e.device_type == device_type and not getattr(e, "is_async", False)
-            and (device_type == DeviceType.CPU or not _is_annotation(e))]
+    return [
+        e
+        for e in events
+        if e.device_type == device_type
+        and not getattr(e, "is_async", False)
+        and (device_type == DeviceType.CPU or not _is_annotation(e))
+    ]
 
 
 def _is_annotation(event) -> bool:
-    return bool(getattr(event, "is_user_annotation", False)) or "annotation" in str(
-        getattr(event, "activity_type", "")).lower()
+    return (
+        bool(getattr(event, "is_user_annotation", False))
+        or "annotation" in str(getattr(event, "activity_type", "")).lower()
+    )
 
 
 def self_us(event) -> float:
@@ -146,9 +152,15 @@ def kernel_table(profile: Profile) -> list[KernelRow]:
     out = []
     for category in sorted(time_us, key=time_us.get, reverse=True):
         top = max((k for k in by_name if k[0] == category), key=by_name.get)[1]
-        out.append(KernelRow(category=category, kernel_s_per_step=time_us[category] / 1e6 / profile.num_steps,
-                             share_pct=100.0 * time_us[category] / total,
-                             num_calls_per_step=calls[category] / profile.num_steps, top_kernel=top[:80]))
+        out.append(
+            KernelRow(
+                category=category,
+                kernel_s_per_step=time_us[category] / 1e6 / profile.num_steps,
+                share_pct=100.0 * time_us[category] / total,
+                num_calls_per_step=calls[category] / profile.num_steps,
+                top_kernel=top[:80],
+            )
+        )
     return out
 
 

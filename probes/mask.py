@@ -61,14 +61,20 @@ class LayerRow:
 def check_lengths(config: Config, text_config) -> None:
     """Refuse a batch the model cannot take or this machine cannot hold, before allocating any of it."""
     limit = getattr(text_config, "max_position_embeddings", None)
-    require(limit is None or config.seq_len <= limit, "seq_len",
-            f"`seq_len` {config.seq_len} is over the model's max_position_embeddings {limit} ({config.checkpoint})")
+    require(
+        limit is None or config.seq_len <= limit,
+        "seq_len",
+        f"`seq_len` {config.seq_len} is over the model's max_position_embeddings {limit} ({config.checkpoint})",
+    )
     cells = config.batch_size * config.seq_len * config.seq_len
     need = cells * _BYTES_PER_CELL[config.attn_implementation] + _FIXED_BYTES
     free = available_bytes()
-    require(free is None or need <= free, "seq_len",
-            f"`seq_len` {config.seq_len} x `batch_size` {config.batch_size} needs about {need / 2**30:.1f} GiB "
-            f"(the probe holds (row, query, key) masks); {(free or 0) / 2**30:.1f} GiB is available here")
+    require(
+        free is None or need <= free,
+        "seq_len",
+        f"`seq_len` {config.seq_len} x `batch_size` {config.batch_size} needs about {need / 2**30:.1f} GiB "
+        f"(the probe holds (row, query, key) masks); {(free or 0) / 2**30:.1f} GiB is available here",
+    )
 
 
 def available_bytes() -> int | None:
@@ -108,9 +114,12 @@ def analyse(allowed: torch.Tensor, batch: Batch, window: int | None) -> Seen:
         expected = expected.clamp(max=window)
     other = batch.seq_id[:, :, None] != batch.seq_id[:, None, :]
     real_pair = batch.real[:, :, None] & batch.real[:, None, :]
-    return Seen(keys_min=int(real_keys.min()), keys_max=int(real_keys.max()),
-                band_ok=bool((keys == expected)[batch.real].all()),
-                cross_sequence=bool((allowed & other & real_pair).any()))
+    return Seen(
+        keys_min=int(real_keys.min()),
+        keys_max=int(real_keys.max()),
+        band_ok=bool((keys == expected)[batch.real].all()),
+        cross_sequence=bool((allowed & other & real_pair).any()),
+    )
 
 
 def flash_eligible(call: Call, config: Config, head_dim: int, num_heads: int, num_kv: int) -> bool:
@@ -152,12 +161,21 @@ def layer_rows(config: Config, text_config, calls: list[Call], batch: Batch) -> 
             seen_cache[key] = (call.mask, analyse(allowed_matrix(call), batch, call.window))
         seen = seen_cache[key][1]
         fast = flash_eligible(call, config, head_dim, text_config.num_attention_heads, num_kv)
-        rows.append(LayerRow(
-            layer=call.layer, layer_type=layer_types[call.layer] if layer_types else "full_attention",
-            mask="none" if call.mask is None else "tensor", is_causal=call.is_causal,
-            fast_path=fast, expected_backend=expected_backend(call, config, fast), window=call.window,
-            keys_min=seen.keys_min, keys_max=seen.keys_max, band_ok=seen.band_ok,
-            cross_sequence=seen.cross_sequence))
+        rows.append(
+            LayerRow(
+                layer=call.layer,
+                layer_type=layer_types[call.layer] if layer_types else "full_attention",
+                mask="none" if call.mask is None else "tensor",
+                is_causal=call.is_causal,
+                fast_path=fast,
+                expected_backend=expected_backend(call, config, fast),
+                window=call.window,
+                keys_min=seen.keys_min,
+                keys_max=seen.keys_max,
+                band_ok=seen.band_ok,
+                cross_sequence=seen.cross_sequence,
+            )
+        )
     return rows
 
 
@@ -168,30 +186,60 @@ def checks(config: Config, rows: list[LayerRow]) -> list[Check]:
     full = [r for r in rows if r.window is None]
     slow = [r.layer for r in full if not r.fast_path]
     out = [
-        Check(name="band_matches_window", ok=not bad_band, detail=(
-            f"layers {bad_band} see other than min(window, position+1) keys" if bad_band else
-            f"{len(sliding)} sliding layers see min(window, position+1) keys" if sliding else
-            "no sliding layers")),
-        Check(name="no_cross_sequence", ok=not leaks, detail=(
-            f"layers {leaks} attend across packed sequences" + _leak_hint(config) if leaks else
-            "no query sees another sequence's keys")),
+        Check(
+            name="band_matches_window",
+            ok=not bad_band,
+            detail=(
+                f"layers {bad_band} see other than min(window, position+1) keys"
+                if bad_band
+                else f"{len(sliding)} sliding layers see min(window, position+1) keys"
+                if sliding
+                else "no sliding layers"
+            ),
+        ),
+        Check(
+            name="no_cross_sequence",
+            ok=not leaks,
+            detail=(
+                f"layers {leaks} attend across packed sequences" + _leak_hint(config)
+                if leaks
+                else "no query sees another sequence's keys"
+            ),
+        ),
     ]
     if config.padding == "none":
-        out.append(Check(name="fast_path_kept", ok=not slow, detail=(
-            f"full-attention layers {slow} lose the is_causal fast path" if slow else
-            f"all {len(full)} full-attention layers keep the is_causal fast path")))
+        out.append(
+            Check(
+                name="fast_path_kept",
+                ok=not slow,
+                detail=(
+                    f"full-attention layers {slow} lose the is_causal fast path"
+                    if slow
+                    else f"all {len(full)} full-attention layers keep the is_causal fast path"
+                ),
+            )
+        )
     else:
-        out.append(Check(name="fast_path_kept", ok=True, detail=(
-            f"not applicable with --padding {config.padding}: the batch needs an explicit mask; "
-            f"{len(slow)} of {len(full)} full-attention layers get one")))
+        out.append(
+            Check(
+                name="fast_path_kept",
+                ok=True,
+                detail=(
+                    f"not applicable with --padding {config.padding}: the batch needs an explicit mask; "
+                    f"{len(slow)} of {len(full)} full-attention layers get one"
+                ),
+            )
+        )
     return out
 
 
 def _leak_hint(config: Config) -> str:
     if config.padding != "packed":
         return ""
-    return (" (packing is detected only with no attention_mask and no cache: "
-            "pass use_cache=False and no all-ones attention_mask)")
+    return (
+        " (packing is detected only with no attention_mask and no cache: "
+        "pass use_cache=False and no all-ones attention_mask)"
+    )
 
 
 def run(config: Config) -> ProbeResult:
@@ -205,12 +253,16 @@ def run(config: Config) -> ProbeResult:
     rows = layer_rows(config, text_config, calls, batch)
     use_cache = config.use_cache if config.use_cache is not None else bool(text_config.use_cache)
     summary = {
-        "model_type": text_config.model_type, "num_layers": len(rows),
+        "model_type": text_config.model_type,
+        "num_layers": len(rows),
         "layers_fast_path": sum(r.fast_path for r in rows),
         "layers_tensor_mask": sum(r.mask == "tensor" for r in rows),
         "layers_cross_sequence": sum(r.cross_sequence for r in rows),
-        "use_cache": use_cache, "attention_mask_passed": "attention_mask" in batch.kwargs,
-        "transformers": transformers.__version__, "torch": torch.__version__,
+        "use_cache": use_cache,
+        "attention_mask_passed": "attention_mask" in batch.kwargs,
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
     }
-    return ProbeResult(probe="mask", config=config, tables={"layers": rows}, summary=summary,
-                       checks=checks(config, rows))
+    return ProbeResult(
+        probe="mask", config=config, tables={"layers": rows}, summary=summary, checks=checks(config, rows)
+    )

@@ -12,8 +12,14 @@ import torch
 from probes.mask_config import Config
 
 # Reduced width: masks do not depend on widths, only on layer types, window and inputs.
-_TINY = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2,
-         "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 256}
+_TINY = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 16,
+    "vocab_size": 256,
+}
 _RECORDER = "labprobe_record"
 
 
@@ -56,8 +62,8 @@ def build_batch(config: Config, vocab_size: int) -> Batch:
     if config.padding == "packed":
         starts = 0
         for i, n in enumerate(_packed_lengths(s, config.num_packed)):
-            position[:, starts:starts + n] = torch.arange(n)
-            seq_id[:, starts:starts + n] = i
+            position[:, starts : starts + n] = torch.arange(n)
+            seq_id[:, starts : starts + n] = i
             starts += n
     seq_id[~real] = -1
     kwargs: dict[str, Any] = {"input_ids": input_ids}
@@ -88,10 +94,17 @@ def _recorder(calls: list[Call], inner):
         is_causal = kwargs.get("is_causal")
         is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
         q_len, kv_len = query.shape[2], key.shape[2]
-        calls.append(Call(layer=module.layer_idx, window=getattr(module, "sliding_window", None),
-                          mask=attention_mask, q_len=q_len, kv_len=kv_len,
-                          # exactly the expression sdpa_attention_forward passes to torch
-                          is_causal=bool(q_len > 1 and attention_mask is None and is_causal)))
+        calls.append(
+            Call(
+                layer=module.layer_idx,
+                window=getattr(module, "sliding_window", None),
+                mask=attention_mask,
+                q_len=q_len,
+                kv_len=kv_len,
+                # exactly the expression sdpa_attention_forward passes to torch
+                is_causal=bool(q_len > 1 and attention_mask is None and is_causal),
+            )
+        )
         # Run the real attention once per distinct mask (proof that it accepts what it gets);
         # later layers reuse its output: values never feed back into the masks, which are built
         # once per forward, and skipping 30 quadratic CPU attentions keeps the probe at seconds.
@@ -118,8 +131,9 @@ def record_forward(config: Config, text_config) -> tuple[list[Call], Batch]:
     # Without this second registration, padding masks silently arrive as None (docs/measurement.md).
     AttentionMaskInterface.register(_RECORDER, ALL_MASK_ATTENTION_FUNCTIONS[impl])
     # Special tokens inside the reduced vocabulary, or transformers warns about every one.
-    tiny = text_config.__class__(**{**text_config.to_dict(), **_TINY, "pad_token_id": 0,
-                                    "bos_token_id": 1, "eos_token_id": 2})
+    tiny = text_config.__class__(
+        **{**text_config.to_dict(), **_TINY, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+    )
     tiny._attn_implementation = _RECORDER
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(tiny, attn_implementation=_RECORDER)
@@ -134,8 +148,10 @@ def record_forward(config: Config, text_config) -> tuple[list[Call], Batch]:
 def _eager_of(text_config):
     import importlib
 
-    module = importlib.import_module(f"transformers.models.{text_config.model_type.replace('_text', '')}"
-                                     f".modeling_{text_config.model_type.replace('_text', '')}")
+    module = importlib.import_module(
+        f"transformers.models.{text_config.model_type.replace('_text', '')}"
+        f".modeling_{text_config.model_type.replace('_text', '')}"
+    )
     return module.eager_attention_forward
 
 

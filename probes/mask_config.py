@@ -37,5 +37,8 @@ class Config:
         require(self.seq_len >= 2, "seq_len", f"must be >= 2, got {self.seq_len}")
         require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
         require(self.num_packed >= 1, "num_packed", f"must be >= 1, got {self.num_packed}")
-        require(self.padding != "packed" or self.seq_len >= self.num_packed, "seq_len",
-                f"`seq_len` {self.seq_len} cannot hold `num_packed` {self.num_packed} sequences")
+        require(
+            self.padding != "packed" or self.seq_len >= self.num_packed,
+            "seq_len",
+            f"`seq_len` {self.seq_len} cannot hold `num_packed` {self.num_packed} sequences",
+        )

@@ -54,8 +54,11 @@ def _time(fn: Callable[[], object], device: torch.device, repeats: int = REPEATS
 
 
 def _autocast(device: torch.device, dtype: torch.dtype | None):
-    return torch.autocast(device_type=device.type, dtype=dtype) if dtype else torch.autocast(
-        device_type=device.type, enabled=False)
+    return (
+        torch.autocast(device_type=device.type, dtype=dtype)
+        if dtype
+        else torch.autocast(device_type=device.type, enabled=False)
+    )
 
 
 def _fwd_bwd(module, x: torch.Tensor, device: torch.device, dtype: torch.dtype | None) -> Callable[[], None]:
@@ -80,8 +83,11 @@ def _lora_layers(model) -> dict[tuple[int, int], list]:
 
 def lora(model, autocast_dtype: torch.dtype | None, tokens: int, device: torch.device) -> dict[str, float]:
     """Adapter-path seconds per step (forward + backward, all layers) under each setting."""
-    settings = {"baseline": (None, autocast_dtype), "bf16-autocast": (torch.float32, torch.bfloat16),
-                "bf16-adapters": (torch.bfloat16, autocast_dtype)}
+    settings = {
+        "baseline": (None, autocast_dtype),
+        "bf16-autocast": (torch.float32, torch.bfloat16),
+        "bf16-adapters": (torch.bfloat16, autocast_dtype),
+    }
     out = dict.fromkeys(settings, 0.0)
     for (fan_in, _), layers in _lora_layers(model).items():
         x = torch.randn(tokens, fan_in, device=device, dtype=torch.bfloat16, requires_grad=True)
@@ -112,8 +118,11 @@ def optimizer(model, make_optimizer, device: torch.device) -> dict[str, float]:
     def fused(params) -> torch.optim.Optimizer:
         return torch.optim.AdamW(params, lr=5e-5, fused=True)
 
-    return {"baseline": step_s(None, make_optimizer), "fused-adamw": step_s(None, fused),
-            "bf16-adapters": step_s(torch.bfloat16, make_optimizer)}
+    return {
+        "baseline": step_s(None, make_optimizer),
+        "fused-adamw": step_s(None, fused),
+        "bf16-adapters": step_s(torch.bfloat16, make_optimizer),
+    }
 
 
 def cross_entropy(model, tokens: int, device: torch.device, autocast_dtype, chunks: list[int]) -> dict[str, float]:
@@ -121,11 +130,13 @@ def cross_entropy(model, tokens: int, device: torch.device, autocast_dtype, chun
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     weight = base.get_output_embeddings().weight
     generator = torch.Generator(device=device).manual_seed(0)
-    hidden = torch.randn(tokens, weight.shape[1], device=device, dtype=weight.dtype, generator=generator,
-                         requires_grad=True)
+    hidden = torch.randn(
+        tokens, weight.shape[1], device=device, dtype=weight.dtype, generator=generator, requires_grad=True
+    )
     labels = torch.randint(0, weight.shape[0], (tokens,), device=device, generator=generator)
     out = {}
     for chunk in dict.fromkeys(chunks):
+
         def run(chunk=chunk) -> None:
             with _autocast(device, autocast_dtype):
                 loss = reference.cross_entropy(hidden, weight, labels, chunk)
@@ -138,7 +149,9 @@ def cross_entropy(model, tokens: int, device: torch.device, autocast_dtype, chun
 
 def run(model, pieces, spec, device: torch.device, chunk: int) -> dict:
     tokens = spec.batch_size * spec.seq_len
-    return {"lora": lora(model, pieces.autocast_dtype, tokens, device),
-            "optimizer": optimizer(model, pieces.make_optimizer, device),
-            "ce": cross_entropy(model, tokens, device, pieces.autocast_dtype, [chunk, *spec.ce_chunks]),
-            "ce_chunk": chunk}
+    return {
+        "lora": lora(model, pieces.autocast_dtype, tokens, device),
+        "optimizer": optimizer(model, pieces.make_optimizer, device),
+        "ce": cross_entropy(model, tokens, device, pieces.autocast_dtype, [chunk, *spec.ce_chunks]),
+        "ce_chunk": chunk,
+    }

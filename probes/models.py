@@ -35,8 +35,9 @@ def pick_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def build_model(checkpoint: Path, *, weights: Weights, device: torch.device,
-                dtype: torch.dtype = torch.bfloat16) -> nn.Module:
+def build_model(
+    checkpoint: Path, *, weights: Weights, device: torch.device, dtype: torch.dtype = torch.bfloat16
+) -> nn.Module:
     """The causal LM of a checkpoint, in `dtype`, SDPA attention, on `device` (meta: no memory)."""
     from transformers import AutoModelForCausalLM
 
@@ -47,10 +48,12 @@ def build_model(checkpoint: Path, *, weights: Weights, device: torch.device,
     else:
         try:
             model = AutoModelForCausalLM.from_pretrained(
-                checkpoint, local_files_only=True, dtype=dtype, attn_implementation="sdpa")
+                checkpoint, local_files_only=True, dtype=dtype, attn_implementation="sdpa"
+            )
         except (OSError, ValueError) as exc:
-            raise InputError(f"{checkpoint}: cannot load weights ({exc}); "
-                             f"--weights random builds it from config.json") from None
+            raise InputError(
+                f"{checkpoint}: cannot load weights ({exc}); --weights random builds it from config.json"
+            ) from None
         model = model.to(device)
     model.tie_weights()
     return model
@@ -71,8 +74,15 @@ def count_params(model: nn.Module) -> tuple[int, int]:
     return sum(p.numel() for p in params), sum(p.numel() for p in params if p.requires_grad)
 
 
-def make_batch(*, vocab_size: int, batch_size: int, seq_len: int, device: torch.device,
-               real_lengths: list[int] | None = None, seed: int = 0) -> dict[str, torch.Tensor]:
+def make_batch(
+    *,
+    vocab_size: int,
+    batch_size: int,
+    seq_len: int,
+    device: torch.device,
+    real_lengths: list[int] | None = None,
+    seed: int = 0,
+) -> dict[str, torch.Tensor]:
     """Random token ids; with real_lengths, right padding (labels -100) and an explicit mask."""
     generator = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(1, vocab_size, (batch_size, seq_len), generator=generator)
@@ -140,14 +150,25 @@ def scope(name: str):
     return torch.autograd.profiler.record_function(f"labprobe::{name}")
 
 
-def train_step(model: nn.Module, harness: ModuleType,
-               batch: dict[str, torch.Tensor] | list[dict[str, torch.Tensor]], *,
-               chunk_tokens: int, contract=None) -> TrainStep:
+def train_step(
+    model: nn.Module,
+    harness: ModuleType,
+    batch: dict[str, torch.Tensor] | list[dict[str, torch.Tensor]],
+    *,
+    chunk_tokens: int,
+    contract=None,
+) -> TrainStep:
     """A step through the harness's contract (resolved here unless given, e.g. by a variant)."""
     contract = contract or resolve(harness)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    return TrainStep(model, contract.loss_fn(chunk_tokens), batch, contract.make_optimizer(trainable),
-                     autocast_dtype=contract.autocast_dtype, harness_step=contract.train_step)
+    return TrainStep(
+        model,
+        contract.loss_fn(chunk_tokens),
+        batch,
+        contract.make_optimizer(trainable),
+        autocast_dtype=contract.autocast_dtype,
+        harness_step=contract.train_step,
+    )
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -76,8 +76,7 @@ class Config(CorpusConfig):
         require(len(self.seeds) >= 1, "seeds", "needs at least one seed")
         require(all(s >= 0 for s in self.seeds), "seeds", f"must all be >= 0, got {list(self.seeds)}")
         require(self.num_bins >= 1, "num_bins", f"must be >= 1, got {self.num_bins}")
-        require(self.vocab_size is None or self.vocab_size >= 1, "vocab_size",
-                f"must be >= 1, got {self.vocab_size}")
+        require(self.vocab_size is None or self.vocab_size >= 1, "vocab_size", f"must be >= 1, got {self.vocab_size}")
         require(self.ce_budget_gib > 0, "ce_budget_gib", f"must be > 0, got {self.ce_budget_gib}")
         require(all(c >= 1 for c in self.ce_chunk_sizes), "ce_chunk_sizes", "must all be >= 1")
 
@@ -139,9 +138,9 @@ def padded_in_order(lengths: np.ndarray, batch_size: int) -> int:
     """Padded tokens when consecutive samples form batches, each padded to its longest sample."""
     n = lengths.size
     num_full = n // batch_size
-    full = lengths[:num_full * batch_size].reshape(num_full, batch_size)
+    full = lengths[: num_full * batch_size].reshape(num_full, batch_size)
     width = int(full.max(axis=1).sum()) * batch_size if num_full else 0
-    tail = lengths[num_full * batch_size:]
+    tail = lengths[num_full * batch_size :]
     width += int(tail.max()) * tail.size if tail.size else 0
     return width - int(lengths.sum())
 
@@ -159,9 +158,9 @@ def optimum_batches(lengths: np.ndarray, batch_size: int) -> tuple[np.ndarray, n
         return ordered, np.arange(0, n, b)
     # short batch after k full batches: heads ordered[j*b] for j < k, ordered[k*b] for the short
     # batch, then ordered[short + j*b] for j >= k.
-    before = np.concatenate([[0], np.cumsum(ordered[0:num_full * b:b])])
+    before = np.concatenate([[0], np.cumsum(ordered[0 : num_full * b : b])])
     after = np.concatenate([np.cumsum(ordered[short::b][::-1])[::-1], [0]])
-    width = b * before + short * ordered[0:num_full * b + 1:b] + b * after
+    width = b * before + short * ordered[0 : num_full * b + 1 : b] + b * after
     k = int(np.argmin(width))
     starts = np.concatenate([np.arange(0, k * b + 1, b), np.arange(k * b + short, n, b)])
     return ordered, np.unique(starts[starts < n])
@@ -178,17 +177,24 @@ def padded_optimum(lengths: np.ndarray, batch_size: int) -> int:
     return padded_batches(*optimum_batches(lengths, batch_size))
 
 
-def _row(strategy: str, config: Config, lengths: np.ndarray, clipped: np.ndarray, num_rows: int,
-         padded: list[int]) -> StrategyRow:
+def _row(
+    strategy: str, config: Config, lengths: np.ndarray, clipped: np.ndarray, num_rows: int, padded: list[int]
+) -> StrategyRow:
     real = int(clipped.sum())
     fractions = [p / (p + real) if p + real else 0.0 for p in padded]
     return StrategyRow(
-        strategy=strategy, batch_size=config.batch_size, max_length=config.max_length,
-        num_samples=int(lengths.size), num_rows=num_rows, real_tokens=real,
-        padded_tokens=round(float(np.mean(padded))), pad_fraction=float(np.mean(fractions)),
+        strategy=strategy,
+        batch_size=config.batch_size,
+        max_length=config.max_length,
+        num_samples=int(lengths.size),
+        num_rows=num_rows,
+        real_tokens=real,
+        padded_tokens=round(float(np.mean(padded))),
+        pad_fraction=float(np.mean(fractions)),
         pad_fraction_std=float(np.std(fractions)),
         truncated_samples=int((lengths > config.max_length).sum()),
-        truncated_tokens=int(lengths.sum()) - real)
+        truncated_tokens=int(lengths.sum()) - real,
+    )
 
 
 def strategy_rows(lengths: np.ndarray, config: Config) -> tuple[list[StrategyRow], list[int]]:
@@ -208,10 +214,18 @@ def strategy_rows(lengths: np.ndarray, config: Config) -> tuple[list[StrategyRow
 
 def _length_row(source: str, lengths: np.ndarray, max_length: int) -> LengthRow:
     p50, p90, p99, p999 = np.percentile(lengths, _PERCENTILES)
-    return LengthRow(source=source, count=int(lengths.size), total_tokens=int(lengths.sum()),
-                     mean=float(lengths.mean()), p50=float(p50), p90=float(p90), p99=float(p99),
-                     p99_9=float(p999), max=int(lengths.max()),
-                     over_max_length=int((lengths > max_length).sum()))
+    return LengthRow(
+        source=source,
+        count=int(lengths.size),
+        total_tokens=int(lengths.sum()),
+        mean=float(lengths.mean()),
+        p50=float(p50),
+        p90=float(p90),
+        p99=float(p99),
+        p99_9=float(p999),
+        max=int(lengths.max()),
+        over_max_length=int((lengths > max_length).sum()),
+    )
 
 
 def length_rows(data: corpus_mod.Lengths, max_length: int) -> list[LengthRow]:
@@ -220,7 +234,7 @@ def length_rows(data: corpus_mod.Lengths, max_length: int) -> list[LengthRow]:
         order = np.argsort(data.source_code, kind="stable")
         bounds = np.searchsorted(data.source_code[order], np.arange(len(data.sources) + 1))
         for code, name in enumerate(data.sources):
-            part = data.length[order[bounds[code]:bounds[code + 1]]]
+            part = data.length[order[bounds[code] : bounds[code + 1]]]
             if part.size:
                 rows.append(_length_row(name, part, max_length))
     return rows
@@ -231,9 +245,16 @@ def histogram_rows(lengths: np.ndarray, num_bins: int) -> list[HistogramRow]:
     width = max(1, -(-int(lengths.max()) // num_bins))
     counts = np.bincount((lengths - 1) // width, minlength=num_bins)
     cumulative = np.cumsum(counts) / lengths.size
-    return [HistogramRow(lo_tokens=k * width + 1, hi_tokens=(k + 1) * width, count=int(c),
-                         fraction=float(c / lengths.size), cumulative_fraction=float(cumulative[k]))
-            for k, c in enumerate(counts)]
+    return [
+        HistogramRow(
+            lo_tokens=k * width + 1,
+            hi_tokens=(k + 1) * width,
+            count=int(c),
+            fraction=float(c / lengths.size),
+            cumulative_fraction=float(cumulative[k]),
+        )
+        for k, c in enumerate(counts)
+    ]
 
 
 def ce_peak_bytes(tokens: int, chunk: int, vocab_size: int, hidden_size: int | None) -> int:
@@ -244,8 +265,13 @@ def ce_peak_bytes(tokens: int, chunk: int, vocab_size: int, hidden_size: int | N
     return BYTES_PER_LOGIT_CHUNKED * chunk * vocab_size + BYTES_PER_HIDDEN_CHUNKED * tokens * (hidden_size or 0)
 
 
-def ce_rows(tokens_per_step: int, vocab_size: int, budget_gib: float, candidates: tuple[int, ...],
-            hidden_size: int | None = None) -> list[CeChunkRow]:
+def ce_rows(
+    tokens_per_step: int,
+    vocab_size: int,
+    budget_gib: float,
+    candidates: tuple[int, ...],
+    hidden_size: int | None = None,
+) -> list[CeChunkRow]:
     if not candidates:
         candidates = tuple(1 << k for k in range(8, 31) if (1 << k) < tokens_per_step)
     rows = []
@@ -254,9 +280,18 @@ def ce_rows(tokens_per_step: int, vocab_size: int, budget_gib: float, candidates
         chunk = min(chunk, tokens_per_step)
         peak = ce_peak_bytes(tokens_per_step, chunk, vocab_size, hidden_size)
         per_logit = BYTES_PER_LOGIT_FULL if chunk >= tokens_per_step else BYTES_PER_LOGIT_CHUNKED
-        rows.append(CeChunkRow(kind=kind, chunk_tokens=chunk, num_chunks=-(-tokens_per_step // chunk),
-                               logits_bf16_bytes=chunk * vocab_size * 2, logits_fp32_bytes=chunk * vocab_size * 4,
-                               bytes_per_logit=per_logit, peak_bytes=peak, fits_budget=peak <= budget))
+        rows.append(
+            CeChunkRow(
+                kind=kind,
+                chunk_tokens=chunk,
+                num_chunks=-(-tokens_per_step // chunk),
+                logits_bf16_bytes=chunk * vocab_size * 2,
+                logits_fp32_bytes=chunk * vocab_size * 4,
+                bytes_per_logit=per_logit,
+                peak_bytes=peak,
+                fits_budget=peak <= budget,
+            )
+        )
     return rows
 
 
@@ -265,43 +300,75 @@ def recommended_chunk(rows: list[CeChunkRow]) -> int:
     return max((r.chunk_tokens for r in rows if r.fits_budget), default=0)
 
 
-def checks(rows: list[StrategyRow], longest: list[int], lengths: np.ndarray,
-           config: Config) -> list[Check]:
+def checks(rows: list[StrategyRow], longest: list[int], lengths: np.ndarray, config: Config) -> list[Check]:
     by = {r.strategy: r for r in rows}
     best = min(longest)
     lower = by["sorted"].padded_tokens <= best
     n, total = lengths.size, int(lengths.sum())
     widths = {"fixed": n * config.max_length, "packed": by["packed"].num_rows * config.max_length}
-    bad = [r.strategy for r in rows if r.real_tokens + r.truncated_tokens != total
-           or (r.strategy in widths and r.real_tokens + r.padded_tokens != widths[r.strategy])]
+    bad = [
+        r.strategy
+        for r in rows
+        if r.real_tokens + r.truncated_tokens != total
+        or (r.strategy in widths and r.real_tokens + r.padded_tokens != widths[r.strategy])
+    ]
     return [
-        Check(name="sorted_is_lower_bound", ok=lower, detail=(
-            f"sorted (the optimum) pads {by['sorted'].padded_tokens:,} tokens, the best of "
-            f"{len(config.seeds)} shuffles {best:,}")),
-        Check(name="tokens_accounted", ok=not bad, detail=(
-            f"strategies {bad} lose or invent tokens" if bad else
-            f"every strategy accounts for all {total:,} tokens")),
+        Check(
+            name="sorted_is_lower_bound",
+            ok=lower,
+            detail=(
+                f"sorted (the optimum) pads {by['sorted'].padded_tokens:,} tokens, the best of "
+                f"{len(config.seeds)} shuffles {best:,}"
+            ),
+        ),
+        Check(
+            name="tokens_accounted",
+            ok=not bad,
+            detail=(
+                f"strategies {bad} lose or invent tokens"
+                if bad
+                else f"every strategy accounts for all {total:,} tokens"
+            ),
+        ),
     ]
 
 
 def run(config: Config) -> ProbeResult:
     data = config.load_lengths()
     rows, longest = strategy_rows(data.length, config)
-    tables: dict[str, list] = {"strategies": rows, "lengths": length_rows(data, config.max_length),
-                               "histogram": histogram_rows(data.length, config.num_bins)}
+    tables: dict[str, list] = {
+        "strategies": rows,
+        "lengths": length_rows(data, config.max_length),
+        "histogram": histogram_rows(data.length, config.num_bins),
+    }
     vocab = config.vocab_size or corpus_mod.vocab_size(config.checkpoint)
     tokens_per_step = config.batch_size * config.max_length
-    summary = {"num_samples": data.num_samples, "total_tokens": int(data.length.sum()),
-               "num_sources": len(data.sources), "lengths_from": data.origin}
+    summary = {
+        "num_samples": data.num_samples,
+        "total_tokens": int(data.length.sum()),
+        "num_sources": len(data.sources),
+        "lengths_from": data.origin,
+    }
     summary.update({f"pad_fraction_{r.strategy}": round(r.pad_fraction, 6) for r in rows})
     summary["truncated_samples"] = rows[0].truncated_samples
     if vocab is not None:
         hidden = corpus_mod.hidden_size(config.checkpoint)
         ce = ce_rows(tokens_per_step, vocab, config.ce_budget_gib, config.ce_chunk_sizes, hidden)
         tables["ce_chunks"] = ce
-        summary.update({"vocab_size": vocab, "hidden_size": hidden, "tokens_per_step": tokens_per_step,
-                        "ce_largest_chunk_tokens": recommended_chunk(ce)})
+        summary.update(
+            {
+                "vocab_size": vocab,
+                "hidden_size": hidden,
+                "tokens_per_step": tokens_per_step,
+                "ce_largest_chunk_tokens": recommended_chunk(ce),
+            }
+        )
     else:
         summary["ce_chunks"] = "skipped: no vocabulary size (give --vocab-size or --checkpoint)"
-    return ProbeResult(probe="padding", config=config, tables=tables, summary=summary,
-                       checks=checks(rows, longest, data.length, config))
+    return ProbeResult(
+        probe="padding",
+        config=config,
+        tables=tables,
+        summary=summary,
+        checks=checks(rows, longest, data.length, config),
+    )

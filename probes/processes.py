@@ -35,9 +35,17 @@ def run(spec: Spec, timeout_s: float = TIMEOUT_S) -> dict:
     begin = time.perf_counter()
     result = _run(spec, timeout_s)
     result["process_wall_s"] = time.perf_counter() - begin
-    LOG.info("%s %s: %s, step_s %s, spread %s%%, %.1f s in the process (stages %s; gc while timed %s)",
-             Path(spec.checkpoint).name, spec.variant, result.get("status"), result.get("step_s"),
-             result.get("spread_pct"), result["process_wall_s"], result.get("stage_s"), result.get("gc_during_timing"))
+    LOG.info(
+        "%s %s: %s, step_s %s, spread %s%%, %.1f s in the process (stages %s; gc while timed %s)",
+        Path(spec.checkpoint).name,
+        spec.variant,
+        result.get("status"),
+        result.get("step_s"),
+        result.get("spread_pct"),
+        result["process_wall_s"],
+        result.get("stage_s"),
+        result.get("gc_during_timing"),
+    )
     LOG.debug("%s", json.dumps({"checkpoint": spec.checkpoint, **result}))
     return result
 
@@ -48,8 +56,14 @@ def _run(spec: Spec, timeout_s: float) -> dict:
         spec_path.write_text(json.dumps(dataclasses.asdict(spec)))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         try:
-            proc = subprocess.run([sys.executable, "-m", "probes.worker", str(spec_path), str(out_path)],
-                                  capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
+            proc = subprocess.run(
+                [sys.executable, "-m", "probes.worker", str(spec_path), str(out_path)],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                env=env,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             return {"variant": spec.variant, "status": f"failed: timed out after {timeout_s:.0f} s"}
         if proc.returncode != 0 or not out_path.is_file():
@@ -70,10 +84,16 @@ def merge(results: list[dict]) -> dict:
     if failed:
         return {**results[0], **failed[0]}
     medians = [r["step_s"] for r in results]
-    merged = {**results[0], "processes": len(results), "process_step_s": medians,
-              "step_s": statistics.median(medians), "trustworthy": all(r["trustworthy"] for r in results),
-              "spread_across_pct": 100 * (max(medians) - min(medians)) / statistics.median(medians)
-              if len(results) > 1 else None}
+    merged = {
+        **results[0],
+        "processes": len(results),
+        "process_step_s": medians,
+        "step_s": statistics.median(medians),
+        "trustworthy": all(r["trustworthy"] for r in results),
+        "spread_across_pct": 100 * (max(medians) - min(medians)) / statistics.median(medians)
+        if len(results) > 1
+        else None,
+    }
     for key in ("spread_pct", "spread_all_pct", "iqr_pct", "peak_mem_bytes"):
         values = [r[key] for r in results if r.get(key) is not None]
         merged[key] = max(values) if values else None
@@ -86,8 +106,17 @@ def measure_set(base: Spec, names: tuple[str, ...], processes: int) -> tuple[dic
     """The baseline in `processes` fresh processes (the first attributes its profile and runs the
     micro-benchmarks), then each other variant in one: (merged baseline, variant results)."""
     chunks = tuple(variants.get(n).ce_chunk for n in names if variants.get(n).ce_chunk is not None)
-    runs = [run(dataclasses.replace(base, variant=variants.BASELINE, predict=i == 0, ce_chunks=chunks,
-                                    profile_steps=max(base.profile_steps, 2) if i == 0 else 1))
-            for i in range(processes)]
+    runs = [
+        run(
+            dataclasses.replace(
+                base,
+                variant=variants.BASELINE,
+                predict=i == 0,
+                ce_chunks=chunks,
+                profile_steps=max(base.profile_steps, 2) if i == 0 else 1,
+            )
+        )
+        for i in range(processes)
+    ]
     others = [run(dataclasses.replace(base, variant=n, profile_steps=1)) for n in names if n != variants.BASELINE]
     return merge(runs), others

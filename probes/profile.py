@@ -62,8 +62,9 @@ def run(config: Config) -> ProbeResult:
     timed = [measure.scaling_point(session, n) for n in sorted(set(config.seq_lens))]
     padding = measure.padding_penalty(session)
     ce = measure.cross_entropy_table(session)
-    scaling, fit, coef = fit_scaling([measure.with_busy(session, r) for r in timed],
-                                     batch_size=config.batch_size, seq_len=config.seq_len)
+    scaling, fit, coef = fit_scaling(
+        [measure.with_busy(session, r) for r in timed], batch_size=config.batch_size, seq_len=config.seq_len
+    )
     step_s = _production_step_s(config, scaling, coef)
     result.tables.update(scaling=scaling, fit=fit, padding_penalty=padding, ce=measure.with_ce_share(ce, step_s))
     prof = measure.kernel_profile(session)
@@ -84,8 +85,13 @@ def _with_variants(result: ProbeResult, config: Config) -> None:
     result.tables.update(variants=rows, whatif=whatifs)
     result.artifacts["variants_evidence.json"] = evidence
     failed = [f"{r.variant}: {r.status}" for r in rows if r.status != "ok"]
-    result.checks.append(Check(name="variants_measured", ok=not failed,
-                               detail="; ".join(failed) if failed else f"{len(rows)} variant(s) measured"))
+    result.checks.append(
+        Check(
+            name="variants_measured",
+            ok=not failed,
+            detail="; ".join(failed) if failed else f"{len(rows)} variant(s) measured",
+        )
+    )
     result.summary["advice"] = advice
 
 
@@ -99,36 +105,52 @@ def _production_step_s(config: Config, scaling: list[ScalingRow], coef) -> float
 def _not_loaded(result: ProbeResult, session: measure.Session, message: str) -> ProbeResult:
     """The model (or its LoRA) did not fit: one row per length saying so, and a failed check."""
     b = session.config.batch_size
-    result.tables["scaling"] = [ScalingRow(seq_len=n, batch_size=b, tokens=b * n, status=message)
-                                for n in sorted(set(session.config.seq_lens))]
+    result.tables["scaling"] = [
+        ScalingRow(seq_len=n, batch_size=b, tokens=b * n, status=message) for n in sorted(set(session.config.seq_lens))
+    ]
     result.summary = {"device": str(session.device), "harness": session.config.harness, "status": message}
     result.checks.append(Check(name="model_loaded", ok=False, detail=message))
     return result
 
 
-def _summarise(result: ProbeResult, session: measure.Session, scaling: list[ScalingRow],
-               step_s: float | None, prof: kernels.Profile | None) -> None:
+def _summarise(
+    result: ProbeResult,
+    session: measure.Session,
+    scaling: list[ScalingRow],
+    step_s: float | None,
+    prof: kernels.Profile | None,
+) -> None:
     c, cuda = session.config, session.device.type == "cuda"
     fitted = [r.seq_len for r in scaling if r.in_fit]
     errors = [r.heldout_err_pct for r in scaling if r.in_fit and r.heldout_err_pct is not None]
     padding = {r.case: r for r in result.tables["padding_penalty"]}
     measured = any(r.seq_len == c.seq_len and r.step_s is not None for r in scaling)
-    summary = {"device": torch.cuda.get_device_name(session.device) if cuda else "cpu",
-               "harness": c.harness, "seq_len": c.seq_len, "step_s": step_s,
-               "step_s_source": "measured" if measured else "fitted" if step_s is not None else None,
-               "fitted_lens": fitted, "launch_bound_lens": [r.seq_len for r in scaling if r.launch_bound],
-               "max_heldout_err_pct": max(errors) if errors else None}
+    summary = {
+        "device": torch.cuda.get_device_name(session.device) if cuda else "cpu",
+        "harness": c.harness,
+        "seq_len": c.seq_len,
+        "step_s": step_s,
+        "step_s_source": "measured" if measured else "fitted" if step_s is not None else None,
+        "fitted_lens": fitted,
+        "launch_bound_lens": [r.seq_len for r in scaling if r.launch_bound],
+        "max_heldout_err_pct": max(errors) if errors else None,
+    }
     summary.update({f"{f.term}_share_pct": f.share_at_production_pct for f in result.tables["fit"]})
     if "half_padded" in padding:
         summary["padding_penalty_same_shape_pct"] = padding["half_padded"].penalty_same_shape_pct
         summary["padding_penalty_same_tokens_pct"] = padding["half_padded"].penalty_same_tokens_pct
     if prof is not None:
         wall = step_s if cuda and step_s else prof.wall_s / prof.num_steps
-        summary.update(kernel_s_per_step=prof.kernel_s_per_step, step_wall_s=wall,
-                       gpu_busy_frac=kernels.busy_per_step_s(prof) / wall if cuda else None)
+        summary.update(
+            kernel_s_per_step=prof.kernel_s_per_step,
+            step_wall_s=wall,
+            gpu_busy_frac=kernels.busy_per_step_s(prof) / wall if cuda else None,
+        )
     if not cuda:
-        summary["note"] = ("CPU: kernel rows are CPU ops by self time; gpu_busy_frac and launch_bound "
-                           "are None, so every point is fitted")
+        summary["note"] = (
+            "CPU: kernel rows are CPU ops by self time; gpu_busy_frac and launch_bound "
+            "are None, so every point is fitted"
+        )
     result.summary = summary
     result.checks += _checks(scaling, prof, summary.get("step_wall_s"))
 
@@ -140,17 +162,28 @@ def _checks(scaling: list[ScalingRow], prof: kernels.Profile | None, step_wall_s
     errors = [r.heldout_err_pct for r in scaling if r.in_fit and r.heldout_err_pct is not None]
     noisy = [r.seq_len for r in scaling if r.status == "ok" and not r.launch_bound and r.spread_pct > 2]
     checks = [
-        Check(name="fit_has_3_points", ok=len(fitted) >= 3,
-              detail=f"fitted {fitted}; left out as launch-bound {launch}; "
-                     f"oom/failed {[r.seq_len for r in scaling if r.status != 'ok']}"),
+        Check(
+            name="fit_has_3_points",
+            ok=len(fitted) >= 3,
+            detail=f"fitted {fitted}; left out as launch-bound {launch}; "
+            f"oom/failed {[r.seq_len for r in scaling if r.status != 'ok']}",
+        ),
         # three points are fitted exactly: with fewer than 4 nothing was held out, so not measured
-        Check(name="heldout_err_le_5pct", ok=len(fitted) >= 4 and bool(errors) and max(errors) <= 5.0,
-              detail=f"not measured: needs >= 4 GPU-bound fitted points, got {len(fitted)}"
-              if len(fitted) < 4 or not errors else f"max {max(errors):.2f}% over {len(fitted)} fitted points"),
+        Check(
+            name="heldout_err_le_5pct",
+            ok=len(fitted) >= 4 and bool(errors) and max(errors) <= 5.0,
+            detail=f"not measured: needs >= 4 GPU-bound fitted points, got {len(fitted)}"
+            if len(fitted) < 4 or not errors
+            else f"max {max(errors):.2f}% over {len(fitted)} fitted points",
+        ),
         Check(name="spread_le_2pct", ok=not noisy, detail=f"GPU-bound lengths above 2%: {noisy}"),
     ]
     if prof is not None:
-        checks.append(Check(
-            name="kernel_time_le_step", ok=prof.kernel_s_per_step <= step_wall_s,
-            detail=f"{prof.kernel_s_per_step:.4f} s of kernels per {step_wall_s:.4f} s step"))
+        checks.append(
+            Check(
+                name="kernel_time_le_step",
+                ok=prof.kernel_s_per_step <= step_wall_s,
+                detail=f"{prof.kernel_s_per_step:.4f} s of kernels per {step_wall_s:.4f} s step",
+            )
+        )
     return checks

@@ -37,8 +37,11 @@ class Config(StepConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(len(set(self.seq_lens)) >= 3, "seq_lens", f"needs >= 3 distinct lengths (quadratic, linear "
-                f"and fixed terms), got {list(self.seq_lens)}")
+        require(
+            len(set(self.seq_lens)) >= 3,
+            "seq_lens",
+            f"needs >= 3 distinct lengths (quadratic, linear and fixed terms), got {list(self.seq_lens)}",
+        )
         require(min(self.seq_lens) >= 2 and self.seq_len >= 2, "seq_lens", "`seq_lens`/`seq_len` must be >= 2")
         for name in ("batch_size", "steps", "profile_steps", "processes"):
             require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")

@@ -46,7 +46,7 @@ class FitRow:
 def design(seq_lens, batch_size: int) -> np.ndarray:
     """Columns of the fit: batch*L^2 (attention), batch*L (per token), 1 (per batch)."""
     lengths = np.asarray(seq_lens, dtype=float)
-    return np.stack([batch_size * lengths ** 2, batch_size * lengths, np.ones_like(lengths)], axis=1)
+    return np.stack([batch_size * lengths**2, batch_size * lengths, np.ones_like(lengths)], axis=1)
 
 
 def predict(coef: np.ndarray, seq_len: int, batch_size: int) -> float:
@@ -73,8 +73,9 @@ def heldout_errors(seq_lens, step_s, batch_size: int) -> list[float | None]:
     return out
 
 
-def fit_scaling(rows: list[ScalingRow], *, batch_size: int,
-                seq_len: int) -> tuple[list[ScalingRow], list[FitRow], np.ndarray | None]:
+def fit_scaling(
+    rows: list[ScalingRow], *, batch_size: int, seq_len: int
+) -> tuple[list[ScalingRow], list[FitRow], np.ndarray | None]:
     """Fit the GPU-bound points; every row gets its fitted value and held-out error, every term its
     share at `seq_len` (the production length). Fewer than 3 GPU-bound points: no fit (coef None)."""
     fitted = [r for r in rows if r.status == "ok" and not r.launch_bound]
@@ -90,11 +91,16 @@ def fit_scaling(rows: list[ScalingRow], *, batch_size: int,
         err = errors.get(r.seq_len)
         if r.seq_len not in errors and r.step_s:  # left out of the fit: its error is held out already
             err = abs(fit_s - r.step_s) / r.step_s
-        out.append(dataclasses.replace(r, in_fit=r.seq_len in errors, fit_s=fit_s,
-                                       heldout_err_pct=None if err is None else 100 * err))
+        out.append(
+            dataclasses.replace(
+                r, in_fit=r.seq_len in errors, fit_s=fit_s, heldout_err_pct=None if err is None else 100 * err
+            )
+        )
     parts = design([seq_len], b)[0] * coef
     total = parts.sum()
     units = ("s per batch*token^2", "s per token", "s per batch")
-    fit = [FitRow(term=term, coef=float(c), unit=u, share_at_production_pct=float(100 * p / total))
-           for term, c, u, p in zip(TERMS, coef, units, parts)]
+    fit = [
+        FitRow(term=term, coef=float(c), unit=u, share_at_production_pct=float(100 * p / total))
+        for term, c, u, p in zip(TERMS, coef, units, parts)
+    ]
     return out, fit, coef

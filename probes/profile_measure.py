@@ -39,14 +39,21 @@ class Session:
         self.vocab_size = self.model.config.vocab_size
 
     def step(self, batch_size: int, seq_len: int, real_lengths=None) -> models.TrainStep:
-        batch = models.make_batch(vocab_size=self.vocab_size, batch_size=batch_size, seq_len=seq_len,
-                                  device=self.device, real_lengths=real_lengths)
+        batch = models.make_batch(
+            vocab_size=self.vocab_size,
+            batch_size=batch_size,
+            seq_len=seq_len,
+            device=self.device,
+            real_lengths=real_lengths,
+        )
         return models.train_step(self.model, self.harness, batch, chunk_tokens=self.config.ce_chunk)
 
     def micro_step(self, seq_lens: list[int]) -> models.TrainStep:
         """One step over several maskless batch-1 micro-batches (gradient accumulation)."""
-        batches = [models.make_batch(vocab_size=self.vocab_size, batch_size=1, seq_len=n, device=self.device,
-                                     seed=i) for i, n in enumerate(seq_lens)]
+        batches = [
+            models.make_batch(vocab_size=self.vocab_size, batch_size=1, seq_len=n, device=self.device, seed=i)
+            for i, n in enumerate(seq_lens)
+        ]
         return models.train_step(self.model, self.harness, batches, chunk_tokens=self.config.ce_chunk)
 
     def time(self, key: str, fn) -> tuple[Timings, int | None]:
@@ -79,9 +86,15 @@ def scaling_point(session: Session, seq_len: int) -> ScalingRow:
 
     def measure() -> ScalingRow:
         t, peak = session.time(f"scaling/{seq_len}", session.step(b, seq_len))
-        return ScalingRow(**base, step_s=t.median_s, spread_pct=100 * t.spread,
-                          spread_all_pct=100 * t.spread_all, iqr_pct=100 * t.iqr,
-                          steps=t.num_steps, peak_mem_bytes=peak)
+        return ScalingRow(
+            **base,
+            step_s=t.median_s,
+            spread_pct=100 * t.spread,
+            spread_all_pct=100 * t.spread_all,
+            iqr_pct=100 * t.iqr,
+            steps=t.num_steps,
+            peak_mem_bytes=peak,
+        )
 
     return oom_guard(session, measure, lambda msg: ScalingRow(**base, status=msg))
 
@@ -123,8 +136,9 @@ def _fast_path(config: Config, padding: str) -> bool | None:
     from probes import mask
 
     try:
-        result = mask.run(mask.Config(checkpoint=config.checkpoint, seq_len=config.seq_len,
-                                      batch_size=2, padding=padding))
+        result = mask.run(
+            mask.Config(checkpoint=config.checkpoint, seq_len=config.seq_len, batch_size=2, padding=padding)
+        )
     except Exception:
         return None
     return all(row.fast_path for row in result.tables["layers"])
@@ -134,22 +148,32 @@ def padding_penalty(session: Session) -> list[PaddingRow]:
     """Half-padded 2 x n against the same shape unpadded and the same real tokens unpadded."""
     n = session.config.seq_len
     half = max(1, n // 2)
-    cases = [("unpadded_same_shape", f"2x{n}", 2 * n, "none", lambda: session.step(2, n)),
-             ("unpadded_same_tokens", f"1x{n}+1x{half}", n + half, "none", lambda: session.micro_step([n, half])),
-             ("half_padded", f"2x{n}", n + half, "right", lambda: session.step(2, n, real_lengths=[n, half]))]
+    cases = [
+        ("unpadded_same_shape", f"2x{n}", 2 * n, "none", lambda: session.step(2, n)),
+        ("unpadded_same_tokens", f"1x{n}+1x{half}", n + half, "none", lambda: session.micro_step([n, half])),
+        ("half_padded", f"2x{n}", n + half, "right", lambda: session.step(2, n, real_lengths=[n, half])),
+    ]
     # One mask probe per padding mode, not per case: the two unpadded cases ask the same question.
     fast = {padding: _fast_path(session.config, padding) for padding in {c[3] for c in cases}}
     rows = []
     for case, shape, real, padding, make in cases:
-        base = dict(case=case, shape=shape, real_tokens=real, attention_mask=padding != "none",
-                    fast_path_all_layers=fast[padding])
+        base = dict(
+            case=case,
+            shape=shape,
+            real_tokens=real,
+            attention_mask=padding != "none",
+            fast_path_all_layers=fast[padding],
+        )
 
         def measure(case=case, base=base, make=make) -> PaddingRow:
             t, _ = session.time(f"padding/{case}", make())
             return PaddingRow(**base, step_s=t.median_s, spread_pct=100 * t.spread)
 
-        rows.append(oom_guard(session, measure, lambda msg, base=base: PaddingRow(
-            **base, step_s=None, spread_pct=None, status=msg)))
+        rows.append(
+            oom_guard(
+                session, measure, lambda msg, base=base: PaddingRow(**base, step_s=None, spread_pct=None, status=msg)
+            )
+        )
     same_shape, same_tokens, padded = (r.step_s for r in rows)
     if padded is not None:
         extra = {}
@@ -183,8 +207,9 @@ def cross_entropy_table(session: Session) -> list[CeRow]:
 
         def measure(chunk=chunk, mode=mode, base=base) -> CeRow:
             generator = torch.Generator(device=device).manual_seed(0)
-            hidden = torch.randn(tokens, weight.shape[1], device=device, dtype=weight.dtype,
-                                 generator=generator, requires_grad=True)
+            hidden = torch.randn(
+                tokens, weight.shape[1], device=device, dtype=weight.dtype, generator=generator, requires_grad=True
+            )
             labels = torch.randint(0, weight.shape[0], (tokens,), device=device, generator=generator)
 
             def ce_step() -> None:
@@ -194,18 +219,28 @@ def cross_entropy_table(session: Session) -> list[CeRow]:
             models.release(device)
             before = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
             t, peak = session.time(f"ce/{mode}", ce_step)
-            return CeRow(**base, ce_s=t.median_s, spread_pct=100 * t.spread,
-                         peak_mem_bytes=None if peak is None else peak - before,
-                         share_of_step_pct=None)
+            return CeRow(
+                **base,
+                ce_s=t.median_s,
+                spread_pct=100 * t.spread,
+                peak_mem_bytes=None if peak is None else peak - before,
+                share_of_step_pct=None,
+            )
 
-        rows.append(oom_guard(session, measure, lambda msg, base=base: CeRow(
-            **base, ce_s=None, spread_pct=None, peak_mem_bytes=None, share_of_step_pct=None, status=msg)))
+        rows.append(
+            oom_guard(
+                session,
+                measure,
+                lambda msg, base=base: CeRow(
+                    **base, ce_s=None, spread_pct=None, peak_mem_bytes=None, share_of_step_pct=None, status=msg
+                ),
+            )
+        )
     return rows
 
 
 def with_ce_share(rows: list[CeRow], step_s: float | None) -> list[CeRow]:
-    return [dataclasses.replace(r, share_of_step_pct=100 * r.ce_s / step_s) if r.ce_s and step_s else r
-            for r in rows]
+    return [dataclasses.replace(r, share_of_step_pct=100 * r.ce_s / step_s) if r.ce_s and step_s else r for r in rows]
 
 
 def kernel_profile(session: Session) -> kernels.Profile | None:

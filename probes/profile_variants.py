@@ -38,27 +38,49 @@ def _row(tokens: int, r: dict) -> VariantRow:
     if r.get("status") != "ok":
         return VariantRow(**base, status=r.get("status", "failed"))
     busy, across = r.get("gpu_busy_frac"), r.get("spread_across_pct")
-    return VariantRow(**base, processes=r.get("processes", 1), step_s=r["step_s"], tok_per_s=tokens / r["step_s"],
-                      spread_pct=r["spread_pct"], spread_across_pct=across, peak_mem_bytes=r.get("peak_mem_bytes"),
-                      gpu_busy_frac=busy, launch_bound=None if busy is None else busy < kernels.LAUNCH_BOUND_BELOW,
-                      trustworthy=r["trustworthy"] and (across is None or across <= 100 * MAX_SPREAD),
-                      attention_backends=",".join(r.get("attention_backends", [])) or None,
-                      compile_s=r.get("compile_s"))
+    return VariantRow(
+        **base,
+        processes=r.get("processes", 1),
+        step_s=r["step_s"],
+        tok_per_s=tokens / r["step_s"],
+        spread_pct=r["spread_pct"],
+        spread_across_pct=across,
+        peak_mem_bytes=r.get("peak_mem_bytes"),
+        gpu_busy_frac=busy,
+        launch_bound=None if busy is None else busy < kernels.LAUNCH_BOUND_BELOW,
+        trustworthy=r["trustworthy"] and (across is None or across <= 100 * MAX_SPREAD),
+        attention_backends=",".join(r.get("attention_backends", [])) or None,
+        compile_s=r.get("compile_s"),
+    )
 
 
 def measure(config: Config) -> tuple[list[VariantRow], list[whatif.WhatIfRow], list[str], str]:
     """(variants rows, whatif rows, advice, evidence JSON) for config.variant at the production shape."""
     names = variants.parse(config.variant)
-    spec = Spec(checkpoint=str(config.checkpoint), weights=config.weights, harness=config.harness,
-                lora_rank=config.lora_rank, lora_alpha=config.lora_alpha, batch_size=config.batch_size,
-                seq_len=config.seq_len, warmup_steps=config.warmup_steps, steps=config.steps,
-                max_steps=config.max_steps, ce_chunk=config.ce_chunk, device=config.device, seed=config.seed,
-                profile_steps=config.profile_steps)
+    spec = Spec(
+        checkpoint=str(config.checkpoint),
+        weights=config.weights,
+        harness=config.harness,
+        lora_rank=config.lora_rank,
+        lora_alpha=config.lora_alpha,
+        batch_size=config.batch_size,
+        seq_len=config.seq_len,
+        warmup_steps=config.warmup_steps,
+        steps=config.steps,
+        max_steps=config.max_steps,
+        ce_chunk=config.ce_chunk,
+        device=config.device,
+        seed=config.seed,
+        profile_steps=config.profile_steps,
+    )
     baseline, others = processes.measure_set(spec, names, config.processes)
     tokens = config.batch_size * config.seq_len
     baseline["tokens_per_step"] = tokens
     name = config.checkpoint.name
     evidence = {k: baseline.get(k) for k in ("process_step_s", "attributed_s", "microbench", "kernel_table")}
-    return ([_row(tokens, r) for r in (baseline, *others)], whatif.table(name, baseline, others),
-            whatif.advice(name, baseline, others, baseline.get("spread_across_pct")),
-            json.dumps(evidence, indent=1))
+    return (
+        [_row(tokens, r) for r in (baseline, *others)],
+        whatif.table(name, baseline, others),
+        whatif.advice(name, baseline, others, baseline.get("spread_across_pct")),
+        json.dumps(evidence, indent=1),
+    )

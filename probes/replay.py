@@ -86,9 +86,14 @@ class Config(StepConfig):
             require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         require(self.warmup_steps >= 0 and self.seed >= 0, "warmup_steps", "`warmup_steps` and `seed` must be >= 0")
         bad = [s for s in self.strategies if s not in batching.STRATEGIES or s == "packed"]
-        require(bool(self.strategies) and not bad, "strategies", f"cannot replay {bad} (fixed, longest, sorted, bucket)")
-        require(self.bucket_size is None or (self.bucket_size >= 1 and self.bucket_size % self.batch_size == 0),
-                "bucket_size", f"must be a multiple of `batch_size` {self.batch_size}, got {self.bucket_size}")
+        require(
+            bool(self.strategies) and not bad, "strategies", f"cannot replay {bad} (fixed, longest, sorted, bucket)"
+        )
+        require(
+            self.bucket_size is None or (self.bucket_size >= 1 and self.bucket_size % self.batch_size == 0),
+            "bucket_size",
+            f"must be a multiple of `batch_size` {self.batch_size}, got {self.bucket_size}",
+        )
         require(not self.fit_lens or len(set(self.fit_lens)) >= 3, "fit_lens", "needs >= 3 distinct widths")
         require(all(n >= 2 for n in self.fit_lens), "fit_lens", "must all be >= 2")
 
@@ -132,8 +137,17 @@ def _session(config: Config) -> measure.Session:
     """The profile probe's session (model, LoRA, harness), built for this replay's shapes."""
     widths = config.widths()
     step = {f.name: getattr(config, f.name) for f in dataclasses.fields(StepConfig)}
-    return measure.Session(profile.Config(**step, seq_lens=widths, batch_size=config.batch_size, seq_len=max(widths),
-                                          warmup_steps=2, steps=config.fit_steps, max_steps=3 * config.fit_steps))
+    return measure.Session(
+        profile.Config(
+            **step,
+            seq_lens=widths,
+            batch_size=config.batch_size,
+            seq_len=max(widths),
+            warmup_steps=2,
+            steps=config.fit_steps,
+            max_steps=3 * config.fit_steps,
+        )
+    )
 
 
 def shapes(config: Config, lengths: np.ndarray, strategy: str, bucket_size: int | None) -> list[np.ndarray]:
@@ -141,11 +155,17 @@ def shapes(config: Config, lengths: np.ndarray, strategy: str, bucket_size: int 
     out: list[np.ndarray] = []
     seed = config.seed
     while len(out) < config.num_steps:
-        epoch = batching.make(strategy, lengths, batch_size=config.batch_size, max_length=config.max_length,
-                              seed=seed, bucket_size=bucket_size)
+        epoch = batching.make(
+            strategy,
+            lengths,
+            batch_size=config.batch_size,
+            max_length=config.max_length,
+            seed=seed,
+            bucket_size=bucket_size,
+        )
         out += [epoch.batch(i) for i in range(epoch.num_batches)]
         seed += 1
-    return out[:config.num_steps]
+    return out[: config.num_steps]
 
 
 def warm_indices(batches: list[np.ndarray], warmup: int) -> np.ndarray:
@@ -156,26 +176,42 @@ def warm_indices(batches: list[np.ndarray], warmup: int) -> np.ndarray:
 def time_replay(session: measure.Session, batches: list[np.ndarray], warmup: int) -> list[float]:
     """Each batch as one optimizer step, timed alone, after warm-up steps of the widest batches."""
     c, device, model = session.config, session.device, session.model
-    built = [models.make_batch(vocab_size=session.vocab_size, batch_size=len(rows), seq_len=int(rows.max()),
-                               device=device, seed=i,
-                               real_lengths=None if rows.min() == rows.max() else rows.tolist())
-             for i, rows in enumerate(batches)]
+    built = [
+        models.make_batch(
+            vocab_size=session.vocab_size,
+            batch_size=len(rows),
+            seq_len=int(rows.max()),
+            device=device,
+            seed=i,
+            real_lengths=None if rows.min() == rows.max() else rows.tolist(),
+        )
+        for i, rows in enumerate(batches)
+    ]
     # The step the fit measured (the harness's contract: precision, optimizer, its own train_step),
     # with one optimizer shared across the replay, as in training.
     pieces = contract.resolve(session.harness)
     optimizer = pieces.make_optimizer([p for p in model.parameters() if p.requires_grad])
     loss_fn = pieces.loss_fn(c.ce_chunk)
-    steps = [models.TrainStep(model, loss_fn, b, optimizer, autocast_dtype=pieces.autocast_dtype,
-                              harness_step=pieces.train_step) for b in built]
+    steps = [
+        models.TrainStep(
+            model, loss_fn, b, optimizer, autocast_dtype=pieces.autocast_dtype, harness_step=pieces.train_step
+        )
+        for b in built
+    ]
     models.release(device)
     for i in warm_indices(batches, warmup):
         steps[i]()
     return [time_steps(step, device=device, warmup=0, steps=1).raw_s[0] for step in steps]
 
 
-
-def _rows(strategy: str, size: int | None, batches: list[np.ndarray], measured: list[float],
-          model: goodput.StepModel, seen: set[tuple[int, int]]) -> tuple[ReplayRow, list[StepRow]]:
+def _rows(
+    strategy: str,
+    size: int | None,
+    batches: list[np.ndarray],
+    measured: list[float],
+    model: goodput.StepModel,
+    seen: set[tuple[int, int]],
+) -> tuple[ReplayRow, list[StepRow]]:
     """`seen`: shapes the process has run (updated): a step at a new one pays model.new_shape_s."""
     rows = np.array([len(r) for r in batches])
     widths = np.array([int(r.max()) for r in batches])
@@ -183,26 +219,58 @@ def _rows(strategy: str, size: int | None, batches: list[np.ndarray], measured: 
     masked = np.array([r.min() != r.max() for r in batches])
     new = np.array([not ((r, w) in seen or seen.add((r, w))) for r, w in zip(rows.tolist(), widths.tolist())])
     predicted = model.predict(rows, widths, masked) + new * model.new_shape_s
-    steps = [StepRow(strategy=strategy, step=i, rows=int(rows[i]), width=int(widths[i]), real_tokens=int(real[i]),
-                     masked=bool(masked[i]), new_shape=bool(new[i]), predicted_s=float(predicted[i]),
-                     measured_s=measured[i]) for i in range(len(batches))]
+    steps = [
+        StepRow(
+            strategy=strategy,
+            step=i,
+            rows=int(rows[i]),
+            width=int(widths[i]),
+            real_tokens=int(real[i]),
+            masked=bool(masked[i]),
+            new_shape=bool(new[i]),
+            predicted_s=float(predicted[i]),
+            measured_s=measured[i],
+        )
+        for i in range(len(batches))
+    ]
     p, m = float(predicted.sum()), float(sum(measured))
-    return ReplayRow(strategy=strategy, bucket_size=size, num_steps=len(batches), real_tokens=int(real.sum()),
-                     padded_tokens=int((rows * widths).sum() - real.sum()), predicted_s=p, measured_s=m,
-                     error_pct=100 * (p - m) / m, predicted_tok_per_s=real.sum() / p,
-                     measured_tok_per_s=real.sum() / m), steps
+    return ReplayRow(
+        strategy=strategy,
+        bucket_size=size,
+        num_steps=len(batches),
+        real_tokens=int(real.sum()),
+        padded_tokens=int((rows * widths).sum() - real.sum()),
+        predicted_s=p,
+        measured_s=m,
+        error_pct=100 * (p - m) / m,
+        predicted_tok_per_s=real.sum() / p,
+        measured_tok_per_s=real.sum() / m,
+    ), steps
 
 
-def _tables(config: Config, plans: dict, measured: dict, model: goodput.StepModel, size: int | None,
-            seen: set[tuple[int, int]]) -> tuple[list[ReplayRow], list[StepRow]]:
+def _tables(
+    config: Config, plans: dict, measured: dict, model: goodput.StepModel, size: int | None, seen: set[tuple[int, int]]
+) -> tuple[list[ReplayRow], list[StepRow]]:
     """Rows of every strategy, in the order they ran (shapes run before count as seen)."""
     replay_rows, step_rows = [], []
     for s, times in measured.items():
         bucket = size if s == "bucket" else None
         if isinstance(times, str):  # an out-of-memory: a row saying so
-            replay_rows.append(ReplayRow(strategy=s, bucket_size=bucket, num_steps=0, real_tokens=0,
-                                         padded_tokens=0, predicted_s=None, measured_s=None, error_pct=None,
-                                         predicted_tok_per_s=None, measured_tok_per_s=None, status=times))
+            replay_rows.append(
+                ReplayRow(
+                    strategy=s,
+                    bucket_size=bucket,
+                    num_steps=0,
+                    real_tokens=0,
+                    padded_tokens=0,
+                    predicted_s=None,
+                    measured_s=None,
+                    error_pct=None,
+                    predicted_tok_per_s=None,
+                    measured_tok_per_s=None,
+                    status=times,
+                )
+            )
             continue
         seen |= {(len(b), int(b.max())) for b in (plans[s][i] for i in warm_indices(plans[s], config.warmup_steps))}
         row, steps = _rows(s, bucket, plans[s], times, model, seen)
@@ -221,14 +289,19 @@ def _bucket_size(config: Config, data: corpus_mod.Lengths) -> int | None:
     """--bucket-size, or the bucket probe's 90%-gain size when `bucket` is replayed without one."""
     if "bucket" not in config.strategies or config.bucket_size is not None:
         return config.bucket_size
-    require(data.num_samples > config.batch_size, "batch_size", f"{config.lengths or config.corpus}: "
-            f"{data.num_samples} samples, bucketing needs more than `batch_size` {config.batch_size}")
+    require(
+        data.num_samples > config.batch_size,
+        "batch_size",
+        f"{config.lengths or config.corpus}: "
+        f"{data.num_samples} samples, bucketing needs more than `batch_size` {config.batch_size}",
+    )
     return batching.bucket_size_90pct(data.length, batch_size=config.batch_size, max_length=config.max_length)
 
 
 def run(config: Config) -> ProbeResult:
-    data = corpus_mod.load(corpus=config.corpus, lengths=config.lengths, checkpoint=config.checkpoint,
-                           cache_dir=config.cache_dir)
+    data = corpus_mod.load(
+        corpus=config.corpus, lengths=config.lengths, checkpoint=config.checkpoint, cache_dir=config.cache_dir
+    )
     size = _bucket_size(config, data)
     given = replay_model.given_model(config.profile)
     session = _session(config)
@@ -242,8 +315,10 @@ def run(config: Config) -> ProbeResult:
     widest_first = [] if given else [replay_model.fit_point(session, w) for w in config.widths()[::-1]]
     points = sorted(widest_first, key=lambda r: r.seq_len)
     plans = {s: shapes(config, data.length, s, size) for s in config.strategies}
-    measured = {s: measure.oom_guard(session, lambda b=b: time_replay(session, b, config.warmup_steps),
-                                     lambda msg: msg) for s, b in plans.items()}
+    measured = {
+        s: measure.oom_guard(session, lambda b=b: time_replay(session, b, config.warmup_steps), lambda msg: msg)
+        for s, b in plans.items()
+    }
     model = given
     if not given:
         scaling, fit, model = replay_model.model_here(session, [replay_model.with_busy(session, r) for r in points])
@@ -253,18 +328,30 @@ def run(config: Config) -> ProbeResult:
     seen = set() if given else {(config.batch_size, w) for w in config.widths()}
     replay_rows, step_rows = _tables(config, plans, measured, model, size, seen)
     result.tables.update(replay=replay_rows, replay_steps=step_rows)
-    result.summary.update(step_model=model.source, fit_lens=[model.min_len, model.max_len],
-                          new_shape_s=model.new_shape_s,
-                          launch_points=[list(p) for p in model.launch_points],
-                          **{f"error_pct_{r.strategy}": r.error_pct for r in replay_rows})
+    result.summary.update(
+        step_model=model.source,
+        fit_lens=[model.min_len, model.max_len],
+        new_shape_s=model.new_shape_s,
+        launch_points=[list(p) for p in model.launch_points],
+        **{f"error_pct_{r.strategy}": r.error_pct for r in replay_rows},
+    )
     result.artifacts["timings.json"] = json.dumps(session.raw, indent=1)
     result.checks.append(_within_limit(replay_rows))
     return result
 
 
 def _within_limit(replay_rows: list[ReplayRow]) -> Check:
-    bad = {r.strategy: r.error_pct if r.status == "ok" else r.status for r in replay_rows
-           if r.status != "ok" or abs(r.error_pct) > LIMIT_PCT}
-    return Check(name="replay_within_5pct", ok=not bad, detail=(
-        f"|predicted - measured| / measured above {LIMIT_PCT:g}% or not measured: {bad}" if bad else
-        "; ".join(f"{r.strategy} {r.error_pct:+.2f}%" for r in replay_rows)))
+    bad = {
+        r.strategy: r.error_pct if r.status == "ok" else r.status
+        for r in replay_rows
+        if r.status != "ok" or abs(r.error_pct) > LIMIT_PCT
+    }
+    return Check(
+        name="replay_within_5pct",
+        ok=not bad,
+        detail=(
+            f"|predicted - measured| / measured above {LIMIT_PCT:g}% or not measured: {bad}"
+            if bad
+            else "; ".join(f"{r.strategy} {r.error_pct:+.2f}%" for r in replay_rows)
+        ),
+    )

@@ -26,10 +26,16 @@ def fit_point(session: measure.Session, width: int) -> ScalingRow:
 
     def time_it() -> ScalingRow:
         t, peak = session.time(f"fit/{width}", session.step(b, width, real_lengths=_padded_rows(b, width)))
-        timed = t.raw_s[t.num_warmup_configured or 0:]
-        return ScalingRow(**base, step_s=float(np.mean(timed)), spread_pct=100 * t.spread,
-                          spread_all_pct=100 * t.spread_all, iqr_pct=100 * t.iqr, steps=len(timed),
-                          peak_mem_bytes=peak)
+        timed = t.raw_s[t.num_warmup_configured or 0 :]
+        return ScalingRow(
+            **base,
+            step_s=float(np.mean(timed)),
+            spread_pct=100 * t.spread,
+            spread_all_pct=100 * t.spread_all,
+            iqr_pct=100 * t.iqr,
+            steps=len(timed),
+            peak_mem_bytes=peak,
+        )
 
     return measure.oom_guard(session, time_it, lambda msg: ScalingRow(**base, status=msg))
 
@@ -51,8 +57,11 @@ def new_shape_s(raw: dict[str, dict], first: str) -> float:
     """The one-off cost of a batch shape's first step: over the fit points, the mean of (first
     warm-up step - mean timed step), the mean since a replay sums them. The first point timed in the
     process is left out: it also pays the process's own first-step costs."""
-    extra = [t["raw_s"][0] - float(np.mean(t["raw_s"][t["num_warmup_configured"]:]))
-             for key, t in raw.items() if key.startswith("fit/") and key != first and t["num_warmup_configured"]]
+    extra = [
+        t["raw_s"][0] - float(np.mean(t["raw_s"][t["num_warmup_configured"] :]))
+        for key, t in raw.items()
+        if key.startswith("fit/") and key != first and t["num_warmup_configured"]
+    ]
     return max(0.0, float(np.mean(extra))) if extra else 0.0
 
 
@@ -64,11 +73,22 @@ def model_here(session: measure.Session, rows: list[ScalingRow]):
         return scaling, fit, None
     fitted = [r.seq_len for r in scaling if r.in_fit]
     launch = tuple((r.tokens, r.step_s) for r in scaling if r.launch_bound and r.seq_len < min(fitted))
-    return scaling, fit, goodput.StepModel(
-        quadratic_s=float(coef[0]), linear_s=float(coef[1]), fixed_s=float(coef[2]), min_len=min(fitted),
-        max_len=max(fitted), fit_batch_size=b, launch_points=launch,
-        launch_bound_in_fit=None if session.device.type != "cuda" else False,
-        new_shape_s=new_shape_s(session.raw, f"fit/{max(r.seq_len for r in rows)}"), source="measured in this session")
+    return (
+        scaling,
+        fit,
+        goodput.StepModel(
+            quadratic_s=float(coef[0]),
+            linear_s=float(coef[1]),
+            fixed_s=float(coef[2]),
+            min_len=min(fitted),
+            max_len=max(fitted),
+            fit_batch_size=b,
+            launch_points=launch,
+            launch_bound_in_fit=None if session.device.type != "cuda" else False,
+            new_shape_s=new_shape_s(session.raw, f"fit/{max(r.seq_len for r in rows)}"),
+            source="measured in this session",
+        ),
+    )
 
 
 def given_model(profile: Path | None) -> goodput.StepModel | None:

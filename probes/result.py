@@ -66,7 +66,7 @@ def shown(value: Any) -> str:
         text = _SHORT_REPR.repr(value)
     except ValueError:  # an int of more digits than Python will print
         text = f"<{type(value).__name__} too long to show>"
-    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS - 3]}..."
+    return text if len(text) <= SHOWN_CHARS else f"{text[: SHOWN_CHARS - 3]}..."
 
 
 _SHORT_REPR = reprlib.Repr()

@@ -36,5 +36,8 @@ class StepConfig:
         require(self.lora_rank >= 1, "lora_rank", f"must be >= 1, got {self.lora_rank}")
         require(math.isfinite(self.lora_alpha) and self.lora_alpha > 0, "lora_alpha", "must be a number > 0")
         require(self.ce_chunk >= 1, "ce_chunk", "must be >= 1")
-        require(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None, "device",
-                f"{self.device!r}: expected auto, cpu, cuda or cuda:N")
+        require(
+            re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None,
+            "device",
+            f"{self.device!r}: expected auto, cpu, cuda or cuda:N",
+        )

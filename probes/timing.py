@@ -42,7 +42,7 @@ class Timings:
 
     @property
     def window_s(self) -> tuple[float, ...]:
-        return self.raw_s[self.num_warmup:]
+        return self.raw_s[self.num_warmup :]
 
     @property
     def num_steps(self) -> int:
@@ -79,9 +79,16 @@ class Timings:
         return self.spread <= MAX_SPREAD
 
     def to_dict(self) -> dict:
-        return {"device": self.device, "num_warmup": self.num_warmup, "raw_s": list(self.raw_s),
-                "median_s": self.median_s, "spread": self.spread, "spread_all": self.spread_all, "iqr": self.iqr,
-                "num_warmup_configured": self.num_warmup_configured}
+        return {
+            "device": self.device,
+            "num_warmup": self.num_warmup,
+            "raw_s": list(self.raw_s),
+            "median_s": self.median_s,
+            "spread": self.spread,
+            "spread_all": self.spread_all,
+            "iqr": self.iqr,
+            "num_warmup_configured": self.num_warmup_configured,
+        }
 
 
 def _timed_call(step: Callable[[], object], device: torch.device, clock: Callable[[], float]) -> float:
@@ -97,9 +104,16 @@ def _timed_call(step: Callable[[], object], device: torch.device, clock: Callabl
     return clock() - begin
 
 
-def time_steps(step: Callable[[], object], *, device: torch.device | str, warmup: int, steps: int,
-               max_steps: int | None = None, max_spread: float = MAX_SPREAD,
-               clock: Callable[[], float] = time.perf_counter) -> Timings:
+def time_steps(
+    step: Callable[[], object],
+    *,
+    device: torch.device | str,
+    warmup: int,
+    steps: int,
+    max_steps: int | None = None,
+    max_spread: float = MAX_SPREAD,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Timings:
     """Time `step()`; extend while the last window's spread exceeds max_spread, up to max_steps.
     `clock` times CPU steps (injectable so tests can drive it)."""
     assert steps >= 1 and warmup >= 0
@@ -112,8 +126,7 @@ def time_steps(step: Callable[[], object], *, device: torch.device | str, warmup
     while len(timed) < max_steps and _spread(timed[-steps:]) > max_spread:
         timed.append(_timed_call(step, device, clock))
     num_warmup = warmup + len(timed) - steps
-    return Timings(raw_s=tuple(raw + timed), num_warmup=num_warmup, device=device.type,
-                   num_warmup_configured=warmup)
+    return Timings(raw_s=tuple(raw + timed), num_warmup=num_warmup, device=device.type, num_warmup_configured=warmup)
 
 
 def _spread(values: list[float]) -> float:

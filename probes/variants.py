@@ -63,25 +63,45 @@ def _fused_adamw(make_optimizer):
     def make(params) -> torch.optim.Optimizer:
         params = list(params)
         defaults = make_optimizer(params).defaults
-        return torch.optim.AdamW(params, lr=defaults.get("lr", 5e-5),
-                                 weight_decay=defaults.get("weight_decay", 0.0), fused=True)
+        return torch.optim.AdamW(
+            params, lr=defaults.get("lr", 5e-5), weight_decay=defaults.get("weight_decay", 0.0), fused=True
+        )
 
     return make
 
 
-FIXED: dict[str, Variant] = {v.name: v for v in (
-    Variant(BASELINE, "the harness as it is"),
-    Variant("bf16-autocast", "LoRA matmuls in bf16 under autocast; fp32 adapter weights and optimizer state kept",
-            autocast_dtype=torch.bfloat16, adapter_dtype=torch.float32),
-    Variant("bf16-adapters", "optimizer precision: adapter weights and AdamW state in bf16, "
-            "updates below a weight's bf16 resolution are lost", adapter_dtype=torch.bfloat16),
-    Variant("fused-adamw", "none expected: the same AdamW update in one fused kernel per tensor group; "
-            "replaces the harness's optimizer if it is not AdamW", fused_adamw=True),
-    Variant("grad-ckpt", "memory for time: every decoder layer's forward runs again in the backward",
-            gradient_checkpointing=True),
-    Variant("compile", "compile time before the first step (compile_s), recompiles on every new shape",
-            compile=True),
-)}
+FIXED: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        Variant(BASELINE, "the harness as it is"),
+        Variant(
+            "bf16-autocast",
+            "LoRA matmuls in bf16 under autocast; fp32 adapter weights and optimizer state kept",
+            autocast_dtype=torch.bfloat16,
+            adapter_dtype=torch.float32,
+        ),
+        Variant(
+            "bf16-adapters",
+            "optimizer precision: adapter weights and AdamW state in bf16, "
+            "updates below a weight's bf16 resolution are lost",
+            adapter_dtype=torch.bfloat16,
+        ),
+        Variant(
+            "fused-adamw",
+            "none expected: the same AdamW update in one fused kernel per tensor group; "
+            "replaces the harness's optimizer if it is not AdamW",
+            fused_adamw=True,
+        ),
+        Variant(
+            "grad-ckpt",
+            "memory for time: every decoder layer's forward runs again in the backward",
+            gradient_checkpointing=True,
+        ),
+        Variant(
+            "compile", "compile time before the first step (compile_s), recompiles on every new shape", compile=True
+        ),
+    )
+}
 CE_CHUNK = re.compile(r"ce-chunk=(\d+)")
 
 
@@ -95,8 +115,12 @@ def get(name: str) -> Variant:
     match = CE_CHUNK.fullmatch(name)
     if match:
         chunk = int(match.group(1))
-        return Variant(name, "memory for time: the same loss, a different peak of logits"
-                       + (" (0: full fp32 logits, HF's way)" if chunk == 0 else ""), ce_chunk=chunk)
+        return Variant(
+            name,
+            "memory for time: the same loss, a different peak of logits"
+            + (" (0: full fp32 logits, HF's way)" if chunk == 0 else ""),
+            ce_chunk=chunk,
+        )
     raise FieldError("variant", f"{name!r}: unknown (known: {known()})")
 
 

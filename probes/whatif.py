@@ -60,8 +60,10 @@ def _attribution_mismatch(att: dict[str, float], baseline: dict) -> str | None:
     gap = sum(att.values()) / kernel_s - 1.0
     if abs(gap) <= MAX_ATTRIBUTION_GAP:
         return None
-    return (f"not predicted: the attribution counts {1e3 * sum(att.values()):.1f} ms of kernel time a step, "
-            f"the device {1e3 * kernel_s:.1f} ms ({100 * gap:+.1f}%)")
+    return (
+        f"not predicted: the attribution counts {1e3 * sum(att.values()):.1f} ms of kernel time a step, "
+        f"the device {1e3 * kernel_s:.1f} ms ({100 * gap:+.1f}%)"
+    )
 
 
 def predict(name: str, baseline: dict) -> tuple[float | None, str]:
@@ -100,8 +102,10 @@ def predict(name: str, baseline: dict) -> tuple[float | None, str]:
         how.append(f"LoRA kernels {1e3 * lora_s:.1f} ms x (1 - {bench['lora'][name] / bench['lora']['baseline']:.2f})")
     if name in ("bf16-adapters", "fused-adamw"):
         saving += _ratio_saving(opt_s, bench["optimizer"], name)
-        how.append(f"optimizer kernels {1e3 * opt_s:.1f} ms x "
-                   f"(1 - {bench['optimizer'][name] / bench['optimizer']['baseline']:.2f})")
+        how.append(
+            f"optimizer kernels {1e3 * opt_s:.1f} ms x "
+            f"(1 - {bench['optimizer'][name] / bench['optimizer']['baseline']:.2f})"
+        )
     return 100 * saving / step_s, "; ".join(how)
 
 
@@ -125,15 +129,24 @@ def table(model: str, baseline: dict, results: list[dict]) -> list[WhatIfRow]:
         if predicted is not None and baseline.get("gpu_busy_frac") is not None and baseline["gpu_busy_frac"] < 0.9:
             basis += "; the baseline is launch-bound: removed kernel time may not shorten the step"
         if predicted is not None and r.get("gpu_busy_frac") is not None and r["gpu_busy_frac"] < 0.9:
-            basis += (f"; the variant's step is launch-bound (GPU busy {r['gpu_busy_frac']:.2f}): "
-                      "its host, not the kernels removed, sets its time")
+            basis += (
+                f"; the variant's step is launch-bound (GPU busy {r['gpu_busy_frac']:.2f}): "
+                "its host, not the kernels removed, sets its time"
+            )
         measured = _saving_pct(baseline, r)
-        rows.append(WhatIfRow(
-            model=model, variant=r["variant"], predicted_saving_pct=predicted, measured_saving_pct=measured,
-            error_pp=None if predicted is None or measured is None else predicted - measured,
-            kernel_saving_pct=_kernel_saving_pct(baseline, r),
-            peak_mem_before_bytes=baseline.get("peak_mem_bytes"), peak_mem_after_bytes=r.get("peak_mem_bytes"),
-            basis=basis if r.get("status") == "ok" else f"{basis}; not measured: {r.get('status')}"))
+        rows.append(
+            WhatIfRow(
+                model=model,
+                variant=r["variant"],
+                predicted_saving_pct=predicted,
+                measured_saving_pct=measured,
+                error_pp=None if predicted is None or measured is None else predicted - measured,
+                kernel_saving_pct=_kernel_saving_pct(baseline, r),
+                peak_mem_before_bytes=baseline.get("peak_mem_bytes"),
+                peak_mem_after_bytes=r.get("peak_mem_bytes"),
+                basis=basis if r.get("status") == "ok" else f"{basis}; not measured: {r.get('status')}",
+            )
+        )
     return rows
 
 
@@ -144,14 +157,22 @@ def _gib(value: int | None) -> str:
 def advice(model: str, baseline: dict, results: list[dict], noise_pct: float | None) -> list[str]:
     """Measured changes ranked by speed-up: variant, tok/s before -> after, speed-up, peak, caveat."""
     tokens = baseline.get("tokens_per_step")
-    ranked = sorted((r for r in results if _saving_pct(baseline, r) is not None),
-                    key=lambda r: baseline["step_s"] / r["step_s"], reverse=True)
+    ranked = sorted(
+        (r for r in results if _saving_pct(baseline, r) is not None),
+        key=lambda r: baseline["step_s"] / r["step_s"],
+        reverse=True,
+    )
     lines = []
     for r in ranked:
         speedup = baseline["step_s"] / r["step_s"]
-        noise = (f" (within the baseline's {noise_pct:.1f}% across-process spread)"
-                 if noise_pct is not None and abs(100 * (speedup - 1)) <= noise_pct else "")
-        lines.append(f"{model} {r['variant']}: {tokens / baseline['step_s']:,.0f} -> {tokens / r['step_s']:,.0f} "
-                     f"tok/s (x{speedup:.3f}){noise}, peak {_gib(baseline.get('peak_mem_bytes'))} -> "
-                     f"{_gib(r.get('peak_mem_bytes'))}; {r['caveat']}")
+        noise = (
+            f" (within the baseline's {noise_pct:.1f}% across-process spread)"
+            if noise_pct is not None and abs(100 * (speedup - 1)) <= noise_pct
+            else ""
+        )
+        lines.append(
+            f"{model} {r['variant']}: {tokens / baseline['step_s']:,.0f} -> {tokens / r['step_s']:,.0f} "
+            f"tok/s (x{speedup:.3f}){noise}, peak {_gib(baseline.get('peak_mem_bytes'))} -> "
+            f"{_gib(r.get('peak_mem_bytes'))}; {r['caveat']}"
+        )
     return lines

@@ -80,8 +80,13 @@ def _build(spec: Spec, pieces: contract.Contract, variant: variants.Variant, dev
 
 
 def _step(spec: Spec, model, pieces: contract.Contract, chunk: int, device: torch.device) -> models.TrainStep:
-    batch = models.make_batch(vocab_size=model.config.vocab_size, batch_size=spec.batch_size,
-                              seq_len=spec.seq_len, device=device, seed=spec.seed)
+    batch = models.make_batch(
+        vocab_size=model.config.vocab_size,
+        batch_size=spec.batch_size,
+        seq_len=spec.seq_len,
+        device=device,
+        seed=spec.seed,
+    )
     return models.train_step(model, pieces.harness, batch, chunk_tokens=chunk, contract=pieces)
 
 
@@ -120,20 +125,32 @@ def _gc_watched(out: dict):
     finally:
         gc.callbacks.remove(watch)
         gc.unfreeze()
-        out["gc_during_timing"] = {"collections": len(pauses), "full_collections": sum(g == 2 for g, _ in pauses),
-                                   "pause_ms_total": 1e3 * sum(s for _, s in pauses),
-                                   "pause_ms_max": 1e3 * max((s for _, s in pauses), default=0.0)}
+        out["gc_during_timing"] = {
+            "collections": len(pauses),
+            "full_collections": sum(g == 2 for g, _ in pauses),
+            "pause_ms_total": 1e3 * sum(s for _, s in pauses),
+            "pause_ms_max": 1e3 * max((s for _, s in pauses), default=0.0),
+        }
 
 
 def _timed(spec: Spec, model, step, device: torch.device, out: dict) -> None:
     first_s = _first_call_s(step, device)
     with _gc_watched(out):
-        t = time_steps(step, device=device, warmup=max(0, spec.warmup_steps - 1), steps=spec.steps,
-                       max_steps=spec.max_steps)
-    out.update(timings=t.to_dict(), step_s=t.median_s, spread_pct=100 * t.spread,
-               spread_all_pct=100 * t.spread_all, iqr_pct=100 * t.iqr, trustworthy=t.trustworthy,
-               steps=t.num_steps, warmup_steps=t.num_warmup + 1, peak_mem_bytes=models.peak_mem_bytes(device),
-               optimizer=contract.optimizer_class(step.optimizer))
+        t = time_steps(
+            step, device=device, warmup=max(0, spec.warmup_steps - 1), steps=spec.steps, max_steps=spec.max_steps
+        )
+    out.update(
+        timings=t.to_dict(),
+        step_s=t.median_s,
+        spread_pct=100 * t.spread,
+        spread_all_pct=100 * t.spread_all,
+        iqr_pct=100 * t.iqr,
+        trustworthy=t.trustworthy,
+        steps=t.num_steps,
+        warmup_steps=t.num_warmup + 1,
+        peak_mem_bytes=models.peak_mem_bytes(device),
+        optimizer=contract.optimizer_class(step.optimizer),
+    )
     out["harness_step"]["optimizer_class"] = out["optimizer"]
     if spec.variant == "compile":
         out["compile_s"] = first_s - t.median_s
@@ -157,9 +174,14 @@ def measure(spec: Spec) -> dict:
     harness = reference.load_harness(spec.harness)
     variant = variants.get(spec.variant)
     pieces = variant.contract(contract.resolve(harness))
-    out: dict = {"variant": variant.name, "caveat": variant.caveat, "status": "ok",
-                 "harness_step": pieces.describe(), "harness_fallbacks": list(pieces.fallbacks),
-                 "harness_env": contract.fingerprint(harness)}
+    out: dict = {
+        "variant": variant.name,
+        "caveat": variant.caveat,
+        "status": "ok",
+        "harness_step": pieces.describe(),
+        "harness_fallbacks": list(pieces.fallbacks),
+        "harness_env": contract.fingerprint(harness),
+    }
     chunk = spec.ce_chunk if variant.ce_chunk is None else variant.ce_chunk
     if variant.ce_chunk is not None and "chunk_tokens" not in _loss_params(harness):
         return {**out, "status": f"not applicable: {spec.harness}.compute_loss takes no chunk_tokens"}

@@ -27,10 +27,14 @@ def format_table(rows: Iterable[dict[str, Any]], title: str | None = None) -> st
     columns = list(dict.fromkeys(k for r in rows for k in r))
     cells = [[format_value(r.get(c)) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    numeric = [all(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool)
-                   for r in rows if r.get(c) is not None) for c in columns]
+    numeric = [
+        all(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) for r in rows if r.get(c) is not None)
+        for c in columns
+    ]
+
     def line(values):
         return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric)).rstrip()
+
     out = [title] if title else []
     out += [line(columns), line(["-" * w for w in widths])]
     out += [line(row) for row in cells]

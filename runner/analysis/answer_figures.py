@@ -16,8 +16,13 @@ from runner.analysis.drift import SPREAD_LIMIT_PCT
 
 PROBE_ORDER = ("mask", "padding", "bucket", "carrier", "profile")
 """The order answers are shown in when no plan gives one."""
-TABLES = {"mask": ("layers",), "padding": ("strategies",), "bucket": ("sweep",), "carrier": ("carriers",),
-          "profile": ("fit",)}
+TABLES = {
+    "mask": ("layers",),
+    "padding": ("strategies",),
+    "bucket": ("sweep",),
+    "carrier": ("carriers",),
+    "profile": ("fit",),
+}
 """The tables each probe's answer is computed from."""
 QUESTIONS = {
     "mask": "mask: does every layer keep the fast path, and do packed sequences stay apart?",
@@ -58,14 +63,21 @@ def mask(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> tuple[
     full, slide = layers[~sliding], layers[sliding]
     slow = full[~_flag(full, "fast_path")]["layer"].tolist()
     leaks = layers[_flag(layers, "cross_sequence")]["layer"].tolist()
-    row = {"seq_len": config.get("seq_len"), "padding": config.get("padding"), "layers": len(layers),
-           "full_fast_path": f"{len(full) - len(slow)} of {len(full)}", "lose_fast_path": layer_ranges(slow),
-           "sliding_band_ok": f"{int(_flag(slide, 'band_ok').sum())} of {len(slide)}" if len(slide) else "-",
-           "cross_sequence": layer_ranges(leaks)}
+    row = {
+        "seq_len": config.get("seq_len"),
+        "padding": config.get("padding"),
+        "layers": len(layers),
+        "full_fast_path": f"{len(full) - len(slow)} of {len(full)}",
+        "lose_fast_path": layer_ranges(slow),
+        "sliding_band_ok": f"{int(_flag(slide, 'band_ok').sum())} of {len(slide)}" if len(slide) else "-",
+        "cross_sequence": layer_ranges(leaks),
+    }
     notes = []
     if slow and config.get("padding", "none") != "none":
-        notes.append(f"padding {config['padding']}: the batch needs an explicit mask, so full layers lose "
-                     "the fast path by design")
+        notes.append(
+            f"padding {config['padding']}: the batch needs an explicit mask, so full layers lose "
+            "the fast path by design"
+        )
     return [row], notes
 
 
@@ -95,11 +107,14 @@ def bucket(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> tupl
         return [{"bucket_size_90pct_gain": size}], []
     pick = sweep[sweep["bucket_size"] == size].iloc[0]
     random, whole = sweep.iloc[0], sweep.iloc[-1]
-    row = {"bucket_size_90pct_gain": int(size), "pad_pct": 100.0 * float(pick["pad_fraction"]),
-           "random_pad_pct": 100.0 * float(random["pad_fraction"]),
-           "global_sort_pad_pct": 100.0 * float(whole["pad_fraction"]),
-           "sources_per_batch": float(pick["sources_per_batch"]),
-           "random_sources_per_batch": float(random["sources_per_batch"])}
+    row = {
+        "bucket_size_90pct_gain": int(size),
+        "pad_pct": 100.0 * float(pick["pad_fraction"]),
+        "random_pad_pct": 100.0 * float(random["pad_fraction"]),
+        "global_sort_pad_pct": 100.0 * float(whole["pad_fraction"]),
+        "sources_per_batch": float(pick["sources_per_batch"]),
+        "random_sources_per_batch": float(random["sources_per_batch"]),
+    }
     return [row], []
 
 

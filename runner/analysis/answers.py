@@ -73,8 +73,13 @@ class ProbeAnswers:
     answers: list[Answer]
 
 
-def answers(store: Store, run_id: str, *, work: Iterable[tuple[str, str, str, str]] | None = None,
-            host_order: list[str] | None = None) -> list[ProbeAnswers]:
+def answers(
+    store: Store,
+    run_id: str,
+    *,
+    work: Iterable[tuple[str, str, str, str]] | None = None,
+    host_order: list[str] | None = None,
+) -> list[ProbeAnswers]:
     """Per probe (in the work's order), the answer of each host x checkpoint. See the module doc."""
     jobs = store.jobs()
     names = set(store.table_names())
@@ -92,8 +97,14 @@ Reader = Callable[[str, set[str]], pd.DataFrame]
 """(table name, run ids) -> the table's rows, at least those of these runs."""
 
 
-def build(jobs: pd.DataFrame, read: Reader, run_id: str, *, work: Iterable[tuple[str, str, str, str]] | None = None,
-          host_order: list[str] | None = None) -> list[ProbeAnswers]:
+def build(
+    jobs: pd.DataFrame,
+    read: Reader,
+    run_id: str,
+    *,
+    work: Iterable[tuple[str, str, str, str]] | None = None,
+    host_order: list[str] | None = None,
+) -> list[ProbeAnswers]:
     """`answers` over frames already read: `jobs` (all job rows) and `read(table_name, run_ids)`."""
     jobs = _plain_strings(jobs.sort_values("finished_at", kind="stable")) if not jobs.empty else jobs
     if work is None:  # the run's own jobs, probes in the usual order (a plan's order when given)
@@ -154,8 +165,19 @@ def _answer(rows: pd.DataFrame, key: tuple[str, str, str, str], run_id: str, row
     ok = rows[rows["status"] == "ok"]
     outcome = attempt["status"].iloc[0] if len(attempt) else "stored"
     reason = str(attempt["reason"].iloc[0] or "") if len(attempt) else ""
-    answer = Answer(probe=probe, host=host, checkpoint=checkpoint, config_hash=config_hash, outcome=outcome,
-                    reason=reason, run_id=None, earlier=False, figures=[], notes=[], changes=[])
+    answer = Answer(
+        probe=probe,
+        host=host,
+        checkpoint=checkpoint,
+        config_hash=config_hash,
+        outcome=outcome,
+        reason=reason,
+        run_id=None,
+        earlier=False,
+        figures=[],
+        notes=[],
+        changes=[],
+    )
     if ok.empty:
         return answer
     shown = ok.iloc[-1]
@@ -166,8 +188,13 @@ def _answer(rows: pd.DataFrame, key: tuple[str, str, str, str], run_id: str, row
     if not answer.earlier and len(ok) > 1:
         before = ok.iloc[-2]
         answer.previous_run = str(before["run_id"])
-        answer.changes = figs.changes(probe, _figures(probe, before, rows_of)[0], answer.figures,
-                                      str(before["run_id"]), before["checkpoint_fp"] != shown["checkpoint_fp"])
+        answer.changes = figs.changes(
+            probe,
+            _figures(probe, before, rows_of)[0],
+            answer.figures,
+            str(before["run_id"]),
+            before["checkpoint_fp"] != shown["checkpoint_fp"],
+        )
     return answer
 
 
@@ -177,7 +204,7 @@ def _figures(probe: str, job: pd.Series, rows_of: RowsOf) -> tuple[list[dict], l
     summary = json.loads(job["summary_json"] or "{}")
     config = json.loads(job["config_json"] or "{}")
     reason = str(job["reason"] or "")
-    failed = reason[len(CHECKS_FAILED):].split(", ") if reason.startswith(CHECKS_FAILED) else []
+    failed = reason[len(CHECKS_FAILED) :].split(", ") if reason.startswith(CHECKS_FAILED) else []
     extract = figs.EXTRACTORS.get(probe, figs.generic)
     rows, notes = extract(tables, summary, config)
     for row in rows:
@@ -193,15 +220,24 @@ def _section(probe: str, found: list[Answer], host_order: list[str]) -> ProbeAns
     found.sort(key=lambda a: (a.checkpoint, hosts.index(a.host) if a.host in hosts else len(hosts), a.host))
     if baseline is not None:
         _add_ratios(found, baseline, ratio_of)
-    return ProbeAnswers(probe=probe, question=figs.QUESTIONS.get(probe, f"{probe}: the summary's figures"),
-                        hosts=hosts, baseline=baseline if baseline is not None else None,
-                        ratio_of=ratio_of if baseline is not None else None, answers=found)
+    return ProbeAnswers(
+        probe=probe,
+        question=figs.QUESTIONS.get(probe, f"{probe}: the summary's figures"),
+        hosts=hosts,
+        baseline=baseline if baseline is not None else None,
+        ratio_of=ratio_of if baseline is not None else None,
+        answers=found,
+    )
 
 
 def _add_ratios(found: list[Answer], baseline: str, metric: str) -> None:
     """Each row's metric over the baseline host's, for the same checkpoint and row identity."""
-    base = {(a.checkpoint, a.config_hash, figs.row_identity(r)): r.get(metric)
-            for a in found if a.host == baseline for r in a.figures}
+    base = {
+        (a.checkpoint, a.config_hash, figs.row_identity(r)): r.get(metric)
+        for a in found
+        if a.host == baseline
+        for r in a.figures
+    }
     for answer in found:
         for row in answer.figures:
             ref = base.get((answer.checkpoint, answer.config_hash, figs.row_identity(row)))
@@ -215,8 +251,13 @@ def to_json(sections: list[ProbeAnswers]) -> list[dict[str, Any]]:
 
 
 # -- text ---------------------------------------------------------------------------------------
-def answers_text(store: Store, run_id: str, *, work: Iterable[tuple[str, str, str, str]] | None = None,
-                 host_order: list[str] | None = None) -> str:
+def answers_text(
+    store: Store,
+    run_id: str,
+    *,
+    work: Iterable[tuple[str, str, str, str]] | None = None,
+    host_order: list[str] | None = None,
+) -> str:
     """The end of a sweep: per probe, its answer for each host x checkpoint (see `answers`)."""
     return render_text(answers(store, run_id, work=work, host_order=host_order), run_id)
 
@@ -243,8 +284,9 @@ def table_rows(section: ProbeAnswers) -> list[dict[str, Any]]:
     drop = {"checks"} if section.probe != "mask" and all(r.get("checks") == "ok" for r in out) else set()
     if all(r.get("model") in (None, r["checkpoint"]) for r in out):
         drop.add("model")
-    keep = [k for k in dict.fromkeys(k for r in out for k in r)
-            if k not in drop and any(r.get(k) is not None for r in out)]
+    keep = [
+        k for k in dict.fromkeys(k for r in out for k in r) if k not in drop and any(r.get(k) is not None for r in out)
+    ]
     return [{k: r.get(k) for k in keep} for r in out]
 
 
@@ -287,8 +329,10 @@ def _text_table(rows: list[dict[str, Any]]) -> str:
     columns = list(rows[0])
     cells = [["-" if r[c] is None else _cell(c, r[c]) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    right = [all(isinstance(r[c], (int, float)) and not isinstance(r[c], bool) for r in rows if r[c] is not None)
-             for c in columns]
+    right = [
+        all(isinstance(r[c], (int, float)) and not isinstance(r[c], bool) for r in rows if r[c] is not None)
+        for c in columns
+    ]
 
     def line(values: list[str]) -> str:
         return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, right)).rstrip()

@@ -75,16 +75,28 @@ class Comparison:
         return dataclasses.asdict(self)
 
 
-def compare(store: Store, probe: str, *, table: str | None = None, metric: str | None = None,
-            baseline: str | None = None, host_order: list[str] | None = None,
-            variants: list[str] | None = None) -> Comparison:
+def compare(
+    store: Store,
+    probe: str,
+    *,
+    table: str | None = None,
+    metric: str | None = None,
+    baseline: str | None = None,
+    host_order: list[str] | None = None,
+    variants: list[str] | None = None,
+) -> Comparison:
     table, metric = _choose(store, probe, table, metric)
     extra = [metric] if table == "jobs" else ["summary_json"] if table == SUMMARY else []
     jobs = _latest_ok_jobs(store, probe, extra=extra)
     if jobs.empty:
         raise InputError(f"{store.root}: no ok jobs of probe {probe!r} stored")
-    rows = (jobs if table == "jobs" else _summary_rows(jobs) if table == SUMMARY
-            else _table_rows(store, f"{probe}.{table}", jobs))
+    rows = (
+        jobs
+        if table == "jobs"
+        else _summary_rows(jobs)
+        if table == SUMMARY
+        else _table_rows(store, f"{probe}.{table}", jobs)
+    )
     if rows.empty:
         raise InputError(f"{store.root}: no rows of {probe}.{table} from its newest ok jobs")
     rows = _of_variants(rows, probe, table, variants)
@@ -99,12 +111,30 @@ def compare(store: Store, probe: str, *, table: str | None = None, metric: str |
     cells = _cells(rows, metric, dims)
     warnings = _fingerprint_warnings(rows) + _version_warnings(jobs) + _spread_warnings(rows, cells, dims)
     gpus = {h: _env(jobs[jobs["host"] == h]).get("gpu", "") for h in hosts}
-    return Comparison(probe=probe, table=table, metric=metric, baseline=baseline, hosts=hosts,
-                      rows=_pivot(cells, hosts, baseline), warnings=warnings, gpus=gpus)
+    return Comparison(
+        probe=probe,
+        table=table,
+        metric=metric,
+        baseline=baseline,
+        hosts=hosts,
+        rows=_pivot(cells, hosts, baseline),
+        warnings=warnings,
+        gpus=gpus,
+    )
 
 
-JOB_READ_COLUMNS = ["run_id", "job_id", "probe", "host", "checkpoint", "checkpoint_fp", "config_hash",
-                    "finished_at", "status", "env_json"]
+JOB_READ_COLUMNS = [
+    "run_id",
+    "job_id",
+    "probe",
+    "host",
+    "checkpoint",
+    "checkpoint_fp",
+    "config_hash",
+    "finished_at",
+    "status",
+    "env_json",
+]
 
 
 def _latest_ok_jobs(store: Store, probe: str, extra: list[str] = ()) -> pd.DataFrame:
@@ -134,7 +164,8 @@ def _choose(store: Store, probe: str, table: str | None, metric: str | None) -> 
     if metric is None:
         cols = ["wall_s"] if table == "jobs" else store.columns(f"{probe}.{table}")
         metric = next((m for m in METRIC_PREFERENCE if m in cols), None) or next(
-            (c for c in cols if c.endswith(("_s", "_per_s", "_fraction"))), cols[-1])
+            (c for c in cols if c.endswith(("_s", "_per_s", "_fraction"))), cols[-1]
+        )
     return table, metric
 
 
@@ -145,10 +176,18 @@ def _table_rows(store: Store, name: str, jobs: pd.DataFrame) -> pd.DataFrame:
 
 def _summary_rows(jobs: pd.DataFrame) -> pd.DataFrame:
     """One row per job: its key columns and the scalar figures of its summary (not the key's names)."""
-    figures = [{k: v for k, v in json.loads(s or "{}").items()
-                if isinstance(v, (int, float, str, bool)) and k not in jobs.columns} for s in jobs["summary_json"]]
-    return pd.concat([jobs.drop(columns=["summary_json"]).reset_index(drop=True),
-                      pd.DataFrame(figures, index=range(len(jobs)))], axis=1)
+    figures = [
+        {
+            k: v
+            for k, v in json.loads(s or "{}").items()
+            if isinstance(v, (int, float, str, bool)) and k not in jobs.columns
+        }
+        for s in jobs["summary_json"]
+    ]
+    return pd.concat(
+        [jobs.drop(columns=["summary_json"]).reset_index(drop=True), pd.DataFrame(figures, index=range(len(jobs)))],
+        axis=1,
+    )
 
 
 def _of_variants(rows: pd.DataFrame, probe: str, table: str, variants: list[str] | None) -> pd.DataFrame:
@@ -158,8 +197,10 @@ def _of_variants(rows: pd.DataFrame, probe: str, table: str, variants: list[str]
     stored = sorted(rows["variant"].dropna().unique()) if "variant" in rows.columns else []
     missing = [v for v in variants if v not in stored]
     if missing:
-        raise InputError(f"--variant {missing[0]!r}: no such rows in {probe}.{table} "
-                         f"(stored: {', '.join(map(str, stored)) or 'none: this table has no variants'})")
+        raise InputError(
+            f"--variant {missing[0]!r}: no such rows in {probe}.{table} "
+            f"(stored: {', '.join(map(str, stored)) or 'none: this table has no variants'})"
+        )
     return rows[rows["variant"].isin(variants)]
 
 
@@ -172,9 +213,18 @@ def _label_columns(rows: pd.DataFrame, metric: str) -> list[str]:
     """The fewest label columns (string/int/bool) that tell a job's rows apart, taking only columns
     with the same values on every host (seq_len, strategy), never per-host results (steps taken)."""
     skip = set(KEY_COLUMNS) | {metric, "variant"}
-    candidates = [c for c in rows.columns if c not in skip and not is_spread_column(c)
-                  and (pd.api.types.is_integer_dtype(rows[c]) or pd.api.types.is_bool_dtype(rows[c])
-                       or pd.api.types.is_string_dtype(rows[c]) or rows[c].dtype == object)]
+    candidates = [
+        c
+        for c in rows.columns
+        if c not in skip
+        and not is_spread_column(c)
+        and (
+            pd.api.types.is_integer_dtype(rows[c])
+            or pd.api.types.is_bool_dtype(rows[c])
+            or pd.api.types.is_string_dtype(rows[c])
+            or rows[c].dtype == object
+        )
+    ]
     # Variants are different work: never averaged together, even where hosts measured different sets.
     dims: list[str] = ["variant"] if "variant" in rows.columns and rows["variant"].notna().any() else []
     for col in candidates:
@@ -206,12 +256,16 @@ def _cells(rows: pd.DataFrame, metric: str, dims: list[str]) -> pd.DataFrame:
     cells = grouped[metric].agg(["median", "min", "max", "count"])
     cells["row_spread_pct"] = grouped["_spread_pct"].max()
     cells = cells.reset_index().sort_values(["checkpoint", *dims], kind="stable")
-    cells["group"] = [" ".join(f"{d}={v}" for d, v in zip(dims, vals))
-                      for vals in cells[dims].itertuples(index=False)] if dims else ""
+    cells["group"] = (
+        [" ".join(f"{d}={v}" for d, v in zip(dims, vals)) for vals in cells[dims].itertuples(index=False)]
+        if dims
+        else ""
+    )
     # NaN where the median is 0 or a single value: no spread of values to judge.
     cells["spread_pct"] = (cells["max"] - cells["min"]) / cells["median"].abs().where(cells["median"] != 0) * 100.0
-    cells["untrusted"] = (((cells["count"] > 1) & above_spread_limit(cells["spread_pct"]))
-                          | above_spread_limit(cells["row_spread_pct"]))
+    cells["untrusted"] = ((cells["count"] > 1) & above_spread_limit(cells["spread_pct"])) | above_spread_limit(
+        cells["row_spread_pct"]
+    )
     return cells
 
 
@@ -230,9 +284,17 @@ def _row_spread_pct(rows: pd.DataFrame) -> pd.Series:
 def _pivot(cells: pd.DataFrame, hosts: list[str], baseline: str) -> list[dict[str, Any]]:
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for cell in cells[["checkpoint", "group", "host", "median", "count", "untrusted"]].itertuples(index=False):
-        row = out.setdefault((cell.checkpoint, cell.group), {"checkpoint": cell.checkpoint, "group": cell.group,
-                                                             "values": {}, "ratios": {}, "counts": {},
-                                                             "untrusted": {}})
+        row = out.setdefault(
+            (cell.checkpoint, cell.group),
+            {
+                "checkpoint": cell.checkpoint,
+                "group": cell.group,
+                "values": {},
+                "ratios": {},
+                "counts": {},
+                "untrusted": {},
+            },
+        )
         row["values"][cell.host] = float(cell.median)
         row["counts"][cell.host] = int(cell.count)
         row["untrusted"][cell.host] = bool(cell.untrusted)
@@ -265,8 +327,10 @@ def _version_warnings(jobs: pd.DataFrame) -> list[str]:
             seen = {h: [v for v in vals if v] for h, vals in seen.items()}
         if len({v for vals in seen.values() for v in vals}) > 1:
             shown = ", ".join(f"{h} {'/'.join(v) or '-'}" for h, v in seen.items())
-            what = {"code_version": "labprobe code versions",
-                    "harness_sha256": "harness sources (a harness change, not host drift)"}.get(key, f"{key} versions")
+            what = {
+                "code_version": "labprobe code versions",
+                "harness_sha256": "harness sources (a harness change, not host drift)",
+            }.get(key, f"{key} versions")
             out.append(f"{what} differ: {shown}")
     return out
 
@@ -275,13 +339,18 @@ def _spread_warnings(rows: pd.DataFrame, cells: pd.DataFrame, dims: list[str]) -
     out = []
     high_values = cells[(cells["count"] > 1) & above_spread_limit(cells["spread_pct"])]
     for cell in high_values.itertuples(index=False):
-        out.append(f"{cell.checkpoint} {cell.group} @ {cell.host}: {cell.count} values spread "
-                   f"{cell.spread_pct:.1f}%".replace("  ", " "))
+        out.append(
+            f"{cell.checkpoint} {cell.group} @ {cell.host}: {cell.count} values spread {cell.spread_pct:.1f}%".replace(
+                "  ", " "
+            )
+        )
     for col in _spread_columns(rows):
         high = rows[above_spread_limit(spread_pct(rows[col], col))]
         for (ckpt, host), part in high.groupby(["checkpoint", "host"]):
-            out.append(f"{ckpt} @ {host}: {col} up to {spread_fraction(part[col], col).max():.1%} "
-                       f"(> {SPREAD_LIMIT_PCT:.0f}%): not yet a number")
+            out.append(
+                f"{ckpt} @ {host}: {col} up to {spread_fraction(part[col], col).max():.1%} "
+                f"(> {SPREAD_LIMIT_PCT:.0f}%): not yet a number"
+            )
     return out
 
 
@@ -319,4 +388,3 @@ def render(result: Comparison) -> str:
         parts.append(f"GPUs: {gpus}")
     parts += [f"warning: {w}" for w in result.warnings]
     return "\n".join(parts)
-

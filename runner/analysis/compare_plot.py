@@ -30,11 +30,25 @@ def plot_comparison(result: Comparison, path: Path) -> Path:
     ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.spines[["top", "right"]].set_visible(False)
     if any(any(r.get("untrusted", {}).values()) for r in result.rows):
-        ax.text(1.0, 0.5, "hatched: spread > 2%,\nnot yet a number", transform=ax.transAxes, fontsize=8,
-                va="top", ha="left", color="#555555")
+        ax.text(
+            1.0,
+            0.5,
+            "hatched: spread > 2%,\nnot yet a number",
+            transform=ax.transAxes,
+            fontsize=8,
+            va="top",
+            ha="left",
+            color="#555555",
+        )
     if result.warnings:
-        fig.text(0.01, -0.02, f"{len(result.warnings)} warning(s): " + "; ".join(result.warnings)[:180],
-                 fontsize=7, color="#C44E52", va="top")
+        fig.text(
+            0.01,
+            -0.02,
+            f"{len(result.warnings)} warning(s): " + "; ".join(result.warnings)[:180],
+            fontsize=7,
+            color="#C44E52",
+            va="top",
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     return path
@@ -49,10 +63,24 @@ def _host_bars(ax, result: Comparison, num_groups: int) -> None:
         values = [r["values"].get(host, float("nan")) for r in result.rows]
         name = f"{host} ({result.gpus[host]})" if result.gpus.get(host) else host
         hatches = ["//" if r.get("untrusted", {}).get(host) else "" for r in result.rows]
-        bars = ax.bar(xs, values, width * 0.92, label=name + (" = baseline" if host == result.baseline else ""),
-                      color=COLORS[k % len(COLORS)], hatch=hatches, edgecolor="white")
+        bars = ax.bar(
+            xs,
+            values,
+            width * 0.92,
+            label=name + (" = baseline" if host == result.baseline else ""),
+            color=COLORS[k % len(COLORS)],
+            hatch=hatches,
+            edgecolor="white",
+        )
         for bar, row in zip(bars, result.rows):
             ratio = row["ratios"].get(host)
             if host != result.baseline and ratio is not None:
-                ax.annotate(f"{ratio:.2f}×", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                            xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=8)
+                ax.annotate(
+                    f"{ratio:.2f}×",
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                )

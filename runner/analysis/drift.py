@@ -24,15 +24,25 @@ SERIES_KEYS = ("probe", "host", "checkpoint", "checkpoint_fp", "config_hash", "v
 """`variant` (probes/variants.py): rows of different variants are different work, never one series."""
 # Integer columns that name a shape of the work (every other integer is a measurement or a count
 # that may vary run to run, such as the timed `steps`); outcome flags and texts are not identity.
-DIMENSIONS = frozenset({"seq_len", "batch_size", "num_tokens", "tokens_per_step", "length",
-                        "bucket_size", "layer", "num_sequences"})
+DIMENSIONS = frozenset(
+    {"seq_len", "batch_size", "num_tokens", "tokens_per_step", "length", "bucket_size", "layer", "num_sequences"}
+)
 NOT_IDENTITY = frozenset({"status", "reason", "detail", "top_kernel", "note"})
 _MEASURED = re.compile(r"_(s|ms|us|ns|bytes|per_s|pct|frac|fraction)$")
 """A unit in the name: a measurement, whatever its type, never identity."""
 _UNIT_SUFFIX = re.compile(r"_(s|ms|us|ns|bytes|per_s|pct|fraction)$")
 
-DRIFT_COLUMNS = ("run_id", "finished_at", "value", "spread_pct", "baseline", "num_previous",
-                 "change_pct", "trusted", "alert")
+DRIFT_COLUMNS = (
+    "run_id",
+    "finished_at",
+    "value",
+    "spread_pct",
+    "baseline",
+    "num_previous",
+    "change_pct",
+    "trusted",
+    "alert",
+)
 
 # -- the trust rule, owned here: compare, the report and drift all read spreads through it ------
 SPREAD_LIMIT_PCT = 2.0
@@ -89,17 +99,22 @@ def identity_columns(frame: pd.DataFrame, metric: str) -> list[str]:
     return found
 
 
-def drift_table(frame: pd.DataFrame, metric: str, *, by: list[str] | None = None,
-                threshold_pct: float = 3.0, max_spread_pct: float = SPREAD_LIMIT_PCT,
-                min_previous: int = 1) -> pd.DataFrame:
+def drift_table(
+    frame: pd.DataFrame,
+    metric: str,
+    *,
+    by: list[str] | None = None,
+    threshold_pct: float = 3.0,
+    max_spread_pct: float = SPREAD_LIMIT_PCT,
+    min_previous: int = 1,
+) -> pd.DataFrame:
     """One row per series and run: the value, the median of earlier runs, the change, the alert.
 
     `frame` is a stored table (key columns plus the probe's own); `by` overrides the identity
     columns. Rows come back in time order within each series.
     """
     if metric not in frame.columns:
-        numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c].dtype)
-                   and c not in KEY_COLUMNS]
+        numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c].dtype) and c not in KEY_COLUMNS]
         raise InputError(f"no column {metric!r}; numeric columns: {', '.join(numeric) or 'none'}")
     by = identity_columns(frame, metric) if by is None else list(by)
     missing = [c for c in by if c not in frame.columns]
@@ -117,19 +132,21 @@ def drift_table(frame: pd.DataFrame, metric: str, *, by: list[str] | None = None
     if work.empty:
         return pd.DataFrame(columns=series + list(DRIFT_COLUMNS))
     # Several rows of one series in one run (repeats): the run's value is their median.
-    runs = (work.groupby(series + ["run_id"], dropna=False, sort=False)
-            .agg(finished_at=("finished_at", "max"), value=("value", "median"),
-                 spread_pct=("spread_pct", "max"))
-            .reset_index()
-            .sort_values("finished_at", kind="stable"))
+    runs = (
+        work.groupby(series + ["run_id"], dropna=False, sort=False)
+        .agg(finished_at=("finished_at", "max"), value=("value", "median"), spread_pct=("spread_pct", "max"))
+        .reset_index()
+        .sort_values("finished_at", kind="stable")
+    )
     grouped = runs.groupby(series, dropna=False, sort=False)["value"]
     runs["baseline"] = grouped.transform(lambda s: s.expanding().median().shift(1))
     runs["num_previous"] = runs.groupby(series, dropna=False, sort=False).cumcount()
     runs["change_pct"] = (runs["value"] - runs["baseline"]) / runs["baseline"] * 100.0
     # An unreadable spread (NaN) is no evidence of a steady value: untrusted.
     runs["trusted"] = ~above_spread_limit(runs["spread_pct"].fillna(float("inf")), max_spread_pct)
-    runs["alert"] = (runs["trusted"] & (runs["num_previous"] >= min_previous)
-                     & (runs["change_pct"].abs() > threshold_pct))
+    runs["alert"] = (
+        runs["trusted"] & (runs["num_previous"] >= min_previous) & (runs["change_pct"].abs() > threshold_pct)
+    )
     runs = runs.sort_values(series + ["finished_at"], kind="stable").reset_index(drop=True)
     runs.attrs.update(metric=metric, by=by, spread_column=spread)
     return runs
@@ -140,10 +157,12 @@ def describe_alert(row: pd.Series, metric: str, by: list[str]) -> str:
     where = "/".join(str(row[c]) for c in ("host", "checkpoint") if c in row.index)
     what = ", ".join(f"{c}={row[c]}" for c in by if c in row.index and c not in SERIES_KEYS)
     direction = "up" if row["change_pct"] > 0 else "down"
-    return (f"{row.get('probe', '')} {where}{' [' + what + ']' if what else ''}: {metric} "
-            f"{row['value']:.4g} is {direction} {abs(row['change_pct']):.1f}% against the median "
-            f"{row['baseline']:.4g} of {int(row['num_previous'])} earlier run(s) "
-            f"(spread {row['spread_pct']:.1f}%)")
+    return (
+        f"{row.get('probe', '')} {where}{' [' + what + ']' if what else ''}: {metric} "
+        f"{row['value']:.4g} is {direction} {abs(row['change_pct']):.1f}% against the median "
+        f"{row['baseline']:.4g} of {int(row['num_previous'])} earlier run(s) "
+        f"(spread {row['spread_pct']:.1f}%)"
+    )
 
 
 HEADLINE_METRICS = ("step_s", "kernel_s_per_step", "tok_per_s", "median_s", "pad_fraction")
@@ -151,8 +170,14 @@ HEADLINE_METRICS = ("step_s", "kernel_s_per_step", "tok_per_s", "median_s", "pad
 
 
 def default_metric(frame: pd.DataFrame) -> str:
-    numeric = [c for c in frame.columns if c not in KEY_COLUMNS and not c.endswith("_json")
-               and pd.api.types.is_numeric_dtype(frame[c].dtype) and not pd.api.types.is_bool_dtype(frame[c].dtype)]
+    numeric = [
+        c
+        for c in frame.columns
+        if c not in KEY_COLUMNS
+        and not c.endswith("_json")
+        and pd.api.types.is_numeric_dtype(frame[c].dtype)
+        and not pd.api.types.is_bool_dtype(frame[c].dtype)
+    ]
     for name in HEADLINE_METRICS:
         if name in numeric:
             return name

@@ -24,18 +24,19 @@ from runner.analysis.html_table import html_table
 from runner.tables import format_value
 
 
-def findings_html(sections: list[ProbeAnswers], *, alerts: list[str], watched: list[str],
-                  problems: pd.DataFrame) -> str:
+def findings_html(
+    sections: list[ProbeAnswers], *, alerts: list[str], watched: list[str], problems: pd.DataFrame
+) -> str:
     return "\n".join([_found(sections), _changed(sections, alerts, watched), _failed(sections, problems)])
 
 
 def _found(sections: list[ProbeAnswers]) -> str:
-    parts = ["<h2 id=\"findings\">What this run found</h2>"]
+    parts = ['<h2 id="findings">What this run found</h2>']
     if not sections:
-        parts.append("<p class=\"muted\">No probe ran in this run.</p>")
+        parts.append('<p class="muted">No probe ran in this run.</p>')
     for section in sections:
         parts.append(f"<h3>{html.escape(section.question)}</h3>")
-        parts.append(f"<p class=\"headline\">{html.escape(headline(section))}</p>")
+        parts.append(f'<p class="headline">{html.escape(headline(section))}</p>')
         rows = table_rows(section)
         if rows:
             cells = [{k: _cell(k, v) for k, v in r.items()} for r in rows]
@@ -43,7 +44,7 @@ def _found(sections: list[ProbeAnswers]) -> str:
             parts.append(html_table(cells, row_class=classes))
         notes = section_notes(section)
         if notes:
-            parts.append("<ul class=\"notes\">" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
+            parts.append('<ul class="notes">' + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
     return "".join(parts)
 
 
@@ -63,8 +64,11 @@ def headline(section: ProbeAnswers) -> str:
     if not answered:
         return f"No value: {', '.join(sorted({a.outcome for a in section.answers}))} everywhere."
     rows = [r for a in answered for r in a.figures]
-    failed = [f"{a.checkpoint} @ {a.host} ({a.figures[0]['checks'].removeprefix('failed: ')})"
-              for a in answered if str(a.figures[0].get("checks", "ok")) != "ok"]
+    failed = [
+        f"{a.checkpoint} @ {a.host} ({a.figures[0]['checks'].removeprefix('failed: ')})"
+        for a in answered
+        if str(a.figures[0].get("checks", "ok")) != "ok"
+    ]
     text = _HEADLINES.get(section.probe, _generic)(rows)
     text += f" Checks failed: {'; '.join(failed)}." if failed else " Every check passed."
     earlier = sum(a.earlier for a in answered)
@@ -95,8 +99,10 @@ def _short(value: float) -> str:
 def _mask(rows: list[dict]) -> str:
     slow = sum(r.get("lose_fast_path", "none") != "none" for r in rows)
     leaks = sum(r.get("cross_sequence", "none") != "none" for r in rows)
-    return (f"{len(rows) - slow} of {len(rows)} keep the fast path on every full-attention layer; "
-            f"{leaks} attend across packed sequences.")
+    return (
+        f"{len(rows) - slow} of {len(rows)} keep the fast path on every full-attention layer; "
+        f"{leaks} attend across packed sequences."
+    )
 
 
 def _padding(rows: list[dict]) -> str:
@@ -107,10 +113,12 @@ def _padding(rows: list[dict]) -> str:
 
 
 def _bucket(rows: list[dict]) -> str:
-    return (f"Buckets of {_span(rows, 'bucket_size_90pct_gain')} samples win 90% of the global sort's gain "
-            f"(padding {_span(rows, 'pad_pct', '%')} against {_span(rows, 'random_pad_pct', '%')} at random), "
-            f"at {_span(rows, 'sources_per_batch')} sources per batch instead of "
-            f"{_span(rows, 'random_sources_per_batch')}.")
+    return (
+        f"Buckets of {_span(rows, 'bucket_size_90pct_gain')} samples win 90% of the global sort's gain "
+        f"(padding {_span(rows, 'pad_pct', '%')} against {_span(rows, 'random_pad_pct', '%')} at random), "
+        f"at {_span(rows, 'sources_per_batch')} sources per batch instead of "
+        f"{_span(rows, 'random_sources_per_batch')}."
+    )
 
 
 def _carrier(rows: list[dict]) -> str:
@@ -122,8 +130,11 @@ def _carrier(rows: list[dict]) -> str:
 
 
 def _profile(rows: list[dict]) -> str:
-    parts = [("step", _span(rows, "step_s", " s")), ("quadratic share at seq_len", _span(rows, "quadratic_pct", "%")),
-             ("padding penalty (same shape)", _span(rows, "penalty_same_shape_pct", "%"))]
+    parts = [
+        ("step", _span(rows, "step_s", " s")),
+        ("quadratic share at seq_len", _span(rows, "quadratic_pct", "%")),
+        ("padding penalty (same shape)", _span(rows, "penalty_same_shape_pct", "%")),
+    ]
     text = "; ".join(f"{name} {value}" for name, value in parts if value != "-") or "no figure"
     return text[:1].upper() + text[1:] + "."
 
@@ -140,24 +151,40 @@ def _changed(sections: list[ProbeAnswers], alerts: list[str], watched: list[str]
     watched_text = html.escape("; ".join(watched) or "no timed table in this run")
     compared = sum(a.previous_run is not None for s in sections for a in s.answers)
     if not alerts and not changes:
-        answers_said = (f"the {compared} answer(s) with an earlier ok run are unchanged" if compared else
-                        "no answer of this run has an earlier ok run to compare with")
-        return ("<h2>What changed since the last run</h2><p class=\"ok\">Nothing: no drift alert, and "
-                f"{answers_said}. Drift watched: {watched_text}.</p>")
-    items = "".join(f"<div class=\"alert\">{html.escape(a)}</div>" for a in alerts + changes)
-    return (f"<h2>What changed since the last run ({len(alerts)} drift alert(s), {len(changes)} changed "
-            f"answer(s))</h2>{items}<p class=\"muted\">Drift watched: {watched_text}.</p>")
+        answers_said = (
+            f"the {compared} answer(s) with an earlier ok run are unchanged"
+            if compared
+            else "no answer of this run has an earlier ok run to compare with"
+        )
+        return (
+            '<h2>What changed since the last run</h2><p class="ok">Nothing: no drift alert, and '
+            f"{answers_said}. Drift watched: {watched_text}.</p>"
+        )
+    items = "".join(f'<div class="alert">{html.escape(a)}</div>' for a in alerts + changes)
+    return (
+        f"<h2>What changed since the last run ({len(alerts)} drift alert(s), {len(changes)} changed "
+        f'answer(s))</h2>{items}<p class="muted">Drift watched: {watched_text}.</p>'
+    )
 
 
 def _failed(sections: list[ProbeAnswers], problems: pd.DataFrame) -> str:
     if problems.empty:
-        return "<h2>Failed and skipped jobs, failed checks</h2><p class=\"ok\">Every job ran, and every check passed.</p>"
+        return '<h2>Failed and skipped jobs, failed checks</h2><p class="ok">Every job ran, and every check passed.</p>'
     shown = {(a.probe, a.host, a.checkpoint): a.run_id for s in sections for a in s.answers if a.earlier}
     rows = []
     for job in problems.itertuples(index=False):
         earlier = shown.get((job.probe, job.host, job.checkpoint))
         status = job.status if job.status != "ok" else "checks failed"  # ok: ran, but a check failed
-        rows.append({"status": status, "probe": job.probe, "host": job.host, "checkpoint": job.checkpoint,
-                     "reason": job.reason, "shown instead": f"run {earlier}" if earlier else None})
-    return (f"<h2>Failed and skipped jobs, failed checks ({len(rows)})</h2>"
-            + html_table(rows, row_class=["bad" if r["status"] == "failed" else "" for r in rows]))
+        rows.append(
+            {
+                "status": status,
+                "probe": job.probe,
+                "host": job.host,
+                "checkpoint": job.checkpoint,
+                "reason": job.reason,
+                "shown instead": f"run {earlier}" if earlier else None,
+            }
+        )
+    return f"<h2>Failed and skipped jobs, failed checks ({len(rows)})</h2>" + html_table(
+        rows, row_class=["bad" if r["status"] == "failed" else "" for r in rows]
+    )

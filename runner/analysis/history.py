@@ -57,18 +57,27 @@ def newest_drifted(drift: pd.DataFrame, by: list[str]) -> bool:
     return bool(newest["alert"].any())
 
 
-def render(drift: pd.DataFrame, table: str, metric: str, by: list[str], alerts: list[str],
-           *, plot: Path | None) -> str:
+def render(drift: pd.DataFrame, table: str, metric: str, by: list[str], alerts: list[str], *, plot: Path | None) -> str:
     spread = drift.attrs["spread_column"]
-    parts = [f"{table}: {metric} over {drift['run_id'].nunique()} run(s)"
-             + (f" (spread from {spread})" if spread else " (no spread column: values taken as exact)")]
+    parts = [
+        f"{table}: {metric} over {drift['run_id'].nunique()} run(s)"
+        + (f" (spread from {spread})" if spread else " (no spread column: values taken as exact)")
+    ]
     series = ["host", "checkpoint"] + [c for c in by if c not in SERIES_KEYS]
     for key, rows in drift.groupby(series + ["checkpoint_fp", "config_hash"], sort=True, dropna=False):
         title = "== " + " ".join(f"{c}={v}" for c, v in zip(series + ["fp", "config"], key))
-        records = [{"finished_at": r.finished_at.strftime("%Y-%m-%d %H:%M"), "run_id": r.run_id,
-                    metric: r.value, "spread_pct": r.spread_pct, "baseline": _or_none(r.baseline),
-                    "change_pct": _or_none(r.change_pct), "alert": "DRIFT" if r.alert else ""}
-                   for r in rows.itertuples()]
+        records = [
+            {
+                "finished_at": r.finished_at.strftime("%Y-%m-%d %H:%M"),
+                "run_id": r.run_id,
+                metric: r.value,
+                "spread_pct": r.spread_pct,
+                "baseline": _or_none(r.baseline),
+                "change_pct": _or_none(r.change_pct),
+                "alert": "DRIFT" if r.alert else "",
+            }
+            for r in rows.itertuples()
+        ]
         parts.append(format_table(records, title=title))
     parts.append("drift alerts:\n" + "\n".join(f"  {a}" for a in alerts) if alerts else "drift alerts: none")
     if plot:

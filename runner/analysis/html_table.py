@@ -32,7 +32,7 @@ details{margin-top:32px;border-top:1px solid #ddd;padding-top:8px} summary{font-
 def html_table(rows: Iterable[dict[str, Any]], *, row_class: Iterable[str] | None = None) -> str:
     rows = list(rows)
     if not rows:
-        return "<p class=\"muted\">(no rows)</p>"
+        return '<p class="muted">(no rows)</p>'
     columns = list(dict.fromkeys(k for r in rows for k in r if k != SPAN))
     classes = list(row_class) if row_class is not None else [""] * len(rows)
     # Long snake_case headers may break after an underscore, never inside a word.
@@ -56,8 +56,7 @@ def html_table(rows: Iterable[dict[str, Any]], *, row_class: Iterable[str] | Non
         tr = f'<tr class="{cls}">' if cls else "<tr>"
         body.append(f"{tr}{''.join(cells)}</tr>")
     # A table wider than the page scrolls by itself; the page never does.
-    return (f"<div class=\"wide\"><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody>"
-            "</table></div>")
+    return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
 
 
 def _is_missing(value: Any) -> bool:

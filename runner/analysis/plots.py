@@ -39,8 +39,14 @@ def host_colors(hosts: list[str]) -> dict[str, str]:
     return {h: f"C{i % 10}" for i, h in enumerate(sorted(hosts))}
 
 
-def host_bars(frame: pd.DataFrame, metrics: list[tuple[str, str, float]], *, title: str,
-              colors: dict[str, str], untrusted: pd.Series | None = None) -> Figure:
+def host_bars(
+    frame: pd.DataFrame,
+    metrics: list[tuple[str, str, float]],
+    *,
+    title: str,
+    colors: dict[str, str],
+    untrusted: pd.Series | None = None,
+) -> Figure:
     """One panel per metric (column, label, scale), one bar per host."""
     fig = Figure(figsize=(3.2 * len(metrics), 2.8), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
@@ -61,8 +67,9 @@ def host_bars(frame: pd.DataFrame, metrics: list[tuple[str, str, float]], *, tit
     return fig
 
 
-def scaling_curves(frame: pd.DataFrame, x: str, y: str, *, title: str, colors: dict[str, str],
-                   fit: str | None = None) -> Figure:
+def scaling_curves(
+    frame: pd.DataFrame, x: str, y: str, *, title: str, colors: dict[str, str], fit: str | None = None
+) -> Figure:
     """`y` against `x`, one line per host; the fitted values (`fit` column) dashed."""
     fig = Figure(figsize=(5.5, 3.3), layout="constrained")
     ax = fig.subplots()
@@ -71,8 +78,14 @@ def scaling_curves(frame: pd.DataFrame, x: str, y: str, *, title: str, colors: d
         color = colors.get(str(host), "C7")
         ax.plot(rows[x], pd.to_numeric(rows[y], errors="coerce"), marker="o", color=color, label=str(host))
         if fit and fit in rows and pd.to_numeric(rows[fit], errors="coerce").notna().any():
-            ax.plot(rows[x], pd.to_numeric(rows[fit], errors="coerce"), linestyle="--", color=color,
-                    alpha=0.7, label=f"{host} fit")
+            ax.plot(
+                rows[x],
+                pd.to_numeric(rows[fit], errors="coerce"),
+                linestyle="--",
+                color=color,
+                alpha=0.7,
+                label=f"{host} fit",
+            )
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     ax.set_title(title, fontsize=10)
@@ -81,8 +94,9 @@ def scaling_curves(frame: pd.DataFrame, x: str, y: str, *, title: str, colors: d
     return fig
 
 
-def stacked_categories(frame: pd.DataFrame, *, category: str, value: str, scale: float,
-                       unit: str, title: str) -> Figure:
+def stacked_categories(
+    frame: pd.DataFrame, *, category: str, value: str, scale: float, unit: str, title: str
+) -> Figure:
     """One horizontal bar per host, stacked by category."""
     table = frame.pivot_table(index="host", columns=category, values=value, aggfunc="sum", fill_value=0.0)
     table = table[table.sum().sort_values(ascending=False).index] * scale
@@ -104,11 +118,11 @@ def history_lines(drift: pd.DataFrame, metric: str, *, label_columns: list[str],
     ax = fig.subplots()
     for i, (key, rows) in enumerate(drift.groupby(label_columns, sort=True, dropna=False)):
         key = key if isinstance(key, tuple) else (key,)
-        ax.plot(rows["finished_at"], rows["value"], marker=".", color=f"C{i % 10}",
-                label=" ".join(str(k) for k in key))
+        ax.plot(rows["finished_at"], rows["value"], marker=".", color=f"C{i % 10}", label=" ".join(str(k) for k in key))
         alerts = rows[rows["alert"]]
-        ax.scatter(alerts["finished_at"], alerts["value"], s=120, facecolors="none",
-                   edgecolors="red", linewidths=1.5, zorder=3)
+        ax.scatter(
+            alerts["finished_at"], alerts["value"], s=120, facecolors="none", edgecolors="red", linewidths=1.5, zorder=3
+        )
     ax.set_ylabel(metric)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)

@@ -26,8 +26,9 @@ from runner.analysis.report_html import render_html
 from runner.store.store import Store
 
 
-def write_report(store: Store, run_id: str, *, threshold_pct: float = 3.0,
-                 max_spread_pct: float = SPREAD_LIMIT_PCT) -> tuple[Path, str]:
+def write_report(
+    store: Store, run_id: str, *, threshold_pct: float = 3.0, max_spread_pct: float = SPREAD_LIMIT_PCT
+) -> tuple[Path, str]:
     """Write the run's HTML report; return its path and a short text summary for stdout."""
     data = collect(store, run_id, threshold_pct=threshold_pct, max_spread_pct=max_spread_pct)
     path = store.root / "reports" / f"{run_id}.html"
@@ -44,8 +45,10 @@ def summary_text(data: RunData, path: Path) -> str:
         return f"run {data.run_id}: no jobs of this run in the store (nothing left to do, or an unknown run)"
     counts = data.jobs["status"].value_counts()
     hosts = sorted(data.jobs["host"].astype(str).unique())
-    lines = [f"run {data.run_id}: {len(data.jobs)} job(s) on {len(hosts)} host(s) ({', '.join(hosts)}): "
-             + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "failed", "skipped"))]
+    lines = [
+        f"run {data.run_id}: {len(data.jobs)} job(s) on {len(hosts)} host(s) ({', '.join(hosts)}): "
+        + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "failed", "skipped"))
+    ]
     for _, job in problems(data.jobs).iterrows():
         status = "" if job["status"] == "ok" else f"{job['status']}: "  # ok: the reason names the checks
         lines.append(f"  {status}{job['probe']} on {job['host']}/{job['checkpoint']}: {job['reason']}")

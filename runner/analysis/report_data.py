@@ -54,8 +54,9 @@ def collect(store: Store, run_id: str, *, threshold_pct: float, max_spread_pct: 
         for _, row in drift[(drift["run_id"] == run_id) & drift["alert"]].iterrows():
             alerts.append(describe_alert(row, metric, drift.attrs["by"]))
     found = answers.build(all_jobs, lambda name, runs: histories.get(name, pd.DataFrame()), run_id)
-    return RunData(run_id=run_id, jobs=jobs.reset_index(drop=True), tables=tables, alerts=alerts,
-                   watched=watched, answers=found)
+    return RunData(
+        run_id=run_id, jobs=jobs.reset_index(drop=True), tables=tables, alerts=alerts, watched=watched, answers=found
+    )
 
 
 def _watched_metric(rows: pd.DataFrame) -> str | None:

@@ -20,9 +20,13 @@ from runner.tables import format_value
 
 MAX_ROWS = 40
 """Rows shown per generic table; the store keeps the rest."""
-CARRIER_METRICS = (("tok_per_s", "tokens/s", 1.0), ("step_s", "s/step", 1.0),
-                   ("peak_mem_bytes", "peak memory, GiB", 1 / 2**30),
-                   ("mfu_vs_datasheet_peak", "MFU (datasheet peak)", 1.0), ("mfu", "MFU", 1.0))
+CARRIER_METRICS = (
+    ("tok_per_s", "tokens/s", 1.0),
+    ("step_s", "s/step", 1.0),
+    ("peak_mem_bytes", "peak memory, GiB", 1 / 2**30),
+    ("mfu_vs_datasheet_peak", "MFU (datasheet peak)", 1.0),
+    ("mfu", "MFU", 1.0),
+)
 """`mfu` is the column's name in rows stored before MFU was named by its peak."""
 CARRIER_FACTS = ("params_total", "params_trainable", "tokens_per_step")
 """Properties of the carrier and its config, not measurements: said once above its table."""
@@ -31,24 +35,40 @@ SCALING_X = ("seq_len", "num_tokens", "tokens_per_step", "length")
 
 def render_html(data: RunData) -> str:
     if data.jobs.empty:
-        sections = [(f"<h1>labprobe sweep {html.escape(data.run_id)}</h1><p class=\"ok\">This run ran no "
-                     "jobs: everything its plan asks for was already stored (or the run id is unknown).</p>")]
+        sections = [
+            (
+                f'<h1>labprobe sweep {html.escape(data.run_id)}</h1><p class="ok">This run ran no '
+                "jobs: everything its plan asks for was already stored (or the run id is unknown).</p>"
+            )
+        ]
     else:
         # What the run found first (and the measured changes to the step); the raw tables follow, collapsed.
-        raw = [_per_host(data), _carriers(data), _scaling(data), _kernels(data), _job_summaries(data),
-               _other_tables(data)]
-        sections = [_title(data), findings_html(data.answers, alerts=data.alerts, watched=data.watched,
-                                                problems=problems(data.jobs)), _advice(data),
-                    "<details id=\"raw\"><summary>Raw tables: jobs per host, carriers, scaling curves, kernels, "
-                    "job summaries, every table of the run</summary>" + "".join(s for s in raw if s) + "</details>"]
+        raw = [
+            _per_host(data),
+            _carriers(data),
+            _scaling(data),
+            _kernels(data),
+            _job_summaries(data),
+            _other_tables(data),
+        ]
+        sections = [
+            _title(data),
+            findings_html(data.answers, alerts=data.alerts, watched=data.watched, problems=problems(data.jobs)),
+            _advice(data),
+            '<details id="raw"><summary>Raw tables: jobs per host, carriers, scaling curves, kernels, '
+            "job summaries, every table of the run</summary>" + "".join(s for s in raw if s) + "</details>",
+        ]
     title = f"labprobe sweep {html.escape(data.run_id)}"
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{title}</title><style>{CSS}</style></head><body>\n"
-            + "\n".join(s for s in sections if s) + "\n</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{title}</title><style>{CSS}</style></head><body>\n"
+        + "\n".join(s for s in sections if s)
+        + "\n</body></html>\n"
+    )
 
 
 def _img(fig, alt: str) -> str:
-    return f"<img alt=\"{html.escape(alt)}\" src=\"{plots.data_uri(fig)}\">"
+    return f'<img alt="{html.escape(alt)}" src="{plots.data_uri(fig)}">'
 
 
 def _records(frame: pd.DataFrame, columns: list[str]) -> list[dict[str, Any]]:
@@ -68,8 +88,11 @@ def _plain(value: Any) -> Any:
 
 def _own_columns(frame: pd.DataFrame, *, drop: tuple[str, ...] = ()) -> list[str]:
     """The probe's own columns, less those with nothing in them (GPU-only columns on a CPU run)."""
-    return [c for c in frame.columns if c not in KEY_COLUMNS and c not in drop and not c.endswith("_json")
-            and not frame[c].isna().all()]
+    return [
+        c
+        for c in frame.columns
+        if c not in KEY_COLUMNS and c not in drop and not c.endswith("_json") and not frame[c].isna().all()
+    ]
 
 
 # -- sections -----------------------------------------------------------------------------------
@@ -77,19 +100,28 @@ def _title(data: RunData) -> str:
     jobs = data.jobs
     started, finished = jobs["started_at"].min(), jobs["finished_at"].max()
     plans = ", ".join(sorted(p for p in jobs.get("plan", pd.Series(dtype=str)).astype(str).unique() if p))
-    return (f"<h1>labprobe sweep {html.escape(data.run_id)}</h1>"
-            f"<p class=\"muted\">plan {html.escape(plans or '(none)')} · {_plain(started)} → "
-            f"{_plain(finished)} UTC · {len(jobs)} jobs · probes "
-            f"{html.escape(', '.join(sorted(jobs['probe'].unique())))}</p>")
+    return (
+        f"<h1>labprobe sweep {html.escape(data.run_id)}</h1>"
+        f'<p class="muted">plan {html.escape(plans or "(none)")} · {_plain(started)} → '
+        f"{_plain(finished)} UTC · {len(jobs)} jobs · probes "
+        f"{html.escape(', '.join(sorted(jobs['probe'].unique())))}</p>"
+    )
 
 
 def _per_host(data: RunData) -> str:
     per_host = []
     for host, rows in data.jobs.groupby("host", sort=True):
         counts = rows["status"].value_counts()
-        per_host.append({"host": str(host), "jobs": len(rows), "ok": int(counts.get("ok", 0)),
-                         "failed": int(counts.get("failed", 0)), "skipped": int(counts.get("skipped", 0)),
-                         "busy_s": float(rows["wall_s"].sum())})
+        per_host.append(
+            {
+                "host": str(host),
+                "jobs": len(rows),
+                "ok": int(counts.get("ok", 0)),
+                "failed": int(counts.get("failed", 0)),
+                "skipped": int(counts.get("skipped", 0)),
+                "busy_s": float(rows["wall_s"].sum()),
+            }
+        )
     return "<h2>Jobs per host</h2>" + html_table(per_host)
 
 
@@ -99,26 +131,41 @@ def _carriers(data: RunData) -> str:
         frame = data.tables[name]
         for checkpoint, rows in frame.groupby("checkpoint", sort=True):
             rows = rows.sort_values("host")
-            parts.append(f"<h3>{html.escape(str(checkpoint))} <span class=\"muted\">({html.escape(name)})</span></h3>")
+            parts.append(f'<h3>{html.escape(str(checkpoint))} <span class="muted">({html.escape(name)})</span></h3>')
             own = _own_columns(rows)
             # What every host shares (parameter counts, tokens per step) is said once, above.
             shared = [c for c in own if c in CARRIER_FACTS and rows[c].astype(str).nunique() == 1]
             if shared:
-                parts.append("<p class=\"muted\">" + " · ".join(
-                    f"{html.escape(c)} {html.escape(format_value(_plain(rows[c].iloc[0])))}" for c in shared) + "</p>")
+                parts.append(
+                    '<p class="muted">'
+                    + " · ".join(
+                        f"{html.escape(c)} {html.escape(format_value(_plain(rows[c].iloc[0])))}" for c in shared
+                    )
+                    + "</p>"
+                )
             records = _records(rows, ["host"] + [c for c in own if c not in shared])
-            missing = data.jobs[(data.jobs["probe"] == name.split(".")[0]) & (data.jobs["status"] != "ok")
-                                & (data.jobs["checkpoint"] == checkpoint)]
+            missing = data.jobs[
+                (data.jobs["probe"] == name.split(".")[0])
+                & (data.jobs["status"] != "ok")
+                & (data.jobs["checkpoint"] == checkpoint)
+            ]
             records += [{"host": j["host"], SPAN: f"{j['status']}: {j['reason']}"} for _, j in missing.iterrows()]
             parts.append(html_table(records, row_class=["bad" if SPAN in r else "" for r in records]))
             if "variant" in rows:  # the bars compare hosts on the same step: the baseline's rows
                 rows = rows[rows["variant"].isna() | (rows["variant"] == "baseline")]
-            metrics = [(c, label, scale) for c, label, scale in CARRIER_METRICS
-                       if c in rows and pd.to_numeric(rows[c], errors="coerce").notna().any()]
+            metrics = [
+                (c, label, scale)
+                for c, label, scale in CARRIER_METRICS
+                if c in rows and pd.to_numeric(rows[c], errors="coerce").notna().any()
+            ]
             if metrics:
-                fig = plots.host_bars(rows, metrics, untrusted=_untrusted(rows), colors=data.colors,
-                                      title=f"{checkpoint}: per host (hatched: spread above {SPREAD_LIMIT_PCT:g}%, "
-                                            "not yet a number)")
+                fig = plots.host_bars(
+                    rows,
+                    metrics,
+                    untrusted=_untrusted(rows),
+                    colors=data.colors,
+                    title=f"{checkpoint}: per host (hatched: spread above {SPREAD_LIMIT_PCT:g}%, not yet a number)",
+                )
                 parts.append(_img(fig, f"{checkpoint} per host"))
     return "<h2>Carriers: per-host comparison</h2>" + "".join(parts) if parts else ""
 
@@ -142,12 +189,24 @@ def _scaling(data: RunData) -> str:
     for checkpoint, rows in frame.groupby("checkpoint", sort=True):
         parts.append(f"<h3>{html.escape(str(checkpoint))}</h3>")
         if x and y:
-            fig = plots.scaling_curves(rows, x, y, title=f"{checkpoint}: {y} against {x} (dashed: fit)",
-                                       colors=data.colors, fit="fit_s" if "fit_s" in rows else None)
+            fig = plots.scaling_curves(
+                rows,
+                x,
+                y,
+                title=f"{checkpoint}: {y} against {x} (dashed: fit)",
+                colors=data.colors,
+                fit="fit_s" if "fit_s" in rows else None,
+            )
             parts.append(_img(fig, f"{checkpoint} scaling"))
             table = rows.pivot_table(index=x, columns="host", values=y, aggfunc="median")
-            parts.append(html_table([{f"{y} by {x}": _plain(i), **{str(h): _plain(v) for h, v in vals.items()}}
-                                     for i, vals in table.iterrows()]))
+            parts.append(
+                html_table(
+                    [
+                        {f"{y} by {x}": _plain(i), **{str(h): _plain(v) for h, v in vals.items()}}
+                        for i, vals in table.iterrows()
+                    ]
+                )
+            )
         else:
             parts.append(html_table(_records(rows.sort_values("host"), ["host"] + _own_columns(rows))))
     return "".join(parts)
@@ -161,13 +220,26 @@ def _kernels(data: RunData) -> str:
     parts = ["<h2>Kernel time by category</h2>"]
     for checkpoint, rows in frame.groupby("checkpoint", sort=True):
         parts.append(f"<h3>{html.escape(str(checkpoint))}</h3>")
-        parts.append(_img(plots.stacked_categories(rows, category="category", value=value, scale=1e3,
-                                                   unit="ms per step", title=f"{checkpoint}: {value} by category"),
-                          f"{checkpoint} kernels"))
+        parts.append(
+            _img(
+                plots.stacked_categories(
+                    rows,
+                    category="category",
+                    value=value,
+                    scale=1e3,
+                    unit="ms per step",
+                    title=f"{checkpoint}: {value} by category",
+                ),
+                f"{checkpoint} kernels",
+            )
+        )
         table = rows.pivot_table(index="category", columns="host", values=value, aggfunc="sum") * 1e3
         table = table.loc[table.sum(axis=1).sort_values(ascending=False).index]
-        parts.append(html_table([{"category (ms/step)": cat, **{str(h): v for h, v in vals.items()}}
-                                 for cat, vals in table.iterrows()]))
+        parts.append(
+            html_table(
+                [{"category (ms/step)": cat, **{str(h): v for h, v in vals.items()}} for cat, vals in table.iterrows()]
+            )
+        )
     return "".join(parts)
 
 
@@ -195,11 +267,16 @@ def _job_summaries(data: RunData) -> str:
             scalars.update(wall_s=float(job["wall_s"]), note=job["reason"] or None)
             name = str(job["host"]) if rows["checkpoint"].nunique() == 1 else f"{job['host']} · {job['checkpoint']}"
             columns[name] = scalars
-        keys = [k for k in dict.fromkeys(k for c in columns.values() for k in c)
-                if any(c.get(k) is not None for c in columns.values())]
+        keys = [
+            k
+            for k in dict.fromkeys(k for c in columns.values() for k in c)
+            if any(c.get(k) is not None for c in columns.values())
+        ]
         checkpoint = f" on {rows['checkpoint'].iloc[0]}" if rows["checkpoint"].nunique() == 1 else ""
-        parts.append(f"<h3>{html.escape(str(probe) + checkpoint)}</h3>"
-                     + html_table([{"": k, **{n: c.get(k) for n, c in columns.items()}} for k in keys]))
+        parts.append(
+            f"<h3>{html.escape(str(probe) + checkpoint)}</h3>"
+            + html_table([{"": k, **{n: c.get(k) for n, c in columns.items()}} for k in keys])
+        )
     return "<h2>Job summaries per host</h2>" + "".join(parts) if parts else ""
 
 
@@ -210,7 +287,9 @@ def _other_tables(data: RunData) -> str:
         if name in shown:
             continue
         frame = frame.sort_values(["checkpoint", "host"], kind="stable")
-        more = f" <span class=\"muted\">(first {MAX_ROWS} of {len(frame)})</span>" if len(frame) > MAX_ROWS else ""
-        parts.append(f"<h3>{html.escape(name)}{more}</h3>"
-                     + html_table(_records(frame.head(MAX_ROWS), ["host", "checkpoint"] + _own_columns(frame))))
+        more = f' <span class="muted">(first {MAX_ROWS} of {len(frame)})</span>' if len(frame) > MAX_ROWS else ""
+        parts.append(
+            f"<h3>{html.escape(name)}{more}</h3>"
+            + html_table(_records(frame.head(MAX_ROWS), ["host", "checkpoint"] + _own_columns(frame)))
+        )
     return "<h2>Other tables</h2>" + "".join(parts) if parts else ""

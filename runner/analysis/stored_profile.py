@@ -29,11 +29,17 @@ def profile_from_store(store: Store, *, host: str, checkpoint: str) -> dict[str,
     """{"source", "job_id", "tables": {...}} of the newest ok profile of `checkpoint` on `host`."""
     jobs = store.latest_jobs()
     if not jobs.empty:
-        jobs = jobs[(jobs["probe"] == "profile") & (jobs["host"] == host) & (jobs["checkpoint"] == checkpoint)
-                    & (jobs["status"] == "ok")]
+        jobs = jobs[
+            (jobs["probe"] == "profile")
+            & (jobs["host"] == host)
+            & (jobs["checkpoint"] == checkpoint)
+            & (jobs["status"] == "ok")
+        ]
     if jobs.empty:
-        raise InputError(f"{store.root}: no ok profile of checkpoint {checkpoint!r} on host {host!r} in the store "
-                         f"(run `labprobe sweep` with a profile entry first)")
+        raise InputError(
+            f"{store.root}: no ok profile of checkpoint {checkpoint!r} on host {host!r} in the store "
+            f"(run `labprobe sweep` with a profile entry first)"
+        )
     newest = jobs.sort_values("finished_at", kind="stable").iloc[-1]
     where = (ds.field("job_id") == newest["job_id"]) & (ds.field("run_id") == newest["run_id"])
     tables = {}
@@ -41,5 +47,8 @@ def profile_from_store(store: Store, *, host: str, checkpoint: str) -> dict[str,
         frame = store.read(f"profile.{name}", filters=where)
         rows = frame.drop(columns=[c for c in (*KEY_COLUMNS, "host", "checkpoint") if c in frame]).to_dict("records")
         tables[name] = [{k: _plain(v) for k, v in row.items()} for row in rows]
-    return {"source": f"store {store.root}: profile job {newest['job_id']} ({host}, {checkpoint}, "
-                      f"{newest['finished_at']})", "job_id": newest["job_id"], "tables": tables}
+    return {
+        "source": f"store {store.root}: profile job {newest['job_id']} ({host}, {checkpoint}, {newest['finished_at']})",
+        "job_id": newest["job_id"],
+        "tables": tables,
+    }

@@ -61,9 +61,15 @@ def adapter_digests(run_path: str) -> dict[str, str] | None:
 def changed_adapters(before: Digests, now: Digests) -> list[str]:
     """Runs whose adapter differs from `before`; a run new since then counts when its adapter
     holds something unreadable (a link into what was set aside, say)."""
-    return [name for name, digests in now.items()
-            if (digests != before[name] if name in before
-                else digests is not None and any(v.startswith(UNVERIFIABLE) for v in digests.values()))]
+    return [
+        name
+        for name, digests in now.items()
+        if (
+            digests != before[name]
+            if name in before
+            else digests is not None and any(v.startswith(UNVERIFIABLE) for v in digests.values())
+        )
+    ]
 
 
 def all_digests(root: str) -> Digests:
@@ -107,9 +113,19 @@ def execute(runs_root: str, run_glob: str, planned: list[str], host: str = "") -
         else:
             outcome.append(done[row.path])
     gone = approved - {r.path for r in rows}
-    outcome += [ActionRow(host=host, run=os.path.basename(os.path.dirname(p)), path=p, bytes=0,
-                          alloc_bytes=0, num_files=0, action="refuse",
-                          reason="at deletion: no longer found") for p in sorted(gone)]
+    outcome += [
+        ActionRow(
+            host=host,
+            run=os.path.basename(os.path.dirname(p)),
+            path=p,
+            bytes=0,
+            alloc_bytes=0,
+            num_files=0,
+            action="refuse",
+            reason="at deletion: no longer found",
+        )
+        for p in sorted(gone)
+    ]
     outcome += _verify(root, host, outcome, before)
     return Executed(actions=outcome, avail_before=avail_before, avail_after=_avail_by_dev(todo))
 
@@ -132,16 +148,23 @@ def _carry_out(root: str, todo: list[ActionRow], before: Digests) -> list[Action
             try:
                 asides.append(_set_aside(root_fd, row))
             except OSError as exc:
-                results.append(dataclasses.replace(row, action="failed", reason=(
-                    f"could not set checkpoints/ aside ({_why(exc)}): nothing removed")))
+                results.append(
+                    dataclasses.replace(
+                        row,
+                        action="failed",
+                        reason=(f"could not set checkpoints/ aside ({_why(exc)}): nothing removed"),
+                    )
+                )
         try:
             changed = changed_adapters(before, all_digests(root))
         except BaseException:  # interrupted before anything was deleted: leave the runs as found
             _put_back_all(root_fd, asides, "")
             raise
         if changed:
-            why = (f"at deletion: the final adapter of {readable(', '.join(changed[:3]))} changed while "
-                   "checkpoints/ were set aside: every checkpoints/ put back, nothing removed")
+            why = (
+                f"at deletion: the final adapter of {readable(', '.join(changed[:3]))} changed while "
+                "checkpoints/ were set aside: every checkpoints/ put back, nothing removed"
+            )
             return results + _put_back_all(root_fd, asides, why)
         return results + [_delete_aside(root_fd, aside) for aside in asides]
     finally:
@@ -167,8 +190,10 @@ def _set_aside(root_fd: int, row: ActionRow) -> _Aside:
             try:
                 _move_back(run_fd, holder)
             except OSError as exc:
-                raise OSError(f"checkpoints/ was replaced since it was checked, and could not be put back "
-                              f"({exc.strerror or exc}): it is in {readable(holder)}") from exc
+                raise OSError(
+                    f"checkpoints/ was replaced since it was checked, and could not be put back "
+                    f"({exc.strerror or exc}): it is in {readable(holder)}"
+                ) from exc
             raise OSError("checkpoints/ was replaced since it was checked")
     finally:
         os.close(run_fd)
@@ -198,8 +223,13 @@ def _put_back_all(root_fd: int, asides: list[_Aside], why: str) -> list[ActionRo
             rows.append(dataclasses.replace(aside.row, action="refuse", reason=why))
         except OSError as exc:
             where = os.path.join(os.path.dirname(aside.row.path), readable(aside.holder), CHECKPOINTS)
-            rows.append(dataclasses.replace(aside.row, action="failed", reason=(
-                f"{why}; but checkpoints/ could not be put back ({_why(exc)}): it is at {where}")))
+            rows.append(
+                dataclasses.replace(
+                    aside.row,
+                    action="failed",
+                    reason=(f"{why}; but checkpoints/ could not be put back ({_why(exc)}): it is at {where}"),
+                )
+            )
     return rows
 
 
@@ -217,8 +247,11 @@ def _delete_aside(root_fd: int, aside: _Aside) -> ActionRow:
             os.close(run_fd)
     except OSError as exc:
         where = os.path.join(os.path.dirname(aside.row.path), readable(aside.holder))
-        return dataclasses.replace(aside.row, action="failed", reason=(
-            f"removal stopped ({_why(exc)}); checkpoints/ may be partly removed: what remains is in {where}"))
+        return dataclasses.replace(
+            aside.row,
+            action="failed",
+            reason=(f"removal stopped ({_why(exc)}); checkpoints/ may be partly removed: what remains is in {where}"),
+        )
     return dataclasses.replace(aside.row, action="removed")
 
 
@@ -237,11 +270,22 @@ def _verify(root: str, host: str, outcome: list[ActionRow], before: Digests) -> 
         name = raw.get(row.run, row.run)
         row.adapter_digests_verified = verdict(before.get(name), after.get(name))
     selected = {r.run for r in outcome}
-    return [ActionRow(host=host, run=readable(name), path=readable(os.path.join(root, name, ADAPTER)),
-                      bytes=0, alloc_bytes=0, num_files=0, action="failed", phase="outcome",
-                      reason="the final adapter of a run not selected changed during the purge",
-                      adapter_digests_verified=False)
-            for name in before if readable(name) not in selected and before[name] != after.get(name)]
+    return [
+        ActionRow(
+            host=host,
+            run=readable(name),
+            path=readable(os.path.join(root, name, ADAPTER)),
+            bytes=0,
+            alloc_bytes=0,
+            num_files=0,
+            action="failed",
+            phase="outcome",
+            reason="the final adapter of a run not selected changed during the purge",
+            adapter_digests_verified=False,
+        )
+        for name in before
+        if readable(name) not in selected and before[name] != after.get(name)
+    ]
 
 
 def _avail_by_dev(rows: list[ActionRow]) -> dict[int, int]:

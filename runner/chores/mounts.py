@@ -35,8 +35,14 @@ def read_mounts(mountinfo: str = MOUNTINFO) -> list[dict[str, str]]:
         if b"-" not in fields[6:] or len(fields) < fields.index(b"-", 6) + 3:
             continue
         sep = fields.index(b"-", 6)
-        mounts.append({"dev": fields[2].decode(), "mount": _unescape(fields[4]),
-                       "fstype": os.fsdecode(fields[sep + 1]), "source": _unescape(fields[sep + 2])})
+        mounts.append(
+            {
+                "dev": fields[2].decode(),
+                "mount": _unescape(fields[4]),
+                "fstype": os.fsdecode(fields[sep + 1]),
+                "source": _unescape(fields[sep + 2]),
+            }
+        )
     return mounts
 
 
@@ -79,8 +85,7 @@ def zfs_snapshot_note(dataset: str, zfs: str = "zfs") -> tuple[int | None, str]:
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
     except FileNotFoundError:
-        return None, ("ZFS, but no `zfs` command on this host: cannot tell whether snapshots "
-                      "hold the purged space")
+        return None, ("ZFS, but no `zfs` command on this host: cannot tell whether snapshots hold the purged space")
     except subprocess.TimeoutExpired:
         return None, "ZFS: `zfs list` gave no answer within 30 s: snapshots unknown"
     if done.returncode != 0:
@@ -89,8 +94,10 @@ def zfs_snapshot_note(dataset: str, zfs: str = "zfs") -> tuple[int | None, str]:
     num = sum(1 for name in done.stdout.splitlines() if name.startswith(f"{dataset}@"))
     if num == 0:
         return 0, "ZFS, no snapshots of the dataset: the space is returned (ZFS frees asynchronously)"
-    return num, (f"ZFS dataset {dataset} has {num} snapshot(s): the purged space stays held by "
-                 "them, not returned, until they are destroyed")
+    return num, (
+        f"ZFS dataset {dataset} has {num} snapshot(s): the purged space stays held by "
+        "them, not returned, until they are destroyed"
+    )
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -114,8 +121,16 @@ class FsRow:
     note: str = ""
 
 
-def filesystems(rows: list[Any], host: str, before: dict[int, int], after: dict[int, int] | None = None,
-                outcome: list[Any] | None = None, *, mountinfo: str = MOUNTINFO, zfs: str = "zfs") -> list[FsRow]:
+def filesystems(
+    rows: list[Any],
+    host: str,
+    before: dict[int, int],
+    after: dict[int, int] | None = None,
+    outcome: list[Any] | None = None,
+    *,
+    mountinfo: str = MOUNTINFO,
+    zfs: str = "zfs",
+) -> list[FsRow]:
     """Per filesystem of `rows` (scan.ActionRow): planned and removed bytes, space measured
     before/after, and the ZFS snapshots that would keep the space held."""
     mounts = read_mounts(mountinfo)
@@ -123,19 +138,26 @@ def filesystems(rows: list[Any], host: str, before: dict[int, int], after: dict[
     for dev in sorted({r.dev for r in rows}):
         mine = [r for r in rows if r.dev == dev]
         mount = mount_of(mine[0].real_path, dev, mounts)
-        fs = FsRow(host=host, fs=mine[0].fs, fstype=mount.get("fstype", "?"),
-                   mount=mount.get("mount", "?"), source=mount.get("source", "?"),
-                   planned_bytes=sum(r.alloc_bytes for r in mine), avail_before_bytes=before.get(dev))
+        fs = FsRow(
+            host=host,
+            fs=mine[0].fs,
+            fstype=mount.get("fstype", "?"),
+            mount=mount.get("mount", "?"),
+            source=mount.get("source", "?"),
+            planned_bytes=sum(r.alloc_bytes for r in mine),
+            avail_before_bytes=before.get(dev),
+        )
         if outcome is not None:
-            fs.removed_bytes = sum(r.alloc_bytes for r in outcome
-                                   if r.dev == dev and r.action == "removed")
+            fs.removed_bytes = sum(r.alloc_bytes for r in outcome if r.dev == dev and r.action == "removed")
         if after is not None and dev in after and dev in before:
             fs.avail_after_bytes = after[dev]
             fs.freed_bytes = after[dev] - before[dev]
         if fs.fstype == "zfs":
             fs.zfs_snapshots, fs.note = zfs_snapshot_note(fs.source, zfs)
         elif fs.freed_bytes is not None and fs.freed_bytes < fs.removed_bytes // 2:
-            fs.note = ("less came back than was removed: files still open (a running job), hard "
-                       "links elsewhere, or other writers on this filesystem meanwhile")
+            fs.note = (
+                "less came back than was removed: files still open (a running job), hard "
+                "links elsewhere, or other writers on this filesystem meanwhile"
+            )
         out.append(fs)
     return out

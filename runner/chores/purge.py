@@ -65,7 +65,8 @@ class Report:
     def host_ok(self, host: str) -> bool:
         rows = self.outcome.get(host, [])
         return host not in self.failures and not any(
-            r["action"] == "failed" or r["adapter_digests_verified"] is False for r in rows)
+            r["action"] == "failed" or r["adapter_digests_verified"] is False for r in rows
+        )
 
     @property
     def ok(self) -> bool:
@@ -123,21 +124,29 @@ def purge_on_host(roots: dict[str, str], run_glob: str, planned: dict[str, list[
         done = deletion.execute(roots[host], run_glob, sorted(approved), host)
     except InputError as exc:
         raise InputError(f"{host}: {exc}") from None
-    fs = filesystems([r for r in done.actions if r.path in approved], host, done.avail_before,
-                     done.avail_after, done.actions)
+    fs = filesystems(
+        [r for r in done.actions if r.path in approved], host, done.avail_before, done.avail_after, done.actions
+    )
     return _answer(done.actions, fs)
 
 
 def _answer(rows: list[scan.ActionRow], fs: list[Any]) -> dict:
     """What goes back to the driver: printable text only (names as fstree.readable writes them)."""
-    return {"actions": [scan.public(r) for r in rows],
-            "filesystems": [dataclasses.asdict(f) | {"mount": readable(f.mount), "source": readable(f.source)}
-                            for f in fs],
-            "env": base_env()}
+    return {
+        "actions": [scan.public(r) for r in rows],
+        "filesystems": [dataclasses.asdict(f) | {"mount": readable(f.mount), "source": readable(f.source)} for f in fs],
+        "env": base_env(),
+    }
 
 
-def purge(roots: dict[str, str], run_glob: str = "*", *, yes: bool = False, timeout_s: float = 3600.0,
-          on_plan: Callable[[Report], None] | None = None) -> Report:
+def purge(
+    roots: dict[str, str],
+    run_glob: str = "*",
+    *,
+    yes: bool = False,
+    timeout_s: float = 3600.0,
+    on_plan: Callable[[Report], None] | None = None,
+) -> Report:
     """Plan on every host; `on_plan(report)` (storing the plan) before anything is deleted; with
     `yes`, execute the plan on every host that answered. Bad input on any host raises InputError
     before anything is deleted or stored."""
@@ -162,14 +171,16 @@ def purge(roots: dict[str, str], run_glob: str = "*", *, yes: bool = False, time
 def _execute(report: Report, timeout_s: float) -> None:
     planned = {h: [r["path"] for r in rows if r["action"] == "remove"] for h, rows in report.plan.items()}
     # Every host that answered runs it, even with nothing to remove: its adapters get verified too.
-    answers = run_on_hosts(purge_on_host, list(report.plan), report.roots, report.run_glob, planned,
-                           timeout_s=timeout_s)
+    answers = run_on_hosts(
+        purge_on_host, list(report.plan), report.roots, report.run_glob, planned, timeout_s=timeout_s
+    )
     for host, answer in answers.items():
         if isinstance(answer, HostFailure):
             # The runs root gone since the plan is this host's failure, not bad input: other hosts
             # have deleted by now, and their outcome must be stored.
-            report.failures[host] = printable(f"{answer.reason}; the purge may have stopped part way: "
-                                              "run the dry run again to see what remains")
+            report.failures[host] = printable(
+                f"{answer.reason}; the purge may have stopped part way: run the dry run again to see what remains"
+            )
         else:
             report.outcome[host], report.filesystems[host] = answer["actions"], answer["filesystems"]
 
@@ -184,26 +195,45 @@ def store_phase(store: Any, report: Report, phase: str) -> None:
 
     finished = datetime.now(timezone.utc)
     for host in report.roots if phase == "plan" else report.plan:
-        config = {"host": host, "runs_root": report.roots[host], "run_glob": report.run_glob,
-                  "yes": report.yes}
+        config = {"host": host, "runs_root": report.roots[host], "run_glob": report.run_glob, "yes": report.yes}
         digest = _hash(config)
-        key = JobKey(run_id=report.run_id, job_id=f"purge-plan-{digest}" if phase == "plan" else f"purge-{digest}",
-                     probe=PROBE, host=host, checkpoint=NO_CHECKPOINT, checkpoint_fp=NO_CHECKPOINT,
-                     config_hash=digest, code_version=code_version(), finished_at=finished)
+        key = JobKey(
+            run_id=report.run_id,
+            job_id=f"purge-plan-{digest}" if phase == "plan" else f"purge-{digest}",
+            probe=PROBE,
+            host=host,
+            checkpoint=NO_CHECKPOINT,
+            checkpoint_fp=NO_CHECKPOINT,
+            config_hash=digest,
+            code_version=code_version(),
+            finished_at=finished,
+        )
         freed = {f["fs"]: f["freed_bytes"] for f in report.filesystems.get(host, [])}
         rows = (report.plan if phase == "plan" else report.outcome).get(host, [])
-        actions = [{**{k: v for k, v in r.items() if k not in _INTERNAL},
-                    "fs_freed_bytes": freed.get(r["fs"]) if phase == "outcome" else None}
-                   for r in rows]
+        actions = [
+            {
+                **{k: v for k, v in r.items() if k not in _INTERNAL},
+                "fs_freed_bytes": freed.get(r["fs"]) if phase == "outcome" else None,
+            }
+            for r in rows
+        ]
         store.write_table(key, "actions", actions)
-        store.write_table(key, "filesystems", [{**{k: v for k, v in f.items() if k != "host"}, "phase": phase}
-                                               for f in report.filesystems.get(host, [])])
+        store.write_table(
+            key,
+            "filesystems",
+            [{**{k: v for k, v in f.items() if k != "host"}, "phase": phase} for f in report.filesystems.get(host, [])],
+        )
         ok = host not in report.failures if phase == "plan" else report.host_ok(host)
-        store.write_job(key, status="ok" if ok else "failed",
-                        reason=report.failures.get(host, "") if phase == "plan" else _host_reason(report, host),
-                        started_at=report.started_at, wall_s=(finished - report.started_at).total_seconds(),
-                        summary=host_summary(report, host) | {"phase": phase}, config=config,
-                        env=report.envs.get(host, {}))
+        store.write_job(
+            key,
+            status="ok" if ok else "failed",
+            reason=report.failures.get(host, "") if phase == "plan" else _host_reason(report, host),
+            started_at=report.started_at,
+            wall_s=(finished - report.started_at).total_seconds(),
+            summary=host_summary(report, host) | {"phase": phase},
+            config=config,
+            env=report.envs.get(host, {}),
+        )
 
 
 def _hash(config: dict) -> str:
@@ -214,20 +244,25 @@ def _hash(config: dict) -> str:
 def _host_reason(report: Report, host: str) -> str:
     if host in report.failures:
         return report.failures[host]
-    bad = [r for r in report.outcome.get(host, [])
-           if r["action"] == "failed" or r["adapter_digests_verified"] is False]
+    bad = [r for r in report.outcome.get(host, []) if r["action"] == "failed" or r["adapter_digests_verified"] is False]
     return "; ".join(f"{r['run']}: {r['reason'] or 'adapter digest changed'}" for r in bad)
 
 
 def host_summary(report: Report, host: str) -> dict[str, Any]:
     plan, outcome = report.plan.get(host, []), report.outcome.get(host, [])
+
     def count(rows, action):
         return sum(1 for r in rows if r["action"] == action)
+
     fs = report.filesystems.get(host, [])
-    return {"mode": "purge" if report.yes else "dry-run",
-            "num_remove_planned": count(plan, "remove"), "num_refused": count(plan, "refuse"),
-            "planned_bytes": sum(r["alloc_bytes"] for r in plan if r["action"] == "remove"),
-            "num_removed": count(outcome, "removed"), "num_failed": count(outcome, "failed"),
-            "num_refused_at_deletion": sum(1 for r in outcome if r["reason"].startswith("at deletion")),
-            "freed_bytes": sum(f["freed_bytes"] or 0 for f in fs) if host in report.outcome else None,
-            "adapters_verified": all(r["adapter_digests_verified"] is not False for r in outcome)}
+    return {
+        "mode": "purge" if report.yes else "dry-run",
+        "num_remove_planned": count(plan, "remove"),
+        "num_refused": count(plan, "refuse"),
+        "planned_bytes": sum(r["alloc_bytes"] for r in plan if r["action"] == "remove"),
+        "num_removed": count(outcome, "removed"),
+        "num_failed": count(outcome, "failed"),
+        "num_refused_at_deletion": sum(1 for r in outcome if r["reason"].startswith("at deletion")),
+        "freed_bytes": sum(f["freed_bytes"] or 0 for f in fs) if host in report.outcome else None,
+        "adapters_verified": all(r["adapter_digests_verified"] is not False for r in outcome),
+    }

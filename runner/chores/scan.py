@@ -155,8 +155,16 @@ def scan_run(root: str, name: str, host: str, index: RootIndex) -> ActionRow | N
     entry is not a run with a checkpoints/ (nothing to purge)."""
     run_path = os.path.join(root, name)
     ckpt = os.path.join(run_path, CHECKPOINTS)
-    row = ActionRow(host=host, run=readable(name), path=readable(ckpt), bytes=0, alloc_bytes=0,
-                    num_files=0, action="remove", real_path=ckpt)
+    row = ActionRow(
+        host=host,
+        run=readable(name),
+        path=readable(ckpt),
+        bytes=0,
+        alloc_bytes=0,
+        num_files=0,
+        action="remove",
+        real_path=ckpt,
+    )
     try:
         run_st = os.lstat(run_path)
     except FileNotFoundError:  # gone since the listing
@@ -188,12 +196,15 @@ def scan_run(root: str, name: str, host: str, index: RootIndex) -> ActionRow | N
 
 
 def _aside_reason(asides: list[str]) -> str:
-    return (f"an interrupted purge left {_listed(asides)} (holding checkpoints/ set aside): put it "
-            "back as checkpoints/ or delete it by hand")
+    return (
+        f"an interrupted purge left {_listed(asides)} (holding checkpoints/ set aside): put it "
+        "back as checkpoints/ or delete it by hand"
+    )
 
 
-def _checkpoints_reasons(root: str, ckpt: str, run_st: os.stat_result, ckpt_st: os.stat_result,
-                         tree: Tree, index: RootIndex) -> list[str]:
+def _checkpoints_reasons(
+    root: str, ckpt: str, run_st: os.stat_result, ckpt_st: os.stat_result, tree: Tree, index: RootIndex
+) -> list[str]:
     """What is wrong inside checkpoints/ itself: links, mounts, specials, unreadable parts."""
     real = os.path.realpath(ckpt)
     reasons = []
@@ -207,12 +218,21 @@ def _checkpoints_reasons(root: str, ckpt: str, run_st: os.stat_result, ckpt_st: 
         links = [f"{rel} -> {target}" for rel, target in tree.symlinks]
         reasons.append(f"symlink inside checkpoints/ (never followed): {_listed(links)}")
     # A bind mount of the same filesystem has the same st_dev: only the mount table shows it.
-    points = sorted(set(tree.mounts) | {CHECKPOINTS + "/" + os.path.relpath(m, real) if m != real
-                                        else CHECKPOINTS + "/" for m in index.mounts if is_inside(m, real)})
+    points = sorted(
+        set(tree.mounts)
+        | {
+            CHECKPOINTS + "/" + os.path.relpath(m, real) if m != real else CHECKPOINTS + "/"
+            for m in index.mounts
+            if is_inside(m, real)
+        }
+    )
     if points:
         reasons.append(f"a mount point inside checkpoints/ (what is mounted lives elsewhere): {_listed(points)}")
-    also = [f"{index.mounted_dirs[key]}" for key in tree.dirs if key in index.mounted_dirs
-            and not is_inside(index.mounted_dirs[key], real)]
+    also = [
+        f"{index.mounted_dirs[key]}"
+        for key in tree.dirs
+        if key in index.mounted_dirs and not is_inside(index.mounted_dirs[key], real)
+    ]
     if also:
         reasons.append(f"a folder of checkpoints/ is also mounted at {_listed(also)}")
     return reasons + tree.errors[:_MAX_LISTED]
@@ -233,27 +253,33 @@ def _resting_on(run: str, ckpt: str, tree: Tree, index: RootIndex) -> list[str]:
             for label in names:
                 if not any(is_inside(label, mine) for mine in own):
                     groups.setdefault(_where(label, run, "hard link"), []).append(
-                        f"{_from_run(label, run)} shares an inode with {tree.files[key]}")
+                        f"{_from_run(label, run)} shares an inode with {tree.files[key]}"
+                    )
     return [f"{what}: {_listed(items)}" for what, items in groups.items() if items]
 
 
 def _from_run(label: str, run: str) -> str:
-    return label[len(run) + 1:] if label.startswith(f"{run}/") else label
+    return label[len(run) + 1 :] if label.startswith(f"{run}/") else label
 
 
 def _where(label: str, run: str, kind: str) -> str:
     parts = label.split("/")
     if parts[0] == run:
-        return ("symlink into checkpoints/ outside it" if kind == "symlink"
-                else "hard link between checkpoints/ and the rest of the run")
+        return (
+            "symlink into checkpoints/ outside it"
+            if kind == "symlink"
+            else "hard link between checkpoints/ and the rest of the run"
+        )
     if len(parts) > 1 and parts[1] == ADAPTER:
-        return (f"another run's final adapter rests on checkpoints/ through a {kind}" if kind == "symlink"
-                else "hard link with another run's final adapter")
+        return (
+            f"another run's final adapter rests on checkpoints/ through a {kind}"
+            if kind == "symlink"
+            else "hard link with another run's final adapter"
+        )
     return f"a {kind} elsewhere under the runs root rests on checkpoints/"
 
 
-def _adapter_reasons(root: str, run_path: str, ckpt: str, ckpt_tree: Tree,
-                     index: RootIndex) -> tuple[list[str], int]:
+def _adapter_reasons(root: str, run_path: str, ckpt: str, ckpt_tree: Tree, index: RootIndex) -> tuple[list[str], int]:
     """Why the final adapter does not stand on its own (empty when it does), and its file count."""
     adapter = os.path.join(run_path, ADAPTER)
     try:
@@ -279,12 +305,21 @@ def _adapter_reasons(root: str, run_path: str, ckpt: str, ckpt_tree: Tree,
         reasons.append(_listed(links))
     if tree.specials:  # a FIFO would block whoever reads it; none is an adapter's file
         reasons.append(f"final adapter holds what is not a regular file: {_listed(tree.specials)}")
-    shared = [f"{rel} shares an inode with {ckpt_tree.files[key]}"
-              for key, rel in tree.files.items() if key in ckpt_tree.files]
+    shared = [
+        f"{rel} shares an inode with {ckpt_tree.files[key]}"
+        for key, rel in tree.files.items()
+        if key in ckpt_tree.files
+    ]
     if shared:
         reasons.append(f"hard link between adapter and checkpoints: {_listed(shared)}")
-    points = sorted(set(tree.mounts) | {ADAPTER + "/" + os.path.relpath(m, real) if m != real else ADAPTER + "/"
-                                        for m in index.mounts if is_inside(m, real)})
+    points = sorted(
+        set(tree.mounts)
+        | {
+            ADAPTER + "/" + os.path.relpath(m, real) if m != real else ADAPTER + "/"
+            for m in index.mounts
+            if is_inside(m, real)
+        }
+    )
     if points:
         reasons.append(f"a mount point inside adapter/: {_listed(points)}")
     if tree.num_files and not tree.specials:

@@ -41,8 +41,9 @@ def weights_reasons(adapter: str) -> list[str]:
         try:
             check_weights(path)
         except NotWeights as exc:
-            reasons.append(f"final adapter's weights {os.path.relpath(path, os.path.dirname(adapter))} "
-                           f"do not parse: {exc}")
+            reasons.append(
+                f"final adapter's weights {os.path.relpath(path, os.path.dirname(adapter))} do not parse: {exc}"
+            )
     return reasons
 
 
@@ -85,8 +86,12 @@ def _check_safetensors(handle, size: int) -> None:
     data_bytes = size - 8 - length
     for name, spec in tensors.items():
         offsets = spec.get("data_offsets") if isinstance(spec, dict) else None
-        if (not isinstance(offsets, list) or len(offsets) != 2 or not all(isinstance(o, int) for o in offsets)
-                or not 0 <= offsets[0] <= offsets[1] <= data_bytes):
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(isinstance(o, int) for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1] <= data_bytes
+        ):
             raise NotWeights(f"tensor {name!r} lies outside the file ({offsets} of {data_bytes} data bytes)")
 
 

@@ -32,8 +32,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def _top_help() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: labprobe COMMAND [options]   (labprobe COMMAND --help for its options)",
-             "       labprobe --version", "", "commands:"]
+    lines = [
+        "usage: labprobe COMMAND [options]   (labprobe COMMAND --help for its options)",
+        "       labprobe --version",
+        "",
+        "commands:",
+    ]
     lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items()]
     return "\n".join(lines)
 
@@ -51,8 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     name = argv[0]
     if name not in COMMANDS:
-        print(f"labprobe: error: unknown command {name!r} (known: {', '.join(COMMANDS)})",
-              file=sys.stderr)
+        print(f"labprobe: error: unknown command {name!r} (known: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[name][0])
     parser = OneLineParser(prog=f"labprobe {name}", description=COMMANDS[name][1])
@@ -68,4 +71,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"labprobe {name}: interrupted", file=sys.stderr)
         return 130
-

@@ -15,12 +15,19 @@ from runner.store.store import Store
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--probe", required=True, help="the probe whose results to compare")
-    parser.add_argument("--table", help="the probe's table, `summary` (its jobs' summary figures) "
-                        "or `jobs` (default: the table of the probe's answer)")
+    parser.add_argument(
+        "--table",
+        help="the probe's table, `summary` (its jobs' summary figures) "
+        "or `jobs` (default: the table of the probe's answer)",
+    )
     parser.add_argument("--metric", help="numeric column to compare (default: the probe's answer)")
     parser.add_argument("--baseline", help="host the ratios are relative to (default: the first host)")
-    parser.add_argument("--variant", action="append", metavar="NAME",
-                        help="only rows of this variant (repeatable; default: every variant, each its own row)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        metavar="NAME",
+        help="only rows of this variant (repeatable; default: every variant, each its own row)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--plot", type=plot_file, help="write a PNG bar chart here")
     parser.add_argument("--store", type=Path, help="store root (default: the cluster file's, else ./results)")
@@ -29,8 +36,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     store, order = _store_and_order(args.store, args.cluster)
-    result = compare(store, args.probe, table=args.table, metric=args.metric, baseline=args.baseline,
-                     host_order=order, variants=args.variant)
+    result = compare(
+        store,
+        args.probe,
+        table=args.table,
+        metric=args.metric,
+        baseline=args.baseline,
+        host_order=order,
+        variants=args.variant,
+    )
     if args.json:
         json.dump(result.to_json_dict(), sys.stdout, indent=1, default=str)
         print()
@@ -47,7 +61,6 @@ def main(args: argparse.Namespace) -> int:
 def _store_and_order(store: Path | None, cluster_file: str) -> tuple[Store, list[str]]:
     order: list[str] = []
     if Path(cluster_file).is_file():
-
         cluster = load_cluster(cluster_file)
         order = list(cluster.hosts)
         store = store if store is not None else cluster.store_root()

@@ -22,8 +22,12 @@ from runner.store.store import Store
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", required=True, help="the host whose stored profile prices the steps")
     parser.add_argument("--profile-checkpoint", required=True, help="the checkpoint's name in the store")
-    parser.add_argument("--cluster", type=Path, default=None,
-                        help="the lab's file: its store root and budget (default: ./cluster.yaml, if present)")
+    parser.add_argument(
+        "--cluster",
+        type=Path,
+        default=None,
+        help="the lab's file: its store root and budget (default: ./cluster.yaml, if present)",
+    )
     parser.add_argument("--store", type=Path, default=None, help="the store root (default: cluster.yaml's)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     add_config_options(parser, goodput.Config)

@@ -26,18 +26,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", metavar="H", help="only this host")
     parser.add_argument("--checkpoint", metavar="C", help="only this checkpoint")
     parser.add_argument("--metric", metavar="M", help="the column to follow (default: step_s, or the first timing)")
-    parser.add_argument("--by", nargs="+", metavar="COL",
-                        help="the columns that say what a row measures (default: its text and shape columns)")
-    parser.add_argument("--threshold-pct", type=float, default=3.0, metavar="PCT",
-                        help="alert when a value moves more than this against the median of earlier runs (default: 3)")
-    parser.add_argument("--max-spread-pct", type=float, default=2.0, metavar="PCT",
-                        help="trust a value only when its spread is at most this (default: 2)")
+    parser.add_argument(
+        "--by",
+        nargs="+",
+        metavar="COL",
+        help="the columns that say what a row measures (default: its text and shape columns)",
+    )
+    parser.add_argument(
+        "--threshold-pct",
+        type=float,
+        default=3.0,
+        metavar="PCT",
+        help="alert when a value moves more than this against the median of earlier runs (default: 3)",
+    )
+    parser.add_argument(
+        "--max-spread-pct",
+        type=float,
+        default=2.0,
+        metavar="PCT",
+        help="trust a value only when its spread is at most this (default: 2)",
+    )
     parser.add_argument("--plot", type=plot_file, metavar="FILE", help="also draw the metric over time into this PNG")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    parser.add_argument("--store", type=Path, metavar="D",
-                        help="the store (default: the cluster file's, else ./results)")
-    parser.add_argument("--cluster", type=Path, default=Path("cluster.yaml"), metavar="F",
-                        help="the cluster file naming the store (default: ./cluster.yaml, if present)")
+    parser.add_argument(
+        "--store", type=Path, metavar="D", help="the store (default: the cluster file's, else ./results)"
+    )
+    parser.add_argument(
+        "--cluster",
+        type=Path,
+        default=Path("cluster.yaml"),
+        metavar="F",
+        help="the cluster file naming the store (default: ./cluster.yaml, if present)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -48,20 +68,31 @@ def main(args: argparse.Namespace) -> int:
     table = choose_table(store, args.probe, args.table)
     frame = select_rows(store.read(table), host=args.host, checkpoint=args.checkpoint, table=table)
     metric = args.metric or default_metric(frame)
-    drift = drift_table(frame, metric, by=args.by, threshold_pct=args.threshold_pct,
-                        max_spread_pct=args.max_spread_pct)
+    drift = drift_table(frame, metric, by=args.by, threshold_pct=args.threshold_pct, max_spread_pct=args.max_spread_pct)
     by = drift.attrs["by"]
     alerts = [describe_alert(row, metric, by) for _, row in drift[drift["alert"]].iterrows()]
     if args.plot:
         from runner.analysis import plots
+
         label = ["host", "checkpoint"] + [c for c in by if c not in SERIES_KEYS]
-        plots.save(plots.history_lines(drift, metric, label_columns=label,
-                                       title=f"{table}: {metric} over runs"), args.plot)
+        plots.save(
+            plots.history_lines(drift, metric, label_columns=label, title=f"{table}: {metric} over runs"), args.plot
+        )
     if args.json:
-        json.dump({"table": table, "metric": metric, "by": by, "spread_column": drift.attrs["spread_column"],
-                   "threshold_pct": args.threshold_pct, "max_spread_pct": args.max_spread_pct,
-                   "rows": json.loads(drift.to_json(orient="records", date_format="iso")),
-                   "alerts": alerts}, sys.stdout, indent=1)
+        json.dump(
+            {
+                "table": table,
+                "metric": metric,
+                "by": by,
+                "spread_column": drift.attrs["spread_column"],
+                "threshold_pct": args.threshold_pct,
+                "max_spread_pct": args.max_spread_pct,
+                "rows": json.loads(drift.to_json(orient="records", date_format="iso")),
+                "alerts": alerts,
+            },
+            sys.stdout,
+            indent=1,
+        )
         print()
     else:
         print(render(drift, table, metric, by, alerts, plot=args.plot))

@@ -32,8 +32,9 @@ def read_pinned(per_host: dict[str, tuple[str | None, Thresholds]]) -> list[GpuR
     return read_local(host, runs_dir=runs_dir, thresholds=thresholds)
 
 
-def read_hosts(per_host: dict[str, tuple[str | None, Thresholds]], *,
-               timeout_s: float) -> dict[str, list[GpuReading] | Any]:
+def read_hosts(
+    per_host: dict[str, tuple[str | None, Thresholds]], *, timeout_s: float
+) -> dict[str, list[GpuReading] | Any]:
     """Every host at once, one pinned task each: host -> its readings, or a HostFailure."""
 
     window_s = max((t.window_s for _, t in per_host.values()), default=0.0)
@@ -42,17 +43,27 @@ def read_hosts(per_host: dict[str, tuple[str | None, Thresholds]], *,
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = ("Read every GPU of the lab through NVML, all hosts at once: idle or busy, and "
-                          "why. Exit 0 when no GPU reads busy and every host answered, else 1.")
+    parser.description = (
+        "Read every GPU of the lab through NVML, all hosts at once: idle or busy, and "
+        "why. Exit 0 when no GPU reads busy and every host answered, else 1."
+    )
     parser.add_argument("--cluster", default="cluster.yaml", help="the lab's cluster file")
-    parser.add_argument("--address", default=None,
-                        help="Ray address (default: the cluster file's ray.address; unset there: an "
-                             "embedded local Ray, its node labelled `local`)")
+    parser.add_argument(
+        "--address",
+        default=None,
+        help="Ray address (default: the cluster file's ray.address; unset there: an "
+        "embedded local Ray, its node labelled `local`)",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON list of readings")
-    parser.add_argument("--timeout-s", type=float, default=30.0,
-                        help="seconds to wait for a host, on top of the sampling window")
-    parser.add_argument("--connect-timeout-s", type=float, default=DEFAULT_CONNECT_TIMEOUT_S,
-                        help=f"how long to wait for the Ray head at --address (default: {DEFAULT_CONNECT_TIMEOUT_S:g})")
+    parser.add_argument(
+        "--timeout-s", type=float, default=30.0, help="seconds to wait for a host, on top of the sampling window"
+    )
+    parser.add_argument(
+        "--connect-timeout-s",
+        type=float,
+        default=DEFAULT_CONNECT_TIMEOUT_S,
+        help=f"how long to wait for the Ray head at --address (default: {DEFAULT_CONNECT_TIMEOUT_S:g})",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -62,8 +73,7 @@ def main(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.connect_timeout_s) and args.connect_timeout_s > 0):
         raise InputError(f"--connect-timeout-s: must be > 0 (got {args.connect_timeout_s})")
     cluster = load_cluster(args.cluster)
-    per_host = {name: (cluster.runs_dir(name), Thresholds.from_cluster(h.idle))
-                for name, h in cluster.hosts.items()}
+    per_host = {name: (cluster.runs_dir(name), Thresholds.from_cluster(h.idle)) for name, h in cluster.hosts.items()}
     # Ray's banners and warnings go to a log file, not into the readings on the terminal. Not in the
     # store: reading GPUs writes nothing there.
     with foreign_output_to(Path(tempfile.gettempdir()) / "labprobe-ray-idle.log"):
@@ -73,15 +83,25 @@ def main(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     for host, got in results.items():
         if isinstance(got, HostFailure):
-            rows.append({"host": host, "gpu": None, "name": "", "verdict": "unreachable",
-                         "reason": got.reason})
+            rows.append({"host": host, "gpu": None, "name": "", "verdict": "unreachable", "reason": got.reason})
         else:
             rows += [r.to_dict() | {"gpu": r.index if r.index >= 0 else None} for r in got]
     if args.json:
         json.dump(rows, sys.stdout, indent=1)
         print()
     else:
-
-        print(format_table([{"host": r["host"], "gpu": "-" if r["gpu"] is None else r["gpu"], "name": r["name"],
-                             "verdict": r["verdict"], "reason": r["reason"]} for r in rows]))
+        print(
+            format_table(
+                [
+                    {
+                        "host": r["host"],
+                        "gpu": "-" if r["gpu"] is None else r["gpu"],
+                        "name": r["name"],
+                        "verdict": r["verdict"],
+                        "reason": r["reason"],
+                    }
+                    for r in rows
+                ]
+            )
+        )
     return 0 if all(r["verdict"] in ("idle", "no-gpu") for r in rows) else 1

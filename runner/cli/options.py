@@ -41,8 +41,12 @@ def add_config_options(parser: argparse.ArgumentParser, config_cls: type) -> Non
             help_text += f" (default: {_show(default)})"
         # argparse %-formats help strings (for %(default)s): a literal % in a field doc must be doubled
         parser.add_argument(
-            option_name(field.name), dest=field.name, required=required,
-            default=argparse.SUPPRESS, help=help_text.replace("%", "%%"), **kwargs,
+            option_name(field.name),
+            dest=field.name,
+            required=required,
+            default=argparse.SUPPRESS,
+            help=help_text.replace("%", "%%"),
+            **kwargs,
         )
 
 
@@ -80,8 +84,7 @@ def _metavar(hint: Any) -> str:
 
 def build_config(config_cls: type, namespace: argparse.Namespace) -> Any:
     """Config from parsed options (strings), through the one validation path; errors name the option."""
-    values = {f.name: getattr(namespace, f.name) for f in dataclasses.fields(config_cls)
-              if hasattr(namespace, f.name)}
+    values = {f.name: getattr(namespace, f.name) for f in dataclasses.fields(config_cls) if hasattr(namespace, f.name)}
     with options_named():
         return make_config(config_cls, values)
 

@@ -17,15 +17,19 @@ from runner.tables import format_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", metavar="NAME",
-                        help="probe: " + "; ".join(f"{n} ({d})" for n, (_, d) in probes.REGISTRY.items()))
+    parser.add_argument(
+        "name", metavar="NAME", help="probe: " + "; ".join(f"{n} ({d})" for n, (_, d) in probes.REGISTRY.items())
+    )
     parser.add_argument("options", nargs=argparse.REMAINDER, help="the probe's options (NAME --help)")
 
 
 def probe_parser(name: str) -> tuple[argparse.ArgumentParser, type]:
     module = probes.get(name)
-    parser = OneLineParser(prog=f"labprobe probe {name}", description=(module.__doc__ or "").strip(),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(
+        prog=f"labprobe probe {name}",
+        description=(module.__doc__ or "").strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_config_options(parser, module.Config)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     return parser, module
@@ -57,8 +61,9 @@ def render(result: probes.ProbeResult) -> str:
     if result.summary:
         parts.append("== summary\n" + "\n".join(_summary_line(k, v) for k, v in result.summary.items()))
     if result.checks:
-        parts.append("== checks\n" + "\n".join(
-            f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}" for c in result.checks))
+        parts.append(
+            "== checks\n" + "\n".join(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}" for c in result.checks)
+        )
     return "\n\n".join(parts)
 
 

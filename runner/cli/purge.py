@@ -26,18 +26,28 @@ from runner.tables import format_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cluster", default="cluster.yaml", metavar="F",
-                        help="the lab's cluster file: hosts and their runs_root, the store (default: %(default)s)")
-    parser.add_argument("--host", action="append", metavar="H",
-                        help="only this host (repeatable); default: every host with a runs_root")
-    parser.add_argument("--run", default="*", metavar="GLOB",
-                        help="only runs whose directory name matches GLOB (default: every run)")
-    parser.add_argument("--yes", action="store_true",
-                        help="delete; without it only the plan is printed and stored")
+    parser.add_argument(
+        "--cluster",
+        default="cluster.yaml",
+        metavar="F",
+        help="the lab's cluster file: hosts and their runs_root, the store (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--host", action="append", metavar="H", help="only this host (repeatable); default: every host with a runs_root"
+    )
+    parser.add_argument(
+        "--run", default="*", metavar="GLOB", help="only runs whose directory name matches GLOB (default: every run)"
+    )
+    parser.add_argument("--yes", action="store_true", help="delete; without it only the plan is printed and stored")
     parser.add_argument("--store", metavar="D", help="store root (default: the cluster file's)")
     parser.add_argument("--address", metavar="A", help="Ray address (default: the cluster file's)")
-    parser.add_argument("--timeout-s", type=float, default=3600.0, metavar="S",
-                        help="give up on a host after S seconds (default: %(default)s)")
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        default=3600.0,
+        metavar="S",
+        help="give up on a host after S seconds (default: %(default)s)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
 
@@ -54,18 +64,36 @@ def human(num_bytes: int | None) -> str:
 
 def render(report: Report) -> str:
     rows = report.outcome if report.yes else report.plan
-    table = [{"host": h, "run": r["run"], "action": r["action"], "size": human(r["alloc_bytes"]),
-              "files": r["num_files"],
-              **({"adapter": _verified(r["adapter_digests_verified"])} if report.yes else {}),
-              "path / reason": r["path"] if r["action"] in ("remove", "removed") else r["reason"]}
-             for h, host_rows in rows.items() for r in host_rows]
-    title = "== purge outcome" if report.yes else (
-        "== purge plan (dry run: nothing deleted; --yes deletes each `remove`)")
+    table = [
+        {
+            "host": h,
+            "run": r["run"],
+            "action": r["action"],
+            "size": human(r["alloc_bytes"]),
+            "files": r["num_files"],
+            **({"adapter": _verified(r["adapter_digests_verified"])} if report.yes else {}),
+            "path / reason": r["path"] if r["action"] in ("remove", "removed") else r["reason"],
+        }
+        for h, host_rows in rows.items()
+        for r in host_rows
+    ]
+    title = (
+        "== purge outcome" if report.yes else ("== purge plan (dry run: nothing deleted; --yes deletes each `remove`)")
+    )
     parts = [format_table(table, title=title)]
-    fs = [{"host": h, "fs": f["fs"], "fstype": f["fstype"], "mount": f["mount"],
-           "planned": human(f["planned_bytes"]),
-           **({"removed": human(f["removed_bytes"]), "freed": human(f["freed_bytes"])} if report.yes else {}),
-           "note": f["note"]} for h, host_fs in report.filesystems.items() for f in host_fs]
+    fs = [
+        {
+            "host": h,
+            "fs": f["fs"],
+            "fstype": f["fstype"],
+            "mount": f["mount"],
+            "planned": human(f["planned_bytes"]),
+            **({"removed": human(f["removed_bytes"]), "freed": human(f["freed_bytes"])} if report.yes else {}),
+            "note": f["note"],
+        }
+        for h, host_fs in report.filesystems.items()
+        for f in host_fs
+    ]
     if fs:
         parts.append(format_table(fs, title="== filesystems"))
     if report.failures:
@@ -94,16 +122,32 @@ def main(args: argparse.Namespace) -> int:
     connect(address)
     if embedded:
         warn_embedded("purge", address, set(roots), "{hosts} will read as unreachable")
-    report = purge(roots, args.run, yes=args.yes, timeout_s=args.timeout_s,
-                   on_plan=lambda planned: store_phase(store, planned, "plan"))
+    report = purge(
+        roots,
+        args.run,
+        yes=args.yes,
+        timeout_s=args.timeout_s,
+        on_plan=lambda planned: store_phase(store, planned, "plan"),
+    )
     if report.yes:
         store_phase(store, report, "outcome")
     run_id = report.run_id
     if args.json:
-        json.dump({"yes": report.yes, "plan": report.plan, "outcome": report.outcome,
-                   "filesystems": report.filesystems, "failures": report.failures,
-                   "summary": {h: host_summary(report, h) for h in report.roots},
-                   "store": str(store.root), "run_id": run_id}, sys.stdout, indent=1, default=str)
+        json.dump(
+            {
+                "yes": report.yes,
+                "plan": report.plan,
+                "outcome": report.outcome,
+                "filesystems": report.filesystems,
+                "failures": report.failures,
+                "summary": {h: host_summary(report, h) for h in report.roots},
+                "store": str(store.root),
+                "run_id": run_id,
+            },
+            sys.stdout,
+            indent=1,
+            default=str,
+        )
         print()
     else:
         print(render(report))

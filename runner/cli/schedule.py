@@ -21,19 +21,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     remove = actions.add_parser("remove", help="delete the sweep's entry (one plan, or all of a cluster file)")
     show = actions.add_parser("show", help="list labprobe's entries")
     for sub in (install, remove, show):
-        sub.add_argument("--crontab-file", type=Path, metavar="F",
-                         help="edit this file instead of the user's crontab (created if absent)")
+        sub.add_argument(
+            "--crontab-file",
+            type=Path,
+            metavar="F",
+            help="edit this file instead of the user's crontab (created if absent)",
+        )
     for sub in (install, remove):
-        sub.add_argument("--cluster", type=Path, default=Path("cluster.yaml"), metavar="F",
-                         help="the cluster file (default: ./cluster.yaml)")
+        sub.add_argument(
+            "--cluster",
+            type=Path,
+            default=Path("cluster.yaml"),
+            metavar="F",
+            help="the cluster file (default: ./cluster.yaml)",
+        )
         sub.add_argument("--plan", metavar="P", help="the sweep plan (default: the schedule section's)")
-    install.add_argument("--cron", metavar="EXPR",
-                         help="when to run, a cron expression such as '0 1 * * *' (default: the schedule section's)")
-    install.add_argument("--deadline", metavar="HH:MM",
-                         help="no job starts after this time of day (default: the schedule section's)")
-    install.add_argument("--log", type=Path, metavar="F",
-                         help="append the sweep's output here (default: the schedule section's, "
-                              "else <store>/logs/sweep-<plan>.log)")
+    install.add_argument(
+        "--cron",
+        metavar="EXPR",
+        help="when to run, a cron expression such as '0 1 * * *' (default: the schedule section's)",
+    )
+    install.add_argument(
+        "--deadline", metavar="HH:MM", help="no job starts after this time of day (default: the schedule section's)"
+    )
+    install.add_argument(
+        "--log",
+        type=Path,
+        metavar="F",
+        help="append the sweep's output here (default: the schedule section's, else <store>/logs/sweep-<plan>.log)",
+    )
     remove.add_argument("--all", action="store_true", help="remove every labprobe entry, of any cluster file")
 
 

@@ -30,9 +30,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=ACTIONS, help="what to do")
     parser.add_argument("--store", help="store root, a directory or URL (default: the cluster file's, else ./results)")
     parser.add_argument("--cluster", default="cluster.yaml", help="cluster file (default: ./cluster.yaml, if present)")
-    parser.add_argument("--retention-days", type=float, metavar="N",
-                        help="vacuum: keep N days of time travel (default: the cluster file's "
-                             f"store.vacuum_retention_days, else {maintain.DEFAULT_RETENTION_DAYS:g})")
+    parser.add_argument(
+        "--retention-days",
+        type=float,
+        metavar="N",
+        help="vacuum: keep N days of time travel (default: the cluster file's "
+        f"store.vacuum_retention_days, else {maintain.DEFAULT_RETENTION_DAYS:g})",
+    )
     parser.add_argument("--dry-run", action="store_true", help="vacuum: list what would be deleted, delete nothing")
 
 
@@ -87,12 +91,23 @@ class _locked:
 
 def _check(store: Store) -> int:
     state = maintain.check(store)
-    rows = [{"table": t.name, "version": t.version, "files": t.files, "rows": t.rows,
-             "MiB": round(t.bytes / 2**20, 3), "other files": t.other_files} for t in state.tables]
+    rows = [
+        {
+            "table": t.name,
+            "version": t.version,
+            "files": t.files,
+            "rows": t.rows,
+            "MiB": round(t.bytes / 2**20, 3),
+            "other files": t.other_files,
+        }
+        for t in state.tables
+    ]
     print(format_table(rows, title=f"store {store.uri}: {len(rows)} table(s)"))
     if any(t.other_files for t in state.tables):
-        print("other files: not in the tables' current version (older versions kept for time travel, "
-              "or strays): never read; `labprobe store vacuum` deletes those past the retention")
+        print(
+            "other files: not in the tables' current version (older versions kept for time travel, "
+            "or strays): never read; `labprobe store vacuum` deletes those past the retention"
+        )
     for table in state.tables:
         for path, why in table.unreadable:
             print(f"unreadable: {path}: {why}")
@@ -100,24 +115,33 @@ def _check(store: Store) -> int:
         print(f"stray: tables/{name} is not a store table (readers skip it)")
     if state.legacy:
         migrated = "jobs" in [t.name for t in state.tables]
-        print(f"older layout at the root: {', '.join(state.legacy)} "
-              + ("(migrated: remove them once you no longer need them)" if migrated
-                 else "(not migrated: run `labprobe store migrate`)"))
+        print(
+            f"older layout at the root: {', '.join(state.legacy)} "
+            + (
+                "(migrated: remove them once you no longer need them)"
+                if migrated
+                else "(not migrated: run `labprobe store migrate`)"
+            )
+        )
     return 0 if state.ok else 1
 
 
 def _compact(store: Store) -> None:
     done = maintain.compact(store)
-    rows = [{"table": name, "files_removed": m["files_removed"], "files_added": m["files_added"]}
-            for name, m in done.items()]
+    rows = [
+        {"table": name, "files_removed": m["files_removed"], "files_added": m["files_added"]}
+        for name, m in done.items()
+    ]
     print(format_table(rows, title=f"store {store.uri}: compacted and checkpointed"))
 
 
 def _vacuum(store: Store, retention_days: float, dry_run: bool) -> None:
     done = maintain.vacuum(store, retention_days, dry_run=dry_run)
     verb = "would delete" if dry_run else "deleted"
-    print(f"store {store.uri}: {verb} {sum(map(len, done.values()))} file(s) no version of the last "
-          f"{retention_days:g} day(s) needs")
+    print(
+        f"store {store.uri}: {verb} {sum(map(len, done.values()))} file(s) no version of the last "
+        f"{retention_days:g} day(s) needs"
+    )
     for name, files in done.items():
         if files:
             print(f"  {name}: {len(files)}")

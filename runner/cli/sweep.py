@@ -67,22 +67,45 @@ MAX_FAILURES_SHOWN = 20
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", default="cluster.yaml", help="the cluster file (default: ./cluster.yaml)")
     parser.add_argument("--plan", default=DEFAULT_PLAN, help=f"plan to run (default: {DEFAULT_PLAN})")
-    parser.add_argument("--address", help="Ray address (host:port or auto; `local`: the embedded Ray); "
-                        "default: the cluster file's ray.address, else the embedded local Ray (host `local`)")
+    parser.add_argument(
+        "--address",
+        help="Ray address (host:port or auto; `local`: the embedded Ray); "
+        "default: the cluster file's ray.address, else the embedded local Ray (host `local`)",
+    )
     parser.add_argument("--store", type=Path, help="store root (default: the cluster file's store.root)")
     parser.add_argument("--force", action="store_true", help="run jobs already stored ok again")
-    parser.add_argument("--deadline", metavar="HH:MM", help="local time after which no job starts (the "
-                        "occurrence nearest to now: within the past 12 h it is already past)")
+    parser.add_argument(
+        "--deadline",
+        metavar="HH:MM",
+        help="local time after which no job starts (the "
+        "occurrence nearest to now: within the past 12 h it is already past)",
+    )
     parser.add_argument("--report", action="store_true", help="write the HTML report of this run")
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="per-job timeout (default: 3600)")
-    parser.add_argument("--inline", metavar="HOST", help="no Ray: run the plan's jobs for HOST one by one in "
-                        "this process (you are on HOST: debugging, or a GPU box on its own)")
-    parser.add_argument("--gpu-wait-s", type=float, default=1800.0,
-                        help="without --deadline: how long GPU jobs wait for an idle card (default: 1800)")
-    parser.add_argument("--connect-timeout-s", type=float, default=DEFAULT_CONNECT_TIMEOUT_S,
-                        help=f"how long to wait for the Ray head at --address (default: {DEFAULT_CONNECT_TIMEOUT_S:g})")
-    parser.add_argument("--json", action="store_true", help="end with one JSON object (run id, counts, failures, "
-                        "every job's outcome) instead of the summary and the comparison")
+    parser.add_argument(
+        "--inline",
+        metavar="HOST",
+        help="no Ray: run the plan's jobs for HOST one by one in "
+        "this process (you are on HOST: debugging, or a GPU box on its own)",
+    )
+    parser.add_argument(
+        "--gpu-wait-s",
+        type=float,
+        default=1800.0,
+        help="without --deadline: how long GPU jobs wait for an idle card (default: 1800)",
+    )
+    parser.add_argument(
+        "--connect-timeout-s",
+        type=float,
+        default=DEFAULT_CONNECT_TIMEOUT_S,
+        help=f"how long to wait for the Ray head at --address (default: {DEFAULT_CONNECT_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="end with one JSON object (run id, counts, failures, "
+        "every job's outcome) instead of the summary and the comparison",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -99,23 +122,38 @@ def main(args: argparse.Namespace) -> int:
     check_writable(store.root)  # before Ray starts or any job runs: a full disk is one line, exit 2
     setup_logging()
     hosts = list(cluster.hosts)
-    with SweepLock(store.root, run_id=run_id, plan=args.plan), \
-            foreign_output_to(log_path(store.root, f"ray-{run_id}.log")) as (out, _):
+    with (
+        SweepLock(store.root, run_id=run_id, plan=args.plan),
+        foreign_output_to(log_path(store.root, f"ray-{run_id}.log")) as (out, _),
+    ):
         if args.inline is None:
             address = args.address or cluster.spec.ray.address
             connect(address, timeout_s=args.connect_timeout_s)
-            warn_embedded("sweep", address, {j.host for j in jobs},
-                          "jobs for {hosts} will fail (pass --address or set ray.address)")
+            warn_embedded(
+                "sweep",
+                address,
+                {j.host for j in jobs},
+                "jobs for {hosts} will fail (pass --address or set ray.address)",
+            )
 
         def head_lost(counts: Counts) -> None:  # runs on the head-watch thread; Ray would kill us soon
             _print_end(args, store, jobs, counts, run_id, hosts, out)
             out.flush()
             os._exit(1)
 
-        counts = run_sweep(cluster=cluster, store=store, plan=args.plan, jobs=jobs, run_id=run_id,
-                           force=args.force, deadline=deadline, timeout_s=args.timeout_s,
-                           gpu_wait_s=args.gpu_wait_s, inline=args.inline is not None,
-                           on_head_lost=None if args.inline is not None else head_lost)
+        counts = run_sweep(
+            cluster=cluster,
+            store=store,
+            plan=args.plan,
+            jobs=jobs,
+            run_id=run_id,
+            force=args.force,
+            deadline=deadline,
+            timeout_s=args.timeout_s,
+            gpu_wait_s=args.gpu_wait_s,
+            inline=args.inline is not None,
+            on_head_lost=None if args.inline is not None else head_lost,
+        )
         store.compact()  # the night's small files into few, and a log checkpoint: reads stay fast
     _print_end(args, store, jobs, counts, run_id, hosts, sys.stdout)
     if args.report and counts.store_failure is None:
@@ -140,10 +178,23 @@ def _print_end(args, store: Store, jobs: list[Job], counts, run_id: str, hosts: 
         print_end(store, jobs, counts, run_id, hosts, out=out)
 
 
-def run_sweep(*, cluster, store: Store, plan: str, jobs: list[Job], run_id: str, force: bool = False,
-              deadline: float | None = None, timeout_s: float = 3600.0, gpu_wait_s: float = 1800.0,
-              launcher=None, progress: bool = True, gpu_backoff_s: tuple[float, ...] | None = None,
-              inline: bool = False, on_head_lost: Callable[[Counts], None] | None = None) -> Counts:
+def run_sweep(
+    *,
+    cluster,
+    store: Store,
+    plan: str,
+    jobs: list[Job],
+    run_id: str,
+    force: bool = False,
+    deadline: float | None = None,
+    timeout_s: float = 3600.0,
+    gpu_wait_s: float = 1800.0,
+    launcher=None,
+    progress: bool = True,
+    gpu_backoff_s: tuple[float, ...] | None = None,
+    inline: bool = False,
+    on_head_lost: Callable[[Counts], None] | None = None,
+) -> Counts:
     """Fingerprint, skip what is done, dispatch the rest. -> dispatch.Counts.
 
     Ray must be connected, unless `inline`: then every job runs here, in this process, as if this
@@ -157,11 +208,20 @@ def run_sweep(*, cluster, store: Store, plan: str, jobs: list[Job], run_id: str,
     todo = [j for j in ready if j.job_id not in done]
     bar = Progress(todo + [j for j, _ in unreachable], enabled=progress, stream=terminal_err())
     hosts = {j.host for j in jobs}
-    dispatch = Dispatch(cluster=cluster, store=store, run_id=run_id, plan=plan,
-                        launcher=launcher or (InlineLauncher() if inline else RayLauncher()), deadline=deadline,
-                        timeout_s=timeout_s, gpu_wait_s=gpu_wait_s, on_record=bar.update, gpu_backoff_s=gpu_backoff_s,
-                        live=(lambda: {h: (1, cluster.hosts[h].gpus) for h in hosts}) if inline else None,
-                        read_here=inline)
+    dispatch = Dispatch(
+        cluster=cluster,
+        store=store,
+        run_id=run_id,
+        plan=plan,
+        launcher=launcher or (InlineLauncher() if inline else RayLauncher()),
+        deadline=deadline,
+        timeout_s=timeout_s,
+        gpu_wait_s=gpu_wait_s,
+        on_record=bar.update,
+        gpu_backoff_s=gpu_backoff_s,
+        live=(lambda: {h: (1, cluster.hosts[h].gpus) for h in hosts}) if inline else None,
+        read_here=inline,
+    )
     for job in ready:
         if job.job_id in done:
             dispatch.counts.add_done(job)
@@ -225,8 +285,10 @@ class Progress:
             self.bar.set_postfix_str(hosts, refresh=False)
             self.bar.update(1)
         elif self.enabled:
-            logger.info(f"[{self.num_done}/{sum(self.total.values())} {time.monotonic() - self.t0:5.1f}s] "
-                        f"{status:7} {job.probe} {job.checkpoint} @ {job.host}   ({hosts})")
+            logger.info(
+                f"[{self.num_done}/{sum(self.total.values())} {time.monotonic() - self.t0:5.1f}s] "
+                f"{status:7} {job.probe} {job.checkpoint} @ {job.host}   ({hosts})"
+            )
 
     def close(self) -> None:
         if self.bar is not None:
@@ -234,19 +296,28 @@ class Progress:
             self.bar = None
 
 
-def print_end(store: Store, jobs: list[Job], counts: Counts, run_id: str, host_order: list[str], *,
-              out: TextIO | None = None) -> None:
+def print_end(
+    store: Store, jobs: list[Job], counts: Counts, run_id: str, host_order: list[str], *, out: TextIO | None = None
+) -> None:
     out = out or sys.stdout
-    print(f"run {run_id}: {counts.ok} ok, {counts.failed} failed, {counts.skipped} skipped, "
-          f"{counts.already_done} already done (store {store.root})", file=out)
+    print(
+        f"run {run_id}: {counts.ok} ok, {counts.failed} failed, {counts.skipped} skipped, "
+        f"{counts.already_done} already done (store {store.root})",
+        file=out,
+    )
     for job, reason in counts.failures[:MAX_FAILURES_SHOWN]:
         print(f"  failed: {job.probe} {job.checkpoint} @ {job.host}: {reason}", file=out)
     if len(counts.failures) > MAX_FAILURES_SHOWN:
-        print(f"  ... and {len(counts.failures) - MAX_FAILURES_SHOWN} more failed (the store's jobs table has all)",
-              file=out)
+        print(
+            f"  ... and {len(counts.failures) - MAX_FAILURES_SHOWN} more failed (the store's jobs table has all)",
+            file=out,
+        )
     if counts.store_failure is not None:
-        print(f"the store stopped taking results ({counts.store_failure}); the {counts.num_spilled} jobs after "
-              f"that are kept in {counts.spilled_to} (JSON lines: runner.dispatch.spill.read_spill)", file=out)
+        print(
+            f"the store stopped taking results ({counts.store_failure}); the {counts.num_spilled} jobs after "
+            f"that are kept in {counts.spilled_to} (JSON lines: runner.dispatch.spill.read_spill)",
+            file=out,
+        )
         return
     text = end_answers(store, jobs, run_id, host_order)
     if text:
@@ -263,16 +334,24 @@ def end_answers(store: Store, jobs: list[Job], run_id: str, host_order: list[str
 
 def end_json(store: Store, counts: Counts, run_id: str) -> dict[str, Any]:
     """`sweep --json`: the run as one JSON object."""
+
     def job(j: Job) -> dict[str, str]:
         return {"job_id": j.job_id, "probe": j.probe, "checkpoint": j.checkpoint, "host": j.host}
 
-    return {"run_id": run_id, "store": str(store.root),
-            "counts": {"ok": counts.ok, "failed": counts.failed, "skipped": counts.skipped,
-                       "already_done": counts.already_done},
-            "failures": [{**job(j), "reason": reason} for j, reason in counts.failures],
-            "jobs": [{**job(j), "status": status, "reason": reason} for j, status, reason in counts.outcomes],
-            "store_failure": counts.store_failure,
-            "spilled_to": None if counts.spilled_to is None else str(counts.spilled_to)}
+    return {
+        "run_id": run_id,
+        "store": str(store.root),
+        "counts": {
+            "ok": counts.ok,
+            "failed": counts.failed,
+            "skipped": counts.skipped,
+            "already_done": counts.already_done,
+        },
+        "failures": [{**job(j), "reason": reason} for j, reason in counts.failures],
+        "jobs": [{**job(j), "status": status, "reason": reason} for j, status, reason in counts.outcomes],
+        "store_failure": counts.store_failure,
+        "spilled_to": None if counts.spilled_to is None else str(counts.spilled_to),
+    }
 
 
 def _report(store: Store, run_id: str) -> None:

@@ -55,29 +55,45 @@ def plan_counts(cluster: Cluster, plan: str) -> dict[str, Any]:
     """Jobs of a plan: in all, on GPUs, per host (in the file's host order)."""
     jobs = expand(cluster, plan)
     per_host = collections.Counter(j.host for j in jobs)
-    return {"jobs": len(jobs), "gpu_jobs": sum(j.gpu for j in jobs),
-            "hosts": {h: per_host[h] for h in cluster.hosts if per_host[h]}}
+    return {
+        "jobs": len(jobs),
+        "gpu_jobs": sum(j.gpu for j in jobs),
+        "hosts": {h: per_host[h] for h in cluster.hosts if per_host[h]},
+    }
 
 
 def _print_text(cluster: Cluster, plans: dict[str, dict[str, Any]]) -> None:
     spec = cluster.spec
-    print(f"{cluster.path}: ok: {len(spec.hosts)} hosts, {len(spec.checkpoints)} checkpoints, "
-          f"{len(spec.corpora)} corpora, {len(spec.plans)} plans; store {cluster.store_root()}")
+    print(
+        f"{cluster.path}: ok: {len(spec.hosts)} hosts, {len(spec.checkpoints)} checkpoints, "
+        f"{len(spec.corpora)} corpora, {len(spec.plans)} plans; store {cluster.store_root()}"
+    )
     for plan, counts in plans.items():
         hosts = ", ".join(f"{h} {n}" for h, n in counts["hosts"].items())
-        print(f"  plan {plan}: {counts['jobs']} jobs ({counts['gpu_jobs']} GPU) over {len(counts['hosts'])} "
-              f"hosts: {hosts}")
+        print(
+            f"  plan {plan}: {counts['jobs']} jobs ({counts['gpu_jobs']} GPU) over {len(counts['hosts'])} "
+            f"hosts: {hosts}"
+        )
     if spec.schedule is not None:
         s = spec.schedule
         print(f"  schedule: plan {s.plan}, cron {s.cron!r}, deadline {s.deadline or '-'}, log {s.log or '-'}")
 
 
-def _print_json(path: str, errors: list[dict[str, Any]], *, cluster: Cluster | None = None,
-                plans: dict[str, dict[str, Any]] | None = None) -> int:
+def _print_json(
+    path: str,
+    errors: list[dict[str, Any]],
+    *,
+    cluster: Cluster | None = None,
+    plans: dict[str, dict[str, Any]] | None = None,
+) -> int:
     schedule = cluster.spec.schedule if cluster is not None else None
-    out = {"ok": not errors, "file": str(cluster.path if cluster is not None else Path(path).absolute()),
-           "errors": errors, "plans": plans or {},
-           "schedule": schedule.model_dump() if schedule is not None else None,
-           "store": str(cluster.store_root()) if cluster is not None else None}
+    out = {
+        "ok": not errors,
+        "file": str(cluster.path if cluster is not None else Path(path).absolute()),
+        "errors": errors,
+        "plans": plans or {},
+        "schedule": schedule.model_dump() if schedule is not None else None,
+        "store": str(cluster.store_root()) if cluster is not None else None,
+    }
     print(json.dumps(out, indent=1))
     return 0 if not errors else 2

@@ -27,6 +27,7 @@ from runner.store.fingerprint import fingerprint
 DRAIN_S = 60.0
 """How long a cancelled GPU job's host stays busy at most, waiting for its worker to be killed."""
 
+
 @dataclasses.dataclass(kw_only=True)
 class Outcome:
     status: str
@@ -43,6 +44,7 @@ class Outcome:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GpuGuard:
     """What a GPU job needs to re-read its card's idleness at start."""
+
     runs_dir: str | None = None
     thresholds: Thresholds | None = None
 
@@ -53,7 +55,6 @@ def execute(job: Job, *, deadline: float | None = None, guard: GpuGuard | None =
     if deadline is not None and time.time() >= deadline:
         return Outcome(status="skipped", reason="deadline", started_at=started)
     if guard is not None:
-
         try:
             idle_guard(job.host, runs_dir=guard.runs_dir, thresholds=guard.thresholds)
         except GpuBusyError as exc:
@@ -72,10 +73,17 @@ def execute(job: Job, *, deadline: float | None = None, guard: GpuGuard | None =
         result = module.run(config)
         env.update(harness_env(result.summary))  # the harness's hash and versions: never read as host drift
     except Exception as exc:  # the probe's failure is this job's answer, not the sweep's
-        return Outcome(status="failed", reason=one_line(exc), env=env, checkpoint_fp=job.checkpoint_fp,
-                       started_at=started, wall_s=time.perf_counter() - t0)
-    return Outcome(status="ok", result=result, env=env, checkpoint_fp=fp, started_at=started,
-                   wall_s=time.perf_counter() - t0)
+        return Outcome(
+            status="failed",
+            reason=one_line(exc),
+            env=env,
+            checkpoint_fp=job.checkpoint_fp,
+            started_at=started,
+            wall_s=time.perf_counter() - t0,
+        )
+    return Outcome(
+        status="ok", result=result, env=env, checkpoint_fp=fp, started_at=started, wall_s=time.perf_counter() - t0
+    )
 
 
 class Launcher(abc.ABC):
@@ -210,6 +218,8 @@ def _slot_hosts() -> set[str]:
     """Hosts whose alive nodes offer the GPU slot resource."""
     import ray
 
-
-    return {(n.get("Labels") or {}).get(HOST_LABEL) for n in ray.nodes()
-            if n.get("Alive") and n.get("Resources", {}).get(GPU_SLOT, 0) >= 1}
+    return {
+        (n.get("Labels") or {}).get(HOST_LABEL)
+        for n in ray.nodes()
+        if n.get("Alive") and n.get("Resources", {}).get(GPU_SLOT, 0) >= 1
+    }

@@ -27,8 +27,13 @@ LOCK_NAME = ".sweep.lock"
 class SweepLock:
     def __init__(self, store_root: Path, *, run_id: str, plan: str) -> None:
         self.path = Path(store_root) / LOCK_NAME
-        self.info = {"pid": os.getpid(), "host": socket.gethostname(), "run_id": run_id, "plan": plan,
-                     "started_at": datetime.now().astimezone().isoformat(timespec="seconds")}
+        self.info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "run_id": run_id,
+            "plan": plan,
+            "started_at": datetime.now().astimezone().isoformat(timespec="seconds"),
+        }
         self._fd: int | None = None
 
     def acquire(self) -> None:
@@ -37,8 +42,9 @@ class SweepLock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:  # --store naming a file, a read-only place...
-            raise InputError(f"store {self.path.parent}: cannot hold the sweep lock there: "
-                             f"{exc.strerror or exc}") from None
+            raise InputError(
+                f"store {self.path.parent}: cannot hold the sweep lock there: {exc.strerror or exc}"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -50,8 +56,9 @@ class SweepLock:
             os.pwrite(fd, json.dumps(self.info).encode(), 0)
         except OSError as exc:  # a full disk: the holder info does not fit
             os.close(fd)
-            raise InputError(f"store {self.path.parent}: cannot write the sweep lock {self.path.name}: "
-                             f"{exc.strerror or exc}") from None
+            raise InputError(
+                f"store {self.path.parent}: cannot write the sweep lock {self.path.name}: {exc.strerror or exc}"
+            ) from None
         self._fd = fd
 
     def release(self) -> None:
@@ -73,9 +80,11 @@ class SweepLock:
     def _busy_message(self, holder: dict | None) -> str:
         if not holder:  # the holder took the lock a moment ago and is writing its info
             return f"another sweep is running on this store (it is starting; lock {self.path})"
-        return (f"another sweep is running on this store: pid {holder.get('pid')} on {holder.get('host')}, "
-                f"run {holder.get('run_id')}, plan {holder.get('plan')!r}, started {holder.get('started_at')} "
-                f"(lock {self.path})")
+        return (
+            f"another sweep is running on this store: pid {holder.get('pid')} on {holder.get('host')}, "
+            f"run {holder.get('run_id')}, plan {holder.get('plan')!r}, started {holder.get('started_at')} "
+            f"(lock {self.path})"
+        )
 
 
 def holder(store_root: Path) -> dict | None:

@@ -83,11 +83,22 @@ class Counts:
 
 
 class Dispatch:
-    def __init__(self, *, cluster: Cluster, store: Store, run_id: str, plan: str, launcher: Launcher,
-                 deadline: float | None = None, timeout_s: float = 3600.0, gpu_wait_s: float = 1800.0,
-                 on_record: Callable[[Job, str], None] | None = None,
-                 live: Callable[[], dict[str, tuple[int, float]]] | None = None,
-                 gpu_backoff_s: tuple[float, ...] | None = None, read_here: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        cluster: Cluster,
+        store: Store,
+        run_id: str,
+        plan: str,
+        launcher: Launcher,
+        deadline: float | None = None,
+        timeout_s: float = 3600.0,
+        gpu_wait_s: float = 1800.0,
+        on_record: Callable[[Job, str], None] | None = None,
+        live: Callable[[], dict[str, tuple[int, float]]] | None = None,
+        gpu_backoff_s: tuple[float, ...] | None = None,
+        read_here: bool = False,
+    ) -> None:
         """`live`: host -> (CPUs, GPUs) of the hosts alive now (default: from Ray). `read_here`: read
         GPU idleness in this process (an inline sweep on the host itself), not by a pinned task."""
         self.cluster, self.store, self.run_id, self.plan = cluster, store, run_id, plan
@@ -101,8 +112,11 @@ class Dispatch:
         self.waiting: dict[str, str] = {}  # job_id -> why its GPU host was not idle
         self.seen_alive: set[str] = set()
         self.live = live or _live_capacity
-        self.placer = _make_placer(deadline if deadline is not None else time.time() + gpu_wait_s, gpu_backoff_s,
-                                   cluster if read_here else None)
+        self.placer = _make_placer(
+            deadline if deadline is not None else time.time() + gpu_wait_s,
+            gpu_backoff_s,
+            cluster if read_here else None,
+        )
         self.spill = Spill(run_id)
         self.store_failure: str | None = None
         """Why the store stopped taking results; from then on they go to `spill`, no job starts."""
@@ -116,22 +130,37 @@ class Dispatch:
                 self._record(job, outcome)
 
     def _record(self, job: Job, outcome: Outcome) -> None:
-        key = JobKey(run_id=self.run_id, job_id=job.job_id, probe=job.probe, host=job.host,
-                     checkpoint=job.checkpoint, checkpoint_fp=outcome.checkpoint_fp or job.checkpoint_fp,
-                     config_hash=job.config_hash, code_version=code_version(),
-                     finished_at=datetime.now(timezone.utc))
+        key = JobKey(
+            run_id=self.run_id,
+            job_id=job.job_id,
+            probe=job.probe,
+            host=job.host,
+            checkpoint=job.checkpoint,
+            checkpoint_fp=outcome.checkpoint_fp or job.checkpoint_fp,
+            config_hash=job.config_hash,
+            code_version=code_version(),
+            finished_at=datetime.now(timezone.utc),
+        )
         status, reason = outcome.status, outcome.reason
         if self.store_failure is None:
             try:
                 if status == "ok":
-                    self.store.write_result(key, outcome.result, started_at=outcome.started_at,
-                                            wall_s=outcome.wall_s, env=outcome.env, plan=self.plan)
+                    self.store.write_result(
+                        key,
+                        outcome.result,
+                        started_at=outcome.started_at,
+                        wall_s=outcome.wall_s,
+                        env=outcome.env,
+                        plan=self.plan,
+                    )
                 else:
                     self._write_row(key, job, outcome)
             except Exception as exc:  # disk full, read-only, a StoreError: no more jobs go out
                 self.store_failure = f"store {self.store.root}: {one_line(exc)}"
-                logger.error(f"labprobe sweep: {self.store_failure}; no further job is handed out, results "
-                             f"computed from now on go to {self.spill.path}")
+                logger.error(
+                    f"labprobe sweep: {self.store_failure}; no further job is handed out, results "
+                    f"computed from now on go to {self.spill.path}"
+                )
         if self.store_failure is not None:
             self._spill(key, job, outcome)
             self.counts.store_failure, self.counts.spilled_to = self.store_failure, self.spill.path
@@ -141,17 +170,35 @@ class Dispatch:
 
     def _spill(self, key: JobKey, job: Job, outcome: Outcome) -> None:
         try:
-            self.spill.add(key, status=outcome.status, reason=outcome.reason, started_at=outcome.started_at,
-                           wall_s=outcome.wall_s, env=outcome.env, config={**job.config, **job.paths},
-                           plan=self.plan, result=outcome.result if outcome.status == "ok" else None)
+            self.spill.add(
+                key,
+                status=outcome.status,
+                reason=outcome.reason,
+                started_at=outcome.started_at,
+                wall_s=outcome.wall_s,
+                env=outcome.env,
+                config={**job.config, **job.paths},
+                plan=self.plan,
+                result=outcome.result if outcome.status == "ok" else None,
+            )
         except OSError as exc:  # $TMPDIR refuses too: the job's outcome is only in this log line
-            logger.error(f"labprobe sweep: could not keep {job.probe} {job.checkpoint} @ {job.host} "
-                         f"({outcome.status}) in {self.spill.path}: {one_line(exc)}")
+            logger.error(
+                f"labprobe sweep: could not keep {job.probe} {job.checkpoint} @ {job.host} "
+                f"({outcome.status}) in {self.spill.path}: {one_line(exc)}"
+            )
 
     def _write_row(self, key: JobKey, job: Job, outcome: Outcome) -> None:
-        self.store.write_job(key, status=outcome.status, reason=outcome.reason, started_at=outcome.started_at,
-                             wall_s=outcome.wall_s, summary={}, config={**job.config, **job.paths},
-                             env=outcome.env, plan=self.plan)
+        self.store.write_job(
+            key,
+            status=outcome.status,
+            reason=outcome.reason,
+            started_at=outcome.started_at,
+            wall_s=outcome.wall_s,
+            summary={},
+            config={**job.config, **job.paths},
+            env=outcome.env,
+            plan=self.plan,
+        )
 
     def fail(self, job: Job, reason: str, status: str = "failed") -> None:
         self.record(job, Outcome(status=status, reason=reason))
@@ -203,8 +250,9 @@ class Dispatch:
             while queue:
                 job = queue.popleft()
                 why = self.waiting.get(job.job_id)
-                self.fail(job, f"{reason} (waited for an idle GPU on {job.host}: {why})" if why else reason,
-                          status="skipped")
+                self.fail(
+                    job, f"{reason} (waited for an idle GPU on {job.host}: {why})" if why else reason, status="skipped"
+                )
 
     def _check_hosts(self) -> None:
         live = self.live()
@@ -215,8 +263,11 @@ class Dispatch:
             if host in live:
                 self.seen_alive.add(host)
                 continue
-            reason = (f"host {host}: its Ray node died or left (no alive node carries {HOST_LABEL}={host})"
-                      if host in self.seen_alive else f"host {host}: no alive Ray node carries {HOST_LABEL}={host}")
+            reason = (
+                f"host {host}: its Ray node died or left (no alive node carries {HOST_LABEL}={host})"
+                if host in self.seen_alive
+                else f"host {host}: no alive Ray node carries {HOST_LABEL}={host}"
+            )
             for job, outcome in self.launcher.abandon(host, reason):
                 self.record(job, outcome)
             for job in _drain(self.cpu_queues.get(host)) + _take(self.gpu_queue, host):
@@ -240,9 +291,14 @@ class Dispatch:
     def _gpu_due(self) -> set[str]:
         """Hosts with a queued GPU job that would be placed now (not backing off): their CPU jobs wait."""
         now = time.time()
-        return {j.host for j in self.gpu_queue if self.cluster.hosts[j.host].gpus > 0 and j.host in self.capacity
-                and self.gpus.get(j.host, 0) >= 1
-                and now >= self.placer.next_attempt_at(j.host)}
+        return {
+            j.host
+            for j in self.gpu_queue
+            if self.cluster.hosts[j.host].gpus > 0
+            and j.host in self.capacity
+            and self.gpus.get(j.host, 0) >= 1
+            and now >= self.placer.next_attempt_at(j.host)
+        }
 
     def _dispatch_gpu(self) -> None:
         # A host is busy while any of its jobs runs: its GPU job (one per host) or its CPU jobs
@@ -255,8 +311,11 @@ class Dispatch:
                 self.fail(job, f"no GPU: host {job.host} has gpus: 0 in {self.cluster.path.name}", status="skipped")
             elif job.host in self.gpus and self.gpus[job.host] < 1:  # pending forever on a GPU-less node
                 self.gpu_queue.remove(job)
-                self.fail(job, f"host {job.host}: its Ray node offers no GPU (started without --num-gpus? "
-                               f"see `labprobe host-command {job.host}`)")
+                self.fail(
+                    job,
+                    f"host {job.host}: its Ray node offers no GPU (started without --num-gpus? "
+                    f"see `labprobe host-command {job.host}`)",
+                )
             elif job.host not in busy_hosts and job.host in self.capacity:
                 placed, why = self._place_gpu(job)
                 if placed:
@@ -285,8 +344,9 @@ def _make_placer(deadline: float, backoff_s: tuple[float, ...] | None, read_here
     kwargs: dict[str, Any] = {} if backoff_s is None else {"backoff_s": backoff_s}
     if read_here_for is not None:
         cluster = read_here_for
-        kwargs["read"] = lambda host: read_local(host, runs_dir=cluster.runs_dir(host),
-                                                 thresholds=_thresholds(cluster.hosts[host].idle))
+        kwargs["read"] = lambda host: read_local(
+            host, runs_dir=cluster.runs_dir(host), thresholds=_thresholds(cluster.hosts[host].idle)
+        )
     return GpuPlacer(deadline=deadline, **kwargs)
 
 

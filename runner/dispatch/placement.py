@@ -21,9 +21,14 @@ READ_TIMEOUT_S = 30.0
 
 
 class GpuPlacer:
-    def __init__(self, *, deadline: float | None, backoff_s: tuple[float, ...] = (2, 5, 15, 30, 60),
-                 clock: Callable[[], float] = time.time,
-                 read: Callable[[str], list[GpuReading]] | None = None):
+    def __init__(
+        self,
+        *,
+        deadline: float | None,
+        backoff_s: tuple[float, ...] = (2, 5, 15, 30, 60),
+        clock: Callable[[], float] = time.time,
+        read: Callable[[str], list[GpuReading]] | None = None,
+    ):
         if not backoff_s or any(b < 0 for b in backoff_s):
             raise ValueError(f"backoff_s: needs at least one delay, none negative (got {backoff_s})")
         self.deadline = deadline
@@ -34,16 +39,18 @@ class GpuPlacer:
         self._next_at: dict[str, float] = {}
         self._reasons: dict[str, str] = {}
 
-    def try_place(self, host: str, *, runs_dir: str | None = None,
-                  thresholds: Thresholds | None = None) -> tuple[bool, str]:
+    def try_place(
+        self, host: str, *, runs_dir: str | None = None, thresholds: Thresholds | None = None
+    ) -> tuple[bool, str]:
         """(True, "") when some GPU of `host` reads idle now; else (False, why) and the host backs off.
 
         Asked while the host is still backing off, it answers (False, ...) without reading.
         """
         now = self._clock()
         if now < self._next_at.get(host, now):
-            return False, (f"{host}: backing off for {self._next_at[host] - now:.0f} s more "
-                           f"(last: {self._reasons.get(host, '')})")
+            return False, (
+                f"{host}: backing off for {self._next_at[host] - now:.0f} s more (last: {self._reasons.get(host, '')})"
+            )
         ok, reason = self._judge(host, runs_dir, thresholds)
         if ok:
             self._failures.pop(host, None)
@@ -80,8 +87,7 @@ class GpuPlacer:
 
     def _judge(self, host: str, runs_dir: str | None, thresholds: Thresholds | None) -> tuple[bool, str]:
         try:
-            readings = (self._read(host) if self._read is not None
-                        else self._ray_read(host, runs_dir, thresholds))
+            readings = self._read(host) if self._read is not None else self._ray_read(host, runs_dir, thresholds)
         except Exception as exc:  # a reader that fails is an unreachable host, not a crash of the sweep
             return False, f"{host}: unreachable: {type(exc).__name__}: {exc}"
         if isinstance(readings, str):
@@ -93,10 +99,16 @@ class GpuPlacer:
             return True, ""
         return False, describe(host, readings)
 
-    def _ray_read(self, host: str, runs_dir: str | None,
-                  thresholds: Thresholds | None) -> list[GpuReading] | str:
+    def _ray_read(self, host: str, runs_dir: str | None, thresholds: Thresholds | None) -> list[GpuReading] | str:
 
         window_s = (thresholds or Thresholds()).window_s
-        got = run_on_hosts(read_local, [host], host, runs_dir=runs_dir, thresholds=thresholds,
-                           timeout_s=READ_TIMEOUT_S + window_s, num_cpus=0)[host]
+        got = run_on_hosts(
+            read_local,
+            [host],
+            host,
+            runs_dir=runs_dir,
+            thresholds=thresholds,
+            timeout_s=READ_TIMEOUT_S + window_s,
+            num_cpus=0,
+        )[host]
         return f"{host}: unreachable: {got.reason}" if isinstance(got, HostFailure) else got

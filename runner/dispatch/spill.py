@@ -59,12 +59,31 @@ class Spill:
         self.path = Path(folder or tempfile.gettempdir()) / f"labprobe-spill-{run_id}.jsonl"
         self.num_jobs = 0
 
-    def add(self, key: Any, *, status: str, reason: str, started_at: datetime, wall_s: float,
-            env: dict, config: dict, plan: str, result: Any = None) -> None:
+    def add(
+        self,
+        key: Any,
+        *,
+        status: str,
+        reason: str,
+        started_at: datetime,
+        wall_s: float,
+        env: dict,
+        config: dict,
+        plan: str,
+        result: Any = None,
+    ) -> None:
         """One job's outcome; `result` (a ProbeResult) adds its summary, tables and checks. Raises OSError."""
-        record = {"key": dataclasses.asdict(key), "status": status, "reason": reason, "started_at": started_at,
-                  "wall_s": wall_s, "env": env, "config": config, "plan": plan,
-                  "result": None if result is None else result.to_json_dict()}
+        record = {
+            "key": dataclasses.asdict(key),
+            "status": status,
+            "reason": reason,
+            "started_at": started_at,
+            "wall_s": wall_s,
+            "env": env,
+            "config": config,
+            "plan": plan,
+            "result": None if result is None else result.to_json_dict(),
+        }
         line = json.dumps(_jsonable(record), sort_keys=True, default=_text)
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(line + "\n")

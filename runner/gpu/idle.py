@@ -58,13 +58,18 @@ class Thresholds:
         """From a cluster.yaml host's `idle:` overrides (runner.lab.cluster.IdleThresholds); None: defaults."""
         if idle is None:
             return cls()
-        mapping = {"max_util_pct": ("util_pct", float), "window_s": ("window_s", float),
-                   "runs_quiet_min": ("runs_fresh_min", float),
-                   "max_mem_used_mib": ("mem_used_bytes", lambda mib: int(mib * 1024**2))}
-        values = {mine: conv(getattr(idle, theirs)) for theirs, (mine, conv) in mapping.items()
-                  if getattr(idle, theirs, None) is not None}
+        mapping = {
+            "max_util_pct": ("util_pct", float),
+            "window_s": ("window_s", float),
+            "runs_quiet_min": ("runs_fresh_min", float),
+            "max_mem_used_mib": ("mem_used_bytes", lambda mib: int(mib * 1024**2)),
+        }
+        values = {
+            mine: conv(getattr(idle, theirs))
+            for theirs, (mine, conv) in mapping.items()
+            if getattr(idle, theirs, None) is not None
+        }
         return cls(**values)
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,9 +102,15 @@ class GpuReading:
 
 # -- the verdict (pure) ---------------------------------------------------------------------------
 
-def verdict(sample: GpuSample, *, own_pids: frozenset[int] | set[int] = frozenset(),
-            newest: FileAge | None = None, runs_dir: str | None = None,
-            thresholds: Thresholds | None = None) -> tuple[str, str]:
+
+def verdict(
+    sample: GpuSample,
+    *,
+    own_pids: frozenset[int] | set[int] = frozenset(),
+    newest: FileAge | None = None,
+    runs_dir: str | None = None,
+    thresholds: Thresholds | None = None,
+) -> tuple[str, str]:
     """("idle" | "busy", reason) from one GPU's samples, our pids and the runs directory's newest file.
 
     A busy reason lists every cause found; an idle reason says what was seen, so either can be
@@ -109,8 +120,7 @@ def verdict(sample: GpuSample, *, own_pids: frozenset[int] | set[int] = frozense
     causes: list[str] = []
     foreign = [(pid, mem) for pid, mem in sample.processes if pid not in own_pids]
     for pid, mem in foreign:
-        causes.append(f"pid {pid} computes on it ({_gib(mem)})" if mem is not None
-                      else f"pid {pid} computes on it")
+        causes.append(f"pid {pid} computes on it ({_gib(mem)})" if mem is not None else f"pid {pid} computes on it")
     own_mem = sum(mem or 0 for pid, mem in sample.processes if pid in own_pids)
     mem_others = max(0, max(sample.mem_used_bytes, default=0) - own_mem)
     if mem_others >= t.mem_used_bytes:
@@ -118,16 +128,19 @@ def verdict(sample: GpuSample, *, own_pids: frozenset[int] | set[int] = frozense
         causes.append(f"memory used {_gib(mem_others)} >= {_gib(t.mem_used_bytes)}{ours}")
     hot = [u for u in sample.util_pct if u >= t.util_pct]
     if hot:
-        causes.append(f"utilisation >= {t.util_pct:g}% in {len(hot)} of {len(sample.util_pct)} "
-                      f"samples over {t.window_s:g} s (max {max(hot):g}%)")
+        causes.append(
+            f"utilisation >= {t.util_pct:g}% in {len(hot)} of {len(sample.util_pct)} "
+            f"samples over {t.window_s:g} s (max {max(hot):g}%)"
+        )
     fresh_s = t.runs_fresh_min * 60
     if newest is not None and newest.age_s < fresh_s:
-        causes.append(f"{newest.path} changed {_ago(newest.age_s)} ago "
-                      f"(< {t.runs_fresh_min:g} min: a run is writing)")
+        causes.append(f"{newest.path} changed {_ago(newest.age_s)} ago (< {t.runs_fresh_min:g} min: a run is writing)")
     if causes:
         return "busy", "; ".join(causes)
-    seen = [f"no foreign process, {_gib(mem_others)} used",
-            f"util max {max(sample.util_pct, default=0):g}% over {len(sample.util_pct)} samples"]
+    seen = [
+        f"no foreign process, {_gib(mem_others)} used",
+        f"util max {max(sample.util_pct, default=0):g}% over {len(sample.util_pct)} samples",
+    ]
     if newest is not None:
         seen.append(f"newest file under {runs_dir or 'the runs dir'} {_ago(newest.age_s)} old")
     elif runs_dir:
@@ -148,6 +161,7 @@ def _ago(seconds: float) -> str:
 
 
 # -- what counts as ours, and the readings ---------------------------------------------------------
+
 
 def _ppid(pid: int) -> int:
     """Parent pid from /proc/<pid>/stat (the command name may hold spaces and parentheses)."""
@@ -187,15 +201,17 @@ def own_pids(pid: int | None = None) -> frozenset[int]:
     return frozenset(ours)
 
 
-def read_local(host: str, *, runs_dir: str | None = None,
-               thresholds: Thresholds | None = None) -> list[GpuReading]:
+def read_local(host: str, *, runs_dir: str | None = None, thresholds: Thresholds | None = None) -> list[GpuReading]:
     """Read every GPU of this machine (run it on `host`: a pinned Ray task, or inline there)."""
     t = thresholds or Thresholds()
     samples = read_samples(host, window_s=t.window_s, sample_hz=t.sample_hz)
     node, reader = node_host(), os.getpid()
     if isinstance(samples, str):
-        return [GpuReading(host=host, index=-1, name="", verdict="no-gpu", reason=samples,
-                           node_host=node, reader_pid=reader)]
+        return [
+            GpuReading(
+                host=host, index=-1, name="", verdict="no-gpu", reason=samples, node_host=node, reader_pid=reader
+            )
+        ]
     ours = own_pids()
     newest = newest_file(runs_dir, fresh_s=t.runs_fresh_min * 60) if runs_dir else None
     unchecked = f"; runs dir {runs_dir} missing: not checked" if runs_dir and not os.path.isdir(runs_dir) else ""
@@ -203,18 +219,31 @@ def read_local(host: str, *, runs_dir: str | None = None,
     for s in samples:
         word, reason = verdict(s, own_pids=ours, newest=newest, runs_dir=runs_dir, thresholds=t)
         reason += unchecked
-        readings.append(GpuReading(
-            host=host, index=s.index, name=s.name, verdict=word, reason=reason, uuid=s.uuid,
-            mem_used_bytes=max(s.mem_used_bytes, default=None), mem_total_bytes=s.mem_total_bytes,
-            util_max_pct=max(s.util_pct, default=None), num_samples=len(s.util_pct),
-            pids=tuple(p for p, _ in s.processes if p not in ours),
-            own_pids=tuple(p for p, _ in s.processes if p in ours),
-            newest_file=newest.path if newest else "", newest_file_age_s=newest.age_s if newest else None,
-            node_host=node, reader_pid=reader))
+        readings.append(
+            GpuReading(
+                host=host,
+                index=s.index,
+                name=s.name,
+                verdict=word,
+                reason=reason,
+                uuid=s.uuid,
+                mem_used_bytes=max(s.mem_used_bytes, default=None),
+                mem_total_bytes=s.mem_total_bytes,
+                util_max_pct=max(s.util_pct, default=None),
+                num_samples=len(s.util_pct),
+                pids=tuple(p for p, _ in s.processes if p not in ours),
+                own_pids=tuple(p for p, _ in s.processes if p in ours),
+                newest_file=newest.path if newest else "",
+                newest_file_age_s=newest.age_s if newest else None,
+                node_host=node,
+                reader_pid=reader,
+            )
+        )
     return readings
 
 
 # -- the job-side check ------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class Card:
@@ -272,5 +301,5 @@ def guard(host: str, *, runs_dir: str | None = None, thresholds: Thresholds | No
 def describe(host: str, readings: list[GpuReading]) -> str:
     """One line for a host's non-idle GPUs: why no job should start there."""
     return f"{host}: " + "; ".join(
-        f"GPU {r.index} {r.verdict}: {r.reason}" if r.index >= 0 else f"{r.verdict}: {r.reason}"
-        for r in readings)
+        f"GPU {r.index} {r.verdict}: {r.reason}" if r.index >= 0 else f"{r.verdict}: {r.reason}" for r in readings
+    )

@@ -29,6 +29,7 @@ FAKE_ENV = "LABPROBE_FAKE_NVML_DIR"
 @dataclasses.dataclass(frozen=True)
 class GpuSample:
     """What NVML (or the fake file) showed for one GPU over the window: the verdict's input."""
+
     index: int
     name: str
     uuid: str = ""
@@ -54,13 +55,18 @@ def _read_fake(directory: str, host: str) -> list[GpuSample] | str:
         return f"no GPU: no fake NVML file {path}"
     try:
         gpus = json.loads(path.read_text())
-        return [GpuSample(
-            index=int(g["index"]), name=str(g.get("name", "")), uuid=str(g.get("uuid", "")),
-            mem_used_bytes=(int(g.get("mem_used_bytes", 0)),),
-            mem_total_bytes=g.get("mem_total_bytes"),
-            util_pct=tuple(float(u) for u in g.get("util_pct", [0.0])),
-            processes=tuple((int(p["pid"]), p.get("mem_used_bytes")) for p in g.get("processes", [])),
-        ) for g in gpus]
+        return [
+            GpuSample(
+                index=int(g["index"]),
+                name=str(g.get("name", "")),
+                uuid=str(g.get("uuid", "")),
+                mem_used_bytes=(int(g.get("mem_used_bytes", 0)),),
+                mem_total_bytes=g.get("mem_total_bytes"),
+                util_pct=tuple(float(u) for u in g.get("util_pct", [0.0])),
+                processes=tuple((int(p["pid"]), p.get("mem_used_bytes")) for p in g.get("processes", [])),
+            )
+            for g in gpus
+        ]
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{path}: malformed fake NVML reading: {exc}") from None
 
@@ -112,11 +118,18 @@ def _read_nvml(window_s: float, sample_hz: float) -> list[GpuSample] | str:
                     procs[i][pid] = mem if old is None else max(old, mem or 0)
             if k + 1 < num_samples:
                 time.sleep(max(0.0, start + (k + 1) * window_s / (num_samples - 1) - time.monotonic()))
-        return [GpuSample(
-            index=i, name=_text(pynvml.nvmlDeviceGetName(h)), uuid=_text(pynvml.nvmlDeviceGetUUID(h)),
-            mem_used_bytes=tuple(mems[i]), mem_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
-            util_pct=tuple(utils[i]), processes=tuple(sorted(procs[i].items())),
-        ) for i, h in enumerate(handles)]
+        return [
+            GpuSample(
+                index=i,
+                name=_text(pynvml.nvmlDeviceGetName(h)),
+                uuid=_text(pynvml.nvmlDeviceGetUUID(h)),
+                mem_used_bytes=tuple(mems[i]),
+                mem_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
+                util_pct=tuple(utils[i]),
+                processes=tuple(sorted(procs[i].items())),
+            )
+            for i, h in enumerate(handles)
+        ]
     finally:
         pynvml.nvmlShutdown()
 

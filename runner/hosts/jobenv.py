@@ -16,15 +16,24 @@ from pathlib import Path
 
 import probes
 
-VERSION_KEYS = ("python", "torch", "transformers", "peft", "cuda", "driver", "gpu", "code_version", "harness",
-                "harness_sha256")
+VERSION_KEYS = (
+    "python",
+    "torch",
+    "transformers",
+    "peft",
+    "cuda",
+    "driver",
+    "gpu",
+    "code_version",
+    "harness",
+    "harness_sha256",
+)
 """Keys whose difference between compared hosts deserves a warning."""
 
 
 def base_env() -> dict[str, str]:
     """What every job row records of the machine, torch or not (purge records only this)."""
-    return {"hostname": socket.gethostname(), "python": platform.python_version(),
-            "platform": platform.platform()}
+    return {"hostname": socket.gethostname(), "python": platform.python_version(), "platform": platform.platform()}
 
 
 @functools.lru_cache(maxsize=1)
@@ -35,8 +44,16 @@ def collect_env() -> dict[str, str]:
     import torch
     import transformers
 
-    env = {**base_env(), "torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
-           "cuda": torch.version.cuda or "", "driver": "", "gpu": "", "code_version": code_version()}
+    env = {
+        **base_env(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "peft": peft.__version__,
+        "cuda": torch.version.cuda or "",
+        "driver": "",
+        "gpu": "",
+        "code_version": code_version(),
+    }
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
         env["driver"] = _driver_version()
@@ -69,10 +86,19 @@ def code_version() -> str:
         base = "0+unknown"
     repo = Path(probes.__file__).resolve().parent.parent
     try:
-        sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no",
-                                "--", "probes", "runner"], capture_output=True, text=True, timeout=5).stdout.strip()
+        sha = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no", "--", "probes", "runner"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return base
     return f"{base}+g{sha}" + (".dirty" if dirty else "")

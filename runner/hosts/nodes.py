@@ -50,8 +50,7 @@ def connect(address: str | None = None, *, timeout_s: float = DEFAULT_CONNECT_TI
 
     if ray.is_initialized():
         return
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                              "configure_logging": False}
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
     if address in (None, "local"):
         # "local" always starts a new Ray here; None would join any Ray already running on this
         # machine (another user's, a test's), and labels cannot be set on a cluster one joins.
@@ -90,8 +89,10 @@ def _give_up(address: str, waited_s: float) -> None:
     """ray.init is stuck inside Ray's C++ retries, which no Python exception can interrupt: say so,
     exit 2. The kernel drops the sweep lock with the process (none is held yet anyway)."""
     err = terminal_err()
-    err.write(f"labprobe: error: Ray address {address}: ray.init did not return within "
-              f"{waited_s:g} s (the head answered, then stopped answering)\n")
+    err.write(
+        f"labprobe: error: Ray address {address}: ray.init did not return within "
+        f"{waited_s:g} s (the head answered, then stopped answering)\n"
+    )
     err.flush()
     os._exit(2)
 
@@ -101,8 +102,10 @@ def warn_embedded(command: str, address: str | None, hosts: set[str], consequenc
     `consequence` names them with `{hosts}`."""
     elsewhere = sorted(hosts - {LOCAL_HOST})
     if address in (None, "local") and elsewhere:
-        logger.warning(f"labprobe {command}: no --address: the embedded Ray on this machine is host "
-                       f"`{LOCAL_HOST}` only; " + consequence.format(hosts=", ".join(elsewhere)))
+        logger.warning(
+            f"labprobe {command}: no --address: the embedded Ray on this machine is host "
+            f"`{LOCAL_HOST}` only; " + consequence.format(hosts=", ".join(elsewhere))
+        )
 
 
 def head_address() -> str:
@@ -151,8 +154,9 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {last}" if last else type(exc).__name__
 
 
-def run_on_hosts(fn: Callable[..., Any], hosts: list[str], *args: Any, timeout_s: float = 60.0,
-                 num_cpus: float = 0.1, **kwargs: Any) -> dict[str, Any]:
+def run_on_hosts(
+    fn: Callable[..., Any], hosts: list[str], *args: Any, timeout_s: float = 60.0, num_cpus: float = 0.1, **kwargs: Any
+) -> dict[str, Any]:
     """Run `fn(*args, **kwargs)` once on each host, in parallel; host -> result or HostFailure.
 
     A host that no alive node carries fails at once; a task still running at `timeout_s` is

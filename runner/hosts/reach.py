@@ -37,8 +37,10 @@ HEAD_LOST_S = 30.0
 from about the same moment: the other 30 s are for storing the failed rows and printing the summary;
 a shorter wait would end sweeps over a network blip that Ray itself rides out."""
 
-TOKEN_HELP = ("set RAY_AUTH_TOKEN to the cluster's token, or RAY_AUTH_TOKEN_PATH to a copy of the head's "
-              "~/.ray/auth_token, with RAY_AUTH_MODE=token (see `labprobe host-command`)")
+TOKEN_HELP = (
+    "set RAY_AUTH_TOKEN to the cluster's token, or RAY_AUTH_TOKEN_PATH to a copy of the head's "
+    "~/.ray/auth_token, with RAY_AUTH_MODE=token (see `labprobe host-command`)"
+)
 
 _HANDSHAKE = """
 import sys
@@ -64,8 +66,9 @@ def parse_address(address: str) -> tuple[str, int]:
     host, sep, port = address.strip().rpartition(":")
     host = host.strip("[]")  # [::1]:6379
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConnectError(f"Ray address {address!r}: expected HOST:PORT with a port 1-65535 "
-                           "(or `local` for the embedded Ray)")
+        raise ConnectError(
+            f"Ray address {address!r}: expected HOST:PORT with a port 1-65535 (or `local` for the embedded Ray)"
+        )
     return host, int(port)
 
 
@@ -78,11 +81,15 @@ def check_reachable(address: str, timeout_s: float) -> None:
     except socket.gaierror as exc:
         raise ConnectError(f"Ray address {address}: cannot resolve {host!r} ({exc.strerror})") from None
     except ConnectionRefusedError:
-        raise ConnectError(f"Ray address {address}: nothing listens there (no Ray head at that address, "
-                           "or it is down; start it with the line `labprobe host-command HEAD` prints)") from None
+        raise ConnectError(
+            f"Ray address {address}: nothing listens there (no Ray head at that address, "
+            "or it is down; start it with the line `labprobe host-command HEAD` prints)"
+        ) from None
     except TimeoutError:
-        raise ConnectError(f"Ray address {address}: no answer within {timeout_s:g} s (the host is down or "
-                           "a firewall drops the port; --connect-timeout-s sets the wait)") from None
+        raise ConnectError(
+            f"Ray address {address}: no answer within {timeout_s:g} s (the host is down or "
+            "a firewall drops the port; --connect-timeout-s sets the wait)"
+        ) from None
     except OSError as exc:  # no route to host, network unreachable...
         raise ConnectError(f"Ray address {address}: {exc.strerror or exc}") from None
     _handshake(address, timeout_s, left_s=max(1.0, timeout_s - (time.monotonic() - t0)))
@@ -91,12 +98,19 @@ def check_reachable(address: str, timeout_s: float) -> None:
 def _handshake(address: str, timeout_s: float, *, left_s: float) -> None:
     """The GCS handshake in a child process, killed after `left_s` (`timeout_s`: the figure to name)."""
     try:
-        proc = subprocess.run([sys.executable, "-c", _HANDSHAKE, address, str(left_s)],
-                              capture_output=True, text=True, timeout=left_s, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-c", _HANDSHAKE, address, str(left_s)],
+            capture_output=True,
+            text=True,
+            timeout=left_s,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
-        raise ConnectError(f"Ray address {address}: something listens there but no Ray head answered within "
-                           f"{timeout_s:g} s (another service on that port, or a head that is stuck; "
-                           "--connect-timeout-s sets the wait)") from None
+        raise ConnectError(
+            f"Ray address {address}: something listens there but no Ray head answered within "
+            f"{timeout_s:g} s (another service on that port, or a head that is stuck; "
+            "--connect-timeout-s sets the wait)"
+        ) from None
     said = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     # Token mode without a token: Ray's C++ aborts the process (a failed check), no exception.
     if proc.returncode == 3 or "couldn't find an authentication token" in proc.stderr:
@@ -114,8 +128,11 @@ def _token_problem() -> str:
         return "the Ray token in RAY_AUTH_TOKEN is wrong for this cluster"
     path = os.environ.get("RAY_AUTH_TOKEN_PATH")
     if path:
-        return (f"the Ray token in RAY_AUTH_TOKEN_PATH={path} is wrong for this cluster" if Path(path).is_file()
-                else f"no Ray token: RAY_AUTH_TOKEN_PATH={path} does not exist")
+        return (
+            f"the Ray token in RAY_AUTH_TOKEN_PATH={path} is wrong for this cluster"
+            if Path(path).is_file()
+            else f"no Ray token: RAY_AUTH_TOKEN_PATH={path} does not exist"
+        )
     default = Path.home() / ".ray" / "auth_token"
     if default.is_file():
         return f"the Ray token in {default} is wrong for this cluster"
@@ -126,8 +143,9 @@ class HeadWatch(threading.Thread):
     """Calls `on_lost(reason)` once, from this thread, when `address` has refused or ignored TCP
     connects for `lost_after_s`. The caller's threads may be blocked inside Ray by then."""
 
-    def __init__(self, address: str, on_lost: Callable[[str], None], *, lost_after_s: float = HEAD_LOST_S,
-                 every_s: float = 1.0) -> None:
+    def __init__(
+        self, address: str, on_lost: Callable[[str], None], *, lost_after_s: float = HEAD_LOST_S, every_s: float = 1.0
+    ) -> None:
         super().__init__(name="labprobe-head-watch", daemon=True)
         self.address, self.on_lost = address, on_lost
         self.lost_after_s, self.every_s = lost_after_s, every_s

@@ -22,6 +22,7 @@ BUDGET_FIELDS = {"tokens_per_job": "token_budget", "arms": "num_arms", "seeds": 
 
 class BudgetSpec(BaseModel):
     """The lab's training budget."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     tokens_per_job: int = Field(ge=1)
     """Real (non-padding) training tokens a job."""

@@ -72,6 +72,7 @@ class RaySpec(_Model):
 
 class IdleThresholds(_Model):
     """Per-host overrides of the GPU idleness thresholds (runner/gpu/idle.py); unset: its defaults."""
+
     max_util_pct: float | None = Field(None, ge=0, le=100)
     max_mem_used_mib: float | None = Field(None, ge=0)
     window_s: float | None = Field(None, gt=0)
@@ -140,8 +141,10 @@ class Schedule(_Model):
     def _unquoted(cls, value):
         # YAML 1.1 reads an unquoted 22:30 as the base-60 integer 1350 (07:00 stays a string)
         if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 24 * 60:
-            raise ValueError(f"YAML read an unquoted HH:MM as the number {value}: "
-                             f"quote it, deadline: \"{value // 60:02d}:{value % 60:02d}\"")
+            raise ValueError(
+                f"YAML read an unquoted HH:MM as the number {value}: "
+                f'quote it, deadline: "{value // 60:02d}:{value % 60:02d}"'
+            )
         return value
 
     @field_validator("deadline")
@@ -166,6 +169,7 @@ class ClusterSpec(_Model):
 @dataclasses.dataclass(frozen=True)
 class Cluster:
     """A validated cluster file, with lookups by name and path resolution."""
+
     spec: ClusterSpec
     path: Path
     """The cluster file itself (absolute); relative paths resolve against its directory."""
@@ -248,9 +252,13 @@ def _path_name_errors(cluster: Cluster) -> list[str]:
     """Names the store's filesystem would refuse as file names, before any job runs (runner/lab/names.py)."""
     spec = cluster.spec
     local = "://" not in str(spec.store.root)
-    return path_name_errors(cluster.store_root() if local else Path("."), local=local,
-                            checkpoints=[c.name for c in spec.checkpoints], hosts=[h.name for h in spec.hosts],
-                            plans=list(spec.plans))
+    return path_name_errors(
+        cluster.store_root() if local else Path("."),
+        local=local,
+        checkpoints=[c.name for c in spec.checkpoints],
+        hosts=[h.name for h in spec.hosts],
+        plans=list(spec.plans),
+    )
 
 
 def key_path(loc: tuple) -> str:
@@ -266,8 +274,11 @@ def _pydantic_problems(exc: ValidationError) -> list[Problem]:
     for err in exc.errors():
         loc = tuple(p for p in err["loc"] if p not in ("list[str]", "literal['all']"))
         if err["type"] == "extra_forbidden":
-            problems.append((key_path(loc[:-1]), f"unknown key {shown(loc[-1])}") if len(loc) > 1
-                            else (None, f"unknown top-level key {shown(loc[-1])}"))
+            problems.append(
+                (key_path(loc[:-1]), f"unknown key {shown(loc[-1])}")
+                if len(loc) > 1
+                else (None, f"unknown top-level key {shown(loc[-1])}")
+            )
         elif err["type"] == "missing":
             problems.append((key_path(loc), "required key is missing"))
         else:
@@ -289,19 +300,26 @@ def _duplicates(items: list, kind: str, section: str) -> list[str]:
 
 def check_references(spec: ClusterSpec) -> list[str]:
     """Cross-references pydantic cannot see: duplicate names, plans naming unknown things, configs."""
-    errors = (_duplicates(spec.hosts, "host", "hosts") + _duplicates(spec.checkpoints, "checkpoint", "checkpoints")
-              + _duplicates(spec.corpora, "corpus", "corpora"))
+    errors = (
+        _duplicates(spec.hosts, "host", "hosts")
+        + _duplicates(spec.checkpoints, "checkpoint", "checkpoints")
+        + _duplicates(spec.corpora, "corpus", "corpora")
+    )
     hosts = {h.name for h in spec.hosts}
     if spec.ray.head is not None and spec.ray.head not in hosts:
         errors.append(f"ray.head: unknown host {shown(spec.ray.head)}")
     for section, items in (("checkpoints", spec.checkpoints), ("corpora", spec.corpora)):
         for i, item in enumerate(items):
-            errors += [f"{section}[{i}].hosts.{h[:SHOWN_CHARS]}: unknown host {shown(h)}" for h in item.hosts if h not in hosts]
+            errors += [
+                f"{section}[{i}].hosts.{h[:SHOWN_CHARS]}: unknown host {shown(h)}" for h in item.hosts if h not in hosts
+            ]
     for plan, entries in spec.plans.items():
         for i, entry in enumerate(entries):
             errors += _check_entry(spec, f"plans.{plan}[{i}]", entry)
     if spec.schedule is not None and spec.schedule.plan not in spec.plans:
-        errors.append(f"schedule.plan: unknown plan {shown(spec.schedule.plan)} (plans: {', '.join(spec.plans) or 'none'})")
+        errors.append(
+            f"schedule.plan: unknown plan {shown(spec.schedule.plan)} (plans: {', '.join(spec.plans) or 'none'})"
+        )
     return errors
 
 
@@ -311,15 +329,17 @@ def _check_entry(spec: ClusterSpec, where: str, entry: PlanEntry) -> list[str]:
     for key, kind in (("hosts", "host"), ("checkpoints", "checkpoint")):
         names = getattr(entry, key)
         if names != "all":
-            errors += [f"{where}.{key}[{j}]: unknown {kind} {shown(n)}" for j, n in enumerate(names)
-                       if n not in known[key]]
+            errors += [
+                f"{where}.{key}[{j}]: unknown {kind} {shown(n)}" for j, n in enumerate(names) if n not in known[key]
+            ]
     if entry.corpus is not None and entry.corpus not in {c.name for c in spec.corpora}:
         errors.append(f"{where}.corpus: unknown corpus {shown(entry.corpus)}")
     if entry.probe not in probes.REGISTRY:
         return errors + [f"{where}.probe: unknown probe {shown(entry.probe)} (known: {', '.join(probes.REGISTRY)})"]
     try:
-        build_probe_config(entry.probe, with_budget(spec.budget, entry.probe, entry.config), placeholders=True,
-                           corpus=entry.corpus)
+        build_probe_config(
+            entry.probe, with_budget(spec.budget, entry.probe, entry.config), placeholders=True, corpus=entry.corpus
+        )
     except FieldError as exc:
         errors.append(field_error_line(where, entry.config, exc))
     except InputError as exc:

@@ -36,8 +36,9 @@ def fs_limits(path: Path) -> tuple[int, int]:
         return DEFAULT_LIMITS
 
 
-def path_name_errors(store_root: Path, *, local: bool, checkpoints: list[str], hosts: list[str],
-                     plans: list[str]) -> list[str]:
+def path_name_errors(
+    store_root: Path, *, local: bool, checkpoints: list[str], hosts: list[str], plans: list[str]
+) -> list[str]:
     """One line per name (key path first) that would make a file name or path the filesystem refuses.
 
     `local`: the store root is a folder here (not an object-store URL), so its filesystem is asked
@@ -45,24 +46,43 @@ def path_name_errors(store_root: Path, *, local: bool, checkpoints: list[str], h
     name_max, path_max = fs_limits(store_root) if local else DEFAULT_LIMITS
     errors: list[str] = []
     longest: dict[str, int] = {}
-    for section, names, made in (("checkpoints", checkpoints, "checkpoint={}"), ("hosts", hosts, "host={}"),
-                                 ("plans", plans, "sweep-{}.log")):
+    for section, names, made in (
+        ("checkpoints", checkpoints, "checkpoint={}"),
+        ("hosts", hosts, "host={}"),
+        ("plans", plans, "sweep-{}.log"),
+    ):
         for i, name in enumerate(names):
             where = f"plans.{name[:80]}" if section == "plans" else f"{section}[{i}].name"
             if section == "plans" and ("/" in name or "\0" in name):
-                errors.append(f"{where}: a plan's name becomes a file name ({made.format('...')}); "
-                              f"it cannot hold '/' or NUL: {shown(name)}")
+                errors.append(
+                    f"{where}: a plan's name becomes a file name ({made.format('...')}); "
+                    f"it cannot hold '/' or NUL: {shown(name)}"
+                )
                 continue
             size, own = len(os.fsencode(made.format(name))), len(os.fsencode(name))
             longest[section] = max(longest.get(section, 0), size)
             if size + WRAPPER_BYTES > name_max:
-                errors.append(f"{where}: {shown(name)} is {own} bytes and becomes the file name "
-                              f"{made.format('<name>')}; on the store's filesystem (names of at most "
-                              f"{name_max} bytes) it may be {name_max - WRAPPER_BYTES - (size - own)} bytes at most")
+                errors.append(
+                    f"{where}: {shown(name)} is {own} bytes and becomes the file name "
+                    f"{made.format('<name>')}; on the store's filesystem (names of at most "
+                    f"{name_max} bytes) it may be {name_max - WRAPPER_BYTES - (size - own)} bytes at most"
+                )
     if local and not errors:
-        deepest = (len(os.fsencode(str(store_root))) + 1 + TABLE_BYTES + 1 + longest.get("hosts", 0) + 1
-                   + longest.get("checkpoints", 0) + 1 + FILE_BYTES + WRAPPER_BYTES)
+        deepest = (
+            len(os.fsencode(str(store_root)))
+            + 1
+            + TABLE_BYTES
+            + 1
+            + longest.get("hosts", 0)
+            + 1
+            + longest.get("checkpoints", 0)
+            + 1
+            + FILE_BYTES
+            + WRAPPER_BYTES
+        )
         if deepest > path_max:
-            errors.append(f"store.root: paths under {shown(str(store_root))} would reach {deepest} bytes with "
-                          f"the longest host and checkpoint names, over this filesystem's PATH_MAX {path_max}")
+            errors.append(
+                f"store.root: paths under {shown(str(store_root))} would reach {deepest} bytes with "
+                f"the longest host and checkpoint names, over this filesystem's PATH_MAX {path_max}"
+            )
     return errors

@@ -50,8 +50,9 @@ class Job:
     job_id: str = ""
 
     def with_fingerprint(self, fp: str) -> Job:
-        return dataclasses.replace(self, checkpoint_fp=fp,
-                                   job_id=job_id(self.probe, self.config_hash, fp, self.host, self.checkpoint))
+        return dataclasses.replace(
+            self, checkpoint_fp=fp, job_id=job_id(self.probe, self.config_hash, fp, self.host, self.checkpoint)
+        )
 
     def probe_config(self) -> Any:
         """The probe's Config for this host (called on the host, inside the task)."""
@@ -98,17 +99,30 @@ def expand(cluster: Cluster, plan: str) -> list[Job]:
                 if (entry.probe, ckpt, host, chash) in seen:
                     continue
                 seen.add((entry.probe, ckpt, host, chash))
-                jobs.append(Job(plan=plan, entry=index, probe=entry.probe, checkpoint=ckpt, host=host,
-                                corpus=entry.corpus, config=config, config_hash=chash,
-                                gpu=entry.probe in probes.GPU_PROBES,
-                                paths=_host_paths(cluster, entry, ckpt, host)))
+                jobs.append(
+                    Job(
+                        plan=plan,
+                        entry=index,
+                        probe=entry.probe,
+                        checkpoint=ckpt,
+                        host=host,
+                        corpus=entry.corpus,
+                        config=config,
+                        config_hash=chash,
+                        gpu=entry.probe in probes.GPU_PROBES,
+                        paths=_host_paths(cluster, entry, ckpt, host),
+                    )
+                )
     return jobs
 
 
 def _host_paths(cluster: Cluster, entry: PlanEntry, ckpt: str, host: str) -> dict[str, Any]:
     ckpt_path = cluster.checkpoint_path(ckpt, host)
-    paths: dict[str, Any] = {"checkpoint": ckpt_path, "weights": cluster.checkpoints[ckpt].weights,
-                             "tokenizer": ckpt_path}
+    paths: dict[str, Any] = {
+        "checkpoint": ckpt_path,
+        "weights": cluster.checkpoints[ckpt].weights,
+        "tokenizer": ckpt_path,
+    }
     if entry.corpus is not None:
         corpus, tokenizer = cluster.corpus_paths(entry.corpus, host)
         paths["corpus"] = corpus

@@ -30,8 +30,14 @@ def field_error_line(where: str, config: dict[str, Any], exc: FieldError) -> str
     return f"{where}.{key}: {exc.text(str)}"
 
 
-def build_probe_config(probe: str, config: dict[str, Any], *, placeholders: bool = False,
-                       corpus: str | None = None, filled: dict[str, Any] | None = None) -> Any:
+def build_probe_config(
+    probe: str,
+    config: dict[str, Any],
+    *,
+    placeholders: bool = False,
+    corpus: str | None = None,
+    filled: dict[str, Any] | None = None,
+) -> Any:
     """The probe's Config from a plan's `config` plus the runner-filled fields.
 
     With `placeholders`, the runner fields get stand-in paths: this checks a plan without touching

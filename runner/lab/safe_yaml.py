@@ -33,12 +33,13 @@ def read_yaml(path: Path) -> Any:
         raise InputError(f"{path}: no such cluster file")
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:
-        raise InputError(f"{name}: {size} bytes, over the {MAX_FILE_BYTES}-byte limit of a cluster file "
-                         f"(is it the right file?)")
+        raise InputError(
+            f"{name}: {size} bytes, over the {MAX_FILE_BYTES}-byte limit of a cluster file (is it the right file?)"
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        bad = exc.object[exc.start:exc.start + 1]
+        bad = exc.object[exc.start : exc.start + 1]
         raise InputError(f"{name}: not UTF-8 text (byte {exc.start}: {bad!r})") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read the cluster file: {exc.strerror or exc}") from None
@@ -73,14 +74,17 @@ def _check_expansion(name: str, root: yaml.Node) -> None:
             open_.discard(key)
             sizes[key] = 1 + sum(sizes[id(c)] for c in _children(node))
             if sizes[key] > MAX_NODES:
-                raise InputError(f"{name}: line {node.start_mark.line + 1}: the YAML expands to more than "
-                                 f"{MAX_NODES} values through its aliases (&anchor/*alias); refused")
+                raise InputError(
+                    f"{name}: line {node.start_mark.line + 1}: the YAML expands to more than "
+                    f"{MAX_NODES} values through its aliases (&anchor/*alias); refused"
+                )
             continue
         if key in sizes:
             continue
         if key in open_:
-            raise InputError(f"{name}: line {node.start_mark.line + 1}: a YAML alias refers to a value "
-                             f"that contains it; refused")
+            raise InputError(
+                f"{name}: line {node.start_mark.line + 1}: a YAML alias refers to a value that contains it; refused"
+            )
         open_.add(key)
         stack.append((node, True))
         stack.extend((c, False) for c in _children(node) if id(c) not in sizes)
@@ -105,9 +109,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 hash(key)
             except TypeError:  # `? [a, b]`: a list as a key; `key in seen` would raise a bare TypeError
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"a {type(key).__name__} cannot be a key", key_node.start_mark) from None
+                    None, None, f"a {type(key).__name__} cannot be a key", key_node.start_mark
+                ) from None
             if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {shown(key)}", key_node.start_mark)
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {shown(key)}", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)

@@ -70,8 +70,15 @@ def labprobe_entries(tab: CronTab) -> list[CronItem]:
     return [job for job in tab if job.comment.startswith(TAG + " ")]
 
 
-def install(tab: CronTab, cluster: Cluster, *, plan: str | None = None, cron: str | None = None,
-            deadline: str | None = None, log: Path | None = None) -> CronItem:
+def install(
+    tab: CronTab,
+    cluster: Cluster,
+    *,
+    plan: str | None = None,
+    cron: str | None = None,
+    deadline: str | None = None,
+    log: Path | None = None,
+) -> CronItem:
     """Add the plan's entry, replacing one already there for the same plan and cluster file."""
     defaults = cluster.spec.schedule
     plan = plan or (defaults.plan if defaults else None)
@@ -81,8 +88,9 @@ def install(tab: CronTab, cluster: Cluster, *, plan: str | None = None, cron: st
         missing = "--plan" if plan is None else "--cron"
         raise InputError(f"{missing}: not given, and {cluster.path.name} has no schedule section to default from")
     if plan not in cluster.spec.plans:
-        raise InputError(f"--plan: unknown plan {plan!r} in {cluster.path.name} "
-                         f"(plans: {', '.join(cluster.spec.plans) or 'none'})")
+        raise InputError(
+            f"--plan: unknown plan {plan!r} in {cluster.path.name} (plans: {', '.join(cluster.spec.plans) or 'none'})"
+        )
     if not CronSlices.is_valid(cron):
         raise InputError(f"--cron: invalid cron expression {cron!r} (expected e.g. '0 1 * * *' or '@daily')")
     if deadline is not None:
@@ -90,17 +98,19 @@ def install(tab: CronTab, cluster: Cluster, *, plan: str | None = None, cron: st
     log_path = _log_path(cluster, plan, log)
     log_path.parent.mkdir(parents=True, exist_ok=True)  # `>>` cannot create a folder
     remove(tab, cluster_path=cluster.path, plan=plan)
-    entry = tab.new(command=sweep_command(cluster.path, plan, deadline, log_path),
-                    comment=tag(plan, cluster.path))
+    entry = tab.new(command=sweep_command(cluster.path, plan, deadline, log_path), comment=tag(plan, cluster.path))
     entry.setall(cron)
     return entry
 
 
 def remove(tab: CronTab, *, cluster_path: Path | None, plan: str | None) -> int:
     """Delete labprobe entries: of one plan, or every plan of a cluster file, or (both None) all."""
-    doomed = [job for job in labprobe_entries(tab)
-              if (cluster_path is None or job.comment.endswith(f" cluster={cluster_path}"))
-              and (plan is None or job.comment.startswith(f"{TAG} plan={plan} "))]
+    doomed = [
+        job
+        for job in labprobe_entries(tab)
+        if (cluster_path is None or job.comment.endswith(f" cluster={cluster_path}"))
+        and (plan is None or job.comment.startswith(f"{TAG} plan={plan} "))
+    ]
     for job in doomed:
         tab.remove(job)
     return len(doomed)
@@ -129,9 +139,11 @@ def sweep_command(cluster_path: Path, plan: str, deadline: str | None, log: Path
         sweep += ["--deadline", deadline]
     assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     q = shlex.quote
-    return (f"{{ echo \"== labprobe sweep {q(plan)} $(date -u -Iseconds)\"; "
-            f"cd {q(str(cluster_path.parent))} && {assignments} {shlex.join(sweep)}; }} "
-            f">> {q(str(log))} 2>&1")
+    return (
+        f'{{ echo "== labprobe sweep {q(plan)} $(date -u -Iseconds)"; '
+        f"cd {q(str(cluster_path.parent))} && {assignments} {shlex.join(sweep)}; }} "
+        f">> {q(str(log))} 2>&1"
+    )
 
 
 def _log_path(cluster: Cluster, plan: str, log: Path | None) -> Path:
@@ -155,5 +167,7 @@ def _check_deadline_after_start(cron: str, deadline: str) -> None:
         return  # several start times: each is its own case; nothing simple to check
     start = datetime(2000, 1, 3, int(fields[1]), int(fields[0])).astimezone()
     if parse_deadline(deadline, now=start) <= start.timestamp():
-        raise InputError(f"--deadline: {deadline} is not within 12 h after the {int(fields[1]):02d}:"
-                         f"{int(fields[0]):02d} start: the sweep would find it past and skip every job")
+        raise InputError(
+            f"--deadline: {deadline} is not within 12 h after the {int(fields[1]):02d}:"
+            f"{int(fields[0]):02d} start: the sweep would find it past and skip every job"
+        )

@@ -60,8 +60,9 @@ def writer_properties() -> WriterProperties:
     sized for a full row group of distinct ids at 1% false positives is ~32 KiB per row group (a
     one-row file's filter is a few dozen bytes: the writer folds it to the values written)."""
     bloom = BloomFilterProperties(set_bloom_filter_enabled=True, fpp=BLOOM_FPP, ndv=ROW_GROUP_ROWS)
-    return WriterProperties(max_row_group_size=ROW_GROUP_ROWS,
-                            column_properties={"job_id": ColumnProperties(bloom_filter_properties=bloom)})
+    return WriterProperties(
+        max_row_group_size=ROW_GROUP_ROWS, column_properties={"job_id": ColumnProperties(bloom_filter_properties=bloom)}
+    )
 
 
 RETENTION = "interval 7 days"
@@ -118,9 +119,16 @@ def append(target: DeltaTable | str, data: pa.Table, options: dict[str, str] | N
         data = fit(data, pa.schema(table.schema().to_arrow()), uri)
     config = None if table is not None else TABLE_CONFIG
     try:
-        write_deltalake(table or uri, data, mode="append", schema_mode="merge", storage_options=options or None,
-                        configuration=config, post_commithook_properties=HOOKS,
-                        writer_properties=writer_properties())
+        write_deltalake(
+            table or uri,
+            data,
+            mode="append",
+            schema_mode="merge",
+            storage_options=options or None,
+            configuration=config,
+            post_commithook_properties=HOOKS,
+            writer_properties=writer_properties(),
+        )
     except Exception as exc:
         raise StoreError(f"table {uri}: rows refused: {_short(exc)}") from None
 
@@ -136,13 +144,16 @@ def fit(data: pa.Table, schema: pa.Schema, uri: str) -> pa.Table:
             try:
                 data = data.set_column(i, field.with_type(want), pc.cast(data.column(i), want, safe=True))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise StoreError(f"table {uri}: column {field.name!r} holds {field.type} values the table's "
-                                 f"{want} cannot take without loss ({_short(exc, 120)})") from None
+                raise StoreError(
+                    f"table {uri}: column {field.name!r} holds {field.type} values the table's "
+                    f"{want} cannot take without loss ({_short(exc, 120)})"
+                ) from None
     return data
 
 
-def read(table: DeltaTable, *, columns: list[str] | None = None, filters: Any = None,
-         dictionary: set[str] | None = None) -> pa.Table:
+def read(
+    table: DeltaTable, *, columns: list[str] | None = None, filters: Any = None, dictionary: set[str] | None = None
+) -> pa.Table:
     """The table's rows (one snapshot: the version the DeltaTable was loaded at). `dictionary`:
     string columns read as dictionary arrays (no string per row: a year of keys twice as fast)."""
     options = ParquetReadOptions(dictionary_columns=dictionary) if dictionary else None
@@ -180,8 +191,9 @@ def _unreadable(table: DeltaTable, exc: Exception) -> CorruptStoreError:
     if not bad:
         return CorruptStoreError(f"table {table.table_uri} cannot be read: {_short(exc)}")
     more = f" (and {len(bad) - 1} more: labprobe store check lists them)" if len(bad) > 1 else ""
-    return CorruptStoreError(f"table {table.table_uri}: file {bad[0][0]} is referenced by the log "
-                             f"but cannot be read ({bad[0][1]}){more}")
+    return CorruptStoreError(
+        f"table {table.table_uri}: file {bad[0][0]} is referenced by the log but cannot be read ({bad[0][1]}){more}"
+    )
 
 
 def unreadable_files(table: DeltaTable) -> list[tuple[str, str]]:
@@ -198,8 +210,9 @@ def unreadable_files(table: DeltaTable) -> list[tuple[str, str]]:
 
 
 def table_filesystem(table: DeltaTable) -> pa_fs.FileSystem:
-    return pa_fs.PyFileSystem(DeltaStorageHandler.from_table(table._table, table._storage_options,
-                                                              table._table.get_add_file_sizes()))
+    return pa_fs.PyFileSystem(
+        DeltaStorageHandler.from_table(table._table, table._storage_options, table._table.get_add_file_sizes())
+    )
 
 
 def list_dirs(uri: str, options: dict[str, str] | None, local: bool) -> list[str]:

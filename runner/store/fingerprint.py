@@ -28,10 +28,15 @@ def fingerprint(path: str | Path) -> str:
     path = Path(path)
     config_file, config = read_config(path)
     root = config_file.parent
-    weights = sorted(
-        (str(p.relative_to(root)), p.stat().st_size)
-        for p in root.rglob("*") if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES)
-    ) if path.is_dir() else []
+    weights = (
+        sorted(
+            (str(p.relative_to(root)), p.stat().st_size)
+            for p in root.rglob("*")
+            if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES)
+        )
+        if path.is_dir()
+        else []
+    )
     blob = json.dumps({"config": config, "weights": weights}, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 

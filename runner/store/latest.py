@@ -1,4 +1,4 @@
-""""The latest run of a job", defined once (`latest`): the newest row by (finished_at, run_id) per
+""" "The latest run of a job", defined once (`latest`): the newest row by (finished_at, run_id) per
 job_id (what the sweep's done-set and the report take), or per slot (probe, host, checkpoint,
 config: what compare takes, where a re-fingerprinted checkpoint replaces its older runs).
 """

@@ -55,11 +55,17 @@ def check(store) -> Check:
         table = store.table(name)
         actions = table.get_add_actions(flatten=True)
         rows = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else []
-        states.append(TableState(name=name, version=table.version(), files=actions.num_rows,
-                                 rows=sum(r or 0 for r in rows),
-                                 bytes=sum(actions.column("size_bytes").to_pylist()),
-                                 unreadable=delta.unreadable_files(table),
-                                 other_files=_other_files(store, name, table) if store.local else None))
+        states.append(
+            TableState(
+                name=name,
+                version=table.version(),
+                files=actions.num_rows,
+                rows=sum(r or 0 for r in rows),
+                bytes=sum(actions.column("size_bytes").to_pylist()),
+                unreadable=delta.unreadable_files(table),
+                other_files=_other_files(store, name, table) if store.local else None,
+            )
+        )
     return Check(tables=states, strays=strays, legacy=legacy_tables(store.root) if store.local else [])
 
 
@@ -76,8 +82,9 @@ def compact(store) -> dict[str, dict[str, int]]:
     out = {}
     for name in store.table_names():
         table = store.table(name)
-        metrics = table.optimize.compact(target_size=delta.TARGET_FILE_BYTES,
-                                         writer_properties=delta.writer_properties())
+        metrics = table.optimize.compact(
+            target_size=delta.TARGET_FILE_BYTES, writer_properties=delta.writer_properties()
+        )
         removed, added = int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0))
         if removed:
             table.create_checkpoint()
@@ -95,6 +102,5 @@ def vacuum(store, retention_days: float = DEFAULT_RETENTION_DAYS, *, dry_run: bo
         keep = f"interval {hours} hours"  # the log keeps as long: time travel needs both
         if not dry_run and table.metadata().configuration.get("delta.logRetentionDuration") != keep:
             table.alter.set_table_properties({"delta.logRetentionDuration": keep})
-        out[name] = table.vacuum(retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False,
-                                 full=True)
+        out[name] = table.vacuum(retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False, full=True)
     return out

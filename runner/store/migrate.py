@@ -42,9 +42,14 @@ def legacy_tables(root: Path) -> list[str]:
     """Folders of `root` in the older layout: `jobs` or `<probe>.<table>`, holding `host=` folders."""
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir()
-                  if p.is_dir() and (p.name == "jobs" or "." in p.name) and not p.name.startswith(".")
-                  and any(c.is_dir() and c.name.startswith("host=") for c in p.iterdir()))
+    return sorted(
+        p.name
+        for p in root.iterdir()
+        if p.is_dir()
+        and (p.name == "jobs" or "." in p.name)
+        and not p.name.startswith(".")
+        and any(c.is_dir() and c.name.startswith("host=") for c in p.iterdir())
+    )
 
 
 def migrate(store) -> Migration:
@@ -83,8 +88,12 @@ def _read(path: Path, name: str, report: Migration) -> pa.Table | None:
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowException):
-        report.skipped.append((str(path), "unreadable as Parquet (" + ("empty)" if path.stat().st_size == 0
-                                                                       else "corrupt or not Parquet)")))
+        report.skipped.append(
+            (
+                str(path),
+                "unreadable as Parquet (" + ("empty)" if path.stat().st_size == 0 else "corrupt or not Parquet)"),
+            )
+        )
         return None
     needed = NEEDED.get(name, NEEDED_ROWS)
     missing = [c for c in needed if c not in table.column_names]

@@ -39,8 +39,16 @@ class JobKey:
 
 
 KEY_COLUMNS = tuple(f.name for f in dataclasses.fields(JobKey))
-JOB_COLUMNS = KEY_COLUMNS + ("status", "reason", "started_at", "wall_s", "summary_json",
-                             "config_json", "env_json", "plan")
+JOB_COLUMNS = KEY_COLUMNS + (
+    "status",
+    "reason",
+    "started_at",
+    "wall_s",
+    "summary_json",
+    "config_json",
+    "env_json",
+    "plan",
+)
 STATUSES = ("ok", "failed", "skipped")
 
 
@@ -48,18 +56,34 @@ def table_records(key: JobKey, rows: list[dict[str, Any]]) -> list[dict[str, Any
     """A probe table's rows as stored: the key columns, then the row's own (a row column named like
     a key, a probe's own `host` say, neither overwrites nor shadows it: it is kept as `row_<name>`)."""
     keys = dataclasses.asdict(key)
-    return [{**keys, **{(f"row_{k}" if k in KEY_COLUMNS else k): _cell(v) for k, v in row.items()}}
-            for row in rows]
+    return [{**keys, **{(f"row_{k}" if k in KEY_COLUMNS else k): _cell(v) for k, v in row.items()}} for row in rows]
 
 
-def job_record(key: JobKey, *, status: str, reason: str = "", started_at: datetime, wall_s: float,
-               summary: dict, config: dict, env: dict, plan: str = "") -> dict[str, Any]:
+def job_record(
+    key: JobKey,
+    *,
+    status: str,
+    reason: str = "",
+    started_at: datetime,
+    wall_s: float,
+    summary: dict,
+    config: dict,
+    env: dict,
+    plan: str = "",
+) -> dict[str, Any]:
     """A job row as stored."""
     assert status in STATUSES, status
-    return {**dataclasses.asdict(key), "status": status, "reason": reason, "started_at": started_at,
-            "wall_s": float(wall_s), "summary_json": json.dumps(_jsonable(summary), sort_keys=True),
-            "config_json": json.dumps(_jsonable(config), sort_keys=True),
-            "env_json": json.dumps(_jsonable(env), sort_keys=True), "plan": plan}
+    return {
+        **dataclasses.asdict(key),
+        "status": status,
+        "reason": reason,
+        "started_at": started_at,
+        "wall_s": float(wall_s),
+        "summary_json": json.dumps(_jsonable(summary), sort_keys=True),
+        "config_json": json.dumps(_jsonable(config), sort_keys=True),
+        "env_json": json.dumps(_jsonable(env), sort_keys=True),
+        "plan": plan,
+    }
 
 
 def _cell(value: Any) -> Any:

@@ -91,9 +91,11 @@ class Store:
         from runner.store.migrate import legacy_tables
 
         if not (self.root / delta.TABLES).is_dir() and legacy_tables(self.root):
-            raise InputError(f"store {self.root}: holds results in the older layout (a Parquet file per job): "
-                             f"run `labprobe store migrate --store {self.root}` once (the old files stay "
-                             f"until you remove them)")
+            raise InputError(
+                f"store {self.root}: holds results in the older layout (a Parquet file per job): "
+                f"run `labprobe store migrate --store {self.root}` once (the old files stay "
+                f"until you remove them)"
+            )
         self._layout_ok = True
 
     # -- writing -------------------------------------------------------------------------------
@@ -101,8 +103,9 @@ class Store:
         """One commit of one job's rows into table `name`; a (job, run) is stored at most once."""
         stored = self._stored(name, key.run_id)
         if key.job_id in stored:
-            raise StoreError(f"{name}: job {key.job_id} of run {key.run_id} already stored; "
-                             f"the store never rewrites a job")
+            raise StoreError(
+                f"{name}: job {key.job_id} of run {key.run_id} already stored; the store never rewrites a job"
+            )
         uri = self.table_uri(name)
         # A table kept open across this process's writes: each commit then reads only the log's
         # new entries, not the whole snapshot again.
@@ -130,11 +133,31 @@ class Store:
             return None
         return self._append(f"{key.probe}.{table}", key, pa.Table.from_pylist(table_records(key, rows)))
 
-    def write_job(self, key: JobKey, *, status: str, reason: str = "", started_at: datetime,
-                  wall_s: float, summary: dict, config: dict, env: dict, plan: str = "") -> str:
+    def write_job(
+        self,
+        key: JobKey,
+        *,
+        status: str,
+        reason: str = "",
+        started_at: datetime,
+        wall_s: float,
+        summary: dict,
+        config: dict,
+        env: dict,
+        plan: str = "",
+    ) -> str:
         """The job's row, one commit: once it is in, the job's tables count as stored."""
-        row = job_record(key, status=status, reason=reason, started_at=started_at, wall_s=wall_s,
-                         summary=summary, config=config, env=env, plan=plan)
+        row = job_record(
+            key,
+            status=status,
+            reason=reason,
+            started_at=started_at,
+            wall_s=wall_s,
+            summary=summary,
+            config=config,
+            env=env,
+            plan=plan,
+        )
         return self._append("jobs", key, pa.Table.from_pylist([row]))
 
     def write_rows(self, name: str, records: list[dict[str, Any]]) -> None:
@@ -149,17 +172,26 @@ class Store:
         """Raw evidence as plain files under artifacts/<job_id>/<run_id>/ (never rewritten)."""
         return artifacts.write(self, key.job_id, key.run_id, files)
 
-    def write_result(self, key: JobKey, result: ProbeResult, *, started_at: datetime, wall_s: float,
-                     env: dict, plan: str = "") -> None:
+    def write_result(
+        self, key: JobKey, result: ProbeResult, *, started_at: datetime, wall_s: float, env: dict, plan: str = ""
+    ) -> None:
         """Every table, the artifacts, then the job row last: an ok job row implies its tables."""
         for table in result.tables:
             self.write_table(key, table, result.records(table))
         if result.artifacts:
             self.write_artifacts(key, result.artifacts)
         failed = [c.name for c in result.checks if not c.ok]
-        self.write_job(key, status="ok", reason=f"checks failed: {', '.join(failed)}" if failed else "",
-                       started_at=started_at, wall_s=wall_s, summary=result.summary,
-                       config=config_to_dict(result.config), env=env, plan=plan)
+        self.write_job(
+            key,
+            status="ok",
+            reason=f"checks failed: {', '.join(failed)}" if failed else "",
+            started_at=started_at,
+            wall_s=wall_s,
+            summary=result.summary,
+            config=config_to_dict(result.config),
+            env=env,
+            plan=plan,
+        )
 
     # -- reading -------------------------------------------------------------------------------
     def table_names(self) -> list[str]:
@@ -168,8 +200,11 @@ class Store:
         self.check_layout()
         names = []
         for name in delta.list_dirs(delta.join(self.uri, delta.TABLES), self.storage_options, self.local):
-            if (name == "jobs" or "." in name) and not name.startswith(".") and \
-                    delta.is_table(self.table_uri(name), self.storage_options):
+            if (
+                (name == "jobs" or "." in name)
+                and not name.startswith(".")
+                and delta.is_table(self.table_uri(name), self.storage_options)
+            ):
                 names.append(name)
             else:
                 self._warn(name, f"store {self.uri}: skipped {delta.TABLES}/{name}: not a store table")
@@ -180,8 +215,9 @@ class Store:
         table = self.table(name)
         return [] if table is None else [f.name for f in table.schema().fields]
 
-    def read(self, name: str, *, columns: list[str] | None = None, filters: Any = None,
-             jobs: pd.DataFrame | None = None) -> pd.DataFrame:
+    def read(
+        self, name: str, *, columns: list[str] | None = None, filters: Any = None, jobs: pd.DataFrame | None = None
+    ) -> pd.DataFrame:
         """Table `name` ("jobs" or "<probe>.<table>") as a DataFrame; empty when nothing is stored.
 
         Rows of a job whose job row was never committed (the writer died between its tables and
@@ -202,8 +238,15 @@ class Store:
             frame = frame[keep].reset_index(drop=True)
         return frame if columns is None else frame[list(columns)]
 
-    def _read(self, name: str, *, columns: list[str] | None = None, filters: Any = None,
-              table: DeltaTable | None = None, dictionary: set[str] | None = None) -> pa.Table:
+    def _read(
+        self,
+        name: str,
+        *,
+        columns: list[str] | None = None,
+        filters: Any = None,
+        table: DeltaTable | None = None,
+        dictionary: set[str] | None = None,
+    ) -> pa.Table:
         """`table`: the table already opened (one snapshot for several reads); `dictionary`: see delta.read."""
         table = table or self.table(name)
         if table is None:
@@ -221,8 +264,9 @@ class Store:
     def jobs(self, *, columns: list[str] | None = None, probe: str | None = None) -> pd.DataFrame:
         return self.read("jobs", columns=columns, filters=None if probe is None else pc.field("probe") == probe)
 
-    def latest_jobs(self, probe: str | None = None, *, by: tuple[str, ...] = JOB,
-                    columns: list[str] | None = None) -> pd.DataFrame:
+    def latest_jobs(
+        self, probe: str | None = None, *, by: tuple[str, ...] = JOB, columns: list[str] | None = None
+    ) -> pd.DataFrame:
         """The latest run of each job (or slot: `by`=SLOT), of one probe or all (`latest`'s rule).
         Every row's keys are read; the JSON columns (most of the bytes) only for the latest rows."""
         table = self.table("jobs")
@@ -270,8 +314,9 @@ class Store:
         try:
             return compact(self)
         except (StoreError, OSError, DeltaError) as exc:
-            delta.log.warning(f"store {self.uri}: compaction failed ({delta._short(exc)}); "
-                              f"run `labprobe store compact` later")
+            delta.log.warning(
+                f"store {self.uri}: compaction failed ({delta._short(exc)}); run `labprobe store compact` later"
+            )
             return {}
 
     def _warn(self, what: str, message: str) -> None:
@@ -287,6 +332,9 @@ def _only(jobs: pd.DataFrame, filters: Any = None) -> Any:
     if jobs.empty:
         return filters
     runs = jobs["run_id"].astype(str)
-    only = ((pc.field("run_id") >= runs.min()) & pc.field("run_id").isin(pa.array(runs.unique(), pa.string()))
-            & pc.field("job_id").isin(pa.array(jobs["job_id"].astype(str).unique(), pa.string())))
+    only = (
+        (pc.field("run_id") >= runs.min())
+        & pc.field("run_id").isin(pa.array(runs.unique(), pa.string()))
+        & pc.field("job_id").isin(pa.array(jobs["job_id"].astype(str).unique(), pa.string()))
+    )
     return only if filters is None else filters & only

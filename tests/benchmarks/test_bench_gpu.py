@@ -6,14 +6,22 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-SPEC = importlib.util.spec_from_file_location("bench_gpu", Path(__file__).resolve().parents[2] / "benchmarks" / "bench_gpu.py")
+SPEC = importlib.util.spec_from_file_location(
+    "bench_gpu", Path(__file__).resolve().parents[2] / "benchmarks" / "bench_gpu.py"
+)
 bench_gpu = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(bench_gpu)
 
 
 def row(model, step_s, *, busy=0.97, spread=1.0, status="ok"):
-    return {"model": model, "step_s": step_s, "gpu_busy_frac": busy, "launch_bound": busy < 0.9,
-            "spread_pct": spread, "status": status}
+    return {
+        "model": model,
+        "step_s": step_s,
+        "gpu_busy_frac": busy,
+        "launch_bound": busy < 0.9,
+        "spread_pct": spread,
+        "status": status,
+    }
 
 
 def bench(rows):
@@ -23,15 +31,28 @@ def bench(rows):
 def good_benches():
     r4k = [row("qwen3-0.6b-base", 0.1, busy=0.6), row("qwen3-1.7b-base", 0.2), row("qwen3-4b-base", 0.5)]
     r16k = [row("qwen3-0.6b-base", 0.4), row("qwen3-1.7b-base", 0.8), row("qwen3-4b-base", 2.0)]
-    return {"4096": {"runs": [bench(r4k), bench([dict(r) for r in r4k])], "walls_s": [60, 61]},
-            "16384": {"runs": [bench(r16k), bench([dict(r) for r in r16k])], "walls_s": [90, 91]}}
+    return {
+        "4096": {"runs": [bench(r4k), bench([dict(r) for r in r4k])], "walls_s": [60, 61]},
+        "16384": {"runs": [bench(r16k), bench([dict(r) for r in r16k])], "walls_s": [90, 91]},
+    }
 
 
-PROF = {"summary": {"fitted_lens": [4096, 6144, 8192, 12288], "launch_bound_lens": [2048],
-                    "max_heldout_err_pct": 1.0, "kernel_s_per_step": 0.3, "step_wall_s": 0.32},
-        "tables": {"padding_penalty": [
-            {"case": "unpadded_same_shape", "step_s": 0.6}, {"case": "unpadded_same_tokens", "step_s": 0.5},
-            {"case": "half_padded", "step_s": 0.6, "penalty_same_shape_pct": 0.0, "penalty_same_tokens_pct": 20.0}]}}
+PROF = {
+    "summary": {
+        "fitted_lens": [4096, 6144, 8192, 12288],
+        "launch_bound_lens": [2048],
+        "max_heldout_err_pct": 1.0,
+        "kernel_s_per_step": 0.3,
+        "step_wall_s": 0.32,
+    },
+    "tables": {
+        "padding_penalty": [
+            {"case": "unpadded_same_shape", "step_s": 0.6},
+            {"case": "unpadded_same_tokens", "step_s": 0.5},
+            {"case": "half_padded", "step_s": 0.6, "penalty_same_shape_pct": 0.0, "penalty_same_tokens_pct": 20.0},
+        ]
+    },
+}
 
 
 def checks(benches):

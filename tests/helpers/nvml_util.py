@@ -15,14 +15,21 @@ def write_fake(directory: Path, host: str, gpus: list[dict]) -> None:
 
 
 def gpu(index=0, processes=(), util=(0, 0, 0), mem=0) -> dict:
-    return {"index": index, "name": "NVIDIA H200", "uuid": f"GPU-fake-{index}", "mem_used_bytes": mem,
-            "mem_total_bytes": 150 * GIB, "util_pct": list(util),
-            "processes": [{"pid": p, "mem_used_bytes": m} for p, m in processes]}
+    return {
+        "index": index,
+        "name": "NVIDIA H200",
+        "uuid": f"GPU-fake-{index}",
+        "mem_used_bytes": mem,
+        "mem_total_bytes": 150 * GIB,
+        "util_pct": list(util),
+        "processes": [{"pid": p, "mem_used_bytes": m} for p, m in processes],
+    }
 
 
 def fake_pynvml(calls: dict) -> types.SimpleNamespace:
     """Two GPUs: GPU 0 with utilisation 5, 60, 0 % and pid 4242 showing up (memory unknown, then
     2 GiB); GPU 1 a MIG instance (no utilisation). MPS queries are unsupported."""
+
     class NVMLError(Exception):
         pass
 
@@ -41,13 +48,25 @@ def fake_pynvml(calls: dict) -> types.SimpleNamespace:
         used = 99 * GIB if version is None else [2 * GIB, 0][h]
         return types.SimpleNamespace(used=used, total=150 * GIB)
 
-    procs = iter([[], [types.SimpleNamespace(pid=4242, usedGpuMemory=None)],
-                  [types.SimpleNamespace(pid=4242, usedGpuMemory=2 * GIB)]])
+    procs = iter(
+        [
+            [],
+            [types.SimpleNamespace(pid=4242, usedGpuMemory=None)],
+            [types.SimpleNamespace(pid=4242, usedGpuMemory=2 * GIB)],
+        ]
+    )
     return types.SimpleNamespace(
-        NVMLError=NVMLError, NVMLError_NotSupported=NotSupported, nvmlMemory_v2=2,
-        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
-        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetName=lambda h: b"NVIDIA H200",
-        nvmlDeviceGetUUID=lambda h: f"GPU-{h}", nvmlDeviceGetUtilizationRates=util,
+        NVMLError=NVMLError,
+        NVMLError_NotSupported=NotSupported,
+        nvmlMemory_v2=2,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: b"NVIDIA H200",
+        nvmlDeviceGetUUID=lambda h: f"GPU-{h}",
+        nvmlDeviceGetUtilizationRates=util,
         nvmlDeviceGetMemoryInfo=memory,
         nvmlDeviceGetComputeRunningProcesses=lambda h: next(procs) if h == 0 else [],
-        nvmlDeviceGetMPSComputeRunningProcesses=lambda h: (_ for _ in ()).throw(NotSupported("no MPS")))
+        nvmlDeviceGetMPSComputeRunningProcesses=lambda h: (_ for _ in ()).throw(NotSupported("no MPS")),
+    )

@@ -27,9 +27,13 @@ def write_weights(path: Path, seed: int = 0, rank: int = 8) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    save_file({"base_model.model.q_proj.lora_A.weight": rng.standard_normal((rank, 16), dtype=np.float32),
-               "base_model.model.q_proj.lora_B.weight": rng.standard_normal((16, rank), dtype=np.float32)},
-              str(path))
+    save_file(
+        {
+            "base_model.model.q_proj.lora_A.weight": rng.standard_normal((rank, 16), dtype=np.float32),
+            "base_model.model.q_proj.lora_B.weight": rng.standard_normal((16, rank), dtype=np.float32),
+        },
+        str(path),
+    )
 
 
 def make_run(root: Path, name: str | bytes, ckpt_bytes: int = 3000, adapter: bool = True) -> Path:
@@ -75,8 +79,7 @@ def python(code: str, *, timeout_s: float, binds: list[tuple[Path, Path]] = ()) 
     argv = [sys.executable, "-c", code]
     if binds:
         mounts = " && ".join(f"mount --bind {shlex.quote(str(s))} {shlex.quote(str(t))}" for s, t in binds)
-        argv = ["unshare", "-m", "--propagation", "private", "sh", "-c",
-                f"{mounts} && exec {shlex.join(argv)}"]
+        argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", f"{mounts} && exec {shlex.join(argv)}"]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
 
 

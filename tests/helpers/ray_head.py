@@ -22,12 +22,22 @@ class RayHead:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.address = f"127.0.0.1:{self.port}"
-        cmd = [str(RAY), "start", "--head", "--block", f"--port={self.port}", f"--num-cpus={num_cpus}",
-               "--include-dashboard=false", f"--temp-dir={self.temp_dir}", "--disable-usage-stats"]
+        cmd = [
+            str(RAY),
+            "start",
+            "--head",
+            "--block",
+            f"--port={self.port}",
+            f"--num-cpus={num_cpus}",
+            "--include-dashboard=false",
+            f"--temp-dir={self.temp_dir}",
+            "--disable-usage-stats",
+        ]
         if labels:
             cmd += ["--labels", labels]
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
         deadline = time.monotonic() + timeout_s
         seen = []
         while time.monotonic() < deadline:

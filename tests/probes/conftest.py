@@ -16,8 +16,16 @@ from runner.cli import main
 def tiny(tmp_path_factory) -> Path:
     """A 2-layer Qwen3 config (hidden 32, vocab 128) in a checkpoint folder: random weights build in ms."""
     path = tmp_path_factory.mktemp("tiny")
-    Qwen3Config(hidden_size=32, intermediate_size=48, num_attention_heads=2, num_key_value_heads=1,
-                head_dim=16, vocab_size=128, num_hidden_layers=2, tie_word_embeddings=True).save_pretrained(path)
+    Qwen3Config(
+        hidden_size=32,
+        intermediate_size=48,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        vocab_size=128,
+        num_hidden_layers=2,
+        tie_word_embeddings=True,
+    ).save_pretrained(path)
     return path
 
 
@@ -58,8 +66,18 @@ def demo_json(tmp_path, capsys):
     once its exit code and its keys are the contract's."""
 
     def run(probe: str, checkpoint: str, *options: str, exit_code: int = 0) -> dict:
-        argv = ["probe", probe, "--checkpoint", str(DEMO / "checkpoints" / checkpoint),
-                "--corpus", str(DEMO / "corpus.jsonl"), "--cache-dir", str(tmp_path), *options, "--json"]
+        argv = [
+            "probe",
+            probe,
+            "--checkpoint",
+            str(DEMO / "checkpoints" / checkpoint),
+            "--corpus",
+            str(DEMO / "corpus.jsonl"),
+            "--cache-dir",
+            str(tmp_path),
+            *options,
+            "--json",
+        ]
         assert main(argv) == exit_code
         out = json.loads(capsys.readouterr().out)
         assert set(out) == {"probe", "config", "summary", "tables", "checks"}

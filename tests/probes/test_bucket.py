@@ -21,7 +21,6 @@ SMALL = [5, 3, 9, 1, 7, 2, 12, 4, 4, 6, 8, 1]
 SMALL_SOURCES = ["a", "b", "a", "b", "c", "b", "a", "c", "c", "a", "b", "a"]
 
 
-
 def entropy(counts) -> float:
     total = sum(counts)
     return -sum(c / total * math.log(c / total) for c in counts if c)
@@ -32,10 +31,10 @@ def loop_sampler(lengths, sources, seed, bucket_size, batch_size, max_length):
     perm = np.random.default_rng(seed).permutation(len(lengths)).tolist()
     batches = []
     for start in range(0, len(perm), bucket_size):
-        chunk = perm[start:start + bucket_size]
+        chunk = perm[start : start + bucket_size]
         chunk = sorted(chunk, key=lambda i: min(lengths[i], max_length), reverse=True)  # stable
         for b in range(0, len(chunk), batch_size):
-            batches.append([(min(lengths[i], max_length), sources[i]) for i in chunk[b:b + batch_size]])
+            batches.append([(min(lengths[i], max_length), sources[i]) for i in chunk[b : b + batch_size]])
     return batches
 
 
@@ -49,20 +48,22 @@ def loop_row(lengths, sources, seeds, bucket_size, batch_size, max_length):
         padded.append(p)
         fractions.append(p / (p + real))
         distinct.append(sum(len({s for _, s in batch}) for batch in batches) / len(batches))
-        ratio.append(sum(entropy(Counter(s for _, s in batch).values()) for batch in batches)
-                     / len(batches) / corpus_h)
+        ratio.append(sum(entropy(Counter(s for _, s in batch).values()) for batch in batches) / len(batches) / corpus_h)
     random = []
     for seed in seeds:  # random batching: consecutive batches of the shuffle
         perm = np.random.default_rng(seed).permutation(len(lengths)).tolist()
-        batches = [perm[i:i + batch_size] for i in range(0, len(perm), batch_size)]
-        random.append(sum(max(min(lengths[i], max_length) for i in b) - min(lengths[j], max_length)
-                          for b in batches for j in b))
+        batches = [perm[i : i + batch_size] for i in range(0, len(perm), batch_size)]
+        random.append(
+            sum(max(min(lengths[i], max_length) for i in b) - min(lengths[j], max_length) for b in batches for j in b)
+        )
     mean = sum(fractions) / len(fractions)
     return {
-        "padded_tokens": round(sum(padded) / len(padded)), "pad_fraction": mean,
+        "padded_tokens": round(sum(padded) / len(padded)),
+        "pad_fraction": mean,
         "pad_fraction_std": math.sqrt(sum((f - mean) ** 2 for f in fractions) / len(fractions)),
         "gain_vs_random": (sum(random) / len(random)) / (sum(padded) / len(padded)),
-        "sources_per_batch": sum(distinct) / len(distinct), "source_entropy_ratio": sum(ratio) / len(ratio),
+        "sources_per_batch": sum(distinct) / len(distinct),
+        "source_entropy_ratio": sum(ratio) / len(ratio),
         "num_batches": len(loop_sampler(lengths, sources, seeds[0], bucket_size, batch_size, max_length)),
     }
 
@@ -76,8 +77,7 @@ def check_rows(result, lengths, sources, seeds, batch_size, max_length):
 
 def test_small_corpus_by_loops(tmp_path):
     path = write_lengths(tmp_path / "l.parquet", SMALL, SMALL_SOURCES)
-    result = bucket.run(bucket.Config(lengths=path, batch_size=2, max_length=8, bucket_sizes=(4, 6),
-                                      seeds=(0, 1, 2)))
+    result = bucket.run(bucket.Config(lengths=path, batch_size=2, max_length=8, bucket_sizes=(4, 6), seeds=(0, 1, 2)))
     assert [r.bucket_size for r in result.tables["sweep"]] == [2, 4, 6, 12]  # batch size, corpus added
     check_rows(result, SMALL, SMALL_SOURCES, (0, 1, 2), 2, 8)
     # By hand, the whole corpus sorted (truncated): 8 8 8 7 6 5 4 4 3 2 1 1 -> pads 0+1+1+0+1+0 = 3
@@ -89,8 +89,7 @@ def test_whole_corpus_bucket_that_the_batch_does_not_divide(tmp_path):
     """12 samples in batches of 5: only the whole-corpus bucket can be a non-multiple of the batch
     (--bucket-sizes must be multiples); it ends with a batch of 2, and batches never straddle."""
     path = write_lengths(tmp_path / "l.parquet", SMALL, SMALL_SOURCES)
-    result = bucket.run(bucket.Config(lengths=path, batch_size=5, max_length=8, bucket_sizes=(10,),
-                                      seeds=(5, 6)))
+    result = bucket.run(bucket.Config(lengths=path, batch_size=5, max_length=8, bucket_sizes=(10,), seeds=(5, 6)))
     assert [r.bucket_size for r in result.tables["sweep"]] == [5, 10, 12]
     check_rows(result, SMALL, SMALL_SOURCES, (5, 6), 5, 8)
     # By hand, truncated and sorted descending, cut from the start: [8 8 8 7 6] [5 4 4 3 2] [1 1]
@@ -120,8 +119,11 @@ def test_default_sweep_is_ten_sizes_from_batch_to_corpus():
 
 def test_large_generated_corpus(tmp_path):
     rng = np.random.default_rng(11)
-    parts = [(rng.lognormal(4, 0.4, 6000), "short"), (rng.lognormal(6, 0.8, 3000), "long"),
-             (rng.lognormal(5, 0.2, 3000), "mid")]
+    parts = [
+        (rng.lognormal(4, 0.4, 6000), "short"),
+        (rng.lognormal(6, 0.8, 3000), "long"),
+        (rng.lognormal(5, 0.2, 3000), "mid"),
+    ]
     lengths = np.maximum(1, np.concatenate([p for p, _ in parts]).astype(np.int64)).tolist()
     sources = [name for p, name in parts for _ in range(p.size)]
     path = write_lengths(tmp_path / "big.parquet", lengths, sources)
@@ -143,8 +145,7 @@ def demo_lengths(tmp_path) -> Path:
 def test_a_sweep_that_always_sorts_globally_fails_its_checks(demo_lengths, monkeypatch):
     """The regression the design warns of: re-sorting everything makes every bucket size a global sort."""
     real = bucket.bucketed
-    monkeypatch.setattr(bucket, "bucketed", lambda lengths, codes, perm, size: real(lengths, codes, perm,
-                                                                                   lengths.size))
+    monkeypatch.setattr(bucket, "bucketed", lambda lengths, codes, perm, size: real(lengths, codes, perm, lengths.size))
     result = bucket.run(bucket.Config(lengths=demo_lengths, batch_size=8))
     failed = {c.name for c in result.checks if not c.ok}
     assert failed == {"sweep_varies", "random_at_batch_size"}
@@ -201,8 +202,11 @@ def test_buckets_larger_than_the_batch_sorting_globally_fail_sweep_varies(monkey
     batch_size, but every larger bucket re-sorts the whole corpus, so the sweep reads [random, then
     the global sort at every size]. Two distinct outcomes used to pass sweep_varies."""
     real = bucket.bucketed
-    monkeypatch.setattr(bucket, "bucketed", lambda lengths, codes, perm, size: real(
-        lengths, codes, perm, size if size <= 8 else lengths.size))
+    monkeypatch.setattr(
+        bucket,
+        "bucketed",
+        lambda lengths, codes, perm, size: real(lengths, codes, perm, size if size <= 8 else lengths.size),
+    )
     out = demo_json("bucket", "qwen3-0.6b-base", "--max-length", "2048", exit_code=1)
     fractions = [round(r["pad_fraction"], 4) for r in out["tables"]["sweep"]]
     assert fractions[0] > 0.6 and len(set(fractions[1:])) == 1 and len(fractions) == 10
@@ -216,8 +220,9 @@ def test_a_sweep_whose_padding_rises_with_the_bucket_size_fails(demo_lengths, mo
     real = bucket.bucketed
     sizes = bucket.bucket_sizes(bucket.Config(lengths=demo_lengths, batch_size=8), 800)
     mirror = dict(zip(sizes[1:-1], sizes[-2:0:-1]))
-    monkeypatch.setattr(bucket, "bucketed", lambda lengths, codes, perm, size: real(
-        lengths, codes, perm, mirror.get(size, size)))
+    monkeypatch.setattr(
+        bucket, "bucketed", lambda lengths, codes, perm, size: real(lengths, codes, perm, mirror.get(size, size))
+    )
     result = bucket.run(bucket.Config(lengths=demo_lengths, batch_size=8, seeds=tuple(range(num_seeds))))
     detail = {c.name: c.detail for c in result.checks if not c.ok}
     assert "rises with the bucket size" in detail["sweep_varies"]
@@ -227,6 +232,9 @@ def test_the_real_sweep_passes_sweep_varies_on_generated_corpora(tmp_path):
     for seed in range(3):
         rng = np.random.default_rng(seed)
         lengths = np.minimum(rng.lognormal(5.5, 1.0, 3000).astype(int) + 1, 8192)
-        result = bucket.run(bucket.Config(lengths=write_lengths(tmp_path / f"{seed}.parquet", lengths.tolist()),
-                                          batch_size=8, max_length=4096))
+        result = bucket.run(
+            bucket.Config(
+                lengths=write_lengths(tmp_path / f"{seed}.parquet", lengths.tolist()), batch_size=8, max_length=4096
+            )
+        )
         assert result.ok, [c for c in result.checks if not c.ok]

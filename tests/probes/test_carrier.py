@@ -22,9 +22,16 @@ H, I, HEADS, KV, D, LAYERS, VOCAB = 48, 80, 3, 1, 16, 2, 300
 def family(tmp_path_factory) -> tuple[Path, Path]:
     tied, untied = tmp_path_factory.mktemp("tied"), tmp_path_factory.mktemp("untied")
     for path, tie in ((tied, True), (untied, False)):
-        Qwen3Config(hidden_size=H, intermediate_size=I, num_attention_heads=HEADS, num_key_value_heads=KV,
-                    head_dim=D, vocab_size=VOCAB, num_hidden_layers=LAYERS,
-                    tie_word_embeddings=tie).save_pretrained(path)
+        Qwen3Config(
+            hidden_size=H,
+            intermediate_size=I,
+            num_attention_heads=HEADS,
+            num_key_value_heads=KV,
+            head_dim=D,
+            vocab_size=VOCAB,
+            num_hidden_layers=LAYERS,
+            tie_word_embeddings=tie,
+        ).save_pretrained(path)
     return tied, untied
 
 
@@ -63,9 +70,22 @@ def test_step_flops_by_hand(family):
 
 
 def test_a_cpu_run_and_its_projections(family):
-    config = carrier.Config(checkpoint=family, weights="random", lora_rank=4, seq_len=16, batch_size=2,
-                            warmup_steps=1, steps=2, max_steps=3, token_budget=10**6, num_arms=3,
-                            num_seeds=2, peak_tflops=0.5, device="cpu", processes=1)
+    config = carrier.Config(
+        checkpoint=family,
+        weights="random",
+        lora_rank=4,
+        seq_len=16,
+        batch_size=2,
+        warmup_steps=1,
+        steps=2,
+        max_steps=3,
+        token_budget=10**6,
+        num_arms=3,
+        num_seeds=2,
+        peak_tflops=0.5,
+        device="cpu",
+        processes=1,
+    )
     result = carrier.run(config)
     for row in result.tables["carriers"]:
         assert row.variant == "baseline" and row.tokens_per_step == 32 and row.steps == 2
@@ -74,10 +94,14 @@ def test_a_cpu_run_and_its_projections(family):
         assert row.hours_sweep == pytest.approx(row.hours_per_job * 6)
         assert row.gpu_busy_frac is None and row.launch_bound is None  # CPU: no device timeline
         assert row.trustworthy == (row.spread_pct <= 2.0)
-        assert row.status == ("ok" if row.trustworthy else
-                              "not trustworthy (spread above 2%): mfu and hours are not trustworthy")
-    shape_flops = 4 * 32 * (LAYERS * sum(i * o for i, o in linear_shapes()) + VOCAB * H) \
-        + 6 * 32 * LAYERS * sum(4 * (i + o) for i, o in linear_shapes()) + 6 * LAYERS * 2 * 16 * 16 * HEADS * D
+        assert row.status == (
+            "ok" if row.trustworthy else "not trustworthy (spread above 2%): mfu and hours are not trustworthy"
+        )
+    shape_flops = (
+        4 * 32 * (LAYERS * sum(i * o for i, o in linear_shapes()) + VOCAB * H)
+        + 6 * 32 * LAYERS * sum(4 * (i + o) for i, o in linear_shapes())
+        + 6 * LAYERS * 2 * 16 * 16 * HEADS * D
+    )
     first = result.tables["carriers"][0]
     assert first.mfu_vs_measured_peak == pytest.approx(shape_flops / first.step_s / 0.5e12)
     assert first.mfu_vs_datasheet_peak is None  # no datasheet for a CPU
@@ -87,7 +111,7 @@ def test_a_cpu_run_and_its_projections(family):
     for row, name in zip(result.tables["carriers"], evidence):
         timing = evidence[name]["baseline"]["timings"]
         # every timed step after warm-up (the worker's first call is warm-up, timed apart)
-        timed = np.array(timing["raw_s"][timing["num_warmup_configured"]:])
+        timed = np.array(timing["raw_s"][timing["num_warmup_configured"] :])
         assert row.spread_all_pct == pytest.approx(100 * np.ptp(timed) / np.median(timed))
     checks = {c.name: c for c in result.checks}
     assert checks["rows_trustworthy"].ok == all(r.trustworthy for r in result.tables["carriers"])
@@ -97,9 +121,20 @@ def test_an_oom_is_a_row_and_the_family_goes_on(family, lab_path, monkeypatch):
     """tests/data/harness_oom.py raises CUDA's own OutOfMemoryError: at LoRA for the tied model, in
     the step for the untied one. Each is a row with its stage; the family is measured to the end."""
     monkeypatch.setenv("HARNESS_OOM_AT_LOAD", "True")
-    result = carrier.run(carrier.Config(checkpoint=family, weights="random", lora_rank=2, seq_len=8,
-                                        warmup_steps=0, steps=1, max_steps=1, device="cpu", processes=1,
-                                        harness="harness_oom"))
+    result = carrier.run(
+        carrier.Config(
+            checkpoint=family,
+            weights="random",
+            lora_rank=2,
+            seq_len=8,
+            warmup_steps=0,
+            steps=1,
+            max_steps=1,
+            device="cpu",
+            processes=1,
+            harness="harness_oom",
+        )
+    )
     tied, untied = result.tables["carriers"]
     assert tied.status.startswith("oom while loading: CUDA out of memory") and tied.step_s is None
     assert untied.status.startswith("oom while timing: CUDA out of memory") and untied.step_s is None
@@ -114,8 +149,21 @@ def test_a_checkpoint_without_config_is_refused_before_anything_runs(family, tmp
 
 
 def test_checkpoint_is_repeatable_on_the_cli(family, capsys):
-    code = main(["probe", "carrier", "--checkpoint", str(family[0]), "--checkpoint", str(family[1]),
-                 "--steps", "0", "--lora-rank", "2", "--json"])
+    code = main(
+        [
+            "probe",
+            "carrier",
+            "--checkpoint",
+            str(family[0]),
+            "--checkpoint",
+            str(family[1]),
+            "--steps",
+            "0",
+            "--lora-rank",
+            "2",
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     assert [r["model"] for r in out["tables"]["carriers"]] == [family[0].name, family[1].name]
@@ -127,12 +175,26 @@ def test_weights_load_from_a_local_checkpoint_or_are_refused_by_name(family, tmp
 
     saved = tmp_path / "saved"
     AutoModelForCausalLM.from_config(Qwen3Config.from_pretrained(family[0])).save_pretrained(saved)
-    result = carrier.run(carrier.Config(checkpoint=(saved,), weights="checkpoint", lora_rank=2, seq_len=8, processes=1,
-                                        warmup_steps=0, steps=1, max_steps=1, device="cpu"))
+    result = carrier.run(
+        carrier.Config(
+            checkpoint=(saved,),
+            weights="checkpoint",
+            lora_rank=2,
+            seq_len=8,
+            processes=1,
+            warmup_steps=0,
+            steps=1,
+            max_steps=1,
+            device="cpu",
+        )
+    )
     assert result.tables["carriers"][0].step_s > 0
     with pytest.raises(InputError, match="--weights random"):  # config.json only: no weights to load
-        carrier.run(carrier.Config(checkpoint=(family[0],), weights="checkpoint", steps=1, max_steps=1, processes=1,
-                                   device="cpu"))
+        carrier.run(
+            carrier.Config(
+                checkpoint=(family[0],), weights="checkpoint", steps=1, max_steps=1, processes=1, device="cpu"
+            )
+        )
 
 
 @pytest.mark.parametrize("probe", ["carrier", "profile"])
@@ -153,11 +215,17 @@ def test_no_row_column_is_named_like_a_store_key_column():
     assert "model" in {f.name for f in fields(carrier.CarrierRow)}
 
 
-@pytest.mark.parametrize("option, value, needle", [
-    ("--device", "bogus", "--device 'bogus'"), ("--device", "cuda:x", "--device 'cuda:x'"),
-    ("--ce-chunk", "0", "--ce-chunk must be >= 1"), ("--ce-chunk", "-5", "--ce-chunk must be >= 1"),
-    ("--lora-alpha", "nan", "--lora-alpha"), ("--lora-alpha", "-1", "--lora-alpha"),
-])
+@pytest.mark.parametrize(
+    "option, value, needle",
+    [
+        ("--device", "bogus", "--device 'bogus'"),
+        ("--device", "cuda:x", "--device 'cuda:x'"),
+        ("--ce-chunk", "0", "--ce-chunk must be >= 1"),
+        ("--ce-chunk", "-5", "--ce-chunk must be >= 1"),
+        ("--lora-alpha", "nan", "--lora-alpha"),
+        ("--lora-alpha", "-1", "--lora-alpha"),
+    ],
+)
 @pytest.mark.parametrize("probe", ["carrier", "profile"])
 def test_shared_gpu_options_are_checked_before_any_work(capsys, probe, option, value, needle):
     checkpoint = Path(__file__).resolve().parents[2] / "demo" / "checkpoints" / "qwen3-0.6b-base"

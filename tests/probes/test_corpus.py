@@ -21,8 +21,13 @@ from runner.cli import main
 
 RECORDS = [
     {"text": "Hello world, a short text.", "source": "web"},
-    {"messages": [{"role": "user", "content": "What is two plus two?"},
-                  {"role": "assistant", "content": "Four, of course."}], "source": "chat"},
+    {
+        "messages": [
+            {"role": "user", "content": "What is two plus two?"},
+            {"role": "assistant", "content": "Four, of course."},
+        ],
+        "source": "chat",
+    },
     {"text": "def f(x):\n    return x * 2\n" * 5, "source": "code"},
     {"messages": [{"role": "user", "content": "Hi"}]},  # no source -> "default"
     {"text": "Bonjour à tous, ünïcödé text 🙂.", "source": "web"},
@@ -182,12 +187,23 @@ def test_validate_inputs():
 # A corpus the reader rejects (malformed JSON, a missing field...) is tested in test_corpus_records.py;
 # here what only tokenizing finds.
 
+
 @pytest.mark.parametrize("probe", ["padding", "bucket"])
 def test_a_zero_token_record_is_one_line_exit_2(tmp_path, tokenizer_dir, capsys, probe):
     path = tmp_path / "bad.jsonl"
     path.write_text(f"{json.dumps({'text': 'fine'})}\n{json.dumps({'text': ''})}\n")
-    code = main(["probe", probe, "--checkpoint", str(tokenizer_dir), "--corpus", str(path),
-                 "--cache-dir", str(tmp_path / "cache")])
+    code = main(
+        [
+            "probe",
+            probe,
+            "--checkpoint",
+            str(tokenizer_dir),
+            "--corpus",
+            str(path),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -207,8 +223,21 @@ def test_unwritable_cache_dir_warns_once_and_runs_on(tmp_path, tokenizer_dir, hf
     blocker = tmp_path / "a-file"
     blocker.write_text("a file where the cache directory's parent should be")
     cache = blocker / "cache"
-    code = main(["probe", probe, "--checkpoint", str(tokenizer_dir), "--corpus", str(path),
-                 "--cache-dir", str(cache), "--batch-size", "2", "--json"])
+    code = main(
+        [
+            "probe",
+            probe,
+            "--checkpoint",
+            str(tokenizer_dir),
+            "--corpus",
+            str(path),
+            "--cache-dir",
+            str(cache),
+            "--batch-size",
+            "2",
+            "--json",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     err = captured.err.strip().splitlines()
@@ -223,27 +252,32 @@ def test_unwritable_cache_dir_warns_once_and_runs_on(tmp_path, tokenizer_dir, hf
 def _bad_lengths(tmp_path: Path, kind: str) -> Path:
     if kind in ("zero_csv", "text_csv", "empty_cell_csv", "no_column_csv", "header_only_csv"):
         path = tmp_path / "bad.csv"
-        path.write_text({
-            "zero_csv": "length,source\n4,a\n0,b\n",
-            "text_csv": "length\n4\nfour\n",
-            "empty_cell_csv": "length,source\n4,a\n,b\n",
-            "no_column_csv": "tokens\n4\n",
-            "header_only_csv": "length,source\n",
-        }[kind])
+        path.write_text(
+            {
+                "zero_csv": "length,source\n4,a\n0,b\n",
+                "text_csv": "length\n4\nfour\n",
+                "empty_cell_csv": "length,source\n4,a\n,b\n",
+                "no_column_csv": "tokens\n4\n",
+                "header_only_csv": "length,source\n",
+            }[kind]
+        )
         return path
     path = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"length": [3, 9, -2]}), path)
     return path
 
 
-@pytest.mark.parametrize(("kind", "needles"), [
-    ("zero_csv", ["bad.csv", "record 2 (line 3)", "field 'length'", "> 0"]),
-    ("negative_parquet", ["bad.parquet", "record 3", "field 'length'", "-2"]),
-    ("text_csv", ["bad.csv", "record 2 (line 3)", "field 'length'"]),
-    ("empty_cell_csv", ["bad.csv", "record 2 (line 3)", "field 'length'"]),
-    ("no_column_csv", ["bad.csv", "field 'length' is missing"]),
-    ("header_only_csv", ["bad.csv", "empty"]),
-])
+@pytest.mark.parametrize(
+    ("kind", "needles"),
+    [
+        ("zero_csv", ["bad.csv", "record 2 (line 3)", "field 'length'", "> 0"]),
+        ("negative_parquet", ["bad.parquet", "record 3", "field 'length'", "-2"]),
+        ("text_csv", ["bad.csv", "record 2 (line 3)", "field 'length'"]),
+        ("empty_cell_csv", ["bad.csv", "record 2 (line 3)", "field 'length'"]),
+        ("no_column_csv", ["bad.csv", "field 'length' is missing"]),
+        ("header_only_csv", ["bad.csv", "empty"]),
+    ],
+)
 def test_bad_lengths_file_is_one_line_exit_2(tmp_path, capsys, kind, needles):
     path = _bad_lengths(tmp_path, kind)
     assert main(["probe", "padding", "--lengths", str(path)]) == 2
@@ -253,14 +287,17 @@ def test_bad_lengths_file_is_one_line_exit_2(tmp_path, capsys, kind, needles):
         assert needle in err, err
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["--lengths", "{tmp}/missing.csv"], "missing.csv: no such lengths file"),
-    (["--corpus", "{tmp}/missing.jsonl", "--checkpoint", "{tok}"], "missing.jsonl: no such corpus file"),
-    (["--corpus", "{tmp}/c.jsonl"], "--corpus needs --checkpoint"),
-    ([], "exactly one of --corpus and --lengths"),
-    (["--corpus", "{tmp}/c.jsonl", "--checkpoint", "{tmp}/nosuch"], "nosuch"),
-    (["--corpus", "{tmp}/chat.jsonl", "--checkpoint", "{tok}/tokenizer.json"], "needs a chat template"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--lengths", "{tmp}/missing.csv"], "missing.csv: no such lengths file"),
+        (["--corpus", "{tmp}/missing.jsonl", "--checkpoint", "{tok}"], "missing.jsonl: no such corpus file"),
+        (["--corpus", "{tmp}/c.jsonl"], "--corpus needs --checkpoint"),
+        ([], "exactly one of --corpus and --lengths"),
+        (["--corpus", "{tmp}/c.jsonl", "--checkpoint", "{tmp}/nosuch"], "nosuch"),
+        (["--corpus", "{tmp}/chat.jsonl", "--checkpoint", "{tok}/tokenizer.json"], "needs a chat template"),
+    ],
+)
 def test_missing_inputs_are_one_line_exit_2(tmp_path, tokenizer_dir, capsys, args, needle):
     write_jsonl(tmp_path / "c.jsonl", RECORDS[:1])
     write_jsonl(tmp_path / "chat.jsonl", RECORDS[1:2])

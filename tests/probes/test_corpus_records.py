@@ -53,6 +53,7 @@ def test_a_parquet_corpus_without_text_or_messages_names_its_columns(tmp_path):
 
 # ---- bad input through the CLI: exit 2, one line, naming file, record and field --------------
 
+
 def _bad_corpus(tmp_path: Path, kind: str) -> Path:
     path = tmp_path / "bad.jsonl"
     good = json.dumps({"text": "fine"})
@@ -63,26 +64,39 @@ def _bad_corpus(tmp_path: Path, kind: str) -> Path:
         "malformed": f'{good}\n{{"text": "unterminated\n'.encode(),
         "text_type": f"{good}\n{json.dumps({'text': 42})}\n".encode(),
         "turn": f"{json.dumps({'messages': [{'role': 'user', 'content': None}]})}\n".encode(),
-        "not_object": b'[1, 2]\n',
+        "not_object": b"[1, 2]\n",
     }[kind]
     path.write_bytes(content)
     return path
 
 
-@pytest.mark.parametrize(("kind", "needles"), [
-    ("empty", ["bad.jsonl", "empty corpus"]),
-    ("neither", ["bad.jsonl", "record 3 (line 3)", "neither 'messages' nor 'text'"]),
-    ("non_utf8", ["bad.jsonl", "line 2", "not UTF-8", "0xe9"]),
-    ("malformed", ["bad.jsonl", "record 2 (line 2)", "malformed JSON"]),
-    ("text_type", ["bad.jsonl", "record 2", "field 'text'"]),
-    ("turn", ["bad.jsonl", "record 1", "field 'messages[0].content'"]),
-    ("not_object", ["bad.jsonl", "record 1", "not a JSON object"]),
-])
+@pytest.mark.parametrize(
+    ("kind", "needles"),
+    [
+        ("empty", ["bad.jsonl", "empty corpus"]),
+        ("neither", ["bad.jsonl", "record 3 (line 3)", "neither 'messages' nor 'text'"]),
+        ("non_utf8", ["bad.jsonl", "line 2", "not UTF-8", "0xe9"]),
+        ("malformed", ["bad.jsonl", "record 2 (line 2)", "malformed JSON"]),
+        ("text_type", ["bad.jsonl", "record 2", "field 'text'"]),
+        ("turn", ["bad.jsonl", "record 1", "field 'messages[0].content'"]),
+        ("not_object", ["bad.jsonl", "record 1", "not a JSON object"]),
+    ],
+)
 @pytest.mark.parametrize("probe", ["padding", "bucket"])
 def test_bad_corpus_is_one_line_exit_2(tmp_path, tokenizer_dir, capsys, kind, needles, probe):
     path = _bad_corpus(tmp_path, kind)
-    code = main(["probe", probe, "--checkpoint", str(tokenizer_dir), "--corpus", str(path),
-                 "--cache-dir", str(tmp_path / "cache")])
+    code = main(
+        [
+            "probe",
+            probe,
+            "--checkpoint",
+            str(tokenizer_dir),
+            "--corpus",
+            str(path),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -20,8 +20,11 @@ def test_the_rulings_hours_from_its_step_times(tmp_path):
     budget = dict(token_budget=23_400_000, num_arms=3, num_seeds=2)
     per_voice = []
     for step_s, expected in ((1.707, 2.7), (2.895, 4.6), (5.714, 9.1)):
-        result = goodput.run(goodput.Config(lengths=lengths, batch_size=1, max_length=4096, quadratic_s=0.0,
-                                            linear_s=0.0, fixed_s=step_s, **budget))
+        result = goodput.run(
+            goodput.Config(
+                lengths=lengths, batch_size=1, max_length=4096, quadratic_s=0.0, linear_s=0.0, fixed_s=step_s, **budget
+            )
+        )
         by_hand = 23_400_000 / 4096 * step_s / 3600  # steps a voice x seconds a step
         for row in result.tables["goodput"]:
             assert row.pad_fraction == 0 and row.hours_per_job == pytest.approx(by_hand, rel=1e-9)
@@ -38,7 +41,7 @@ def loop_epoch_s(batches: list[list[int]], width_of, a: float, b: float, c: floa
     total = 0.0
     for batch in batches:
         width = width_of(batch)
-        total += a * len(batch) * width ** 2 + b * len(batch) * width + c
+        total += a * len(batch) * width**2 + b * len(batch) * width + c
     return total
 
 
@@ -47,22 +50,25 @@ def test_strategies_priced_by_plain_loops(tmp_path):
     lengths = rng.integers(1, 300, 101).tolist()
     path = write_lengths(tmp_path / "l.parquet", lengths)
     a, b, c, bs, width = 1e-7, 1e-4, 0.05, 4, 256
-    result = goodput.run(goodput.Config(lengths=path, batch_size=bs, max_length=width, quadratic_s=a,
-                                        linear_s=b, fixed_s=c, bucket_size=16))
+    result = goodput.run(
+        goodput.Config(
+            lengths=path, batch_size=bs, max_length=width, quadratic_s=a, linear_s=b, fixed_s=c, bucket_size=16
+        )
+    )
     rows = {r.strategy: r for r in result.tables["goodput"]}
     clipped = [min(x, width) for x in lengths]
     perm = np.random.default_rng(0).permutation(len(lengths))
     shuffled = [clipped[i] for i in perm]
-    random_batches = [shuffled[i:i + bs] for i in range(0, len(shuffled), bs)]
+    random_batches = [shuffled[i : i + bs] for i in range(0, len(shuffled), bs)]
     assert rows["fixed"].epoch_s == pytest.approx(loop_epoch_s(random_batches, lambda _: width, a, b, c))
     assert rows["longest"].epoch_s == pytest.approx(loop_epoch_s(random_batches, max, a, b, c))
     real = sum(clipped)
     packed_rows = [width] * (real // width) + ([real % width] if real % width else [])
-    packed = [packed_rows[i:i + bs] for i in range(0, len(packed_rows), bs)]
+    packed = [packed_rows[i : i + bs] for i in range(0, len(packed_rows), bs)]
     assert rows["packed"].epoch_s == pytest.approx(loop_epoch_s(packed, lambda _: width, a, b, c))
     # buckets of 16 shuffled samples, each sorted descending (stable), cut into batches of 4
-    buckets = [sorted(shuffled[i:i + 16], reverse=True) for i in range(0, len(shuffled), 16)]
-    bucketed = [bk[i:i + bs] for bk in buckets for i in range(0, len(bk), bs)]
+    buckets = [sorted(shuffled[i : i + 16], reverse=True) for i in range(0, len(shuffled), 16)]
+    bucketed = [bk[i : i + bs] for bk in buckets for i in range(0, len(bk), bs)]
     assert rows["bucket"].epoch_s == pytest.approx(loop_epoch_s(bucketed, max, a, b, c))
     assert rows["bucket"].bucket_size == 16
     for r in rows.values():
@@ -87,10 +93,18 @@ def test_sorted_batches_are_the_padding_probes_optimum():
 def profile_json(tmp_path: Path, launch_bound_small: bool | None = True) -> Path:
     """A profile result as `labprobe probe profile --json` writes it (only the tables goodput reads)."""
     a, b, c = 2e-9, 7e-5, 0.06
-    scaling = [{"seq_len": n, "batch_size": 1, "tokens": n, "status": "ok",
-                "step_s": 0.26 if n == 1024 else a * n * n + b * n + c,
-                "launch_bound": launch_bound_small if n == 1024 else (None if launch_bound_small is None else False),
-                "in_fit": n != 1024 or launch_bound_small is None} for n in (1024, 2048, 4096, 8192)]
+    scaling = [
+        {
+            "seq_len": n,
+            "batch_size": 1,
+            "tokens": n,
+            "status": "ok",
+            "step_s": 0.26 if n == 1024 else a * n * n + b * n + c,
+            "launch_bound": launch_bound_small if n == 1024 else (None if launch_bound_small is None else False),
+            "in_fit": n != 1024 or launch_bound_small is None,
+        }
+        for n in (1024, 2048, 4096, 8192)
+    ]
     fit = [{"term": t, "coef": v} for t, v in (("quadratic", a), ("linear", b), ("fixed", c))]
     penalty = [{"case": "half_padded", "penalty_same_shape_pct": 20.0}]
     path = tmp_path / "profile.json"
@@ -114,20 +128,39 @@ def test_model_from_a_profile_floor_mask_and_range(tmp_path):
 
 def test_checks_say_when_the_fit_is_stretched_or_launch_bound(tmp_path):
     path = write_lengths(tmp_path / "l.parquet", [6000, 7000, 9000, 12000] * 8)
-    result = goodput.run(goodput.Config(lengths=path, profile=profile_json(tmp_path), batch_size=2,
-                                        max_length=16384, strategies=("longest",)))
+    result = goodput.run(
+        goodput.Config(
+            lengths=path, profile=profile_json(tmp_path), batch_size=2, max_length=16384, strategies=("longest",)
+        )
+    )
     failed = {c.name: c.detail for c in result.checks if not c.ok}
     assert set(failed) == {"within_fitted_range"} and "longest" in failed["within_fitted_range"]
-    cpu = goodput.run(goodput.Config(lengths=path, profile=profile_json(tmp_path, None), batch_size=2,
-                                     max_length=8192, strategies=("longest",)))
+    cpu = goodput.run(
+        goodput.Config(
+            lengths=path, profile=profile_json(tmp_path, None), batch_size=2, max_length=8192, strategies=("longest",)
+        )
+    )
     failed = {c.name: c.detail for c in cpu.checks if not c.ok}
     assert set(failed) == {"fit_gpu_bound"} and "not known" in failed["fit_gpu_bound"]
 
 
 def test_cli_json_and_bad_input(tmp_path, capsys):
     path = write_lengths(tmp_path / "l.parquet", [100, 200, 300, 400, 500] * 10)
-    argv = ["probe", "goodput", "--lengths", str(path), "--profile", str(profile_json(tmp_path)),
-            "--batch-size", "2", "--max-length", "512", "--token-budget", "1000000", "--json"]
+    argv = [
+        "probe",
+        "goodput",
+        "--lengths",
+        str(path),
+        "--profile",
+        str(profile_json(tmp_path)),
+        "--batch-size",
+        "2",
+        "--max-length",
+        "512",
+        "--token-budget",
+        "1000000",
+        "--json",
+    ]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert [r["strategy"] for r in out["tables"]["goodput"]] == list(batching.STRATEGIES)
@@ -149,9 +182,19 @@ def test_cli_json_and_bad_input(tmp_path, capsys):
 def test_each_new_batch_shape_is_paid_once_a_job(tmp_path):
     lengths = [100, 100, 200, 300, 300, 300]
     path = write_lengths(tmp_path / "l.parquet", lengths)
-    result = goodput.run(goodput.Config(lengths=path, batch_size=1, max_length=512, strategies=("longest",),
-                                        quadratic_s=0.0, linear_s=1e-3, fixed_s=0.0, new_shape_s=2.0,
-                                        token_budget=13_000))
+    result = goodput.run(
+        goodput.Config(
+            lengths=path,
+            batch_size=1,
+            max_length=512,
+            strategies=("longest",),
+            quadratic_s=0.0,
+            linear_s=1e-3,
+            fixed_s=0.0,
+            new_shape_s=2.0,
+            token_budget=13_000,
+        )
+    )
     (row,) = result.tables["goodput"]
     epoch_s = sum(1e-3 * x for x in lengths)  # 1.3 s for 1,300 real tokens
     assert row.epoch_s == pytest.approx(epoch_s) and row.num_shapes == 3 and row.new_shapes_s == 6.0

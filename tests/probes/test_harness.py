@@ -16,13 +16,31 @@ from runner.cli import main
 def test_reference_targets_all_seven_projections(tiny):
     model = AutoModelForCausalLM.from_config(Qwen3Config.from_pretrained(tiny))
     assert harness.discover_target_modules(model) == [
-        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    ]
 
 
 def test_a_lab_harness_outside_the_package_is_imported_and_used(tiny, harness_calls):
-    result = carrier.run(carrier.Config(checkpoint=(tiny,), weights="random", harness="harness_custom",
-                                        lora_rank=4, seq_len=16, warmup_steps=1, steps=2, max_steps=2,
-                                        device="cpu", processes=1))
+    result = carrier.run(
+        carrier.Config(
+            checkpoint=(tiny,),
+            weights="random",
+            harness="harness_custom",
+            lora_rank=4,
+            seq_len=16,
+            warmup_steps=1,
+            steps=2,
+            max_steps=2,
+            device="cpu",
+            processes=1,
+        )
+    )
     row = result.tables["carriers"][0]
     # its targets, not the reference's: q (32 -> 32) and v (32 -> 16) on 2 layers, rank 4
     assert row.params_trainable == 2 * 4 * ((32 + 32) + (32 + 16))
@@ -32,10 +50,15 @@ def test_a_lab_harness_outside_the_package_is_imported_and_used(tiny, harness_ca
     assert row.step_s > 0
 
 
-@pytest.mark.parametrize("path, named", [("no_such_harness_xyz", "does not import: ModuleNotFoundError"),
-                                         ("harness_broken", "does not import: SyntaxError"),
-                                         ("harness_raises", "does not import: RuntimeError: LAB_DATA_DIR is not set$"),
-                                         ("harness_incomplete", "lacks compute_loss")])
+@pytest.mark.parametrize(
+    "path, named",
+    [
+        ("no_such_harness_xyz", "does not import: ModuleNotFoundError"),
+        ("harness_broken", "does not import: SyntaxError"),
+        ("harness_raises", "does not import: RuntimeError: LAB_DATA_DIR is not set$"),
+        ("harness_incomplete", "lacks compute_loss"),
+    ],
+)
 def test_a_bad_harness_is_an_input_error_naming_it(lab_path, path, named):
     with pytest.raises(InputError, match=named) as info:
         harness.load_harness(path)
@@ -49,8 +72,9 @@ def test_the_cli_refuses_a_bad_harness_in_one_line(tiny, lab_path, capsys):
 
 
 @pytest.mark.parametrize("probe", ["carrier", "profile"])
-@pytest.mark.parametrize("path, named", [("harness_broken", "SyntaxError"), ("harness_raises", "RuntimeError"),
-                                         ("", "--harness is empty")])
+@pytest.mark.parametrize(
+    "path, named", [("harness_broken", "SyntaxError"), ("harness_raises", "RuntimeError"), ("", "--harness is empty")]
+)
 def test_the_cli_refuses_a_harness_that_fails_at_import_in_one_line(tiny, lab_path, capsys, probe, path, named):
     extra = ["--steps", "0"] if probe == "carrier" else []
     code = main(["probe", probe, "--checkpoint", str(tiny), "--harness", path, "--device", "cpu", *extra])

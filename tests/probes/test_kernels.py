@@ -19,8 +19,9 @@ from probes import kernels, models
 @pytest.fixture(scope="module")
 def cpu_profile(tiny) -> kernels.Profile:
     harness = reference.load_harness(reference.REFERENCE)
-    model = models.with_lora(models.build_model(tiny, weights="random", device=torch.device("cpu")),
-                             harness, rank=4, alpha=8)
+    model = models.with_lora(
+        models.build_model(tiny, weights="random", device=torch.device("cpu")), harness, rank=4, alpha=8
+    )
     batch = models.make_batch(vocab_size=128, batch_size=2, seq_len=32, device=torch.device("cpu"))
     step = models.train_step(model, harness, batch, chunk_tokens=16)
     step()
@@ -56,29 +57,39 @@ def test_busy_time_is_the_union_of_overlapping_rows():
     assert kernels.busy_s(rows) == pytest.approx((12 + 5) / 1e6)
 
 
-@pytest.mark.parametrize("name, category", [
-    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8", "fp32 GEMM"),
-    ("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_TNT", "bf16 GEMM"),
-    ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16", "attention"),
-    ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda", "copy and cast"),
-    ("Memcpy DtoD (Device -> Device)", "memcpy and memset"),
-    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>", "softmax and CE"),
-    ("void at::native::multi_tensor_apply_kernel<TensorListMetadata<4>, FusedAdamMathFunctor>", "optimizer"),
-])
+@pytest.mark.parametrize(
+    "name, category",
+    [
+        ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8", "fp32 GEMM"),
+        ("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_TNT", "bf16 GEMM"),
+        ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16", "attention"),
+        ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda", "copy and cast"),
+        ("Memcpy DtoD (Device -> Device)", "memcpy and memset"),
+        ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>", "softmax and CE"),
+        ("void at::native::multi_tensor_apply_kernel<TensorListMetadata<4>, FusedAdamMathFunctor>", "optimizer"),
+    ],
+)
 def test_kernel_names_seen_on_an_h200_fall_in_their_category(name, category):
     assert kernels.categorize(name) == category
 
 
 def _cuda_row(name: str, annotation: bool, start: float, end: float) -> SimpleNamespace:
     """A device row shaped as torch builds it on CUDA (times in microseconds)."""
-    return SimpleNamespace(name=name, device_type=DeviceType.CUDA, is_async=False, is_user_annotation=annotation,
-                           time_range=SimpleNamespace(start=start, end=end, elapsed_us=lambda: end - start))
+    return SimpleNamespace(
+        name=name,
+        device_type=DeviceType.CUDA,
+        is_async=False,
+        is_user_annotation=annotation,
+        time_range=SimpleNamespace(start=start, end=end, elapsed_us=lambda: end - start),
+    )
 
 
 def _cuda_events() -> list[SimpleNamespace]:
-    return [_cuda_row("Optimizer.step#AdamW.step", True, 0, 100),
-            _cuda_row("multi_tensor_apply_kernel<FusedAdamMathFunctor>", False, 10, 30),
-            _cuda_row("nvjet_sm90_tst_320x128", False, 120, 170)]
+    return [
+        _cuda_row("Optimizer.step#AdamW.step", True, 0, 100),
+        _cuda_row("multi_tensor_apply_kernel<FusedAdamMathFunctor>", False, 10, 30),
+        _cuda_row("nvjet_sm90_tst_320x128", False, 120, 170),
+    ]
 
 
 def test_gpu_user_annotations_are_not_kernel_rows(cpu_profile):
@@ -92,8 +103,9 @@ def test_gpu_user_annotations_are_not_kernel_rows(cpu_profile):
     assert table == pytest.approx({"optimizer": 20e-6, "bf16 GEMM": 50e-6})
     # on the CPU, an annotation's self time is its own (children excluded): it stays counted
     cpu_annotations = [e for e in cpu_profile.events if e.device_type == DeviceType.CPU and e.is_user_annotation]
-    assert cpu_annotations and all(e in kernels.device_rows(cpu_profile.events, DeviceType.CPU)
-                                   for e in cpu_annotations)
+    assert cpu_annotations and all(
+        e in kernels.device_rows(cpu_profile.events, DeviceType.CPU) for e in cpu_annotations
+    )
 
 
 def test_kernel_table_against_known_ops_and_a_separately_timed_wall():

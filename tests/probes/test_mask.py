@@ -16,8 +16,16 @@ WINDOW = 8
 
 
 def _small(cls, **kw):
-    return cls(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-               head_dim=16, vocab_size=512, max_position_embeddings=4096, **kw)
+    return cls(
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=512,
+        max_position_embeddings=4096,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +40,9 @@ def gemma3(tmp_path_factory) -> Path:
     """The real multimodal layout: the decoder sits under text_config; every 3rd layer is full."""
     path = tmp_path_factory.mktemp("gemma3")
     types = ["full_attention" if (i + 1) % 3 == 0 else "sliding_attention" for i in range(6)]
-    text = _small(Gemma3TextConfig, num_hidden_layers=6, sliding_window=WINDOW, layer_types=types,
-                  query_pre_attn_scalar=16)
+    text = _small(
+        Gemma3TextConfig, num_hidden_layers=6, sliding_window=WINDOW, layer_types=types, query_pre_attn_scalar=16
+    )
     Gemma3Config(text_config=text.to_dict()).save_pretrained(path)
     return path
 
@@ -165,13 +174,16 @@ def test_cli_json_shape(gemma3, capsys):
     assert {c["name"] for c in out["checks"]} == {"band_matches_window", "no_cross_sequence", "fast_path_kept"}
 
 
-@pytest.mark.parametrize("content, needle", [
-    (None, "no config.json"),
-    ("{not json", "malformed config"),
-    ('{"hidden_size": 4}', "field 'model_type' is missing"),
-    ('{"model_type": "no-such-model"}', "field 'model_type' 'no-such-model'"),
-    ('{"model_type": "qwen3", "num_hidden_layers": "many"}', "'num_hidden_layers'"),
-])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (None, "no config.json"),
+        ("{not json", "malformed config"),
+        ('{"hidden_size": 4}', "field 'model_type' is missing"),
+        ('{"model_type": "no-such-model"}', "field 'model_type' 'no-such-model'"),
+        ('{"model_type": "qwen3", "num_hidden_layers": "many"}', "'num_hidden_layers'"),
+    ],
+)
 def test_bad_config_is_one_line_exit_2(tmp_path, capsys, content, needle):
     if content is not None:
         (tmp_path / "config.json").write_text(content)
@@ -193,15 +205,19 @@ def test_a_length_over_max_position_embeddings_is_refused_before_any_allocation(
     for seq_len in ("4097", "1000000000"):
         assert main(["probe", "mask", "--checkpoint", str(qwen3), "--seq-len", seq_len]) == 2
         err = capsys.readouterr().err.strip()
-        assert err == (f"labprobe probe: error: --seq-len {seq_len} is over the model's "
-                       f"max_position_embeddings 4096 ({qwen3})")
+        assert err == (
+            f"labprobe probe: error: --seq-len {seq_len} is over the model's max_position_embeddings 4096 ({qwen3})"
+        )
 
 
 def test_a_batch_larger_than_memory_is_refused_in_one_line(tmp_path, capsys):
     # A model that allows a million positions: 10^12 (row, query, key) cells cannot fit any machine.
     _small(Qwen3Config, num_hidden_layers=1).save_pretrained(tmp_path)
-    (tmp_path / "config.json").write_text((tmp_path / "config.json").read_text().replace(
-        '"max_position_embeddings": 4096', '"max_position_embeddings": 1000001'))
+    (tmp_path / "config.json").write_text(
+        (tmp_path / "config.json")
+        .read_text()
+        .replace('"max_position_embeddings": 4096', '"max_position_embeddings": 1000001')
+    )
     assert main(["probe", "mask", "--checkpoint", str(tmp_path), "--seq-len", "1000000"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("labprobe probe: error: --seq-len 1000000 x --batch-size 1 needs about ")
@@ -209,20 +225,31 @@ def test_a_batch_larger_than_memory_is_refused_in_one_line(tmp_path, capsys):
     assert mask.available_bytes() is not None  # on Linux the bound is really checked
 
 
-@pytest.mark.parametrize("change, needle", [
-    ({"hidden_size": 0}, "field 'hidden_size' must be >= 1, got 0"),
-    ({"num_hidden_layers": 0, "layer_types": None}, "field 'num_hidden_layers' must be >= 1, got 0"),
-    ({"num_attention_heads": -4}, "field 'num_attention_heads' must be >= 1, got -4"),
-    ({"vocab_size": 0}, "field 'vocab_size' must be >= 1, got 0"),
-    ({"intermediate_size": 2.5}, "field 'intermediate_size' must be a whole number, got 2.5"),
-    ({"num_key_value_heads": 3}, "field 'num_key_value_heads' 3 does not divide num_attention_heads 4"),
-    ({"model_type": "qwen2", "head_dim": None, "layer_types": None, "hidden_size": 66},  # transformers lets it by
-     "field 'num_attention_heads' 4 does not divide hidden_size 66 (and head_dim is unset)"),
-    ({"max_position_embeddings": 0}, "field 'max_position_embeddings' must be >= 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"hidden_size": 0}, "field 'hidden_size' must be >= 1, got 0"),
+        ({"num_hidden_layers": 0, "layer_types": None}, "field 'num_hidden_layers' must be >= 1, got 0"),
+        ({"num_attention_heads": -4}, "field 'num_attention_heads' must be >= 1, got -4"),
+        ({"vocab_size": 0}, "field 'vocab_size' must be >= 1, got 0"),
+        ({"intermediate_size": 2.5}, "field 'intermediate_size' must be a whole number, got 2.5"),
+        ({"num_key_value_heads": 3}, "field 'num_key_value_heads' 3 does not divide num_attention_heads 4"),
+        (
+            {
+                "model_type": "qwen2",
+                "head_dim": None,
+                "layer_types": None,
+                "hidden_size": 66,
+            },  # transformers lets it by
+            "field 'num_attention_heads' 4 does not divide hidden_size 66 (and head_dim is unset)",
+        ),
+        ({"max_position_embeddings": 0}, "field 'max_position_embeddings' must be >= 1, got 0"),
+    ],
+)
 def test_impossible_sizes_are_refused_naming_the_field(tmp_path, capsys, change, needle):
-    raw = {k: v for k, v in {**_small(Qwen3Config, num_hidden_layers=2).to_dict(), **change}.items()
-           if v is not None}  # None: the key left out
+    raw = {
+        k: v for k, v in {**_small(Qwen3Config, num_hidden_layers=2).to_dict(), **change}.items() if v is not None
+    }  # None: the key left out
     (tmp_path / "config.json").write_text(json.dumps(raw))
     assert main(["probe", "mask", "--checkpoint", str(tmp_path), "--seq-len", "16"]) == 2
     err = capsys.readouterr().err.strip()

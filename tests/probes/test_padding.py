@@ -24,12 +24,11 @@ SMALL = [5, 3, 9, 1, 7, 2, 12]
 SMALL_SOURCES = ["a", "b", "a", "b", "c", "b", "a"]
 
 
-
 def loop_padded(order, batch_size, max_length) -> int:
     """Padded tokens, one batch at a time: each batch padded to its longest (truncated) sample."""
     padded = 0
     for start in range(0, len(order), batch_size):
-        batch = [min(x, max_length) for x in order[start:start + batch_size]]
+        batch = [min(x, max_length) for x in order[start : start + batch_size]]
         padded += sum(max(batch) - x for x in batch)
     return padded
 
@@ -46,10 +45,10 @@ def loop_optimum(lengths, batch_size, max_length) -> int:
     best = None
     for k in range(num_full + 1 if short else 1):
         cut = k * batch_size
-        head = [ordered[i:i + batch_size] for i in range(0, cut, batch_size)]
-        rest = ordered[cut + short:]
-        tail = [rest[i:i + batch_size] for i in range(0, len(rest), batch_size)]
-        padded = batches_padded(head + ([ordered[cut:cut + short]] if short else []) + tail)
+        head = [ordered[i : i + batch_size] for i in range(0, cut, batch_size)]
+        rest = ordered[cut + short :]
+        tail = [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]
+        padded = batches_padded(head + ([ordered[cut : cut + short]] if short else []) + tail)
         best = padded if best is None else min(best, padded)
     return best
 
@@ -67,12 +66,19 @@ def expected_strategies(lengths, batch_size, max_length, seeds) -> dict[str, dic
     mean = sum(fractions) / len(fractions)
     return {
         "fixed": {"padded_tokens": fixed, "pad_fraction": fixed / (fixed + real), "real_tokens": real},
-        "longest": {"padded_tokens": round(sum(shuffled) / len(shuffled)), "pad_fraction": mean,
-                    "pad_fraction_std": math.sqrt(sum((f - mean) ** 2 for f in fractions) / len(fractions)),
-                    "real_tokens": real},
+        "longest": {
+            "padded_tokens": round(sum(shuffled) / len(shuffled)),
+            "pad_fraction": mean,
+            "pad_fraction_std": math.sqrt(sum((f - mean) ** 2 for f in fractions) / len(fractions)),
+            "real_tokens": real,
+        },
         "sorted": {"padded_tokens": ordered, "pad_fraction": ordered / (ordered + real), "real_tokens": real},
-        "packed": {"padded_tokens": rows * max_length - real, "num_rows": rows, "real_tokens": real,
-                   "pad_fraction": (rows * max_length - real) / (rows * max_length)},
+        "packed": {
+            "padded_tokens": rows * max_length - real,
+            "num_rows": rows,
+            "real_tokens": real,
+            "pad_fraction": (rows * max_length - real) / (rows * max_length),
+        },
     }
 
 
@@ -111,11 +117,9 @@ def test_sorted_is_the_optimum_over_every_ordering():
     into batches is some ordering's); `sorted` must equal the least padding of them all."""
     rng = np.random.default_rng(0)
     cases = [([10, 1, 1], 2, 100), (SMALL, 3, 8)]
-    cases += [(rng.integers(1, 12, int(rng.integers(1, 8))).tolist(), int(rng.integers(1, 5)), 9)
-              for _ in range(60)]
+    cases += [(rng.integers(1, 12, int(rng.integers(1, 8))).tolist(), int(rng.integers(1, 5)), 9) for _ in range(60)]
     for lengths, batch_size, max_length in cases:
-        best = min(loop_padded(list(order), batch_size, max_length)
-                   for order in itertools.permutations(lengths))
+        best = min(loop_padded(list(order), batch_size, max_length) for order in itertools.permutations(lengths))
         config = padding.Config(lengths=Path("unused.parquet"), batch_size=batch_size, max_length=max_length)
         rows, _ = padding.strategy_rows(np.array(lengths, dtype=np.int64), config)
         assert {r.strategy: r for r in rows}["sorted"].padded_tokens == best, (lengths, batch_size)
@@ -155,15 +159,17 @@ def test_histogram_counts_every_sample_once(tmp_path):
     bins = result.tables["histogram"]
     # max 12 over 4 bins: width 3 -> [1,3] [4,6] [7,9] [10,12]
     assert [(b.lo_tokens, b.hi_tokens) for b in bins] == [(1, 3), (4, 6), (7, 9), (10, 12)]
-    assert [b.count for b in bins] == [sum(lo <= x <= hi for x in SMALL) for lo, hi in
-                                       [(1, 3), (4, 6), (7, 9), (10, 12)]]
+    assert [b.count for b in bins] == [
+        sum(lo <= x <= hi for x in SMALL) for lo, hi in [(1, 3), (4, 6), (7, 9), (10, 12)]
+    ]
     assert bins[-1].cumulative_fraction == pytest.approx(1.0)
 
 
 def test_ce_chunks_from_vocab_size(tmp_path):
     path = write_lengths(tmp_path / "l.parquet", SMALL)
-    result = padding.run(padding.Config(lengths=path, batch_size=2, max_length=8192, vocab_size=151936,
-                                        ce_budget_gib=4.0))
+    result = padding.run(
+        padding.Config(lengths=path, batch_size=2, max_length=8192, vocab_size=151936, ce_budget_gib=4.0)
+    )
     rows = result.tables["ce_chunks"]
     full = rows[0]
     assert full.kind == "full" and full.chunk_tokens == 16384 and full.num_chunks == 1
@@ -196,8 +202,11 @@ def cpu_ce_peak_bytes(tokens: int, vocab: int, hidden: int, chunk: int) -> int:
         cross_entropy(h, w, y, chunk).backward()
     trace = Path(tempfile.mkdtemp()) / "trace.json"
     prof.export_chrome_trace(str(trace))
-    events = [e["args"] for e in json.loads(trace.read_text())["traceEvents"]
-              if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0]
+    events = [
+        e["args"]
+        for e in json.loads(trace.read_text())["traceEvents"]
+        if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0
+    ]
     start = events[0]["Total Allocated"] - events[0]["Bytes"]
     return max(e["Total Allocated"] for e in events) - start
 
@@ -211,8 +220,9 @@ def test_ce_memory_model_matches_the_measured_reference_and_its_chunk_fits(tmp_p
     (config / "config.json").write_text(json.dumps({"vocab_size": vocab, "hidden_size": hidden}))
     budget = 40e6
     path = write_lengths(tmp_path / "l.parquet", SMALL)
-    result = padding.run(padding.Config(lengths=path, checkpoint=config, batch_size=1, max_length=tokens,
-                                        ce_budget_gib=budget / 2**30))
+    result = padding.run(
+        padding.Config(lengths=path, checkpoint=config, batch_size=1, max_length=tokens, ce_budget_gib=budget / 2**30)
+    )
     chunk = result.summary["ce_largest_chunk_tokens"]
     assert chunk == 512
     rows = {r.chunk_tokens: r for r in result.tables["ce_chunks"]}
@@ -254,8 +264,12 @@ def test_demo_corpus_through_the_cli_json(tmp_path, demo_json):
     # the same lengths, through the corpus module, give the same strategies by loops
     from probes import corpus
 
-    data = corpus.load(corpus=ROOT / "demo" / "corpus.jsonl", lengths=None, cache_dir=tmp_path,
-                       checkpoint=ROOT / "demo" / "checkpoints" / "qwen3-0.6b-base")
+    data = corpus.load(
+        corpus=ROOT / "demo" / "corpus.jsonl",
+        lengths=None,
+        cache_dir=tmp_path,
+        checkpoint=ROOT / "demo" / "checkpoints" / "qwen3-0.6b-base",
+    )
     assert data.origin == "cache"
     want = expected_strategies(data.length.tolist(), 8, 2048, (0, 1, 2, 3))
     got = {r["strategy"]: r for r in out["tables"]["strategies"]}
@@ -265,9 +279,13 @@ def test_demo_corpus_through_the_cli_json(tmp_path, demo_json):
 
 def test_bad_cli_values_exit_2(tmp_path, capsys):
     path = write_lengths(tmp_path / "l.parquet", SMALL)
-    for args, needle in ((["--batch-size", "0"], "--batch-size"), (["--max-length", "-1"], "--max-length"),
-                         (["--ce-budget-gib", "0"], "--ce-budget-gib"), (["--vocab-size", "0"], "--vocab-size"),
-                         (["--seeds", "0", "-1"], "--seeds must all be >= 0")):
+    for args, needle in (
+        (["--batch-size", "0"], "--batch-size"),
+        (["--max-length", "-1"], "--max-length"),
+        (["--ce-budget-gib", "0"], "--ce-budget-gib"),
+        (["--vocab-size", "0"], "--vocab-size"),
+        (["--seeds", "0", "-1"], "--seeds must all be >= 0"),
+    ):
         assert main(["probe", "padding", "--lengths", str(path), *args]) == 2
         err = capsys.readouterr().err
         assert needle in err and len(err.strip().splitlines()) == 1

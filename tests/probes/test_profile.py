@@ -14,9 +14,21 @@ from probes.result import InputError
 
 @pytest.fixture(scope="module")
 def result(tiny):
-    return profile.run(profile.Config(checkpoint=tiny, weights="random", lora_rank=4, seq_lens=(8, 16, 24, 32),
-                                      seq_len=16, warmup_steps=1, steps=2, max_steps=2, ce_chunk=8,
-                                      profile_steps=2, device="cpu"))
+    return profile.run(
+        profile.Config(
+            checkpoint=tiny,
+            weights="random",
+            lora_rank=4,
+            seq_lens=(8, 16, 24, 32),
+            seq_len=16,
+            warmup_steps=1,
+            steps=2,
+            max_steps=2,
+            ce_chunk=8,
+            profile_steps=2,
+            device="cpu",
+        )
+    )
 
 
 def test_the_probe_runs_on_the_cpu_with_every_table(result):
@@ -36,7 +48,8 @@ def test_the_probe_runs_on_the_cpu_with_every_table(result):
     for ref, name in (("unpadded_same_shape", "same_shape"), ("unpadded_same_tokens", "same_tokens")):
         assert getattr(padded, f"penalty_{name}_s") == pytest.approx(padded.step_s - padding[ref].step_s)
         assert getattr(padded, f"penalty_{name}_pct") == pytest.approx(
-            100 * (padded.step_s - padding[ref].step_s) / padding[ref].step_s)
+            100 * (padded.step_s - padding[ref].step_s) / padding[ref].step_s
+        )
     assert [r.mode for r in result.tables["ce"]] == ["chunked", "unchunked"]
     step_s = {r.seq_len: r.step_s for r in scaling}[16]
     assert all(r.share_of_step_pct == pytest.approx(100 * r.ce_s / step_s) for r in result.tables["ce"])
@@ -54,9 +67,20 @@ def test_an_oom_at_one_length_is_a_row_not_a_crash(tiny, monkeypatch):
         return real_step(self, batch_size, seq_len, real_lengths)
 
     monkeypatch.setattr(profile_measure.Session, "step", step)
-    out = profile.run(profile.Config(checkpoint=tiny, weights="random", lora_rank=4, seq_lens=(8, 16, 24, 32),
-                                     seq_len=16, warmup_steps=0, steps=1, max_steps=1,
-                                     profile_steps=1, device="cpu"))
+    out = profile.run(
+        profile.Config(
+            checkpoint=tiny,
+            weights="random",
+            lora_rank=4,
+            seq_lens=(8, 16, 24, 32),
+            seq_len=16,
+            warmup_steps=0,
+            steps=1,
+            max_steps=1,
+            profile_steps=1,
+            device="cpu",
+        )
+    )
     rows = {r.seq_len: r for r in out.tables["scaling"]}
     assert rows[24].status.startswith("oom") and rows[24].step_s is None and not rows[24].in_fit
     assert all(rows[n].status == "ok" and rows[n].in_fit for n in (8, 16, 32))
@@ -74,8 +98,12 @@ def test_micro_batches_give_the_gradient_of_the_half_padded_batch(tiny):
     changes no real token's output), so the two cases do the same work on the same tokens."""
     harness = reference.load_harness(reference.REFERENCE)
     torch.manual_seed(0)
-    model = models.with_lora(models.build_model(tiny, weights="random", device=torch.device("cpu"),
-                                                dtype=torch.float64), harness, rank=4, alpha=8)
+    model = models.with_lora(
+        models.build_model(tiny, weights="random", device=torch.device("cpu"), dtype=torch.float64),
+        harness,
+        rank=4,
+        alpha=8,
+    )
     for p in model.parameters():  # PEFT zero-initialises B: give every adapter a gradient path
         if p.requires_grad:
             torch.nn.init.normal_(p, std=0.1)
@@ -90,9 +118,15 @@ def test_micro_batches_give_the_gradient_of_the_half_padded_batch(tiny):
         return loss, [p.grad.clone() for p in model.parameters() if p.requires_grad]
 
     real = torch.arange(16)[None, :] < torch.tensor([[16], [8]])
-    padded = {"input_ids": ids.masked_fill(~real, 0), "labels": ids.masked_fill(~real, -100),
-              "attention_mask": real.long()}
-    micro = [{"input_ids": ids[:1], "labels": ids[:1].clone()}, {"input_ids": ids[1:, :8], "labels": ids[1:, :8].clone()}]
+    padded = {
+        "input_ids": ids.masked_fill(~real, 0),
+        "labels": ids.masked_fill(~real, -100),
+        "attention_mask": real.long(),
+    }
+    micro = [
+        {"input_ids": ids[:1], "labels": ids[:1].clone()},
+        {"input_ids": ids[1:, :8], "labels": ids[1:, :8].clone()},
+    ]
     loss_p, grads_p = grads(padded)
     loss_m, grads_m = grads(micro)
     torch.testing.assert_close(loss_m, loss_p)
@@ -101,18 +135,40 @@ def test_micro_batches_give_the_gradient_of_the_half_padded_batch(tiny):
 
 
 def test_three_fitted_points_fail_the_heldout_check_as_not_measured(tiny):
-    out = profile.run(profile.Config(checkpoint=tiny, weights="random", lora_rank=4, seq_lens=(8, 16, 24),
-                                     seq_len=16, warmup_steps=0, steps=1, max_steps=1, profile_steps=1,
-                                     device="cpu"))
+    out = profile.run(
+        profile.Config(
+            checkpoint=tiny,
+            weights="random",
+            lora_rank=4,
+            seq_lens=(8, 16, 24),
+            seq_len=16,
+            warmup_steps=0,
+            steps=1,
+            max_steps=1,
+            profile_steps=1,
+            device="cpu",
+        )
+    )
     check = {c.name: c for c in out.checks}["heldout_err_le_5pct"]
     assert not check.ok and "not measured" in check.detail and "got 3" in check.detail
     assert {c.name: c for c in out.checks}["fit_has_3_points"].ok
 
 
 def test_ce_share_uses_the_fitted_step_when_seq_len_was_not_measured(tiny):
-    out = profile.run(profile.Config(checkpoint=tiny, weights="random", lora_rank=4, seq_lens=(8, 16, 32),
-                                     seq_len=24, warmup_steps=0, steps=1, max_steps=1, profile_steps=1,
-                                     device="cpu"))
+    out = profile.run(
+        profile.Config(
+            checkpoint=tiny,
+            weights="random",
+            lora_rank=4,
+            seq_lens=(8, 16, 32),
+            seq_len=24,
+            warmup_steps=0,
+            steps=1,
+            max_steps=1,
+            profile_steps=1,
+            device="cpu",
+        )
+    )
     a, b, c = (f.coef for f in out.tables["fit"])
     fitted = a * 24 * 24 + b * 24 + c  # batch 1
     assert out.summary["step_s_source"] == "fitted" and out.summary["step_s"] == pytest.approx(fitted)
@@ -125,8 +181,7 @@ def test_an_oom_while_loading_is_a_result_not_a_crash(tiny, monkeypatch):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
     monkeypatch.setattr(models, "with_lora", with_lora)
-    out = profile.run(profile.Config(checkpoint=tiny, weights="random", seq_lens=(8, 16, 24), seq_len=16,
-                                     device="cpu"))
+    out = profile.run(profile.Config(checkpoint=tiny, weights="random", seq_lens=(8, 16, 24), seq_len=16, device="cpu"))
     assert [r.status.startswith("oom while loading") for r in out.tables["scaling"]] == [True] * 3
     assert [c.name for c in out.checks if not c.ok] == ["model_loaded"]
 

@@ -54,6 +54,10 @@ def test_fit_scaling_fits_the_gpu_bound_points_only():
     assert got[6].heldout_err_pct == pytest.approx(100 * 0.1 / 1.1)  # |fit - measured| / measured
     parts = {"quadratic": a * batch * 9, "linear": b * batch * 3, "fixed": c}
     assert {f.term: f.share_at_production_pct for f in fit} == pytest.approx(
-        {k: 100 * v / sum(parts.values()) for k, v in parts.items()})
+        {k: 100 * v / sum(parts.values()) for k, v in parts.items()}
+    )
     assert profile_fit.fit_scaling(rows[:2] + rows[-1:], batch_size=batch, seq_len=3) == (
-        rows[:2] + rows[-1:], [], None)  # two GPU-bound points: no fit
+        rows[:2] + rows[-1:],
+        [],
+        None,
+    )  # two GPU-bound points: no fit

@@ -42,8 +42,11 @@ def test_make_config_checks_names_types_then_the_configs_own_checks(tmp_path):
     assert isinstance(info.value, InputError)
 
 
-@pytest.mark.parametrize("value", ["y" * 10_000_000, [[["z" * 1000] * 1000] * 1000], {str(i): i for i in range(10**5)},
-                                   10**5000], ids=["string", "nested", "dict", "int"])
+@pytest.mark.parametrize(
+    "value",
+    ["y" * 10_000_000, [[["z" * 1000] * 1000] * 1000], {str(i): i for i in range(10**5)}, 10**5000],
+    ids=["string", "nested", "dict", "int"],
+)
 def test_shown_is_short_whatever_the_value(value):
     assert len(shown(value)) <= SHOWN_CHARS
 

@@ -24,9 +24,21 @@ ALL = ("bf16-autocast", "bf16-adapters", "fused-adamw", "grad-ckpt", "compile", 
 def every_variant(tiny):
     """One carrier run of every variant on the tiny model (compile included: about a minute of it
     on a 2-core CPU, the longest part)."""
-    return carrier.run(carrier.Config(checkpoint=(tiny,), weights="random", lora_rank=4, seq_len=16,
-                                      batch_size=2, warmup_steps=1, steps=2, max_steps=2, device="cpu",
-                                      processes=1, variant=ALL))
+    return carrier.run(
+        carrier.Config(
+            checkpoint=(tiny,),
+            weights="random",
+            lora_rank=4,
+            seq_len=16,
+            batch_size=2,
+            warmup_steps=1,
+            steps=2,
+            max_steps=2,
+            device="cpu",
+            processes=1,
+            variant=ALL,
+        )
+    )
 
 
 def test_every_variant_runs_in_its_own_process_and_says_its_caveat(every_variant):
@@ -69,8 +81,22 @@ def test_the_advice_ranks_measured_changes_by_speed_up(every_variant):
 
 @pytest.mark.parametrize("probe", ["carrier", "profile"])
 def test_an_unknown_variant_is_one_line_naming_the_known_ones_exit_2(tiny, capsys, probe):
-    code = main(["probe", probe, "--checkpoint", str(tiny), "--weights", "random", "--variant", "bf16-adapters",
-                 "--variant", "turbo", "--device", "cpu"])
+    code = main(
+        [
+            "probe",
+            probe,
+            "--checkpoint",
+            str(tiny),
+            "--weights",
+            "random",
+            "--variant",
+            "bf16-adapters",
+            "--variant",
+            "turbo",
+            "--device",
+            "cpu",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "'turbo'" in err
     assert all(name in err for name in ("baseline", "bf16-autocast", "compile", "ce-chunk=N"))
@@ -84,9 +110,20 @@ def test_variant_names_parse_baseline_first_and_once():
 
 
 def test_a_harness_with_its_own_step_is_used_as_given(tiny, harness_calls):
-    result = carrier.run(carrier.Config(checkpoint=(tiny,), weights="random", harness="harness_own_step",
-                                        lora_rank=4, seq_len=16, warmup_steps=2, steps=2, max_steps=2,
-                                        device="cpu", processes=1))
+    result = carrier.run(
+        carrier.Config(
+            checkpoint=(tiny,),
+            weights="random",
+            harness="harness_own_step",
+            lora_rank=4,
+            seq_len=16,
+            warmup_steps=2,
+            steps=2,
+            max_steps=2,
+            device="cpu",
+            processes=1,
+        )
+    )
     step = result.summary["harness_step"]
     assert step["optimizer_class"] == "SGD" and step["autocast_dtype"] == "torch.bfloat16"
     assert step["train_step"] == "harness" and step["optimizer"] == "harness_own_step.make_optimizer"
@@ -102,8 +139,13 @@ def test_a_harness_without_the_optional_pieces_falls_back_by_name(tiny, lab_path
     import harness_custom
 
     pieces = contract.resolve(harness_custom)
-    assert pieces.fallbacks == ("train_step", "apply_lora", "autocast_dtype", "make_optimizer",
-                                "gradient_checkpointing")
+    assert pieces.fallbacks == (
+        "train_step",
+        "apply_lora",
+        "autocast_dtype",
+        "make_optimizer",
+        "gradient_checkpointing",
+    )
     assert pieces.autocast_dtype == torch.bfloat16 and pieces.make_optimizer is reference.make_optimizer
     assert pieces.describe()["optimizer"] == "reference.make_optimizer"
     result = carrier.run(carrier.Config(checkpoint=(tiny,), harness="harness_custom", steps=0))
@@ -113,8 +155,9 @@ def test_a_harness_without_the_optional_pieces_falls_back_by_name(tiny, lab_path
 def test_the_reference_harness_is_a_trainer_bf16_run(tiny):
     pieces = contract.resolve(reference)
     assert pieces.fallbacks == ("train_step",) and pieces.autocast_dtype == torch.bfloat16
-    model = models.with_lora(models.build_model(tiny, weights="random", device=torch.device("cpu")), reference,
-                             rank=4, alpha=8)
+    model = models.with_lora(
+        models.build_model(tiny, weights="random", device=torch.device("cpu")), reference, rank=4, alpha=8
+    )
     trainable = [p for p in model.parameters() if p.requires_grad]
     assert {p.dtype for p in trainable} == {torch.float32}  # PEFT keeps adapters in fp32
     optimizer = pieces.make_optimizer(trainable)
@@ -123,9 +166,20 @@ def test_the_reference_harness_is_a_trainer_bf16_run(tiny):
 
 
 def test_the_across_process_spread_is_that_of_the_process_medians():
-    runs = [{"status": "ok", "variant": "baseline", "step_s": s, "trustworthy": True, "spread_pct": p,
-             "spread_all_pct": p, "iqr_pct": 0.1, "peak_mem_bytes": m, "gpu_busy_frac": b}
-            for s, p, m, b in ((0.40, 0.5, 10, 0.95), (0.42, 1.5, 12, 0.93), (0.41, 0.7, 11, 0.97))]
+    runs = [
+        {
+            "status": "ok",
+            "variant": "baseline",
+            "step_s": s,
+            "trustworthy": True,
+            "spread_pct": p,
+            "spread_all_pct": p,
+            "iqr_pct": 0.1,
+            "peak_mem_bytes": m,
+            "gpu_busy_frac": b,
+        }
+        for s, p, m, b in ((0.40, 0.5, 10, 0.95), (0.42, 1.5, 12, 0.93), (0.41, 0.7, 11, 0.97))
+    ]
     merged = processes.merge(runs)
     assert merged["step_s"] == 0.41 and merged["processes"] == 3
     assert merged["spread_across_pct"] == pytest.approx(100 * 0.02 / 0.41)
@@ -136,9 +190,21 @@ def test_the_across_process_spread_is_that_of_the_process_medians():
 
 def test_launch_bound_or_untrustworthy_rows_fail_a_check_and_say_so():
     config = carrier.Config(checkpoint=(Path("x"),), seq_len=8)
-    base = {"variant": "baseline", "status": "ok", "params_total": 1, "params_trainable": 1, "step_s": 0.5,
-            "warmup_steps": 3, "steps": 10, "spread_pct": 1.0, "spread_all_pct": 1.0, "iqr_pct": 0.5,
-            "trustworthy": True, "step_flops": 1e12, "caveat": ""}
+    base = {
+        "variant": "baseline",
+        "status": "ok",
+        "params_total": 1,
+        "params_trainable": 1,
+        "step_s": 0.5,
+        "warmup_steps": 3,
+        "steps": 10,
+        "spread_pct": 1.0,
+        "spread_all_pct": 1.0,
+        "iqr_pct": 0.5,
+        "trustworthy": True,
+        "step_flops": 1e12,
+        "caveat": "",
+    }
     good = carrier._row(config, "m", {**base, "gpu_busy_frac": 0.97}, (8e14, 9.89e14))
     launch = carrier._row(config, "m", {**base, "gpu_busy_frac": 0.6}, (8e14, 9.89e14))
     across = carrier._row(config, "m", {**base, "gpu_busy_frac": 0.97, "spread_across_pct": 3.0}, (8e14, 9.89e14))
@@ -151,8 +217,10 @@ def test_launch_bound_or_untrustworthy_rows_fail_a_check_and_say_so():
     assert not check.ok and check.detail.count("m/baseline") == 2
 
 
-@pytest.mark.parametrize("name, tflops", [("NVIDIA H200", 989), ("NVIDIA H100 80GB HBM3", 989),
-                                          ("NVIDIA H100 PCIe", 756), ("NVIDIA GB10", None)])
+@pytest.mark.parametrize(
+    "name, tflops",
+    [("NVIDIA H200", 989), ("NVIDIA H100 80GB HBM3", 989), ("NVIDIA H100 PCIe", 756), ("NVIDIA GB10", None)],
+)
 def test_the_datasheet_peak_is_named_by_device(name, tflops):
     peak = flops.datasheet_peak_flops(name)
     assert peak == (None if tflops is None else tflops * 1e12)
@@ -161,8 +229,13 @@ def test_the_datasheet_peak_is_named_by_device(name, tflops):
 def test_sliding_window_layers_are_counted_by_their_window():
     from transformers import Gemma3TextConfig
 
-    config = Gemma3TextConfig(num_hidden_layers=6, sliding_window=4, num_attention_heads=2, head_dim=8,
-                              layer_types=["sliding_attention"] * 5 + ["full_attention"])
+    config = Gemma3TextConfig(
+        num_hidden_layers=6,
+        sliding_window=4,
+        num_attention_heads=2,
+        head_dim=8,
+        layer_types=["sliding_attention"] * 5 + ["full_attention"],
+    )
     windows = flops._windows(config)
     assert windows == (4, 4, 4, 4, 4, None)
     shape = flops.Shape(num_base_linear=0, num_lora=0, num_layers=6, num_heads=2, head_dim=8, windows=windows)
@@ -175,25 +248,45 @@ def test_sliding_window_layers_are_counted_by_their_window():
 
 
 def test_a_cpu_profile_is_attributed_to_lora_loss_and_optimizer(tiny):
-    model = models.with_lora(models.build_model(tiny, weights="random", device=torch.device("cpu")),
-                             reference, rank=4, alpha=8)
-    step = models.train_step(model, reference, models.make_batch(vocab_size=128, batch_size=1, seq_len=16,
-                                                                 device=torch.device("cpu")), chunk_tokens=8)
+    model = models.with_lora(
+        models.build_model(tiny, weights="random", device=torch.device("cpu")), reference, rank=4, alpha=8
+    )
+    step = models.train_step(
+        model,
+        reference,
+        models.make_batch(vocab_size=128, batch_size=1, seq_len=16, device=torch.device("cpu")),
+        chunk_tokens=8,
+    )
     step()
     with attribution.scopes(model):
         prof = kernels.profile_steps(step, device=torch.device("cpu"), num_steps=2)
     attributed = attribution.attribute(prof)
-    for scope, phase in (("lora", "forward"), ("lora", "backward"), ("base", "forward"), ("loss", "forward"),
-                         ("decoder", "backward"), ("optimizer", "optimizer")):
+    for scope, phase in (
+        ("lora", "forward"),
+        ("lora", "backward"),
+        ("base", "forward"),
+        ("loss", "forward"),
+        ("decoder", "backward"),
+        ("optimizer", "optimizer"),
+    ):
         assert attribution.total(attributed, scope=scope, phase=phase) > 0, (scope, phase)
     assert attribution.total(attributed, scope="unattributed") < 0.1 * sum(attributed.values())
     assert not any(h for m in model.modules() for h in m._forward_hooks.values())  # hooks removed
 
 
 def _op(op_id, name, parent=None, seq=-1, thread=1, fwd_thread=0, kernels_=()):
-    return SimpleNamespace(id=op_id, name=name, cpu_parent=parent, sequence_nr=seq, thread=thread,
-                           fwd_thread=fwd_thread, device_type=DeviceType.CPU, is_async=False,
-                           time_range=SimpleNamespace(start=op_id, end=op_id + 1), kernels=list(kernels_))
+    return SimpleNamespace(
+        id=op_id,
+        name=name,
+        cpu_parent=parent,
+        sequence_nr=seq,
+        thread=thread,
+        fwd_thread=fwd_thread,
+        device_type=DeviceType.CPU,
+        is_async=False,
+        time_range=SimpleNamespace(start=op_id, end=op_id + 1),
+        kernels=list(kernels_),
+    )
 
 
 def test_cuda_kernels_are_attributed_through_the_op_that_launched_them():
@@ -202,17 +295,26 @@ def test_cuda_kernels_are_attributed_through_the_op_that_launched_them():
     which belongs to lora; the GPU annotation of the range is no kernel."""
     kernel = lambda name, us: SimpleNamespace(name=name, device=0, duration=us)  # noqa: E731
     lora = _op(1, "labprobe::lora")
-    mm = _op(2, "aten::mm", lora, seq=7, kernels_=[kernel("sm80_xmma_gemm_f32f32_f32f32", 30.0),
-                                                    kernel("labprobe::lora", 99.0)])
+    mm = _op(
+        2,
+        "aten::mm",
+        lora,
+        seq=7,
+        kernels_=[kernel("sm80_xmma_gemm_f32f32_f32f32", 30.0), kernel("labprobe::lora", 99.0)],
+    )
     backward = _op(3, "autograd::engine::evaluate_function: MmBackward0", seq=7, thread=2, fwd_thread=1)
     mm_back = _op(4, "aten::mm", backward, thread=2, kernels_=[kernel("nvjet_sm90_tst", 20.0)])
-    annotation = SimpleNamespace(name="labprobe::lora", device_type=DeviceType.CUDA, is_async=False,
-                                 is_user_annotation=True, time_range=SimpleNamespace(start=0, end=99,
-                                                                                     elapsed_us=lambda: 99))
+    annotation = SimpleNamespace(
+        name="labprobe::lora",
+        device_type=DeviceType.CUDA,
+        is_async=False,
+        is_user_annotation=True,
+        time_range=SimpleNamespace(start=0, end=99, elapsed_us=lambda: 99),
+    )
     prof = kernels.Profile([lora, mm, backward, mm_back, annotation], 1, DeviceType.CUDA, "", 1.0)
-    assert attribution.attribute(prof) == pytest.approx({"lora/forward/fp32 GEMM": 30e-6,
-                                                         "lora/backward/bf16 GEMM": 20e-6})
-
+    assert attribution.attribute(prof) == pytest.approx(
+        {"lora/forward/fp32 GEMM": 30e-6, "lora/backward/bf16 GEMM": 20e-6}
+    )
 
 
 def test_a_kernel_cupti_also_lists_under_its_overhead_event_counts_once():
@@ -230,30 +332,57 @@ def test_a_kernel_cupti_also_lists_under_its_overhead_event_counts_once():
 
 def test_an_attribution_that_disagrees_with_the_device_rows_predicts_nothing():
     att = {"lora/forward/fp32 GEMM": 0.25, "base/forward/bf16 GEMM": 0.15}
-    baseline = {"step_s": 0.4, "kernel_s_per_step": 0.36, "gpu_busy_frac": 0.9, "attributed_s": att,
-                "microbench": {"lora": {"baseline": 0.25, "bf16-autocast": 0.125}}}
+    baseline = {
+        "step_s": 0.4,
+        "kernel_s_per_step": 0.36,
+        "gpu_busy_frac": 0.9,
+        "attributed_s": att,
+        "microbench": {"lora": {"baseline": 0.25, "bf16-autocast": 0.125}},
+    }
     predicted, why = whatif.predict("bf16-autocast", baseline)
     assert predicted is None and "counts 400.0 ms of kernel time a step, the device 360.0 ms (+11.1%)" in why
     predicted, _ = whatif.predict("bf16-autocast", {**baseline, "kernel_s_per_step": 0.4})
     assert predicted == pytest.approx(100 * 0.25 * 0.5 / 0.4)
 
+
 def test_a_profile_mostly_unattributed_predicts_nothing():
-    baseline = {"step_s": 1.0, "attributed_s": {"unattributed/unknown/fp32 GEMM": 0.5, "lora/forward/x": 0.01},
-                "microbench": {"lora": {"baseline": 1.0, "bf16-autocast": 0.5}}}
+    baseline = {
+        "step_s": 1.0,
+        "attributed_s": {"unattributed/unknown/fp32 GEMM": 0.5, "lora/forward/x": 0.01},
+        "microbench": {"lora": {"baseline": 1.0, "bf16-autocast": 0.5}},
+    }
     predicted, why = whatif.predict("bf16-autocast", baseline)
     assert predicted is None and "2% of the profile's kernel time is attributed" in why
 
 
 def test_whatif_measures_the_kernel_time_removed_a_second_way_and_names_a_launch_bound_variant():
     att = {"lora/forward/fp32 GEMM": 0.2, "base/forward/bf16 GEMM": 0.15}
-    baseline = {"variant": "baseline", "status": "ok", "step_s": 0.4, "kernel_s_per_step": 0.35,
-                "gpu_busy_frac": 0.95, "attributed_s": att,
-                "microbench": {"lora": {"baseline": 1.0, "bf16-autocast": 0.6, "bf16-adapters": 0.5},
-                               "optimizer": {"baseline": 1.0, "bf16-adapters": 1.0}}}
-    autocast = {"variant": "bf16-autocast", "status": "ok", "step_s": 0.32, "kernel_s_per_step": 0.27,
-                "gpu_busy_frac": 0.94}
-    adapters = {"variant": "bf16-adapters", "status": "ok", "step_s": 0.33, "kernel_s_per_step": 0.24,
-                "gpu_busy_frac": 0.82}
+    baseline = {
+        "variant": "baseline",
+        "status": "ok",
+        "step_s": 0.4,
+        "kernel_s_per_step": 0.35,
+        "gpu_busy_frac": 0.95,
+        "attributed_s": att,
+        "microbench": {
+            "lora": {"baseline": 1.0, "bf16-autocast": 0.6, "bf16-adapters": 0.5},
+            "optimizer": {"baseline": 1.0, "bf16-adapters": 1.0},
+        },
+    }
+    autocast = {
+        "variant": "bf16-autocast",
+        "status": "ok",
+        "step_s": 0.32,
+        "kernel_s_per_step": 0.27,
+        "gpu_busy_frac": 0.94,
+    }
+    adapters = {
+        "variant": "bf16-adapters",
+        "status": "ok",
+        "step_s": 0.33,
+        "kernel_s_per_step": 0.24,
+        "gpu_busy_frac": 0.82,
+    }
     rows = {r.variant: r for r in whatif.table("m", baseline, [autocast, adapters])}
     assert rows["bf16-autocast"].predicted_saving_pct == pytest.approx(100 * 0.2 * 0.4 / 0.4)
     assert rows["bf16-autocast"].measured_saving_pct == pytest.approx(20.0)
@@ -266,8 +395,10 @@ def test_whatif_measures_the_kernel_time_removed_a_second_way_and_names_a_launch
 
 
 def test_backends_are_read_from_kernel_names():
-    rows = [SimpleNamespace(name=n, device_type=DeviceType.CUDA, is_async=False, is_user_annotation=False)
-            for n in ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16", "fmha_cutlassB_bf16_aligned")]
+    rows = [
+        SimpleNamespace(name=n, device_type=DeviceType.CUDA, is_async=False, is_user_annotation=False)
+        for n in ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16", "fmha_cutlassB_bf16_aligned")
+    ]
     prof = kernels.Profile(rows, 1, DeviceType.CUDA, "", 1.0)
     assert attribution.backends(prof) == ["cudnn", "mem-efficient"]
 

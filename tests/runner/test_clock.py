@@ -21,19 +21,47 @@ from runner.lab import schedule
 from runner.lab.cluster import ClusterError, load_cluster
 
 GOOD = ["00:00", "07:00", "09:59", "12:30", "19:45", "20:00", "23:59"]
-BAD = ["7:05", "7:5", "07:5", "24:00", "12:60", "25:99", "07:60", " 07:00", "07:00 ", "07:00\n", "0700",
-       "07.00", "07:00:00", "+7:00", "-1:00", "7am", "", "ab:cd", "\uff10\uff17:\uff10\uff10"]  # last: full-width 07:00
+BAD = [
+    "7:05",
+    "7:5",
+    "07:5",
+    "24:00",
+    "12:60",
+    "25:99",
+    "07:60",
+    " 07:00",
+    "07:00 ",
+    "07:00\n",
+    "0700",
+    "07.00",
+    "07:00:00",
+    "+7:00",
+    "-1:00",
+    "7am",
+    "",
+    "ab:cd",
+    "\uff10\uff17:\uff10\uff10",
+]  # last: full-width 07:00
 
-LAB = {"hosts": [{"name": "local", "address": "127.0.0.1"}],
-       "plans": {"night": [{"probe": "mask", "hosts": ["local"]}]}}
+LAB = {
+    "hosts": [{"name": "local", "address": "127.0.0.1"}],
+    "plans": {"night": [{"probe": "mask", "hosts": ["local"]}]},
+}
 
 
 def is_24h_hh_mm(text: str) -> bool:
     """The rule from first principles: two ASCII digits, a colon, two ASCII digits; hour < 24, minute < 60."""
     hh, colon, mm = text.partition(":")
     digits = hh + mm
-    return (colon == ":" and len(hh) == 2 and len(mm) == 2 and digits.isascii() and digits.isdigit()
-            and int(hh) < 24 and int(mm) < 60)
+    return (
+        colon == ":"
+        and len(hh) == 2
+        and len(mm) == 2
+        and digits.isascii()
+        and digits.isdigit()
+        and int(hh) < 24
+        and int(mm) < 60
+    )
 
 
 def test_the_case_lists_are_what_they_say():
@@ -62,8 +90,9 @@ def schedule_accepts(root: Path, text: str) -> bool:
     # '@daily' has no single start time, so only the HH:MM form is checked, not the 12 h window.
     tab = CronTab(tab="")
     try:
-        schedule.install(tab, load_cluster(root / "cluster.yaml"), plan="night", cron="@daily", deadline=text,
-                         log=root / "sweep.log")
+        schedule.install(
+            tab, load_cluster(root / "cluster.yaml"), plan="night", cron="@daily", deadline=text, log=root / "sweep.log"
+        )
     except InputError as exc:
         assert str(exc).startswith("--deadline: expected HH:MM"), exc
         assert not schedule.labprobe_entries(tab)
@@ -83,8 +112,11 @@ def sweep_accepts(text: str) -> bool:
 @pytest.mark.parametrize("text", GOOD + BAD)
 def test_every_deadline_reader_accepts_exactly_24_hour_hh_mm(lab, text):
     expected = is_24h_hh_mm(text)
-    assert {"cluster.yaml": cluster_accepts(lab, text), "schedule install": schedule_accepts(lab, text),
-            "sweep": sweep_accepts(text)} == dict.fromkeys(["cluster.yaml", "schedule install", "sweep"], expected)
+    assert {
+        "cluster.yaml": cluster_accepts(lab, text),
+        "schedule install": schedule_accepts(lab, text),
+        "sweep": sweep_accepts(text),
+    } == dict.fromkeys(["cluster.yaml", "schedule install", "sweep"], expected)
 
 
 def test_parse_hh_mm_reads_hour_and_minute():

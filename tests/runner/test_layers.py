@@ -14,8 +14,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = {"cli": 5, "analysis": 4, "chores": 4, "dispatch": 3, "lab": 2, "gpu": 2, "store": 2,
-          "hosts": 1, "clock": 0, "tables": 0, "log": 0}
+LAYERS = {
+    "cli": 5,
+    "analysis": 4,
+    "chores": 4,
+    "dispatch": 3,
+    "lab": 2,
+    "gpu": 2,
+    "store": 2,
+    "hosts": 1,
+    "clock": 0,
+    "tables": 0,
+    "log": 0,
+}
 MAX_LOOSE_MODULES = 3
 
 
@@ -43,8 +54,11 @@ def project_modules() -> dict[str, Path]:
 
 def test_every_runner_package_has_a_layer_and_few_modules_are_loose():
     runner = ROOT / "runner"
-    tops = {p.stem if p.is_file() else p.name for p in runner.iterdir()
-            if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.stem != "__init__")}
+    tops = {
+        p.stem if p.is_file() else p.name
+        for p in runner.iterdir()
+        if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.stem != "__init__")
+    }
     assert tops <= set(LAYERS), f"runner/ items without a layer: {sorted(tops - set(LAYERS))}"
     loose = [p.name for p in runner.glob("*.py") if p.stem != "__init__"]
     assert len(loose) <= MAX_LOOSE_MODULES, loose
@@ -74,8 +88,11 @@ def test_probes_never_import_the_runner_or_ray():
         if name.startswith("probes"):
             tree = ast.parse(path.read_text())
             roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-            roots |= {n.module.split(".")[0] for n in ast.walk(tree)
-                      if isinstance(n, ast.ImportFrom) and n.module and n.level == 0}
+            roots |= {
+                n.module.split(".")[0]
+                for n in ast.walk(tree)
+                if isinstance(n, ast.ImportFrom) and n.module and n.level == 0
+            }
             assert not roots & {"runner", "ray"}, f"{name} imports {sorted(roots & {'runner', 'ray'})}"
 
 
@@ -89,7 +106,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         stack.pop()
@@ -109,10 +126,13 @@ def test_no_import_cycle_between_modules():
     assert find_cycle(graph) == []
 
 
-@pytest.mark.parametrize("graph, cyclic", [
-    ({"a": {"b"}, "b": {"c"}, "c": set()}, False),
-    ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, True),
-])
+@pytest.mark.parametrize(
+    "graph, cyclic",
+    [
+        ({"a": {"b"}, "b": {"c"}, "c": set()}, False),
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, True),
+    ],
+)
 def test_the_cycle_finder_finds_cycles(graph, cyclic):
     assert bool(find_cycle(graph)) is cyclic
 
@@ -122,8 +142,10 @@ def test_the_layering_check_catches_an_upward_import(tmp_path):
     low.parent.mkdir(parents=True)
     low.write_text("from runner.cli import main\n")
     assert imported(low) == {"runner.cli", "runner.cli.main"}
-    assert layering_violations({"runner.store.x": low}) == ["runner.store.x imports runner.cli",
-                                                            "runner.store.x imports runner.cli.main"]
+    assert layering_violations({"runner.store.x": low}) == [
+        "runner.store.x imports runner.cli",
+        "runner.store.x imports runner.cli.main",
+    ]
 
 
 def test_sizes_modules_at_most_400_lines_functions_at_most_60():

@@ -32,41 +32,77 @@ ADVICE = ["qwen3-0.6b-base bf16_autocast: 20,000 -> 26,000 tok/s (x1.300), peak 
 
 
 def key(run: int, probe: str, host: str) -> JobKey:
-    return JobKey(run_id=f"r{run}", job_id=f"{probe}-{host}", probe=probe, host=host, checkpoint=CKPT,
-                  checkpoint_fp="fp-qwen", config_hash=f"cfg-{probe}", code_version="v",
-                  finished_at=T0 + timedelta(days=run, minutes=len(probe) + HOSTS.index(host)))
+    return JobKey(
+        run_id=f"r{run}",
+        job_id=f"{probe}-{host}",
+        probe=probe,
+        host=host,
+        checkpoint=CKPT,
+        checkpoint_fp="fp-qwen",
+        config_hash=f"cfg-{probe}",
+        code_version="v",
+        finished_at=T0 + timedelta(days=run, minutes=len(probe) + HOSTS.index(host)),
+    )
 
 
 def lengths_file(folder: Path, num: int, seed: int) -> Path:
     rng = np.random.default_rng(seed)
     path = folder / f"lengths-{seed}.csv"
-    pd.DataFrame({"length": rng.integers(10, 1200, num),
-                  "source": rng.choice(["qa", "code", "chat"], num)}).to_csv(path, index=False)
+    pd.DataFrame({"length": rng.integers(10, 1200, num), "source": rng.choice(["qa", "code", "chat"], num)}).to_csv(
+        path, index=False
+    )
     return path
 
 
 def put_carrier(store: Store, run: int, host: str) -> None:
     k = key(run, "carrier", host)
     tok = TOK_PER_S[(host, run)]
-    rows = [{"model": CKPT, "variant": variant, "params_total": 616_000_000, "tokens_per_step": 4096,
-             "step_s": 4096 / (tok * speed), "tok_per_s": tok * speed, "spread_pct": spread,
-             "trustworthy": spread <= 2.0, "launch_bound": spread > 2.0, "status": "ok"}
-            for variant, speed, spread in (("baseline", 1.0, 0.8), ("bf16_autocast", 1.3, 6.5))]
+    rows = [
+        {
+            "model": CKPT,
+            "variant": variant,
+            "params_total": 616_000_000,
+            "tokens_per_step": 4096,
+            "step_s": 4096 / (tok * speed),
+            "tok_per_s": tok * speed,
+            "spread_pct": spread,
+            "trustworthy": spread <= 2.0,
+            "launch_bound": spread > 2.0,
+            "status": "ok",
+        }
+        for variant, speed, spread in (("baseline", 1.0, 0.8), ("bf16_autocast", 1.3, 6.5))
+    ]
     store.write_table(k, "carriers", rows)
-    store.write_job(k, status="ok", started_at=k.finished_at, wall_s=30.0, summary={"advice": ADVICE},
-                    config={}, env={})
+    store.write_job(
+        k, status="ok", started_at=k.finished_at, wall_s=30.0, summary={"advice": ADVICE}, config={}, env={}
+    )
 
 
 def put_profile(store: Store, run: int, host: str) -> None:
     k = key(run, "profile", host)
     step_s = 0.2 if host == "gx10" else 0.3
     shares = {"quadratic": 12.0, "linear": 70.0, "fixed": 18.0}
-    store.write_table(k, "fit", [{"term": t, "coef": step_s * s / 100, "unit": "s", "share_at_production_pct": s}
-                                 for t, s in shares.items()])
-    store.write_job(k, status="ok", started_at=k.finished_at, wall_s=60.0, config={}, env={},
-                    summary={"seq_len": 4096, "step_s": step_s, "max_heldout_err_pct": 1.5,
-                             "padding_penalty_same_shape_pct": 20.0, "padding_penalty_same_tokens_pct": 35.0,
-                             "launch_bound_lens": [1024]})
+    store.write_table(
+        k,
+        "fit",
+        [{"term": t, "coef": step_s * s / 100, "unit": "s", "share_at_production_pct": s} for t, s in shares.items()],
+    )
+    store.write_job(
+        k,
+        status="ok",
+        started_at=k.finished_at,
+        wall_s=60.0,
+        config={},
+        env={},
+        summary={
+            "seq_len": 4096,
+            "step_s": step_s,
+            "max_heldout_err_pct": 1.5,
+            "padding_penalty_same_shape_pct": 20.0,
+            "padding_penalty_same_tokens_pct": 35.0,
+            "launch_bound_lens": [1024],
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -84,11 +120,27 @@ def lab(tmp_path_factory) -> Store:
                 store.write_result(k, result, started_at=k.finished_at, wall_s=1.0, env={})
             if run == 1 and host == "ana-ml2":
                 k = key(run, "carrier", host)
-                store.write_job(k, status="failed", reason="NodeDiedError: the node running it died",
-                                started_at=k.finished_at, wall_s=5.0, summary={}, config={}, env={})
+                store.write_job(
+                    k,
+                    status="failed",
+                    reason="NodeDiedError: the node running it died",
+                    started_at=k.finished_at,
+                    wall_s=5.0,
+                    summary={},
+                    config={},
+                    env={},
+                )
                 k = key(run, "profile", host)
-                store.write_job(k, status="skipped", reason="deadline", started_at=k.finished_at, wall_s=0.0,
-                                summary={}, config={}, env={})
+                store.write_job(
+                    k,
+                    status="skipped",
+                    reason="deadline",
+                    started_at=k.finished_at,
+                    wall_s=0.0,
+                    summary={},
+                    config={},
+                    env={},
+                )
             else:
                 put_carrier(store, run, host)
                 put_profile(store, run, host)
@@ -199,8 +251,9 @@ def test_profile_terms_and_padding_penalty(lab):
     fit = job_rows(lab, "profile.fit", 1, "gx10").set_index("term")["share_at_production_pct"]
     [row] = gx10.figures
     assert {t: row[f"{t}_pct"] for t in fit.index} == fit.to_dict()
-    summary = json.loads(lab.jobs().query("run_id == 'r1' and probe == 'profile' and host == 'gx10'")
-                         .iloc[0]["summary_json"])
+    summary = json.loads(
+        lab.jobs().query("run_id == 'r1' and probe == 'profile' and host == 'gx10'").iloc[0]["summary_json"]
+    )
     assert row["penalty_same_shape_pct"] == summary["padding_penalty_same_shape_pct"]
     assert row["ratio_to_gx10"] == 1.0
     ana = next(a for a in section.answers if a.host == "ana-ml2")
@@ -212,7 +265,9 @@ def test_one_host_gets_no_ratios_and_never_done_work_says_why(lab):
     assert all(s.baseline is None for s in sections)
     text = answers_text(lab, "r1", work=work(hosts=("gx10",)))
     assert "ratio_to" not in text
-    assert "never done ok: qwen3-0.6b-base @ nowhere" in answers_text(lab, "r1", work=[("carrier", "nowhere", CKPT, "c")])
+    assert "never done ok: qwen3-0.6b-base @ nowhere" in answers_text(
+        lab, "r1", work=[("carrier", "nowhere", CKPT, "c")]
+    )
     assert json.loads(json.dumps(to_json(sections)))[0]["probe"] == "mask"
     # Every value from one earlier run (ana-ml2's carrier failed this run): said once, in the title.
     only = answers_text(lab, "r1", work=work(probes=("carrier",), hosts=("ana-ml2",)))

@@ -14,19 +14,58 @@ from runner.analysis.compare import compare
 from runner.store.store import JobKey, Store
 
 T0 = datetime(2026, 12, 1, 22, 0, tzinfo=timezone.utc)
-ENV = {"python": "3.11.9", "torch": "2.13.0", "transformers": "5.24.0", "cuda": "12.8", "driver": "570.1",
-       "gpu": "NVIDIA H200"}
+ENV = {
+    "python": "3.11.9",
+    "torch": "2.13.0",
+    "transformers": "5.24.0",
+    "cuda": "12.8",
+    "driver": "570.1",
+    "gpu": "NVIDIA H200",
+}
 
 
-def put(store: Store, *, host: str, ckpt: str, run: int, values: dict[int, float], fp: str = "fp-a",
-        spread_pct: float = 0.5, env: dict | None = None, status: str = "ok") -> None:
-    key = JobKey(run_id=f"r{run}", job_id=f"{host}-{ckpt}", probe="profile", host=host, checkpoint=ckpt,
-                 checkpoint_fp=fp, config_hash="c1", code_version="v", finished_at=T0 + timedelta(hours=run))
+def put(
+    store: Store,
+    *,
+    host: str,
+    ckpt: str,
+    run: int,
+    values: dict[int, float],
+    fp: str = "fp-a",
+    spread_pct: float = 0.5,
+    env: dict | None = None,
+    status: str = "ok",
+) -> None:
+    key = JobKey(
+        run_id=f"r{run}",
+        job_id=f"{host}-{ckpt}",
+        probe="profile",
+        host=host,
+        checkpoint=ckpt,
+        checkpoint_fp=fp,
+        config_hash="c1",
+        code_version="v",
+        finished_at=T0 + timedelta(hours=run),
+    )
     if status == "ok":
-        store.write_table(key, "scaling", [{"seq_len": n, "steps": 5 + i + (host == "ana-ml2"), "step_s": v,
-                                            "spread_pct": spread_pct} for i, (n, v) in enumerate(values.items())])
-    store.write_job(key, status=status, started_at=key.finished_at, wall_s=1.0, summary={}, config={},
-                    env=env or ENV, plan="nightly")
+        store.write_table(
+            key,
+            "scaling",
+            [
+                {"seq_len": n, "steps": 5 + i + (host == "ana-ml2"), "step_s": v, "spread_pct": spread_pct}
+                for i, (n, v) in enumerate(values.items())
+            ],
+        )
+    store.write_job(
+        key,
+        status=status,
+        started_at=key.finished_at,
+        wall_s=1.0,
+        summary={},
+        config={},
+        env=env or ENV,
+        plan="nightly",
+    )
 
 
 @pytest.fixture
@@ -34,8 +73,15 @@ def store(tmp_path) -> Store:
     store = Store(tmp_path)
     put(store, host="gx10", ckpt="A", run=0, values={1024: 9.0, 2048: 9.0})  # older run: ignored
     put(store, host="gx10", ckpt="A", run=1, values={1024: 0.10, 2048: 0.20})
-    put(store, host="ana-ml2", ckpt="A", run=1, values={1024: 0.15, 2048: 0.25}, spread_pct=5.0,
-        env={**ENV, "torch": "2.12.0", "gpu": "NVIDIA RTX 6000"})
+    put(
+        store,
+        host="ana-ml2",
+        ckpt="A",
+        run=1,
+        values={1024: 0.15, 2048: 0.25},
+        spread_pct=5.0,
+        env={**ENV, "torch": "2.12.0", "gpu": "NVIDIA RTX 6000"},
+    )
     put(store, host="gx10", ckpt="B", run=1, values={1024: 0.40, 2048: 0.80}, fp="fp-b")
     put(store, host="ana-ml2", ckpt="B", run=1, values={1024: 0.20, 2048: 0.40}, fp="fp-b-other")
     put(store, host="ana-ml2", ckpt="C", run=1, values={1024: 1.0, 2048: 1.0})
@@ -46,8 +92,12 @@ def store(tmp_path) -> Store:
 
 def test_values_ratios_and_row_groups(store):
     result = compare(store, "profile", host_order=["gx10", "ana-ml2"])
-    assert (result.table, result.metric, result.baseline, result.hosts) == ("scaling", "step_s", "gx10",
-                                                                             ["gx10", "ana-ml2"])
+    assert (result.table, result.metric, result.baseline, result.hosts) == (
+        "scaling",
+        "step_s",
+        "gx10",
+        ["gx10", "ana-ml2"],
+    )
     rows = {(r["checkpoint"], r["group"]): r for r in result.rows}
     # seq_len tells rows apart and is the same on both hosts; `steps` differs per host, so it is no label.
     assert set(rows) == {(c, f"seq_len={n}") for c in "ABC" for n in (1024, 2048)}
@@ -57,8 +107,9 @@ def test_values_ratios_and_row_groups(store):
     assert rows[("B", "seq_len=2048")]["ratios"]["ana-ml2"] == pytest.approx(0.40 / 0.80)
     assert rows[("C", "seq_len=1024")]["values"] == {"gx10": 0.5}  # ana-ml2's newest C job failed
     flipped = compare(store, "profile", baseline="ana-ml2")
-    assert {(r["checkpoint"], r["group"]): r for r in flipped.rows}[("A", "seq_len=1024")]["ratios"]["gx10"] == \
-        pytest.approx(0.10 / 0.15)
+    assert {(r["checkpoint"], r["group"]): r for r in flipped.rows}[("A", "seq_len=1024")]["ratios"][
+        "gx10"
+    ] == pytest.approx(0.10 / 0.15)
 
 
 def test_warnings_fingerprint_versions_spread(store):
@@ -88,14 +139,42 @@ def test_hosts_running_different_labprobe_code_are_warned(tmp_path):
 
 def test_cli_json_plot_and_bad_input(store, tmp_path, capsys):
     png = tmp_path / "cmp.png"
-    code = cli.main(["compare", "--probe", "profile", "--store", str(store.root), "--cluster", "/nonexistent",
-                     "--baseline", "gx10", "--json", "--plot", str(png)])
+    code = cli.main(
+        [
+            "compare",
+            "--probe",
+            "profile",
+            "--store",
+            str(store.root),
+            "--cluster",
+            "/nonexistent",
+            "--baseline",
+            "gx10",
+            "--json",
+            "--plot",
+            str(png),
+        ]
+    )
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     assert data["metric"] == "step_s" and data["baseline"] == "gx10" and len(data["rows"]) == 6
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-    assert cli.main(["compare", "--probe", "profile", "--store", str(store.root), "--cluster", "/nonexistent",
-                     "--baseline", "gx10"]) == 0
+    assert (
+        cli.main(
+            [
+                "compare",
+                "--probe",
+                "profile",
+                "--store",
+                str(store.root),
+                "--cluster",
+                "/nonexistent",
+                "--baseline",
+                "gx10",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "ana-ml2/gx10" in text and "1.500x" in text and "warning: torch versions differ" in text
     with pytest.raises(InputError, match="--metric: no column 'nope'"):
@@ -108,8 +187,17 @@ def test_cli_json_plot_and_bad_input(store, tmp_path, capsys):
 def test_jobs_wall_time_is_the_default_only_for_a_probe_without_an_answer(tmp_path):
     store = Store(tmp_path)
     for host, wall in (("gx10", 2.0), ("ana-ml2", 3.0)):
-        key = JobKey(run_id="r", job_id=host, probe="replay", host=host, checkpoint="A", checkpoint_fp="f",
-                     config_hash="c", code_version="v", finished_at=T0)
+        key = JobKey(
+            run_id="r",
+            job_id=host,
+            probe="replay",
+            host=host,
+            checkpoint="A",
+            checkpoint_fp="f",
+            config_hash="c",
+            code_version="v",
+            finished_at=T0,
+        )
         store.write_job(key, status="ok", started_at=T0, wall_s=wall, summary={}, config={}, env=ENV)
     result = compare(store, "replay", host_order=["gx10", "ana-ml2"])
     assert (result.table, result.metric) == ("jobs", "wall_s")
@@ -121,13 +209,28 @@ def test_the_default_metric_of_a_cpu_probe_is_its_answer(tmp_path):
     store = Store(tmp_path)
     fast = {"gx10": 28, "ana-ml2": 0}  # ana-ml2's transformers loses the fast path on every layer
     for host in ("gx10", "ana-ml2"):
-        for probe, summary in (("mask", {"layers_fast_path": fast[host], "model_type": "qwen3"}),
-                               ("bucket", {"bucket_size_90pct_gain": 136}), ("padding", {})):
-            key = JobKey(run_id="r", job_id=f"{probe}-{host}", probe=probe, host=host, checkpoint="A",
-                         checkpoint_fp="f", config_hash="c", code_version="v", finished_at=T0)
+        for probe, summary in (
+            ("mask", {"layers_fast_path": fast[host], "model_type": "qwen3"}),
+            ("bucket", {"bucket_size_90pct_gain": 136}),
+            ("padding", {}),
+        ):
+            key = JobKey(
+                run_id="r",
+                job_id=f"{probe}-{host}",
+                probe=probe,
+                host=host,
+                checkpoint="A",
+                checkpoint_fp="f",
+                config_hash="c",
+                code_version="v",
+                finished_at=T0,
+            )
             if probe == "padding":
-                store.write_table(key, "strategies", [{"strategy": s, "pad_fraction": f}
-                                                      for s, f in (("fixed", 0.86), ("sorted", 0.02))])
+                store.write_table(
+                    key,
+                    "strategies",
+                    [{"strategy": s, "pad_fraction": f} for s, f in (("fixed", 0.86), ("sorted", 0.02))],
+                )
             store.write_job(key, status="ok", started_at=T0, wall_s=5.0, summary=summary, config={}, env=ENV)
     order = ["gx10", "ana-ml2"]
     mask = compare(store, "mask", host_order=order)
@@ -136,7 +239,10 @@ def test_the_default_metric_of_a_cpu_probe_is_its_answer(tmp_path):
     assert compare(store, "bucket", host_order=order).rows[0]["values"] == {"gx10": 136.0, "ana-ml2": 136.0}
     padding = compare(store, "padding", host_order=order)
     assert (padding.table, padding.metric) == ("strategies", "pad_fraction")
-    assert {r["group"]: r["values"]["ana-ml2"] for r in padding.rows} == {"strategy=fixed": 0.86, "strategy=sorted": 0.02}
+    assert {r["group"]: r["values"]["ana-ml2"] for r in padding.rows} == {
+        "strategy=fixed": 0.86,
+        "strategy=sorted": 0.02,
+    }
     with pytest.raises(InputError, match="--metric: name the summary figure"):
         compare(store, "mask", table="summary")
 
@@ -144,8 +250,17 @@ def test_the_default_metric_of_a_cpu_probe_is_its_answer(tmp_path):
 def test_the_by_option_is_gone(tmp_path, capsys):
     """`--by` was parsed and never read: it is refused now, not silently ignored."""
     store = Store(tmp_path)
-    key = JobKey(run_id="r", job_id="m", probe="mask", host="gx10", checkpoint="A", checkpoint_fp="f",
-                 config_hash="c", code_version="v", finished_at=T0)
+    key = JobKey(
+        run_id="r",
+        job_id="m",
+        probe="mask",
+        host="gx10",
+        checkpoint="A",
+        checkpoint_fp="f",
+        config_hash="c",
+        code_version="v",
+        finished_at=T0,
+    )
     store.write_job(key, status="ok", started_at=T0, wall_s=1.0, summary={"layers_fast_path": 28}, config={}, env=ENV)
     args = ["compare", "--probe", "mask", "--store", str(tmp_path), "--cluster", "/x"]
     assert cli.main(args) == 0
@@ -157,8 +272,17 @@ def test_the_by_option_is_gone(tmp_path, capsys):
 def test_a_row_column_named_checkpoint_does_not_shadow_the_key(tmp_path):
     store = Store(tmp_path)
     for host, tok in (("gx10", 1000.0), ("ana-ml2", 800.0)):
-        key = JobKey(run_id="r", job_id=host, probe="carrier", host=host, checkpoint="family", checkpoint_fp="f",
-                     config_hash="c", code_version="v", finished_at=T0)
+        key = JobKey(
+            run_id="r",
+            job_id=host,
+            probe="carrier",
+            host=host,
+            checkpoint="family",
+            checkpoint_fp="f",
+            config_hash="c",
+            code_version="v",
+            finished_at=T0,
+        )
         store.write_table(key, "carriers", [{"checkpoint": "/models/qwen3-0.6b", "tok_per_s": tok}])
         store.write_job(key, status="ok", started_at=T0, wall_s=1.0, summary={}, config={}, env=ENV)
     result = compare(store, "carrier", host_order=["gx10", "ana-ml2"])

@@ -20,16 +20,20 @@ from runner.analysis.drift import (
 
 
 def test_spread_columns_are_named_so():
-    assert [c for c in ("spread_pct", "step_s_spread_pct", "spread", "step_s", "iqr_pct", "tok_per_s")
-            if is_spread_column(c)] == ["spread_pct", "step_s_spread_pct", "spread"]
+    assert [
+        c
+        for c in ("spread_pct", "step_s_spread_pct", "spread", "step_s", "iqr_pct", "tok_per_s")
+        if is_spread_column(c)
+    ] == ["spread_pct", "step_s_spread_pct", "spread"]
 
 
 def test_pct_columns_are_percent_and_others_fractions():
     # 0.5% is 0.005 as a fraction, 3.25% is 0.0325.
     assert spread_pct(pd.Series([0.5, 3.25]), "spread_pct").tolist() == [0.5, 3.25]
     assert spread_pct(pd.Series([0.005, 0.0325]), "spread").tolist() == pytest.approx([0.5, 3.25], rel=1e-12)
-    assert spread_fraction(pd.Series([0.5, 3.25]), "step_s_spread_pct").tolist() == pytest.approx([0.005, 0.0325],
-                                                                                                   rel=1e-12)
+    assert spread_fraction(pd.Series([0.5, 3.25]), "step_s_spread_pct").tolist() == pytest.approx(
+        [0.005, 0.0325], rel=1e-12
+    )
     assert spread_fraction(pd.Series([0.005, 0.0325]), "spread").tolist() == [0.005, 0.0325]
 
 
@@ -44,8 +48,17 @@ def test_above_two_percent_is_untrusted_and_two_itself_is_not():
 def test_compare_report_and_drift_mark_the_same_rows(column, values):
     expected = [False, False, True]  # 1.5%, 2% (at the limit), 2.5%
     hosts = [f"h{i}" for i in range(len(values))]
-    rows = pd.DataFrame({"run_id": "r1", "probe": "carrier", "host": hosts, "checkpoint": "A",
-                         "finished_at": pd.Timestamp("2026-12-03"), "step_s": 1.0, column: values})
+    rows = pd.DataFrame(
+        {
+            "run_id": "r1",
+            "probe": "carrier",
+            "host": hosts,
+            "checkpoint": "A",
+            "finished_at": pd.Timestamp("2026-12-03"),
+            "step_s": 1.0,
+            column: values,
+        }
+    )
     assert compare._cells(rows, "step_s", [])["untrusted"].tolist() == expected
     assert report_html._untrusted(rows).tolist() == expected
     assert (~drift_table(rows, "step_s", by=[])["trusted"]).tolist() == expected

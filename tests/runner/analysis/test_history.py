@@ -24,15 +24,43 @@ NOISE = (0.0, 0.008, -0.006, 0.011, -0.004)
 T0 = datetime(2026, 11, 20, 1, 0, tzinfo=timezone.utc)
 
 
-def write_night(store: Store, night: int, host: str, step_s: float, *, spread_pct: float = 0.8,
-                fp: str = "fp-4b", config_hash: str = "cfg-a", seq_len: int = 4096) -> None:
-    key = JobKey(run_id=f"night-{night}", job_id=f"carrier-{host}-{fp}-{config_hash}-{seq_len}",
-                 probe="carrier", host=host, checkpoint="qwen3-4b", checkpoint_fp=fp,
-                 config_hash=config_hash, code_version="0.1.0",
-                 finished_at=T0 + timedelta(days=night, minutes=seq_len // 1024))
-    store.write_table(key, "carriers", [{"seq_len": seq_len, "step_s": step_s, "tok_per_s": seq_len / step_s,
-                                         "spread_pct": spread_pct, "steps": 10 if spread_pct <= 2 else 30,
-                                         "trustworthy": spread_pct <= 2, "status": "ok"}])
+def write_night(
+    store: Store,
+    night: int,
+    host: str,
+    step_s: float,
+    *,
+    spread_pct: float = 0.8,
+    fp: str = "fp-4b",
+    config_hash: str = "cfg-a",
+    seq_len: int = 4096,
+) -> None:
+    key = JobKey(
+        run_id=f"night-{night}",
+        job_id=f"carrier-{host}-{fp}-{config_hash}-{seq_len}",
+        probe="carrier",
+        host=host,
+        checkpoint="qwen3-4b",
+        checkpoint_fp=fp,
+        config_hash=config_hash,
+        code_version="0.1.0",
+        finished_at=T0 + timedelta(days=night, minutes=seq_len // 1024),
+    )
+    store.write_table(
+        key,
+        "carriers",
+        [
+            {
+                "seq_len": seq_len,
+                "step_s": step_s,
+                "tok_per_s": seq_len / step_s,
+                "spread_pct": spread_pct,
+                "steps": 10 if spread_pct <= 2 else 30,
+                "trustworthy": spread_pct <= 2,
+                "status": "ok",
+            }
+        ],
+    )
     store.write_job(key, status="ok", started_at=key.finished_at, wall_s=1.0, summary={}, config={}, env={})
 
 
@@ -111,8 +139,7 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
 def test_history_command_table_plot_json_and_exit_code(tmp_path, capsys):
     store = noisy_history(tmp_path / "results")
     write_night(store, len(NOISE), "gx10", BASE_STEP_S["gx10"] * 1.05)
-    code, out, _ = run_cli(capsys, "--probe", "carrier", "--store", str(store.root),
-                           "--plot", str(tmp_path / "h.png"))
+    code, out, _ = run_cli(capsys, "--probe", "carrier", "--store", str(store.root), "--plot", str(tmp_path / "h.png"))
     assert code == 1  # the newest run of a series drifted
     assert out.count("DRIFT") == 1 and "gx10" in out and "up 5." in out
     png = (tmp_path / "h.png").read_bytes()
@@ -124,13 +151,16 @@ def test_history_command_table_plot_json_and_exit_code(tmp_path, capsys):
     assert {r["host"] for r in data["rows"]} == {"ana-ml2"} and len(data["rows"]) == len(NOISE)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--probe", "padding"], "no results of probe 'padding'"),
-    (["--probe", "carrier", "--metric", "nope"], "no column 'nope'"),
-    (["--probe", "carrier", "--host", "h9"], "--host: no rows for host 'h9'"),
-    (["--probe", "carrier", "--table", "kernels"], "has no table 'kernels'"),
-    (["--probe", "carrier", "--threshold-pct", "-1"], "--threshold-pct"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--probe", "padding"], "no results of probe 'padding'"),
+        (["--probe", "carrier", "--metric", "nope"], "no column 'nope'"),
+        (["--probe", "carrier", "--host", "h9"], "--host: no rows for host 'h9'"),
+        (["--probe", "carrier", "--table", "kernels"], "has no table 'kernels'"),
+        (["--probe", "carrier", "--threshold-pct", "-1"], "--threshold-pct"),
+    ],
+)
 def test_history_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, message):
     store = noisy_history(tmp_path)
     code, out, err = run_cli(capsys, *argv, "--store", str(store.root))

@@ -22,8 +22,14 @@ from runner.store.store import JobKey, Store
 HOSTS = ("gx10", "ana-ml2", "h200-a")
 CARRIERS = {"qwen3-0.6b": 0.6e9, "qwen3-4b": 4.0e9}
 # Median s/step per (carrier, host) at 4,096 tokens; ana-ml2's 0.6B step is launch-bound (wide spread).
-STEP_S = {("qwen3-0.6b", "gx10"): 0.21, ("qwen3-0.6b", "ana-ml2"): 0.35, ("qwen3-0.6b", "h200-a"): 0.19,
-          ("qwen3-4b", "gx10"): 0.52, ("qwen3-4b", "ana-ml2"): 0.95, ("qwen3-4b", "h200-a"): 0.40}
+STEP_S = {
+    ("qwen3-0.6b", "gx10"): 0.21,
+    ("qwen3-0.6b", "ana-ml2"): 0.35,
+    ("qwen3-0.6b", "h200-a"): 0.19,
+    ("qwen3-4b", "gx10"): 0.52,
+    ("qwen3-4b", "ana-ml2"): 0.95,
+    ("qwen3-4b", "h200-a"): 0.40,
+}
 SPREAD_PCT = {("qwen3-0.6b", "ana-ml2"): 4.2}
 TOKENS = 4096
 NUM_NIGHTS = 5
@@ -33,33 +39,68 @@ SLOW = ("qwen3-4b", "h200-a")
 FAILED = ("qwen3-4b", "ana-ml2")
 SKIPPED_HOST = "gx10"
 CHECK_FAILED_HOST = "h200-a"
-KERNEL_SHARES = {"bf16 GEMM": 0.46, "fp32 GEMM": 0.14, "attention": 0.18, "elementwise": 0.12,
-                 "optimizer": 0.06, "memcpy and memset": 0.04}
+KERNEL_SHARES = {
+    "bf16 GEMM": 0.46,
+    "fp32 GEMM": 0.14,
+    "attention": 0.18,
+    "elementwise": 0.12,
+    "optimizer": 0.06,
+    "memcpy and memset": 0.04,
+}
 
 
 def _key(run: int, probe: str, host: str, checkpoint: str, minute: int) -> JobKey:
-    return JobKey(run_id=f"night-{run}", job_id=f"{probe}-{host}-{checkpoint}", probe=probe, host=host,
-                  checkpoint=checkpoint, checkpoint_fp=f"fp-{checkpoint}", config_hash=f"cfg-{probe}",
-                  code_version="0.1.0", finished_at=datetime(2026, 11, 28, 1, minute, tzinfo=timezone.utc) + timedelta(days=run))
+    return JobKey(
+        run_id=f"night-{run}",
+        job_id=f"{probe}-{host}-{checkpoint}",
+        probe=probe,
+        host=host,
+        checkpoint=checkpoint,
+        checkpoint_fp=f"fp-{checkpoint}",
+        config_hash=f"cfg-{probe}",
+        code_version="0.1.0",
+        finished_at=datetime(2026, 11, 28, 1, minute, tzinfo=timezone.utc) + timedelta(days=run),
+    )
 
 
 def _job(store: Store, key: JobKey, status: str = "ok", reason: str = "", summary: dict | None = None) -> None:
     wall_s = 0.0 if status == "skipped" else 40.0
-    store.write_job(key, status=status, reason=reason, started_at=key.finished_at - timedelta(seconds=wall_s),
-                    wall_s=wall_s, summary=summary or {}, config={}, env={"host": key.host}, plan="nightly")
+    store.write_job(
+        key,
+        status=status,
+        reason=reason,
+        started_at=key.finished_at - timedelta(seconds=wall_s),
+        wall_s=wall_s,
+        summary=summary or {},
+        config={},
+        env={"host": key.host},
+        plan="nightly",
+    )
 
 
 def _carrier_row(carrier: str, host: str, step_s: float) -> dict:
     """The columns of probes/carrier.py's CarrierRow (its `checkpoint` lives in the key)."""
     spread = SPREAD_PCT.get((carrier, host), 0.8)
     busy = 0.62 if spread > 2 else 0.97
-    return {"params_total": int(CARRIERS[carrier]), "params_trainable": int(CARRIERS[carrier] / 200),
-            "tokens_per_step": TOKENS, "warmup_steps": 3, "steps": 10 if spread <= 2 else 30,
-            "step_s": step_s, "tok_per_s": TOKENS / step_s, "spread_pct": spread, "iqr_pct": spread / 3,
-            "peak_mem_bytes": int(CARRIERS[carrier] * 6), "gpu_busy_frac": busy,
-            "mfu": 6 * CARRIERS[carrier] * TOKENS / step_s / 989e12,
-            "hours_per_job": 1e9 / (TOKENS / step_s) / 3600, "hours_sweep": 4e9 / (TOKENS / step_s) / 3600,
-            "trustworthy": spread <= 2.0, "launch_bound": busy < 0.9, "status": "ok"}
+    return {
+        "params_total": int(CARRIERS[carrier]),
+        "params_trainable": int(CARRIERS[carrier] / 200),
+        "tokens_per_step": TOKENS,
+        "warmup_steps": 3,
+        "steps": 10 if spread <= 2 else 30,
+        "step_s": step_s,
+        "tok_per_s": TOKENS / step_s,
+        "spread_pct": spread,
+        "iqr_pct": spread / 3,
+        "peak_mem_bytes": int(CARRIERS[carrier] * 6),
+        "gpu_busy_frac": busy,
+        "mfu": 6 * CARRIERS[carrier] * TOKENS / step_s / 989e12,
+        "hours_per_job": 1e9 / (TOKENS / step_s) / 3600,
+        "hours_sweep": 4e9 / (TOKENS / step_s) / 3600,
+        "trustworthy": spread <= 2.0,
+        "launch_bound": busy < 0.9,
+        "status": "ok",
+    }
 
 
 def _write_profile(store: Store, run: int, host: str, checkpoint: str, rng: random.Random) -> None:
@@ -71,35 +112,94 @@ def _write_profile(store: Store, run: int, host: str, checkpoint: str, rng: rand
     def fit_s(n: int) -> float:
         return terms["quadratic"] * n * n + terms["linear"] * n + terms["fixed"]
 
-    scaling = [{"seq_len": n, "batch_size": 1, "tokens": n, "step_s": fit_s(n) * (1 + rng.uniform(-0.005, 0.005)),
-                "spread_pct": 0.6, "iqr_pct": 0.2, "steps": 5, "peak_mem_bytes": int(2e9 + n * 1e6),
-                "gpu_busy_frac": 0.97, "launch_bound": False, "in_fit": True, "fit_s": fit_s(n),
-                "heldout_err_pct": 0.4, "status": "ok"} for n in (1024, 2048, 4096, 8192)]
-    fit = [{"term": t, "coef": c, "unit": u, "share_at_production_pct": 100 * share}
-           for (t, c), u, share in zip(terms.items(), ("s/token^2", "s/token", "s"), (0.15, 0.7, 0.15))]
-    kernels = [{"category": c, "kernel_s_per_step": base * 0.8 * share, "share_pct": share * 100,
-                "num_calls_per_step": 100.0, "top_kernel": f"{c.split()[0]}_kernel"}
-               for c, share in KERNEL_SHARES.items()]
+    scaling = [
+        {
+            "seq_len": n,
+            "batch_size": 1,
+            "tokens": n,
+            "step_s": fit_s(n) * (1 + rng.uniform(-0.005, 0.005)),
+            "spread_pct": 0.6,
+            "iqr_pct": 0.2,
+            "steps": 5,
+            "peak_mem_bytes": int(2e9 + n * 1e6),
+            "gpu_busy_frac": 0.97,
+            "launch_bound": False,
+            "in_fit": True,
+            "fit_s": fit_s(n),
+            "heldout_err_pct": 0.4,
+            "status": "ok",
+        }
+        for n in (1024, 2048, 4096, 8192)
+    ]
+    fit = [
+        {"term": t, "coef": c, "unit": u, "share_at_production_pct": 100 * share}
+        for (t, c), u, share in zip(terms.items(), ("s/token^2", "s/token", "s"), (0.15, 0.7, 0.15))
+    ]
+    kernels = [
+        {
+            "category": c,
+            "kernel_s_per_step": base * 0.8 * share,
+            "share_pct": share * 100,
+            "num_calls_per_step": 100.0,
+            "top_kernel": f"{c.split()[0]}_kernel",
+        }
+        for c, share in KERNEL_SHARES.items()
+    ]
     for name, rows in (("scaling", scaling), ("fit", fit), ("kernels", kernels)):
         store.write_table(key, name, rows)
-    _job(store, key, summary={"step_s_4096": scaling[2]["step_s"], "quadratic_share_pct": 15.0, "seq_len": TOKENS,
-                              "step_s": scaling[2]["step_s"], "max_heldout_err_pct": 0.4,
-                              "padding_penalty_same_shape_pct": 20.0, "padding_penalty_same_tokens_pct": 38.0})
+    _job(
+        store,
+        key,
+        summary={
+            "step_s_4096": scaling[2]["step_s"],
+            "quadratic_share_pct": 15.0,
+            "seq_len": TOKENS,
+            "step_s": scaling[2]["step_s"],
+            "max_heldout_err_pct": 0.4,
+            "padding_penalty_same_shape_pct": 20.0,
+            "padding_penalty_same_tokens_pct": 38.0,
+        },
+    )
 
 
 def _write_mask_and_bucket(store: Store, run: int, host: str) -> None:
     """probes/mask.py's `layers` (Qwen3-4B: 36 full-attention layers, all on the fast path) and
     probes/bucket.py's `sweep` with its summary's 90%-gain pick."""
     key = _key(run, "mask", host, "qwen3-4b", 56)
-    store.write_table(key, "layers", [
-        {"layer": i, "layer_type": "full_attention", "mask": "none", "is_causal": True, "fast_path": True,
-         "backend": "flash", "window": None, "keys_min": 1, "keys_max": 4096, "band_ok": True,
-         "cross_sequence": False} for i in range(36)])
+    store.write_table(
+        key,
+        "layers",
+        [
+            {
+                "layer": i,
+                "layer_type": "full_attention",
+                "mask": "none",
+                "is_causal": True,
+                "fast_path": True,
+                "backend": "flash",
+                "window": None,
+                "keys_min": 1,
+                "keys_max": 4096,
+                "band_ok": True,
+                "cross_sequence": False,
+            }
+            for i in range(36)
+        ],
+    )
     _job(store, key, summary={"num_layers": 36, "layers_fast_path": 36, "layers_cross_sequence": 0})
     key = _key(run, "bucket", host, "qwen3-4b", 57)
-    sweep = [{"bucket_size": b, "num_batches": 163, "pad_fraction": f, "pad_fraction_std": 0.01,
-              "gain_vs_random": 0.68 / f, "sources_per_batch": spb, "source_entropy_ratio": spb / 4}
-             for b, f, spb in ((8, 0.68, 3.14), (136, 0.17, 1.67), (1300, 0.02, 1.65))]
+    sweep = [
+        {
+            "bucket_size": b,
+            "num_batches": 163,
+            "pad_fraction": f,
+            "pad_fraction_std": 0.01,
+            "gain_vs_random": 0.68 / f,
+            "sources_per_batch": spb,
+            "source_entropy_ratio": spb / 4,
+        }
+        for b, f, spb in ((8, 0.68, 3.14), (136, 0.17, 1.67), (1300, 0.02, 1.65))
+    ]
     store.write_table(key, "sweep", sweep)
     _job(store, key, summary={"bucket_size_90pct_gain": 136, "its_pad_fraction": 0.17})
 
@@ -111,8 +211,12 @@ def build_lab_store(root: Path, *, seed: int = 0) -> Store:
         for i, (carrier, host) in enumerate(sorted(STEP_S)):
             key = _key(run, "carrier", host, carrier, i)
             if last and (carrier, host) == FAILED:
-                _job(store, key, status="failed", reason="torch.OutOfMemoryError: CUDA out of memory "
-                     "(tried to allocate 2.32 GiB)")
+                _job(
+                    store,
+                    key,
+                    status="failed",
+                    reason="torch.OutOfMemoryError: CUDA out of memory (tried to allocate 2.32 GiB)",
+                )
                 continue
             step_s = STEP_S[(carrier, host)] * (1 + rng.uniform(-0.01, 0.01))
             step_s *= SLOWDOWN if last and (carrier, host) == SLOW else 1.0
@@ -124,9 +228,14 @@ def build_lab_store(root: Path, *, seed: int = 0) -> Store:
             else:
                 _write_profile(store, run, host, "qwen3-4b", rng)
             key = _key(run, "padding", host, "qwen3-4b", 55)
-            store.write_table(key, "strategies", [
-                {"strategy": s, "pad_fraction": f, "tokens_per_batch": 16384} for s, f in
-                (("none", 0.41), ("sorted", 0.03), ("bucketed", 0.07))])
+            store.write_table(
+                key,
+                "strategies",
+                [
+                    {"strategy": s, "pad_fraction": f, "tokens_per_batch": 16384}
+                    for s, f in (("none", 0.41), ("sorted", 0.03), ("bucketed", 0.07))
+                ],
+            )
             reason = "checks failed: truncated_below_1pct" if last and host == CHECK_FAILED_HOST else ""
             _job(store, key, reason=reason, summary={"best": "sorted", "pad_fraction_none": 0.41})
             _write_mask_and_bucket(store, run, host)
@@ -175,7 +284,7 @@ def test_report_lands_under_the_store_and_embeds_real_pngs(lab):
     for img in page.images:
         prefix = "data:image/png;base64,"
         assert img["src"].startswith(prefix) and img.get("alt")
-        png = base64.b64decode(img["src"][len(prefix):])
+        png = base64.b64decode(img["src"][len(prefix) :])
         assert png[:8] == b"\x89PNG\r\n\x1a\n"
         width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
         assert width > 200 and height > 100
@@ -187,9 +296,17 @@ def test_report_names_every_host_carrier_failure_and_skip(lab):
     for name in HOSTS + tuple(CARRIERS):
         assert name in text
     assert "CUDA out of memory" in text and "deadline" in text and "truncated_below_1pct" in text
-    for section in ("What this run found", "What changed since the last run", "Failed and skipped jobs",
-                    "Carriers", "Step-time scaling", "Kernel time by category", "Job summaries",
-                    "padding.strategies", "profile.fit"):
+    for section in (
+        "What this run found",
+        "What changed since the last run",
+        "Failed and skipped jobs",
+        "Carriers",
+        "Step-time scaling",
+        "Kernel time by category",
+        "Job summaries",
+        "padding.strategies",
+        "profile.fit",
+    ):
         assert section in text
 
 
@@ -211,8 +328,9 @@ def test_kernel_table_in_the_report_is_per_host_milliseconds(lab):
     store, path, _ = lab
     page = path.read_text(encoding="utf-8")
     kernels = store.read("profile.kernels")
-    row = kernels[(kernels["run_id"] == LAST_RUN) & (kernels["host"] == "h200-a")
-                  & (kernels["category"] == "bf16 GEMM")].iloc[0]
+    row = kernels[
+        (kernels["run_id"] == LAST_RUN) & (kernels["host"] == "h200-a") & (kernels["category"] == "bf16 GEMM")
+    ].iloc[0]
     expected_ms = STEP_S[("qwen3-4b", "h200-a")] * 0.8 * KERNEL_SHARES["bf16 GEMM"] * 1e3
     assert row["kernel_s_per_step"] * 1e3 == pytest.approx(expected_ms)
     assert f"{expected_ms:.4f}".rstrip("0") in page
@@ -253,8 +371,9 @@ def _text(fragment: str) -> str:
 def test_the_report_opens_with_the_findings_and_collapses_the_raw_tables(lab):
     _, path, _ = lab
     findings, raw = _findings(path)
-    order = [findings.index(h) for h in ("What this run found", "What changed since the last run",
-                                         "Failed and skipped jobs")]
+    order = [
+        findings.index(h) for h in ("What this run found", "What changed since the last run", "Failed and skipped jobs")
+    ]
     assert order == sorted(order)
     # Every plot and raw table is inside the one collapsed <details>, none before it.
     assert "<img" not in path.read_text(encoding="utf-8").split("<details", 1)[0]
@@ -283,8 +402,8 @@ def test_the_findings_show_each_probes_answer_from_the_stored_rows(lab):
         assert f"{100 * fraction:g}".rstrip("0").rstrip(".") in findings
     fit = store.read("profile.fit")
     shares = fit[(fit["run_id"] == LAST_RUN) & (fit["host"] == "h200-a")].set_index("term")["share_at_production_pct"]
-    profile = findings[findings.index("profile: where does the step's time go"):]
-    row = profile[profile.index("qwen3-4b h200-a this run"):][:120]
+    profile = findings[findings.index("profile: where does the step's time go") :]
+    row = profile[profile.index("qwen3-4b h200-a this run") :][:120]
     assert f" {shares['quadratic']:g} {shares['linear']:g} {shares['fixed']:g} " in row, row
     slow_carrier, slow_host = SLOW
     assert f"carrier {slow_host}/{slow_carrier}" in findings and "(1 drift alert(s), 1 changed answer(s))" in findings

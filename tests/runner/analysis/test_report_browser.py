@@ -30,13 +30,24 @@ from runner.analysis.report import write_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None and not os.environ.get("LABPROBE_REQUIRE_BROWSER"):
-    pytest.skip("no chromium here (apt-get install chromium; CI sets LABPROBE_REQUIRE_BROWSER)",
-                allow_module_level=True)
+    pytest.skip(
+        "no chromium here (apt-get install chromium; CI sets LABPROBE_REQUIRE_BROWSER)", allow_module_level=True
+    )
 
 # The flags that work on a machine with a closed network, as root, without a screen.
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-extensions", "--hide-scrollbars", "--remote-debugging-pipe")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--hide-scrollbars",
+    "--remote-debugging-pipe",
+)
 TIMEOUT_S = 60.0
 
 
@@ -51,13 +62,27 @@ class Browser:
         # (no preexec_fn: not safe in a process with threads, such as a Ray driver), by way of fds
         # above both: a pipe end may itself be fd 3 or 4 (a process with few files open).
         high = max(to_chrome_r, from_chrome_w) + 1
-        move = (f"exec {high}<&{to_chrome_r} {high + 1}>&{from_chrome_w} {to_chrome_r}<&- {from_chrome_w}>&-; "
-                f"exec 3<&{high} 4>&{high + 1} {high}<&- {high + 1}>&-; exec \"$@\"")
+        move = (
+            f"exec {high}<&{to_chrome_r} {high + 1}>&{from_chrome_w} {to_chrome_r}<&- {from_chrome_w}>&-; "
+            f'exec 3<&{high} 4>&{high + 1} {high}<&- {high + 1}>&-; exec "$@"'
+        )
         self.proc = subprocess.Popen(
-            ["bash", "-c", move, "bash", CHROMIUM, *FLAGS, f"--user-data-dir={user_data_dir}",
-             f"--window-size={width},{height}", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            pass_fds=(to_chrome_r, from_chrome_w))
+            [
+                "bash",
+                "-c",
+                move,
+                "bash",
+                CHROMIUM,
+                *FLAGS,
+                f"--user-data-dir={user_data_dir}",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(to_chrome_r, from_chrome_w),
+        )
         for fd in (to_chrome_r, from_chrome_w):
             os.close(fd)
         self._next_id = 0
@@ -127,18 +152,33 @@ class Browser:
         time.sleep(0.2)  # late console messages
         while not self.events.empty():
             self.seen.append(self.events.get_nowait())
-        images = self.page("Runtime.evaluate", returnByValue=True, expression=(
-            "Array.from(document.images).map(i => ({alt: i.alt, complete: i.complete,"
-            " width: i.naturalWidth, height: i.naturalHeight}))"))["result"]["value"]
-        return {"images": images, "errors": page_errors(self.seen),
-                "requests": [e["params"]["request"]["url"] for e in self.seen
-                             if e.get("method") == "Network.requestWillBeSent"]}
+        images = self.page(
+            "Runtime.evaluate",
+            returnByValue=True,
+            expression=(
+                "Array.from(document.images).map(i => ({alt: i.alt, complete: i.complete,"
+                " width: i.naturalWidth, height: i.naturalHeight}))"
+            ),
+        )["result"]["value"]
+        return {
+            "images": images,
+            "errors": page_errors(self.seen),
+            "requests": [
+                e["params"]["request"]["url"] for e in self.seen if e.get("method") == "Network.requestWillBeSent"
+            ],
+        }
 
     def screenshot(self, width: int = 1200) -> bytes:
         import base64
+
         size = self.page("Page.getLayoutMetrics")["cssContentSize"]
-        self.page("Emulation.setDeviceMetricsOverride", width=width, height=int(size["height"]),
-                  deviceScaleFactor=1, mobile=False)
+        self.page(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=int(size["height"]),
+            deviceScaleFactor=1,
+            mobile=False,
+        )
         shot = self.page("Page.captureScreenshot", format="png", captureBeyondViewport=True)
         return base64.b64decode(shot["data"])
 
@@ -199,12 +239,17 @@ def test_the_findings_come_first_and_the_raw_tables_are_collapsed(browser, repor
     """As a reader sees it: the first heading under the title is the findings, the first table is an
     answer, and the plots sit in a closed <details> (loaded, but not taking the screen)."""
     browser.load(report.as_uri())
-    layout = browser.page("Runtime.evaluate", returnByValue=True, expression=(
-        "({h2: Array.from(document.querySelectorAll('h2')).filter(h => h.checkVisibility())"
-        "    .map(h => [h.textContent, h.getBoundingClientRect().top]),"
-        "  details: Array.from(document.querySelectorAll('details')).map(d => d.open),"
-        "  visibleImages: Array.from(document.images).filter(i => i.checkVisibility()).length,"
-        "  firstTable: document.querySelector('table').closest('details') === null})"))["result"]["value"]
+    layout = browser.page(
+        "Runtime.evaluate",
+        returnByValue=True,
+        expression=(
+            "({h2: Array.from(document.querySelectorAll('h2')).filter(h => h.checkVisibility())"
+            "    .map(h => [h.textContent, h.getBoundingClientRect().top]),"
+            "  details: Array.from(document.querySelectorAll('details')).map(d => d.open),"
+            "  visibleImages: Array.from(document.images).filter(i => i.checkVisibility()).length,"
+            "  firstTable: document.querySelector('table').closest('details') === null})"
+        ),
+    )["result"]["value"]
     titles = [t for t, _ in layout["h2"]]
     assert titles[0] == "What this run found", titles
     assert titles[1].startswith("What changed since the last run") and titles[2].startswith("Failed and skipped")
@@ -231,9 +276,12 @@ def test_report_screenshot_shows_a_rendered_page(browser, report, tmp_path):
 def test_the_check_sees_a_broken_image_and_a_script_error(browser, tmp_path):
     """The harness must be able to fail: a page with a bad image and a throwing script."""
     page = tmp_path / "broken.html"
-    page.write_text("<!DOCTYPE html><html><body><img alt=x src=\"data:image/png;base64,AAAA\">"
-                    "<img alt=y src=\"missing.png\"><script>console.error('boom'); undefined_fn();</script>"
-                    "</body></html>", encoding="utf-8")
+    page.write_text(
+        '<!DOCTYPE html><html><body><img alt=x src="data:image/png;base64,AAAA">'
+        "<img alt=y src=\"missing.png\"><script>console.error('boom'); undefined_fn();</script>"
+        "</body></html>",
+        encoding="utf-8",
+    )
     seen = browser.load(page.as_uri())
     assert [i["width"] for i in seen["images"]] == [0, 0]
     text = " ".join(seen["errors"])

@@ -14,17 +14,42 @@ from runner.analysis.drift import drift_table
 from runner.store.store import JobKey, Store
 
 T0 = datetime(2026, 12, 1, 22, 0, tzinfo=timezone.utc)
-ENV = {"python": "3.11.9", "torch": "2.13.0", "transformers": "5.24.0", "peft": "0.21.0", "cuda": "12.8",
-       "driver": "570.1", "gpu": "NVIDIA H200", "harness": "probes.harness", "harness_sha256": "aaaa"}
+ENV = {
+    "python": "3.11.9",
+    "torch": "2.13.0",
+    "transformers": "5.24.0",
+    "peft": "0.21.0",
+    "cuda": "12.8",
+    "driver": "570.1",
+    "gpu": "NVIDIA H200",
+    "harness": "probes.harness",
+    "harness_sha256": "aaaa",
+}
 
 
 def put(store: Store, *, host: str, run: int, tok_per_s: dict[str, float], env: dict | None = None) -> None:
-    key = JobKey(run_id=f"r{run}", job_id=f"{host}-q4b", probe="carrier", host=host, checkpoint="q4b",
-                 checkpoint_fp="fp", config_hash="c1", code_version="v", finished_at=T0 + timedelta(hours=run))
-    store.write_table(key, "carriers", [{"model": "q4b", "variant": v, "tok_per_s": t, "spread_pct": 0.5,
-                                         "caveat": f"caveat of {v}"} for v, t in tok_per_s.items()])
-    store.write_job(key, status="ok", started_at=key.finished_at, wall_s=1.0, summary={}, config={},
-                    env=env or ENV, plan="nightly")
+    key = JobKey(
+        run_id=f"r{run}",
+        job_id=f"{host}-q4b",
+        probe="carrier",
+        host=host,
+        checkpoint="q4b",
+        checkpoint_fp="fp",
+        config_hash="c1",
+        code_version="v",
+        finished_at=T0 + timedelta(hours=run),
+    )
+    store.write_table(
+        key,
+        "carriers",
+        [
+            {"model": "q4b", "variant": v, "tok_per_s": t, "spread_pct": 0.5, "caveat": f"caveat of {v}"}
+            for v, t in tok_per_s.items()
+        ],
+    )
+    store.write_job(
+        key, status="ok", started_at=key.finished_at, wall_s=1.0, summary={}, config={}, env=env or ENV, plan="nightly"
+    )
 
 
 def test_variants_are_separate_rows_even_when_hosts_measured_different_sets(tmp_path):
@@ -47,8 +72,22 @@ def test_an_unknown_variant_is_bad_input_naming_the_stored_ones(tmp_path, capsys
     code = cli.main(["compare", "--probe", "carrier", "--store", str(tmp_path), "--variant", "turbo"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "turbo" in err
-    assert cli.main(["compare", "--probe", "carrier", "--store", str(tmp_path), "--variant", "bf16-adapters",
-                     "--variant", "baseline"]) == 0
+    assert (
+        cli.main(
+            [
+                "compare",
+                "--probe",
+                "carrier",
+                "--store",
+                str(tmp_path),
+                "--variant",
+                "bf16-adapters",
+                "--variant",
+                "baseline",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "variant=bf16-adapters" in out and "variant=baseline" in out
 
@@ -71,8 +110,13 @@ def test_a_harness_change_is_warned_as_one(tmp_path):
     warnings = compare(store, "carrier").warnings
     [harness] = [w for w in warnings if w.startswith("harness sources")]
     assert "a harness change, not host drift" in harness and "gx10 aaaa" in harness and "ana-ml2 bbbb" in harness
-    put(store, host="ana-ml2", run=2, tok_per_s={"baseline": 90.0}, env={k: v for k, v in ENV.items()
-                                                                       if not k.startswith(("harness", "peft"))})
+    put(
+        store,
+        host="ana-ml2",
+        run=2,
+        tok_per_s={"baseline": 90.0},
+        env={k: v for k, v in ENV.items() if not k.startswith(("harness", "peft"))},
+    )
     assert not any(w.startswith(("harness", "peft")) for w in compare(store, "carrier").warnings)
 
 
@@ -80,19 +124,34 @@ def test_the_report_lists_each_jobs_advice_per_host(tmp_path):
     from runner.analysis.report import write_report
 
     store = Store(tmp_path)
-    advice = {"gx10": ["q4b compile: 100 -> 160 tok/s (x1.600), peak 40.0 GiB -> 32.0 GiB; compile time ...",
-                       "q4b grad-ckpt: 100 -> 66 tok/s (x0.660), peak 40.0 GiB -> 11.0 GiB; memory for time"],
-              "ana-ml2": ["q4b bf16-adapters: 50 -> 60 tok/s (x1.200), peak n/a -> n/a; optimizer precision"]}
+    advice = {
+        "gx10": [
+            "q4b compile: 100 -> 160 tok/s (x1.600), peak 40.0 GiB -> 32.0 GiB; compile time ...",
+            "q4b grad-ckpt: 100 -> 66 tok/s (x0.660), peak 40.0 GiB -> 11.0 GiB; memory for time",
+        ],
+        "ana-ml2": ["q4b bf16-adapters: 50 -> 60 tok/s (x1.200), peak n/a -> n/a; optimizer precision"],
+    }
     for host, lines in advice.items():
-        key = JobKey(run_id="r1", job_id=f"{host}-q4b", probe="carrier", host=host, checkpoint="q4b",
-                     checkpoint_fp="fp", config_hash="c1", code_version="v", finished_at=T0)
-        store.write_table(key, "carriers", [{"model": "q4b", "variant": "baseline", "tok_per_s": 100.0,
-                                             "spread_pct": 0.5}])
-        store.write_job(key, status="ok", started_at=T0, wall_s=1.0, summary={"advice": lines}, config={},
-                        env=ENV, plan="nightly")
+        key = JobKey(
+            run_id="r1",
+            job_id=f"{host}-q4b",
+            probe="carrier",
+            host=host,
+            checkpoint="q4b",
+            checkpoint_fp="fp",
+            config_hash="c1",
+            code_version="v",
+            finished_at=T0,
+        )
+        store.write_table(
+            key, "carriers", [{"model": "q4b", "variant": "baseline", "tok_per_s": 100.0, "spread_pct": 0.5}]
+        )
+        store.write_job(
+            key, status="ok", started_at=T0, wall_s=1.0, summary={"advice": lines}, config={}, env=ENV, plan="nightly"
+        )
     path, _ = write_report(store, "r1")
     page = path.read_text()
-    section = page[page.index("<h2>Advice"):]
+    section = page[page.index("<h2>Advice") :]
     assert section.index("ana-ml2 · carrier q4b") < section.index("gx10 · carrier q4b")
     for lines in advice.values():
         assert all(line.replace(">", "&gt;") in section for line in lines)

@@ -25,8 +25,10 @@ def test_walk_counts_a_hard_link_once_and_records_links_without_following_them(t
     assert tree.num_files == 3 and tree.bytes == 5000 + 3  # two names, one inode for w.bin
     distinct = {os.stat(top / "small.txt"), os.stat(top / "w-again.bin")}
     assert tree.alloc_bytes == sum(st.st_blocks * 512 for st in distinct)
-    assert sorted(tree.files.values()) in (["checkpoints/small.txt", "checkpoints/step-1/w.bin"],
-                                           ["checkpoints/small.txt", "checkpoints/w-again.bin"])
+    assert sorted(tree.files.values()) in (
+        ["checkpoints/small.txt", "checkpoints/step-1/w.bin"],
+        ["checkpoints/small.txt", "checkpoints/w-again.bin"],
+    )
     assert tree.symlinks == [("checkpoints/step-1/out", str(big))]
     st_top, st_sub = os.stat(top), os.stat(top / "step-1")
     assert tree.dirs == {(st_top.st_dev, st_top.st_ino), (st_sub.st_dev, st_sub.st_ino)}
@@ -87,9 +89,14 @@ def test_digests_read_files_and_through_links_and_name_what_cannot_be_read(tmp_p
     (adapter / "via-link.bin").symlink_to(tmp_path / "outside.bin")
     (adapter / "dangling").symlink_to(tmp_path / "gone")
     (adapter / "dir-link").symlink_to(tmp_path)
+
     def sha(data):
         return hashlib.sha256(data).hexdigest()
+
     assert tree_digests(str(adapter)) == {
-        "w.safetensors": sha(b"weights"), os.path.join("sub", "cfg.json"): sha(b"{}"),
-        "via-link.bin": sha(b"elsewhere"), "dangling": "not read: No such file or directory",
-        "dir-link": "not read: directory"}
+        "w.safetensors": sha(b"weights"),
+        os.path.join("sub", "cfg.json"): sha(b"{}"),
+        "via-link.bin": sha(b"elsewhere"),
+        "dangling": "not read: No such file or directory",
+        "dir-link": "not read: directory",
+    }

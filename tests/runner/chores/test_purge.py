@@ -56,8 +56,9 @@ def lab(tmp_path):
     # An adapter file hard-linked with a checkpoint file.
     run = make_run(gx, "hardlink", adapter=False)
     (run / "adapter").mkdir()
-    os.link(run / "checkpoints" / "step-200" / "adapter_model.safetensors",
-            run / "adapter" / "adapter_model.safetensors")
+    os.link(
+        run / "checkpoints" / "step-200" / "adapter_model.safetensors", run / "adapter" / "adapter_model.safetensors"
+    )
     # A symlink inside checkpoints/ (`latest` pointing at the newest step, as trainers do).
     make_run(ana, "ckpt-inner-link")
     (ana / "ckpt-inner-link" / "checkpoints" / "latest").symlink_to("step-200")
@@ -71,9 +72,9 @@ def lab(tmp_path):
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(
         "store:\n  root: store\nhosts:\n"
-        + "".join(f"  - name: {h}\n    address: 127.0.0.1\n    runs_root: {roots[h]}\n" for h in HOSTS))
-    return {"roots": roots, "outside": outside, "cluster": cluster, "store": tmp_path / "store",
-            "tmp": tmp_path}
+        + "".join(f"  - name: {h}\n    address: 127.0.0.1\n    runs_root: {roots[h]}\n" for h in HOSTS)
+    )
+    return {"roots": roots, "outside": outside, "cluster": cluster, "store": tmp_path / "store", "tmp": tmp_path}
 
 
 EXPECTED = {  # run -> (action, a phrase its reason must contain)
@@ -81,19 +82,30 @@ EXPECTED = {  # run -> (action, a phrase its reason must contain)
     ("ana-ml2", "clean-b"): ("remove", ""),
     ("gx10", "adapter-link"): ("refuse", "final adapter is a symlink (never followed)"),
     ("gx10", "adapter-into-ckpt"): ("refuse", "final adapter is a symlink into checkpoints/"),
-    ("gx10", "hardlink"): ("refuse", ("adapter/adapter_model.safetensors shares an inode with "
-                                     "checkpoints/step-200/adapter_model.safetensors")),
-    ("ana-ml2", "ckpt-inner-link"): ("refuse", ("symlink inside checkpoints/ (never followed): "
-                                               "checkpoints/latest -> step-200")),
+    ("gx10", "hardlink"): (
+        "refuse",
+        ("adapter/adapter_model.safetensors shares an inode with checkpoints/step-200/adapter_model.safetensors"),
+    ),
+    ("ana-ml2", "ckpt-inner-link"): (
+        "refuse",
+        ("symlink inside checkpoints/ (never followed): checkpoints/latest -> step-200"),
+    ),
     ("ana-ml2", "ckpt-escapes"): ("refuse", "checkpoints/ is a symlink resolving outside the runs root"),
     ("ana-ml2", "run-escapes"): ("refuse", "run directory is a symlink resolving outside the runs root"),
     ("ana-ml2", "no-adapter"): ("refuse", "final adapter missing"),
-    ("gx10", "donor"): ("refuse", ("another run's final adapter rests on checkpoints/ through a symlink: "
-                                     "borrower/adapter -> ")),
+    ("gx10", "donor"): (
+        "refuse",
+        ("another run's final adapter rests on checkpoints/ through a symlink: borrower/adapter -> "),
+    ),
     ("gx10", "borrower"): ("refuse", "final adapter is a symlink into another run's checkpoints/ (donor)"),
-    ("ana-ml2", "donor-hard"): ("refuse", ("hard link with another run's final adapter: "
-                                          "borrower-hard/adapter/opt.pt shares an inode with "
-                                          "checkpoints/step-100/optimizer.pt")),
+    ("ana-ml2", "donor-hard"): (
+        "refuse",
+        (
+            "hard link with another run's final adapter: "
+            "borrower-hard/adapter/opt.pt shares an inode with "
+            "checkpoints/step-100/optimizer.pt"
+        ),
+    ),
     ("ana-ml2", "borrower-hard"): ("remove", ""),
 }
 
@@ -111,9 +123,11 @@ def ckpt_bytes(run: Path) -> int:
 
 
 def snapshot(lab) -> dict[str, dict[str, str]]:
-    return {"tmp": listing(lab["tmp"] / "runs-gx10") | {"ana:" + k: v for k, v in
-                                                       listing(lab["tmp"] / "runs-ana-ml2").items()},
-            "outside": listing(lab["outside"])}
+    return {
+        "tmp": listing(lab["tmp"] / "runs-gx10")
+        | {"ana:" + k: v for k, v in listing(lab["tmp"] / "runs-ana-ml2").items()},
+        "outside": listing(lab["outside"]),
+    }
 
 
 def test_plan_refuses_each_unsafe_run_with_its_reason(ray_cluster, lab):
@@ -152,16 +166,17 @@ def test_dry_run_deletes_nothing_and_is_stored(ray_cluster, lab, capsys):
 
 def test_purge_removes_only_planned_checkpoints_and_adapters_survive(ray_cluster, lab, capsys):
     before = snapshot(lab)
-    planned = [lab["roots"]["gx10"] / "clean-a" / "checkpoints",
-               lab["roots"]["ana-ml2"] / "clean-b" / "checkpoints",
-               lab["roots"]["ana-ml2"] / "borrower-hard" / "checkpoints"]
+    planned = [
+        lab["roots"]["gx10"] / "clean-a" / "checkpoints",
+        lab["roots"]["ana-ml2"] / "clean-b" / "checkpoints",
+        lab["roots"]["ana-ml2"] / "borrower-hard" / "checkpoints",
+    ]
     assert main(["purge", "--cluster", str(lab["cluster"]), "--yes"]) == 0
     out = capsys.readouterr().out
     after = snapshot(lab)
     # Expected: the listing before, less the planned directories and everything under them.
     prefixes = ["clean-a/checkpoints", "ana:clean-b/checkpoints", "ana:borrower-hard/checkpoints"]
-    expected = {k: v for k, v in before["tmp"].items()
-                if not any(k == p or k.startswith(p + "/") for p in prefixes)}
+    expected = {k: v for k, v in before["tmp"].items() if not any(k == p or k.startswith(p + "/") for p in prefixes)}
     assert len(expected) == len(before["tmp"]) - 3 * 6  # 3 dirs x (itself, 2 steps, 3 files)
     assert after == {"tmp": expected, "outside": before["outside"]}
     assert not any(p.exists() for p in planned)
@@ -232,27 +247,34 @@ def test_anything_else_in_the_run_resting_on_checkpoints_refuses_it(tmp_path):
     (run / "latest-log").symlink_to("train.log")
     rows = {r.run: r for r in scan.scan_root(str(root))}
     assert {n: r.action for n, r in rows.items()} == {
-        "plain": "remove", "link-elsewhere": "remove", "merged-is-link": "refuse",
-        "deep-link": "refuse", "merged-hard": "refuse", "top-hard": "refuse"}
-    assert rows["merged-is-link"].reason == ("symlink into checkpoints/ outside it: "
-                                             "merged -> checkpoints/step-200")
+        "plain": "remove",
+        "link-elsewhere": "remove",
+        "merged-is-link": "refuse",
+        "deep-link": "refuse",
+        "merged-hard": "refuse",
+        "top-hard": "refuse",
+    }
+    assert rows["merged-is-link"].reason == ("symlink into checkpoints/ outside it: merged -> checkpoints/step-200")
     assert rows["deep-link"].reason.startswith("symlink into checkpoints/ outside it: merged/sub/w.bin -> ")
-    assert rows["merged-hard"].reason == ("hard link between checkpoints/ and the rest of the run: "
-                                          "merged/optimizer.pt shares an inode with "
-                                          "checkpoints/step-100/optimizer.pt")
-    assert rows["top-hard"].reason.endswith("best.safetensors shares an inode with "
-                                            "checkpoints/step-200/adapter_model.safetensors")
+    assert rows["merged-hard"].reason == (
+        "hard link between checkpoints/ and the rest of the run: "
+        "merged/optimizer.pt shares an inode with "
+        "checkpoints/step-100/optimizer.pt"
+    )
+    assert rows["top-hard"].reason.endswith(
+        "best.safetensors shares an inode with checkpoints/step-200/adapter_model.safetensors"
+    )
     # Re-checked at deletion: approved while clean, a merged/ link made afterwards stops it.
     planned = [rows["plain"].path, rows["link-elsewhere"].path]
     (root / "plain" / "merged" / "w.bin").symlink_to("../checkpoints/step-200/adapter_model.safetensors")
     before = listing(root)
     done = {r.run: r for r in deletion.execute(str(root), "*", planned).actions}
     assert done["plain"].action == "refuse" and done["plain"].reason.startswith(
-        "at deletion: symlink into checkpoints/ outside it: merged/w.bin")
+        "at deletion: symlink into checkpoints/ outside it: merged/w.bin"
+    )
     assert done["link-elsewhere"].action == "removed"
     after = listing(root)
-    assert {k for k in before if k not in after} == {
-        k for k in before if k.startswith("link-elsewhere/checkpoints")}
+    assert {k for k in before if k not in after} == {k for k in before if k.startswith("link-elsewhere/checkpoints")}
     assert (root / "merged-is-link" / "merged" / "adapter_model.safetensors").read_bytes()  # intact
 
 
@@ -280,7 +302,8 @@ def test_zfs_snapshots_are_reported_as_holding_the_space(tmp_path):
     mountinfo = tmp_path / "mountinfo"
     mountinfo.write_text(
         f"22 1 {os.major(dev)}:{os.minor(dev)} / {tmp_path} rw,relatime shared:1 - zfs tank/lab rw\n"
-        f"23 1 0:99 / /proc rw - proc proc rw\n")
+        f"23 1 0:99 / /proc rw - proc proc rw\n"
+    )
     zfs = tmp_path / "zfs"  # stands in for the zfs command: prints two snapshots of the dataset
     zfs.write_text("#!/bin/sh\nprintf 'tank/lab@nightly-1\\ntank/lab@nightly-2\\n'\n")
     zfs.chmod(0o755)
@@ -288,8 +311,7 @@ def test_zfs_snapshots_are_reported_as_holding_the_space(tmp_path):
     [fs] = filesystems(rows, "gx10", {}, mountinfo=str(mountinfo), zfs=str(zfs))
     assert (fs.fstype, fs.source, fs.mount, fs.zfs_snapshots) == ("zfs", "tank/lab", str(tmp_path), 2)
     assert "held by them, not returned" in fs.note
-    [fs] = filesystems(rows, "gx10", {}, mountinfo=str(mountinfo),
-                                zfs=str(tmp_path / "no-zfs-here"))
+    [fs] = filesystems(rows, "gx10", {}, mountinfo=str(mountinfo), zfs=str(tmp_path / "no-zfs-here"))
     assert fs.zfs_snapshots is None and "no `zfs` command" in fs.note
 
 
@@ -306,8 +328,7 @@ def test_bad_input_is_one_line_exit_2_and_stores_nothing(ray_cluster, lab, capsy
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "error" in err
-    assert {"unknown host": "nowhere", "missing runs root": "does not exist",
-            "bad glob": "--run"}[case] in err
+    assert {"unknown host": "nowhere", "missing runs root": "does not exist", "bad glob": "--run"}[case] in err
     assert listing(lab["roots"]["gx10"]) == before and not lab["store"].exists()
 
 
@@ -336,8 +357,7 @@ def test_an_unreachable_host_fails_its_job_and_the_others_still_purge(ray_cluste
     assert main(["purge", "--cluster", str(lab["cluster"]), "--yes", "--json"]) == 1
     printed = json.loads(capsys.readouterr().out)
     assert set(printed["failures"]) == {"ghost"}
-    assert {h: s["num_removed"] for h, s in printed["summary"].items()} == {
-        "gx10": 1, "ana-ml2": 2, "ghost": 0}
+    assert {h: s["num_removed"] for h, s in printed["summary"].items()} == {"gx10": 1, "ana-ml2": 2, "ghost": 0}
     jobs = Store(lab["store"]).jobs().set_index("host")
     assert jobs.loc["ghost", "status"] == "failed"
     assert "no alive Ray node carries labprobe.host=ghost" in jobs.loc["ghost", "reason"]
@@ -385,8 +405,9 @@ def test_the_plan_is_stored_before_anything_is_deleted(ray_cluster, lab, monkeyp
 
 
 def test_a_purge_run_id_names_its_utc_start_second():
-    report = purge_mod.Report(yes=False, roots={}, run_glob="*",
-                              started_at=datetime(2026, 12, 3, 7, 22, 7, 500_000, tzinfo=timezone.utc))
+    report = purge_mod.Report(
+        yes=False, roots={}, run_glob="*", started_at=datetime(2026, 12, 3, 7, 22, 7, 500_000, tzinfo=timezone.utc)
+    )
     assert re.fullmatch(r"20261203T072207Z-[0-9a-f]{4}", report.run_id), report.run_id
     assert purge_mod.Report(yes=False, roots={}, run_glob="*", run_id="given").run_id == "given"
 
@@ -415,12 +436,32 @@ def test_without_an_address_only_this_machine_is_purged_as_host_local(tmp_path):
         for host, root in roots.items():
             make_run(root, f"run-{host}")
         cluster = tmp_path / name / "cluster.yaml"
-        cluster.write_text("store:\n  root: store\nray:\n  head: gx10\nhosts:\n" + "".join(
-            f"  - name: {h}\n    address: 127.0.0.1\n    runs_root: {roots[h]}\n" for h in roots))
-        procs[name] = roots, subprocess.Popen(
-            [sys.executable, "-m", "runner.cli", "purge", "--cluster", str(cluster), "--yes", "--json",
-             "--timeout-s", "120", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        cluster.write_text(
+            "store:\n  root: store\nray:\n  head: gx10\nhosts:\n"
+            + "".join(f"  - name: {h}\n    address: 127.0.0.1\n    runs_root: {roots[h]}\n" for h in roots)
+        )
+        procs[name] = (
+            roots,
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "runner.cli",
+                    "purge",
+                    "--cluster",
+                    str(cluster),
+                    "--yes",
+                    "--json",
+                    "--timeout-s",
+                    "120",
+                    *extra,
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            ),
+        )
     for name, (roots, proc) in procs.items():
         out, err = proc.communicate(timeout=240)
         assert proc.returncode == 1, err[-2000:]  # gx10 unreachable from here

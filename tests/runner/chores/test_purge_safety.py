@@ -70,30 +70,42 @@ def test_a_bind_mount_inside_checkpoints_refuses_the_run_and_its_files_survive(t
     (root / "run-is-mount").mkdir()
     make_run(root, "lender")  # one of its checkpoints mounted as another run's final adapter
     (make_run(root, "borrower", adapter=False) / "adapter").mkdir()
-    binds = [(tmp_path / "someone-elses-run", root / "run-is-mount"),
-             (root / "lender" / "checkpoints" / "step-200", root / "borrower" / "adapter"),
-             (base, root / "base-inside" / "checkpoints" / "base"),
-             (base, root / "base-deep" / "checkpoints" / "step-100" / "base"),
-             (elsewhere, root / "ckpt-is-mount" / "checkpoints")]
-    before = {"base": listing(base), "elsewhere": listing(elsewhere),
-              "run": listing(tmp_path / "someone-elses-run")}
+    binds = [
+        (tmp_path / "someone-elses-run", root / "run-is-mount"),
+        (root / "lender" / "checkpoints" / "step-200", root / "borrower" / "adapter"),
+        (base, root / "base-inside" / "checkpoints" / "base"),
+        (base, root / "base-deep" / "checkpoints" / "step-100" / "base"),
+        (elsewhere, root / "ckpt-is-mount" / "checkpoints"),
+    ]
+    before = {"base": listing(base), "elsewhere": listing(elsewhere), "run": listing(tmp_path / "someone-elses-run")}
     got = plan_and_execute(root, binds=binds)
-    for run, point in (("base-inside", "checkpoints/base"), ("base-deep", "checkpoints/step-100/base"),
-                       ("ckpt-is-mount", "checkpoints/")):
+    for run, point in (
+        ("base-inside", "checkpoints/base"),
+        ("base-deep", "checkpoints/step-100/base"),
+        ("ckpt-is-mount", "checkpoints/"),
+    ):
         assert got["plan"][run]["action"] == "refuse", got["plan"][run]
-        assert f"a mount point inside checkpoints/ (what is mounted lives elsewhere): {point}" in got["plan"][run]["reason"]
+        assert (
+            f"a mount point inside checkpoints/ (what is mounted lives elsewhere): {point}"
+            in got["plan"][run]["reason"]
+        )
         assert got["outcome"][run]["action"] == "refuse"
         assert got["outcome"][run]["reason"].startswith("at deletion: ")
     assert "the run directory is a mount point" in got["plan"]["run-is-mount"]["reason"]
-    assert (f"a folder of checkpoints/ is also mounted at {root / 'borrower' / 'adapter'}"
-            in got["plan"]["lender"]["reason"])
+    assert (
+        f"a folder of checkpoints/ is also mounted at {root / 'borrower' / 'adapter'}"
+        in got["plan"]["lender"]["reason"]
+    )
     assert "a mount point inside adapter/: adapter/" in got["plan"]["borrower"]["reason"]
     assert {got["outcome"][n]["action"] for n in ("lender", "borrower")} == {"refuse"}
     assert (root / "lender" / "checkpoints" / "step-200" / "adapter_model.safetensors").is_file()
     assert got["outcome"]["run-is-mount"]["action"] == "refuse"
     assert got["outcome"]["clean"]["action"] == "removed"
-    assert {"base": listing(base), "elsewhere": listing(elsewhere),
-            "run": listing(tmp_path / "someone-elses-run")} == before
+    assert {
+        "base": listing(base),
+        "elsewhere": listing(elsewhere),
+        "run": listing(tmp_path / "someone-elses-run"),
+    } == before
     assert (root / "base-inside" / "checkpoints" / "step-100" / "optimizer.pt").is_file()
 
 
@@ -157,7 +169,10 @@ def test_a_final_adapter_without_parsable_weights_refuses_the_run(tmp_path):
     before = listing(root)
     plan = {r.run: r for r in scan.scan_root(str(root))}
     assert {n: r.action for n, r in plan.items()} == {
-        "good": "remove", "good-bin": "remove", **{n: "refuse" for n in [*broken, "bin-garbage"]}}
+        "good": "remove",
+        "good-bin": "remove",
+        **{n: "refuse" for n in [*broken, "bin-garbage"]},
+    }
     assert "final adapter holds no weights" in plan["config-only"].reason
     assert plan["zero-bytes"].reason.endswith("adapter/adapter_model.safetensors do not parse: 0 bytes")
     assert "tensor 'base_model.model.q_proj.lora_B.weight' lies outside the file" in plan["truncated"].reason
@@ -183,15 +198,26 @@ def test_a_link_from_anywhere_under_the_root_into_checkpoints_refuses_that_remov
     (root / "latest-of-E").symlink_to("E/checkpoints")  # a loose link at the root's top
     # Passes through F's checkpoints/ to land outside it: dangles once they are gone.
     (root / "G" / "merged" / "log").symlink_to("../../F/checkpoints/step-100/../../train.log")
-    reachable = (root / "A" / "adapter" / "base_run" / "checkpoints" / "step-200" / "adapter_model.safetensors")
+    reachable = root / "A" / "adapter" / "base_run" / "checkpoints" / "step-200" / "adapter_model.safetensors"
     content = reachable.read_bytes()
     got = plan_and_execute(root)
     plan, outcome = got["plan"], got["outcome"]
     assert {n: r["action"] for n, r in plan.items()} == {
-        "A": "refuse", "B": "refuse", "C": "remove", "D": "refuse", "E": "refuse", "F": "refuse",
-        "G": "remove", "H": "refuse", "linked-run": "refuse", "clean": "remove"}
-    assert ("another run's final adapter rests on checkpoints/ through a symlink: A/adapter/base_run -> ../../B"
-            in plan["B"]["reason"])
+        "A": "refuse",
+        "B": "refuse",
+        "C": "remove",
+        "D": "refuse",
+        "E": "refuse",
+        "F": "refuse",
+        "G": "remove",
+        "H": "refuse",
+        "linked-run": "refuse",
+        "clean": "remove",
+    }
+    assert (
+        "another run's final adapter rests on checkpoints/ through a symlink: A/adapter/base_run -> ../../B"
+        in plan["B"]["reason"]
+    )
     assert "a symlink elsewhere under the runs root rests on checkpoints/: C/merged/w.bin" in plan["D"]["reason"]
     assert "latest-of-E -> E/checkpoints" in plan["E"]["reason"]
     assert "G/merged/log -> ../../F/checkpoints/step-100/../../train.log" in plan["F"]["reason"]
@@ -211,7 +237,8 @@ def test_checkpoints_left_aside_by_an_interrupted_purge_are_named_and_refused(tm
     [row] = scan.scan_root(str(root))
     assert row.action == "refuse" and row.reason == (
         "an interrupted purge left .labprobe-purging-0123456789ab (holding checkpoints/ set aside): put it "
-        "back as checkpoints/ or delete it by hand")
+        "back as checkpoints/ or delete it by hand"
+    )
 
 
 # -- 4. swaps during the deletion --------------------------------------------------------------
@@ -352,7 +379,8 @@ def test_checkpoints_replaced_after_the_last_check_is_put_back_untouched(tmp_pat
     monkeypatch.setattr(deletion, "scan_root", scan_then_replace)
     [done] = deletion.execute(str(run.parent), "*", [row.path]).actions
     assert done.action == "failed" and done.reason == (
-        "could not set checkpoints/ aside (checkpoints/ was replaced since it was checked): nothing removed")
+        "could not set checkpoints/ aside (checkpoints/ was replaced since it was checked): nothing removed"
+    )
     assert (run / "checkpoints" / "adapter_model.safetensors").is_file()
     assert (run / "checkpoints.checked" / "step-100" / "optimizer.pt").is_file()
     assert not list(run.glob(".labprobe-purging-*"))
@@ -384,7 +412,12 @@ def test_a_fifo_or_socket_in_an_adapter_refuses_it_and_never_blocks_the_purge(tm
     assert "adapter/sock (socket)" in plan["socket"]["reason"]
     assert plan["linked"]["action"] == "refuse"
     assert {n: r["action"] for n, r in outcome.items()} == {
-        "clean": "removed", "fifo": "refuse", "fifo-weights": "refuse", "socket": "refuse", "linked": "refuse"}
+        "clean": "removed",
+        "fifo": "refuse",
+        "fifo-weights": "refuse",
+        "socket": "refuse",
+        "linked": "refuse",
+    }
     assert outcome["clean"]["verified"] is True
     assert {outcome[n]["verified"] for n in ("fifo", "fifo-weights", "socket", "linked")} == {None}
 
@@ -396,13 +429,13 @@ def odd_lab(tmp_path):
     make_run(root, b"r\xff\xfe-lora")
     make_run(root, "back\\slash")
     cluster = tmp_path / "cluster.yaml"
-    cluster.write_text(f"store:\n  root: store\nhosts:\n  - name: gx10\n    address: 127.0.0.1\n"
-                       f"    runs_root: {root}\n")
+    cluster.write_text(
+        f"store:\n  root: store\nhosts:\n  - name: gx10\n    address: 127.0.0.1\n    runs_root: {root}\n"
+    )
     return {"root": root, "cluster": cluster, "store": tmp_path / "store"}
 
 
-def test_non_utf8_run_names_are_planned_deleted_shown_and_stored_readably(ray_cluster, odd_lab, capsys,
-                                                                          monkeypatch):
+def test_non_utf8_run_names_are_planned_deleted_shown_and_stored_readably(ray_cluster, odd_lab, capsys, monkeypatch):
     real_execute = purge_mod._execute
 
     def appearing(report, timeout_s):  # a run that appears between the plan and the deletion

@@ -21,10 +21,14 @@ T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
 
 
 def profile_result(fixed_s: float) -> ProbeResult:
-    scaling = [ScalingRow(seq_len=n, batch_size=1, tokens=n, step_s=fixed_s + 1e-4 * n, launch_bound=False,
-                          in_fit=True) for n in (128, 256, 512)]
-    fit = [FitRow(term=t, coef=c, unit="", share_at_production_pct=0.0)
-           for t, c in (("quadratic", 0.0), ("linear", 1e-4), ("fixed", fixed_s))]
+    scaling = [
+        ScalingRow(seq_len=n, batch_size=1, tokens=n, step_s=fixed_s + 1e-4 * n, launch_bound=False, in_fit=True)
+        for n in (128, 256, 512)
+    ]
+    fit = [
+        FitRow(term=t, coef=c, unit="", share_at_production_pct=0.0)
+        for t, c in (("quadratic", 0.0), ("linear", 1e-4), ("fixed", fixed_s))
+    ]
     config = profile.Config(checkpoint=Path("qwen3-4b-base"), seq_lens=(128, 256, 512))
     return ProbeResult(probe="profile", config=config, tables={"scaling": scaling, "fit": fit})
 
@@ -32,8 +36,17 @@ def profile_result(fixed_s: float) -> ProbeResult:
 def store_with_profiles(root: Path) -> Store:
     store = Store(root)
     for i, (host, fixed) in enumerate((("gx10", 0.5), ("gx10", 0.2), ("ana-ml2", 9.0))):
-        key = JobKey(run_id=f"r{i}", job_id=f"j{i}", probe="profile", host=host, checkpoint="qwen3-4b-base",
-                     checkpoint_fp="fp", config_hash="c", code_version="v", finished_at=T0 + timedelta(hours=i))
+        key = JobKey(
+            run_id=f"r{i}",
+            job_id=f"j{i}",
+            probe="profile",
+            host=host,
+            checkpoint="qwen3-4b-base",
+            checkpoint_fp="fp",
+            config_hash="c",
+            code_version="v",
+            finished_at=T0 + timedelta(hours=i),
+        )
         store.write_result(key, profile_result(fixed), started_at=T0, wall_s=1.0, env={})
     return store
 
@@ -43,11 +56,34 @@ def test_goodput_priced_from_the_newest_stored_profile_with_the_labs_budget(tmp_
     lengths = tmp_path / "l.parquet"
     pq.write_table(pa.table({"length": [512] * 40}), lengths)
     cluster = tmp_path / "cluster.yaml"
-    cluster.write_text(yaml.safe_dump({"hosts": [{"name": "gx10", "address": "x"}],
-                                       "budget": {"tokens_per_job": 1_000_000, "arms": 3, "seeds": 2}}))
-    argv = ["goodput", "--host", "gx10", "--profile-checkpoint", "qwen3-4b-base", "--cluster", str(cluster),
-            "--store", str(store.root), "--lengths", str(lengths), "--batch-size", "1", "--max-length", "512",
-            "--strategies", "longest", "--json"]
+    cluster.write_text(
+        yaml.safe_dump(
+            {
+                "hosts": [{"name": "gx10", "address": "x"}],
+                "budget": {"tokens_per_job": 1_000_000, "arms": 3, "seeds": 2},
+            }
+        )
+    )
+    argv = [
+        "goodput",
+        "--host",
+        "gx10",
+        "--profile-checkpoint",
+        "qwen3-4b-base",
+        "--cluster",
+        str(cluster),
+        "--store",
+        str(store.root),
+        "--lengths",
+        str(lengths),
+        "--batch-size",
+        "1",
+        "--max-length",
+        "512",
+        "--strategies",
+        "longest",
+        "--json",
+    ]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     (row,) = out["tables"]["goodput"]
@@ -66,11 +102,22 @@ def test_no_profile_in_the_store_is_one_line_exit_2(tmp_path, capsys):
     store = store_with_profiles(tmp_path / "results")
     lengths = tmp_path / "l.parquet"
     pq.write_table(pa.table({"length": [5, 6]}), lengths)
-    argv = ["goodput", "--host", "gx10", "--profile-checkpoint", "gemma-3-4b", "--store", str(store.root),
-            "--cluster", str(tmp_path / "missing.yaml"), "--lengths", str(lengths)]
+    argv = [
+        "goodput",
+        "--host",
+        "gx10",
+        "--profile-checkpoint",
+        "gemma-3-4b",
+        "--store",
+        str(store.root),
+        "--cluster",
+        str(tmp_path / "missing.yaml"),
+        "--lengths",
+        str(lengths),
+    ]
     assert main(argv) == 2
     assert "no such cluster file" in capsys.readouterr().err
-    argv[argv.index("--cluster"):argv.index("--cluster") + 2] = []
+    argv[argv.index("--cluster") : argv.index("--cluster") + 2] = []
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "no ok profile of checkpoint 'gemma-3-4b' on host 'gx10'" in err and len(err.strip().splitlines()) == 1

@@ -11,9 +11,17 @@ from runner import cli
 
 def cluster(tmp_path: Path, ray: dict) -> Path:
     path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump({"ray": ray, "hosts": [
-        {"name": "gx10", "address": "gx10.lab", "gpus": 1},
-        {"name": "ana-ml2", "address": "10.0.0.7", "gpus": 2}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "ray": ray,
+                "hosts": [
+                    {"name": "gx10", "address": "gx10.lab", "gpus": 1},
+                    {"name": "ana-ml2", "address": "10.0.0.7", "gpus": 2},
+                ],
+            }
+        )
+    )
     return path
 
 
@@ -24,13 +32,17 @@ def last_line(capsys) -> str:
 def test_head_and_worker_lines(tmp_path, capsys):
     path = cluster(tmp_path, {"port": 6380})
     assert cli.main(["host-command", "gx10", "--cluster", str(path)]) == 0
-    assert last_line(capsys) == ("RAY_AUTH_MODE=token ray start --head --port=6380 --num-gpus=1 "
-                                 "--labels labprobe.host=gx10 --resources '{\"labprobe_gpu_slot\": 1}'")
+    assert last_line(capsys) == (
+        "RAY_AUTH_MODE=token ray start --head --port=6380 --num-gpus=1 "
+        "--labels labprobe.host=gx10 --resources '{\"labprobe_gpu_slot\": 1}'"
+    )
     assert cli.main(["host-command", "ana-ml2", "--cluster", str(path)]) == 0
     out = capsys.readouterr().out
     # One GPU slot however many cards: one GPU job per host at a time.
-    assert out.strip().splitlines()[-1] == ("RAY_AUTH_MODE=token ray start --address=gx10.lab:6380 --num-gpus=2 "
-                                            "--labels labprobe.host=ana-ml2 --resources '{\"labprobe_gpu_slot\": 1}'")
+    assert out.strip().splitlines()[-1] == (
+        "RAY_AUTH_MODE=token ray start --address=gx10.lab:6380 --num-gpus=2 "
+        "--labels labprobe.host=ana-ml2 --resources '{\"labprobe_gpu_slot\": 1}'"
+    )
     assert "RAY_AUTH_TOKEN_PATH" in out and "ray get-auth-token --generate" in out
 
 
@@ -46,5 +58,6 @@ def test_a_host_without_gpus_offers_no_gpu_slot(tmp_path, capsys):
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump({"hosts": [{"name": "cpu1", "address": "cpu1.lab"}]}))
     assert cli.main(["host-command", "cpu1", "--cluster", str(path)]) == 0
-    assert last_line(capsys) == ("RAY_AUTH_MODE=token ray start --head --port=6379 --num-gpus=0 "
-                                 "--labels labprobe.host=cpu1")
+    assert last_line(capsys) == (
+        "RAY_AUTH_MODE=token ray start --head --port=6379 --num-gpus=0 --labels labprobe.host=cpu1"
+    )

@@ -17,9 +17,16 @@ from runner.store.store import Store
 
 MASK = {"probe": "mask", "config": {"seq_len": 64}}
 PLANS = {
-    "cpu": [{**MASK, "hosts": ["gx10", "ana-ml2"]},
-            {"probe": "bucket", "hosts": ["ana-ml2"], "checkpoints": ["qwen3-0.6b-base"], "corpus": "demo",
-             "config": {"max_length": 512, "seeds": [0]}}],
+    "cpu": [
+        {**MASK, "hosts": ["gx10", "ana-ml2"]},
+        {
+            "probe": "bucket",
+            "hosts": ["ana-ml2"],
+            "checkpoints": ["qwen3-0.6b-base"],
+            "corpus": "demo",
+            "config": {"max_length": 512, "seeds": [0]},
+        },
+    ],
     "ghost": [{**MASK, "hosts": ["gx10", "ghost"], "checkpoints": ["qwen3-0.6b-base"]}],
     "gpu": [{"probe": "profile", "hosts": ["gx10"], "checkpoints": ["qwen3-0.6b-base"]}],
 }
@@ -42,7 +49,8 @@ def test_cpu_jobs_run_on_the_hosts_they_name_and_land_under_them(lab, capsys, mo
     store = Store(lab.parent / "store")
     jobs = store.jobs()
     expected = {("mask", c, h) for c in CHECKPOINTS for h in ("gx10", "ana-ml2")} | {
-        ("bucket", "qwen3-0.6b-base", "ana-ml2")}
+        ("bucket", "qwen3-0.6b-base", "ana-ml2")
+    }
     assert sorted(zip(jobs["probe"], jobs["checkpoint"], jobs["host"])) == sorted(expected)
     assert set(jobs["status"]) == {"ok"}, jobs[["probe", "host", "reason"]]
     # Where each job really ran: the node label its task saw, recorded in the job's environment.
@@ -70,8 +78,11 @@ def test_cpu_jobs_run_on_the_hosts_they_name_and_land_under_them(lab, capsys, mo
         line = next(x for x in out.splitlines() if x.startswith(f"{ckpt} ") and f" {host} " in x)
         assert f" {len(rows)} " in line and f" {int(full['fast_path'].sum())} of {len(full)} " in line, line
     size = json.loads(jobs.loc[jobs["probe"] == "bucket", "summary_json"].iloc[0])["bucket_size_90pct_gain"]
-    [line] = [x for x in out.splitlines() if x.startswith("qwen3-0.6b-base ") and " ana-ml2 " in x
-              and x.split()[2] == str(size)]
+    [line] = [
+        x
+        for x in out.splitlines()
+        if x.startswith("qwen3-0.6b-base ") and " ana-ml2 " in x and x.split()[2] == str(size)
+    ]
     assert "== mask: does every layer keep the fast path" in out and "ratio_to" not in out  # analyses: no ratios
 
 
@@ -97,15 +108,25 @@ def test_a_failed_rerun_still_shows_the_earlier_values_marked(lab, tmp_path, cap
     assert run_sweep(cluster=cluster, store=store, plan="cpu", jobs=jobs, run_id=new_run_id(), progress=False).ok == 4
     before = store.jobs()
     run_id = new_run_id()
-    counts = run_sweep(cluster=cluster, store=store, plan="cpu", jobs=jobs, run_id=run_id, force=True,
-                       progress=False, launcher=RayLauncher(fn=dies_on_ana_ml2))
+    counts = run_sweep(
+        cluster=cluster,
+        store=store,
+        plan="cpu",
+        jobs=jobs,
+        run_id=run_id,
+        force=True,
+        progress=False,
+        launcher=RayLauncher(fn=dies_on_ana_ml2),
+    )
     assert (counts.ok, counts.failed) == (2, 2)
     print_end(store, jobs, counts, run_id, list(cluster.hosts))
     out = capsys.readouterr().out
     for ckpt in CHECKPOINTS:
         ok = before[(before["host"] == "ana-ml2") & (before["checkpoint"] == ckpt) & (before["probe"] == "mask")]
         earlier = ok.sort_values("finished_at")["run_id"].iloc[-1]
-        assert any(x.startswith(f"{ckpt} ") and f" ana-ml2  earlier: run {earlier} " in x for x in out.splitlines()), out
+        assert any(x.startswith(f"{ckpt} ") and f" ana-ml2  earlier: run {earlier} " in x for x in out.splitlines()), (
+            out
+        )
         assert f"{ckpt} @ ana-ml2: this run failed: RuntimeError: the node running it died" in out
 
 
@@ -180,12 +201,22 @@ def test_a_raising_probe_and_a_job_past_its_timeout_become_failed_jobs(lab, tmp_
     counts = run_sweep(cluster=cluster, store=store, plan="cpu", jobs=[raising], run_id=new_run_id(), progress=False)
     assert (counts.ok, counts.failed) == (0, 1)
     t0 = time.monotonic()  # (a timeout counts from submission: worker start-up included)
-    counts = run_sweep(cluster=cluster, store=store, plan="cpu", jobs=[jobs[1]], run_id=new_run_id(), timeout_s=2.0,
-                       progress=False, launcher=RayLauncher(fn=sleepy))
+    counts = run_sweep(
+        cluster=cluster,
+        store=store,
+        plan="cpu",
+        jobs=[jobs[1]],
+        run_id=new_run_id(),
+        timeout_s=2.0,
+        progress=False,
+        launcher=RayLauncher(fn=sleepy),
+    )
     assert 2.0 <= time.monotonic() - t0 < 15
     assert (counts.ok, counts.failed) == (0, 1)
     reasons = dict(zip(Store(tmp_path / "store").jobs()["checkpoint"], Store(tmp_path / "store").jobs()["reason"]))
-    assert reasons["qwen3-0.6b-base"].startswith("InputError: ") and "no-such-architecture" in reasons["qwen3-0.6b-base"]
+    assert (
+        reasons["qwen3-0.6b-base"].startswith("InputError: ") and "no-such-architecture" in reasons["qwen3-0.6b-base"]
+    )
     assert reasons["gemma-3-4b"] == "timeout: not finished within 2 s"
 
 
@@ -204,11 +235,19 @@ def test_a_host_whose_node_offers_no_cpu_fails_its_jobs_at_once(lab, tmp_path):
 
     cluster = load_cluster(lab)
     jobs = [j.with_fingerprint("fp") for j in expand(cluster, "cpu") if j.host == "gx10"]
-    dispatch = Dispatch(cluster=cluster, store=Store(tmp_path), run_id="r1", plan="cpu", launcher=InlineLauncher(),
-                        live=lambda: {"gx10": (0, 0.0)})
+    dispatch = Dispatch(
+        cluster=cluster,
+        store=Store(tmp_path),
+        run_id="r1",
+        plan="cpu",
+        launcher=InlineLauncher(),
+        live=lambda: {"gx10": (0, 0.0)},
+    )
     counts = dispatch.run(jobs)
     assert (counts.ok, counts.failed) == (0, len(jobs)) and len(jobs) == 2
-    assert set(Store(tmp_path).jobs()["reason"]) == {"host gx10: its Ray node offers no CPU (started with --num-cpus=0?)"}
+    assert set(Store(tmp_path).jobs()["reason"]) == {
+        "host gx10: its Ray node offers no CPU (started with --num-cpus=0?)"
+    }
 
 
 def test_the_bundled_demo_plan_runs_end_to_end(tmp_path, capsys):

@@ -18,8 +18,7 @@ from sweep_util import write_cluster
 
 from runner.dispatch.lock import holder as lock_holder
 
-PLANS = {"small": [{"probe": "mask", "config": {"seq_len": 64}, "hosts": ["gx10"],
-                    "checkpoints": ["qwen3-0.6b-base"]}]}
+PLANS = {"small": [{"probe": "mask", "config": {"seq_len": 64}, "hosts": ["gx10"], "checkpoints": ["qwen3-0.6b-base"]}]}
 BOUND_S = 90.0
 
 
@@ -32,8 +31,14 @@ def free_port() -> int:
 def labprobe(*args: str, timeout_s: float = BOUND_S) -> tuple[subprocess.CompletedProcess, float]:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "runner.cli", *args], capture_output=True, text=True,
-                          timeout=timeout_s, env=env, cwd=Path(__file__).resolve().parents[3])
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=env,
+        cwd=Path(__file__).resolve().parents[3],
+    )
     return proc, time.monotonic() - t0
 
 
@@ -44,8 +49,9 @@ def lab(tmp_path_factory) -> Path:
 
 def test_a_sweep_to_a_port_where_nothing_listens_ends_at_once_with_one_line(lab, tmp_path):
     address = f"127.0.0.1:{free_port()}"
-    proc, took_s = labprobe("sweep", "--cluster", str(lab), "--plan", "small", "--address", address,
-                            "--store", str(tmp_path))
+    proc, took_s = labprobe(
+        "sweep", "--cluster", str(lab), "--plan", "small", "--address", address, "--store", str(tmp_path)
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     [line] = proc.stderr.strip().splitlines()
     assert address in line and "nothing listens there" in line, line
@@ -67,8 +73,19 @@ def test_a_listener_that_never_answers_is_given_up_after_the_connect_timeout(lab
         silent.bind(("127.0.0.1", 0))
         silent.listen(64)
         address = f"127.0.0.1:{silent.getsockname()[1]}"
-        proc, took_s = labprobe("sweep", "--cluster", str(lab), "--plan", "small", "--address", address,
-                                "--store", str(tmp_path), "--connect-timeout-s", "4")
+        proc, took_s = labprobe(
+            "sweep",
+            "--cluster",
+            str(lab),
+            "--plan",
+            "small",
+            "--address",
+            address,
+            "--store",
+            str(tmp_path),
+            "--connect-timeout-s",
+            "4",
+        )
     assert proc.returncode == 2, proc.stderr[-2000:]
     [line] = proc.stderr.strip().splitlines()
     assert address in line and "no Ray head answered within 4 s" in line, line
@@ -77,8 +94,11 @@ def test_a_listener_that_never_answers_is_given_up_after_the_connect_timeout(lab
 
 
 def test_an_address_without_a_port_number_is_one_line_exit_2(lab, tmp_path):
-    proc, _ = labprobe("sweep", "--cluster", str(lab), "--plan", "small", "--address", "127.0.0.1:notaport",
-                       "--store", str(tmp_path))
+    proc, _ = labprobe(
+        "sweep", "--cluster", str(lab), "--plan", "small", "--address", "127.0.0.1:notaport", "--store", str(tmp_path)
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("labprobe sweep: error: Ray address '127.0.0.1:notaport': expected HOST:PORT "
-                                   "with a port 1-65535 (or `local` for the embedded Ray)")
+    assert proc.stderr.strip() == (
+        "labprobe sweep: error: Ray address '127.0.0.1:notaport': expected HOST:PORT "
+        "with a port 1-65535 (or `local` for the embedded Ray)"
+    )

@@ -53,12 +53,18 @@ def slow_on_doomed(job, **kwargs):
 
 def sweep_jobs(lab: Path, plan: str, store: Path, **kwargs):
     cluster = load_cluster(lab)
-    return run_sweep(cluster=cluster, store=Store(store), plan=plan, jobs=expand(cluster, plan),
-                     run_id=new_run_id(), progress=False, **kwargs)
+    return run_sweep(
+        cluster=cluster,
+        store=Store(store),
+        plan=plan,
+        jobs=expand(cluster, plan),
+        run_id=new_run_id(),
+        progress=False,
+        **kwargs,
+    )
 
 
-def test_node_removed_mid_sweep_fails_its_unfinished_jobs_and_the_next_run_finishes_them(
-        lab, ray_cluster, tmp_path):
+def test_node_removed_mid_sweep_fails_its_unfinished_jobs_and_the_next_run_finishes_them(lab, ray_cluster, tmp_path):
     store = Store(tmp_path)
     node = ray_cluster.add_node(num_cpus=1, labels={HOST_LABEL: "doomed"})
     ray_cluster.wait_for_nodes()
@@ -123,8 +129,11 @@ KILLED_SWEEP = textwrap.dedent("""
 
 
 def test_a_killed_sweep_is_resumed_with_only_the_missing_jobs(lab, ray_cluster, tmp_path, capsys):
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_SWEEP, ray_cluster.address, str(lab), str(tmp_path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_SWEEP, ray_cluster.address, str(lab), str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     store = Store(tmp_path)
     try:
         deadline = time.monotonic() + 90
@@ -147,9 +156,11 @@ def test_a_killed_sweep_is_resumed_with_only_the_missing_jobs(lab, ray_cluster, 
     assert lock_holder(tmp_path) is None
 
 
-HOLDER = ("import sys, time\nfrom runner.dispatch.lock import SweepLock\n"
-          "SweepLock(sys.argv[1], run_id='r-holder', plan='nightly').acquire()\nprint('held', flush=True)\n"
-          "time.sleep(120)\n")
+HOLDER = (
+    "import sys, time\nfrom runner.dispatch.lock import SweepLock\n"
+    "SweepLock(sys.argv[1], run_id='r-holder', plan='nightly').acquire()\nprint('held', flush=True)\n"
+    "time.sleep(120)\n"
+)
 
 
 def test_a_second_sweep_exits_at_once_naming_the_running_one(lab, tmp_path, capsys):
@@ -173,10 +184,9 @@ def test_a_second_sweep_exits_at_once_naming_the_running_one(lab, tmp_path, caps
 
 def test_a_deadline_in_the_past_skips_every_unstarted_job(lab, tmp_path):
     past = (datetime.now() - timedelta(minutes=5)).strftime("%H:%M")
-    assert cli.main(["sweep", "--cluster", str(lab), "--plan", "kill", "--store", str(tmp_path),
-                     "--deadline", past]) == 0
+    assert (
+        cli.main(["sweep", "--cluster", str(lab), "--plan", "kill", "--store", str(tmp_path), "--deadline", past]) == 0
+    )
     jobs = Store(tmp_path).jobs()
     assert len(jobs) == 4 and set(jobs["status"]) == {"skipped"} and set(jobs["reason"]) == {"deadline"}
     assert not (tmp_path / "tables" / "mask.layers").exists()
-
-

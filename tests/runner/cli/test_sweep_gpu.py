@@ -26,8 +26,16 @@ from runner.store.store import Store
 HOST = "gpuhost"
 GIB = 1024**3
 IDLE = [{"index": 0, "name": "Fake H200", "uuid": "GPU-fake-0", "mem_used_bytes": 0, "util_pct": [0.0, 0.0]}]
-BUSY = [{"index": 0, "name": "Fake H200", "uuid": "GPU-fake-0", "mem_used_bytes": 40 * GIB,
-         "util_pct": [97.0, 99.0], "processes": [{"pid": 424242, "mem_used_bytes": 40 * GIB}]}]
+BUSY = [
+    {
+        "index": 0,
+        "name": "Fake H200",
+        "uuid": "GPU-fake-0",
+        "mem_used_bytes": 40 * GIB,
+        "util_pct": [97.0, 99.0],
+        "processes": [{"pid": 424242, "mem_used_bytes": 40 * GIB}],
+    }
+]
 PLANS = {"gpu": [{"probe": "profile", "hosts": [HOST], "checkpoints": ["qwen3-0.6b-base"]}]}
 
 
@@ -66,9 +74,17 @@ def recording_job(calls: Path, fake_dir: Path, *, turn_busy_first: bool = False)
         outcome = execute(cheap, **kwargs)
         if turn_busy_first and num == 0:
             set_card(fake_dir, IDLE)
-        (calls / f"{num}.json").write_text(json_.dumps({
-            "status": outcome.status, "reason": outcome.reason, "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-            "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "t": time.time()}))
+        (calls / f"{num}.json").write_text(
+            json_.dumps(
+                {
+                    "status": outcome.status,
+                    "reason": outcome.reason,
+                    "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                    "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                    "t": time.time(),
+                }
+            )
+        )
         return outcome
 
     return run
@@ -76,9 +92,17 @@ def recording_job(calls: Path, fake_dir: Path, *, turn_busy_first: bool = False)
 
 def sweep(lab: Path, store: Path, fn, deadline: float) -> object:
     cluster = load_cluster(lab)
-    return run_sweep(cluster=cluster, store=Store(store), plan="gpu", jobs=expand(cluster, "gpu"),
-                     run_id=new_run_id(), deadline=deadline, progress=False, gpu_backoff_s=(0.3,),
-                     launcher=RayLauncher(fn=fn))
+    return run_sweep(
+        cluster=cluster,
+        store=Store(store),
+        plan="gpu",
+        jobs=expand(cluster, "gpu"),
+        run_id=new_run_id(),
+        deadline=deadline,
+        progress=False,
+        gpu_backoff_s=(0.3,),
+        launcher=RayLauncher(fn=fn),
+    )
 
 
 def starts(calls: Path) -> list[dict]:
@@ -110,8 +134,9 @@ def test_a_job_refusing_a_card_turned_busy_is_placed_again(gpu_lab, fake_nvml_di
     calls = tmp_path / "calls"
     calls.mkdir()
     set_card(fake_nvml_dir, IDLE)
-    counts = sweep(gpu_lab, tmp_path / "store", recording_job(calls, fake_nvml_dir, turn_busy_first=True),
-                   time.time() + 60)
+    counts = sweep(
+        gpu_lab, tmp_path / "store", recording_job(calls, fake_nvml_dir, turn_busy_first=True), time.time() + 60
+    )
     first, second = starts(calls)
     assert first["status"] == "refused" and "pid 424242" in first["reason"], first
     assert second["status"] == "ok"
@@ -162,8 +187,9 @@ def interval_job(calls: Path, *, gpu_s: float, cpu_s: float):
 
         t0 = time.time()
         time.sleep(gpu_s if job.gpu else cpu_s)
-        (calls / f"{uuid.uuid4().hex}.json").write_text(json_.dumps(
-            {"gpu": job.gpu, "start": t0, "end": time.time(), "pid": os.getpid()}))
+        (calls / f"{uuid.uuid4().hex}.json").write_text(
+            json_.dumps({"gpu": job.gpu, "start": t0, "end": time.time(), "pid": os.getpid()})
+        )
         return Outcome(status="skipped", reason="stand-in: scheduling test")
 
     return run
@@ -183,8 +209,12 @@ def scheduled(gpu_lab: Path, tmp_path: Path, plans: dict, fn) -> tuple[object, l
 def test_each_gpu_job_gets_a_fresh_worker_process(gpu_lab, fake_nvml_dir, tmp_path):
     (tmp_path / "calls").mkdir()
     set_card(fake_nvml_dir, IDLE)
-    plans = {"gpu": [{"probe": "profile", "hosts": [HOST], "checkpoints": ["qwen3-0.6b-base"],
-                      "config": {"steps": n}} for n in (5, 6, 7)]}
+    plans = {
+        "gpu": [
+            {"probe": "profile", "hosts": [HOST], "checkpoints": ["qwen3-0.6b-base"], "config": {"steps": n}}
+            for n in (5, 6, 7)
+        ]
+    }
     counts, runs = scheduled(gpu_lab, tmp_path, plans, interval_job(tmp_path / "calls", gpu_s=0.0, cpu_s=0.0))
     assert counts.skipped == 3 and len(runs) == 3
     # A reused worker would carry the last job's CUDA context and cached memory into the next.
@@ -194,10 +224,16 @@ def test_each_gpu_job_gets_a_fresh_worker_process(gpu_lab, fake_nvml_dir, tmp_pa
 def test_a_hosts_cpu_jobs_never_run_beside_its_gpu_job(gpu_lab, fake_nvml_dir, tmp_path):
     (tmp_path / "calls").mkdir()
     set_card(fake_nvml_dir, IDLE)
-    plans = {"gpu": [{"probe": "mask", "hosts": [HOST], "checkpoints": ["qwen3-0.6b-base"],
-                      "config": {"seq_len": 64 + n}} for n in range(4)]
-             + [{"probe": "profile", "hosts": [HOST], "checkpoints": ["qwen3-0.6b-base"], "config": {"steps": n}}
-                for n in (5, 6)]}
+    plans = {
+        "gpu": [
+            {"probe": "mask", "hosts": [HOST], "checkpoints": ["qwen3-0.6b-base"], "config": {"seq_len": 64 + n}}
+            for n in range(4)
+        ]
+        + [
+            {"probe": "profile", "hosts": [HOST], "checkpoints": ["qwen3-0.6b-base"], "config": {"steps": n}}
+            for n in (5, 6)
+        ]
+    }
     counts, runs = scheduled(gpu_lab, tmp_path, plans, interval_job(tmp_path / "calls", gpu_s=1.0, cpu_s=0.3))
     assert counts.skipped == 6 and len(runs) == 6
     gpu = [r for r in runs if r["gpu"]]
@@ -250,8 +286,10 @@ def test_two_sweeps_never_run_gpu_jobs_on_one_host_at_once(ray_cluster, fake_nvm
     node = ray_cluster.add_node(num_cpus=1, num_gpus=2, resources={GPU_SLOT: 1}, labels={"labprobe.host": host})
     try:
         ray_cluster.wait_for_nodes()
-        plan = [{"probe": "profile", "hosts": [host], "checkpoints": ["qwen3-0.6b-base"], "config": {"steps": n}}
-                for n in (5, 6)]
+        plan = [
+            {"probe": "profile", "hosts": [host], "checkpoints": ["qwen3-0.6b-base"], "config": {"steps": n}}
+            for n in (5, 6)
+        ]
         path = write_cluster(tmp_path, {"gpu": plan}, extra_hosts=[{"name": host, "gpus": 2}])
         (tmp_path / "calls").mkdir()
         fn = interval_job(tmp_path / "calls", gpu_s=1.5, cpu_s=0.0)
@@ -263,8 +301,9 @@ def test_two_sweeps_never_run_gpu_jobs_on_one_host_at_once(ray_cluster, fake_nvm
             assert time.monotonic() - t0 < 60
             for launcher in launchers:
                 launcher.poll(0.1)
-        first, second = sorted((json.loads(p.read_text()) for p in (tmp_path / "calls").glob("*.json")),
-                               key=lambda r: r["start"])
+        first, second = sorted(
+            (json.loads(p.read_text()) for p in (tmp_path / "calls").glob("*.json")), key=lambda r: r["start"]
+        )
         assert second["start"] >= first["end"], (first, second)
     finally:
         ray_cluster.remove_node(node)

@@ -18,8 +18,17 @@ def sweep_fails_in_one_line(capsys, *args: str) -> str:
     return err
 
 
-@pytest.mark.parametrize("option, value", [("--timeout-s", "nan"), ("--timeout-s", "inf"), ("--timeout-s", "0"),
-                                           ("--timeout-s", "-5"), ("--gpu-wait-s", "nan"), ("--gpu-wait-s", "-1")])
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("--timeout-s", "nan"),
+        ("--timeout-s", "inf"),
+        ("--timeout-s", "0"),
+        ("--timeout-s", "-5"),
+        ("--gpu-wait-s", "nan"),
+        ("--gpu-wait-s", "-1"),
+    ],
+)
 def test_a_timeout_that_is_not_a_finite_positive_number_is_bad_input(capsys, tmp_path, option, value):
     err = sweep_fails_in_one_line(capsys, "--store", str(tmp_path / "store"), option, value)
     assert f"{option}: expected a finite number of seconds" in err, err
@@ -44,8 +53,9 @@ def test_a_checkpoint_name_the_filesystem_refuses_stops_the_sweep_before_any_job
     local = next(h for h in data["hosts"] if h["name"] == "local")
     local["checkpoints_root"], local["corpora_root"] = str(REPO / "demo" / "checkpoints"), str(REPO / "demo")
     data["checkpoints"][0]["name"] = long_name
-    data["plans"] = {"p": [{"probe": "mask", "hosts": ["local"], "checkpoints": [long_name],
-                            "config": {"seq_len": 64}}]}
+    data["plans"] = {
+        "p": [{"probe": "mask", "hosts": ["local"], "checkpoints": [long_name], "config": {"seq_len": 64}}]
+    }
     data.pop("schedule", None)
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(data))

@@ -25,21 +25,45 @@ STAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ labprobe sweep|^\d{4}-\d
 def test_embedded_sweep_json_is_one_object_and_ray_banner_stays_off_the_terminal(tmp_path):
     tiny_qwen3(tmp_path / "checkpoints" / "tiny")
     cluster = tmp_path / "cluster.yaml"
-    cluster.write_text(yaml.safe_dump({
-        "hosts": [{"name": "local", "address": "127.0.0.1", "checkpoints_root": str(tmp_path / "checkpoints")}],
-        "checkpoints": [{"name": "tiny", "path": "tiny"}],
-        "plans": {"two": [{"probe": "mask", "hosts": ["local"], "config": {"seq_len": n}} for n in (32, 48)]}}))
+    cluster.write_text(
+        yaml.safe_dump(
+            {
+                "hosts": [{"name": "local", "address": "127.0.0.1", "checkpoints_root": str(tmp_path / "checkpoints")}],
+                "checkpoints": [{"name": "tiny", "path": "tiny"}],
+                "plans": {"two": [{"probe": "mask", "hosts": ["local"], "config": {"seq_len": n}} for n in (32, 48)]},
+            }
+        )
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}  # auth as shipped: on
     env.update(HOME=str(tmp_path), RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")  # its generated token lands here
-    proc = subprocess.run([sys.executable, "-m", "runner.cli", "sweep", "--cluster", str(cluster), "--plan", "two",
-                           "--store", str(tmp_path / "store"), "--json"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runner.cli",
+            "sweep",
+            "--cluster",
+            str(cluster),
+            "--plan",
+            "two",
+            "--store",
+            str(tmp_path / "store"),
+            "--json",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     answer = json.loads(proc.stdout)  # the whole of stdout: one object
     jobs = Store(tmp_path / "store").jobs()
     assert answer["run_id"] == jobs["run_id"].iloc[0] and answer["store"] == str(tmp_path / "store")
-    assert answer["counts"] == {"ok": int((jobs["status"] == "ok").sum()), "failed": 0, "skipped": 0,
-                                "already_done": 0} and answer["counts"]["ok"] == 2
+    assert (
+        answer["counts"] == {"ok": int((jobs["status"] == "ok").sum()), "failed": 0, "skipped": 0, "already_done": 0}
+        and answer["counts"]["ok"] == 2
+    )
     assert {(j["job_id"], j["status"]) for j in answer["jobs"]} == set(zip(jobs["job_id"], jobs["status"]))
     assert answer["failures"] == [] and answer["spilled_to"] is None
     assert BANNER not in proc.stderr and BANNER not in proc.stdout

@@ -49,10 +49,21 @@ def lab(tmp_path_factory):
 
 
 def sweep(lab: Path, address: str, store: Path, env: dict[str, str], **popen):
-    cmd = [sys.executable, "-m", "runner.cli", "sweep", "--cluster", str(lab), "--plan", "eight",
-           "--address", address, "--store", str(store)]
-    return subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            **popen)
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner.cli",
+        "sweep",
+        "--cluster",
+        str(lab),
+        "--plan",
+        "eight",
+        "--address",
+        address,
+        "--store",
+        str(store),
+    ]
+    return subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
 def test_a_wrong_token_is_one_line_saying_so_and_how_to_set_it(head, lab, tmp_path):
@@ -68,9 +79,14 @@ def test_a_wrong_token_is_one_line_saying_so_and_how_to_set_it(head, lab, tmp_pa
 
 
 def test_a_missing_token_is_one_line_saying_so(head, lab, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "runner.cli", "idle", "--cluster", str(lab), "--address",
-                           head.address], env=base_env(tmp_path), cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner.cli", "idle", "--cluster", str(lab), "--address", head.address],
+        env=base_env(tmp_path),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     [line] = proc.stderr.strip().splitlines()
     assert head.address in line and "no Ray token found" in line and "RAY_AUTH_TOKEN" in line, line
@@ -104,6 +120,9 @@ def test_a_head_lost_mid_sweep_stores_the_unfinished_jobs_failed_and_prints_the_
     assert "@ gx10: Ray head lost: " in out
     print(f"sweep ended {took_s:.1f} s after the head was killed")
     for text in (out, err):  # Ray's own lines went to the run's log file, not the terminal
-        noise = [line for line in text.splitlines()
-                 if RAY_LOG_LINE.match(line) or "(raylet)" in line or "[state-dump]" in line]
+        noise = [
+            line
+            for line in text.splitlines()
+            if RAY_LOG_LINE.match(line) or "(raylet)" in line or "[state-dump]" in line
+        ]
         assert not noise, text

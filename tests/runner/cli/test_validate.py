@@ -36,19 +36,21 @@ def test_repo_cluster_file_expands_every_plan(capsys, monkeypatch):
 
 def test_broken_file_lists_each_problem_with_its_key_path(tmp_path, capsys):
     data = yaml.safe_load((REPO / "cluster.yaml").read_text())
-    data["hosts"].append(dict(data["hosts"][0]))                # a duplicate host
-    data["plans"]["demo"][0]["hosts"] = ["local", "gx11"]        # an unknown host
-    data["plans"]["demo"][1]["checkpoints"] = ["qwen9"]          # an unknown checkpoint
+    data["hosts"].append(dict(data["hosts"][0]))  # a duplicate host
+    data["plans"]["demo"][0]["hosts"] = ["local", "gx11"]  # an unknown host
+    data["plans"]["demo"][1]["checkpoints"] = ["qwen9"]  # an unknown checkpoint
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(data))
     assert cli.main(["validate", "--cluster", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["labprobe validate: error: cluster.yaml: hosts[3].name: duplicate host 'gx10'",
-                   "labprobe validate: error: cluster.yaml: plans.demo[0].hosts[1]: unknown host 'gx11'",
-                   "labprobe validate: error: cluster.yaml: plans.demo[1].checkpoints[0]: unknown checkpoint 'qwen9'"]
+    assert err == [
+        "labprobe validate: error: cluster.yaml: hosts[3].name: duplicate host 'gx10'",
+        "labprobe validate: error: cluster.yaml: plans.demo[0].hosts[1]: unknown host 'gx11'",
+        "labprobe validate: error: cluster.yaml: plans.demo[1].checkpoints[0]: unknown checkpoint 'qwen9'",
+    ]
     data = yaml.safe_load((REPO / "cluster.yaml").read_text())
-    data["hosts"][1]["gpus"] = "two"                             # a wrong type
-    data["store"]["rooot"] = "x"                                 # an unknown key
+    data["hosts"][1]["gpus"] = "two"  # a wrong type
+    data["store"]["rooot"] = "x"  # an unknown key
     path.write_text(yaml.safe_dump(data))
     assert cli.main(["validate", "--cluster", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -60,8 +62,10 @@ def test_broken_file_lists_each_problem_with_its_key_path(tmp_path, capsys):
 def _plan_p(tmp_path: Path, config: dict) -> Path:
     """The repo's cluster file plus plan `p`, whose second entry is a carrier with `config`."""
     data = yaml.safe_load((REPO / "cluster.yaml").read_text())
-    data["plans"]["p"] = [{"probe": "mask", "hosts": ["local"]},
-                          {"probe": "carrier", "hosts": ["local"], "config": config}]
+    data["plans"]["p"] = [
+        {"probe": "mask", "hosts": ["local"]},
+        {"probe": "carrier", "hosts": ["local"], "config": config},
+    ]
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -71,16 +75,17 @@ def test_one_validation_path_speaks_the_words_of_where_the_value_came_from(tmp_p
     # In the file: the key path of the value, no command-line spelling.
     assert cli.main(["validate", "--cluster", str(_plan_p(tmp_path, {"lora_rank": 0}))]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "labprobe validate: error: cluster.yaml: plans.p[1].config.lora_rank: must be >= 1, got 0"]
+        "labprobe validate: error: cluster.yaml: plans.p[1].config.lora_rank: must be >= 1, got 0"
+    ]
     # On the command line: the same check, the option's spelling.
     checkpoint = REPO / "demo" / "checkpoints" / "qwen3-0.6b-base"
     assert cli.main(["probe", "carrier", "--checkpoint", str(checkpoint), "--lora-rank", "0"]) == 2
-    assert capsys.readouterr().err.strip().splitlines() == [
-        "labprobe probe: error: --lora-rank must be >= 1, got 0"]
+    assert capsys.readouterr().err.strip().splitlines() == ["labprobe probe: error: --lora-rank must be >= 1, got 0"]
     # A message naming two fields names each in the words of its edge.
     assert cli.main(["validate", "--cluster", str(_plan_p(tmp_path, {"steps": 9, "max_steps": 3}))]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "labprobe validate: error: cluster.yaml: plans.p[1].config.max_steps: max_steps 3 < steps 9"]
+        "labprobe validate: error: cluster.yaml: plans.p[1].config.max_steps: max_steps 3 < steps 9"
+    ]
     assert cli.main(["probe", "carrier", "--checkpoint", str(checkpoint), "--steps", "9", "--max-steps", "3"]) == 2
     assert capsys.readouterr().err.strip() == "labprobe probe: error: --max-steps 3 < --steps 9"
 
@@ -153,8 +158,9 @@ def test_json_gives_ok_the_plans_job_counts_and_errors_with_key_paths(tmp_path, 
     data = yaml.safe_load((REPO / "cluster.yaml").read_text())
     assert set(out["plans"]) == set(data["plans"])
     demo = data["plans"]["demo"]  # every demo entry runs on host local, once per checkpoint it names
-    expected = sum(len(e["checkpoints"]) if e.get("checkpoints", "all") != "all" else len(data["checkpoints"])
-                   for e in demo)
+    expected = sum(
+        len(e["checkpoints"]) if e.get("checkpoints", "all") != "all" else len(data["checkpoints"]) for e in demo
+    )
     gpu = sum(len(e["checkpoints"]) for e in demo if e["probe"] in ("profile", "carrier"))
     assert out["plans"]["demo"] == {"jobs": expected, "gpu_jobs": gpu, "hosts": {"local": expected}}
     assert out["schedule"]["plan"] == data["schedule"]["plan"]
@@ -168,7 +174,8 @@ def test_json_gives_ok_the_plans_job_counts_and_errors_with_key_paths(tmp_path, 
     assert out["ok"] is False and out["plans"] == {}
     assert out["errors"] == [
         {"file": "cluster.yaml", "key": "plans.demo[0].hosts[1]", "message": "unknown host 'gx11'"},
-        {"file": "cluster.yaml", "key": "plans.demo[1].config.seq_len", "message": "must be >= 2, got 1"}]
+        {"file": "cluster.yaml", "key": "plans.demo[1].config.seq_len", "message": "must be >= 2, got 1"},
+    ]
 
     path.write_text("hosts: [")
     assert cli.main(["validate", "--cluster", str(path), "--json"]) == 2

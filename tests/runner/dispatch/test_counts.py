@@ -9,8 +9,18 @@ from runner.lab.plan import Job
 
 
 def job(n: int) -> Job:
-    return Job(plan="p", entry=0, probe="mask", checkpoint=f"c{n}", host="gx10", corpus=None, config={"seq_len": n},
-               config_hash="h", gpu=False, paths={"checkpoint": "x"})
+    return Job(
+        plan="p",
+        entry=0,
+        probe="mask",
+        checkpoint=f"c{n}",
+        host="gx10",
+        corpus=None,
+        config={"seq_len": n},
+        config_hash="h",
+        gpu=False,
+        paths={"checkpoint": "x"},
+    )
 
 
 def test_counts_count_each_status_and_keep_every_outcome():
@@ -21,7 +31,11 @@ def test_counts_count_each_status_and_keep_every_outcome():
     counts.add_done(job(4))
     assert (counts.ok, counts.failed, counts.skipped, counts.already_done) == (1, 1, 1, 1)
     assert counts.failures == [(job(2), "boom")]
-    assert [(j.checkpoint, s) for j, s, _ in counts.outcomes] == [("c1", "ok"), ("c2", "failed"), ("c3", "skipped"),
-                                                                  ("c4", "already_done")]
+    assert [(j.checkpoint, s) for j, s, _ in counts.outcomes] == [
+        ("c1", "ok"),
+        ("c2", "failed"),
+        ("c3", "skipped"),
+        ("c4", "already_done"),
+    ]
     with pytest.raises(ValueError, match="unknown job status 'refused'"):
         counts.add(job(5), "refused", "")

@@ -17,13 +17,20 @@ from runner.dispatch.lock import SweepLock, holder
 TZ = timezone(timedelta(hours=1))
 
 
-@pytest.mark.parametrize("now, deadline, expected", [
-    (datetime(2026, 12, 3, 22, 0, tzinfo=TZ), "07:00", datetime(2026, 12, 4, 7, 0, tzinfo=TZ)),   # overnight
-    (datetime(2026, 12, 3, 6, 0, tzinfo=TZ), "07:00", datetime(2026, 12, 3, 7, 0, tzinfo=TZ)),    # later today
-    (datetime(2026, 12, 3, 7, 30, tzinfo=TZ), "07:00", datetime(2026, 12, 3, 7, 0, tzinfo=TZ)),   # a late start: past
-    (datetime(2026, 12, 3, 23, 30, tzinfo=TZ), "00:30", datetime(2026, 12, 4, 0, 30, tzinfo=TZ)),  # across midnight
-    (datetime(2026, 12, 4, 1, 0, tzinfo=TZ), "23:30", datetime(2026, 12, 3, 23, 30, tzinfo=TZ)),   # just past
-])
+@pytest.mark.parametrize(
+    "now, deadline, expected",
+    [
+        (datetime(2026, 12, 3, 22, 0, tzinfo=TZ), "07:00", datetime(2026, 12, 4, 7, 0, tzinfo=TZ)),  # overnight
+        (datetime(2026, 12, 3, 6, 0, tzinfo=TZ), "07:00", datetime(2026, 12, 3, 7, 0, tzinfo=TZ)),  # later today
+        (
+            datetime(2026, 12, 3, 7, 30, tzinfo=TZ),
+            "07:00",
+            datetime(2026, 12, 3, 7, 0, tzinfo=TZ),
+        ),  # a late start: past
+        (datetime(2026, 12, 3, 23, 30, tzinfo=TZ), "00:30", datetime(2026, 12, 4, 0, 30, tzinfo=TZ)),  # across midnight
+        (datetime(2026, 12, 4, 1, 0, tzinfo=TZ), "23:30", datetime(2026, 12, 3, 23, 30, tzinfo=TZ)),  # just past
+    ],
+)
 def test_deadline_is_the_nearest_occurrence(now, deadline, expected):
     assert parse_deadline(deadline, now=now) == expected.timestamp()
 
@@ -87,8 +94,12 @@ def test_two_sweeps_racing_for_a_dead_holders_lock_one_wins(tmp_path):
     dead.wait()
     for _ in range(5):  # a few rounds: the window a takeover race needs is short
         (tmp_path / "go").unlink(missing_ok=True)
-        procs = [subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path), f"r{i}", "1"], stdout=subprocess.PIPE,
-                                  text=True) for i in range(2)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", HOLD, str(tmp_path), f"r{i}", "1"], stdout=subprocess.PIPE, text=True
+            )
+            for i in range(2)
+        ]
         try:
             assert [p.stdout.readline().strip() for p in procs] == ["ready", "ready"]
             (tmp_path / "go").touch()

@@ -109,10 +109,22 @@ def test_a_failing_reader_is_an_unreachable_host():
 
 # -- real Ray -------------------------------------------------------------------------------------------
 
+
 def write_fake(directory: Path, host: str, pids: list[int]) -> None:
-    (directory / f"{host}.json").write_text(json.dumps([{
-        "index": 0, "name": "NVIDIA H200", "uuid": "GPU-fake-0", "mem_used_bytes": 6 * GIB * len(pids),
-        "util_pct": [0, 0, 0], "processes": [{"pid": p, "mem_used_bytes": 6 * GIB} for p in pids]}]))
+    (directory / f"{host}.json").write_text(
+        json.dumps(
+            [
+                {
+                    "index": 0,
+                    "name": "NVIDIA H200",
+                    "uuid": "GPU-fake-0",
+                    "mem_used_bytes": 6 * GIB * len(pids),
+                    "util_pct": [0, 0, 0],
+                    "processes": [{"pid": p, "mem_used_bytes": 6 * GIB} for p in pids],
+                }
+            ]
+        )
+    )
 
 
 def test_try_place_reads_the_fake_file_on_the_labelled_node(ray_cluster, fake_nvml_dir):
@@ -180,15 +192,34 @@ def test_gpu_job_on_a_two_gpu_host_runs_on_the_idle_card_whichever_ray_assigned(
 
     node = ray_cluster.add_node(num_cpus=1, num_gpus=2, labels={"labprobe.host": "gpu-b"})
     try:
-        (fake_nvml_dir / "gpu-b.json").write_text(json.dumps([
-            {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-fake-0", "mem_used_bytes": 6 * GIB,
-             "util_pct": [0, 0, 0], "processes": [{"pid": 31337, "mem_used_bytes": 6 * GIB}]},
-            {"index": 1, "name": "NVIDIA H200", "uuid": "GPU-fake-1", "mem_used_bytes": 0,
-             "util_pct": [0, 0, 0], "processes": []}]))
+        (fake_nvml_dir / "gpu-b.json").write_text(
+            json.dumps(
+                [
+                    {
+                        "index": 0,
+                        "name": "NVIDIA H200",
+                        "uuid": "GPU-fake-0",
+                        "mem_used_bytes": 6 * GIB,
+                        "util_pct": [0, 0, 0],
+                        "processes": [{"pid": 31337, "mem_used_bytes": 6 * GIB}],
+                    },
+                    {
+                        "index": 1,
+                        "name": "NVIDIA H200",
+                        "uuid": "GPU-fake-1",
+                        "mem_used_bytes": 0,
+                        "util_pct": [0, 0, 0],
+                        "processes": [],
+                    },
+                ]
+            )
+        )
         assert GpuPlacer(deadline=None).try_place("gpu-b") == (True, "")
         # Two jobs holding Ray's two cards at once, so one surely is assigned GPU 0 (the busy one).
         job = ray.remote(max_retries=0, num_gpus=1, num_cpus=0)(held_gpu_job).options(**pinned("gpu-b"))
         assert sorted(ray.get([job.remote("gpu-b") for _ in range(2)], timeout=60)) == [
-            ("1", "1", False), ("GPU-fake-1", "0", True)]
+            ("1", "1", False),
+            ("GPU-fake-1", "0", True),
+        ]
     finally:
         ray_cluster.remove_node(node)

@@ -59,12 +59,15 @@ def test_an_unwritable_store_is_one_line_before_any_job_runs(lab, store_root, ca
     freeze(store_root)
     with pytest.raises(Exception, match=f"store {store_root}: cannot be written"):
         check_writable(store_root)
-    assert cli.main(["sweep", "--cluster", str(lab), "--plan", "four", "--store", str(store_root),
-                     "--inline", "gx10"]) == 2
+    assert (
+        cli.main(["sweep", "--cluster", str(lab), "--plan", "four", "--store", str(store_root), "--inline", "gx10"])
+        == 2
+    )
     captured = capsys.readouterr()
     assert captured.out == ""  # no job ran, no summary
-    assert captured.err.strip() == (f"labprobe sweep: error: store {store_root}: cannot be written "
-                                    "(Operation not permitted); no job was run")
+    assert captured.err.strip() == (
+        f"labprobe sweep: error: store {store_root}: cannot be written (Operation not permitted); no job was run"
+    )
     assert lock_holder(store_root) is None
 
 
@@ -83,16 +86,25 @@ class FreezeAfterFirstJob(InlineLauncher):
 
 
 @needs_chattr
-def test_a_write_failing_mid_sweep_stops_the_sweep_and_spills_what_was_computed(
-        lab, store_root, tmp_path, monkeypatch):
+def test_a_write_failing_mid_sweep_stops_the_sweep_and_spills_what_was_computed(lab, store_root, tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the spill's folder: $TMPDIR
     cluster, store = load_cluster(lab), Store(store_root)
     jobs, run_id = expand(cluster, "four"), new_run_id()
     launcher = FreezeAfterFirstJob(store_root)
-    counts = run_sweep(cluster=cluster, store=store, plan="four", jobs=jobs, run_id=run_id, launcher=launcher,
-                       progress=False, inline=True)
+    counts = run_sweep(
+        cluster=cluster,
+        store=store,
+        plan="four",
+        jobs=jobs,
+        run_id=run_id,
+        launcher=launcher,
+        progress=False,
+        inline=True,
+    )
     assert len(jobs) == 4 and len(launcher.handed_out) == 2  # none handed out after the failed write
-    assert counts.store_failure.startswith(f"store {store_root}: ") and "Operation not permitted" in counts.store_failure
+    assert (
+        counts.store_failure.startswith(f"store {store_root}: ") and "Operation not permitted" in counts.store_failure
+    )
     assert counts.spilled_to == tmp_path / f"labprobe-spill-{run_id}.jsonl" and counts.num_spilled == 3
     spilled = list(read_spill(counts.spilled_to))
     assert [r["status"] for r in spilled] == ["ok", "skipped", "skipped"]
@@ -123,9 +135,15 @@ exec "$2" -m runner.cli sweep --inline gx10 --cluster "$3" --plan four --store "
 def test_a_full_disk_is_one_line_naming_the_store_not_a_traceback(lab, tmp_path):
     mnt = tmp_path / "full"
     mnt.mkdir()
-    proc = subprocess.run(["unshare", "-m", "sh", "-c", FULL_DISK_SWEEP, "sh", str(mnt), sys.executable, str(lab)],
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", FULL_DISK_SWEEP, "sh", str(mnt), sys.executable, str(lab)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stdout == ""
-    assert proc.stderr.strip() == (f"labprobe sweep: error: store {mnt}/store: cannot be written "
-                                   "(No space left on device); no job was run")
+    assert proc.stderr.strip() == (
+        f"labprobe sweep: error: store {mnt}/store: cannot be written (No space left on device); no job was run"
+    )

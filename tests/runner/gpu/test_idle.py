@@ -26,6 +26,7 @@ def sample(**kw) -> GpuSample:
 
 # -- verdict ------------------------------------------------------------------------------------------
 
+
 def test_quiet_card_reads_idle():
     word, reason = verdict(sample(mem_used_bytes=(300 * 2**20,) * 3), thresholds=T)
     assert word == "idle"
@@ -84,6 +85,7 @@ def test_busy_reason_lists_every_cause():
 
 # -- ours ---------------------------------------------------------------------------------------------
 
+
 def test_own_pids_hold_self_parent_and_child_but_not_a_detached_process():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     # `sh` starts a sleeper in the background and exits: the sleeper is reparented away from us,
@@ -102,9 +104,13 @@ def test_own_pids_hold_self_parent_and_child_but_not_a_detached_process():
 
 # -- readings -----------------------------------------------------------------------------------------
 
+
 def test_read_local_from_fake_file(fake_nvml_dir, tmp_path):
-    write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(os.getpid(), 2 * GIB)], mem=2 * GIB),
-                                      gpu(1, processes=[(999_999, 8 * GIB)], mem=8 * GIB)])
+    write_fake(
+        fake_nvml_dir,
+        "box",
+        [gpu(0, processes=[(os.getpid(), 2 * GIB)], mem=2 * GIB), gpu(1, processes=[(999_999, 8 * GIB)], mem=8 * GIB)],
+    )
     r0, r1 = idle.read_local("box")
     assert (r0.verdict, r0.own_pids, r0.pids) == ("idle", (os.getpid(),), ())
     assert (r1.verdict, r1.pids) == ("busy", (999_999,)) and "pid 999999" in r1.reason
@@ -140,6 +146,7 @@ def test_read_local_over_the_nvml_path_sums_up_each_gpu_s_window(monkeypatch):
 
 # -- guard --------------------------------------------------------------------------------------------
 
+
 def test_guard_on_a_two_gpu_host_moves_the_job_off_the_busy_card_ray_assigned(fake_nvml_dir, monkeypatch):
     """Ray assigned GPU 0 (logical counting), someone trains on it, GPU 1 is idle: the job goes
     to GPU 1 (by UUID, set before CUDA starts) instead of refusing forever."""
@@ -154,10 +161,12 @@ def test_guard_on_a_two_gpu_host_moves_the_job_off_the_busy_card_ray_assigned(fa
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
     # Both cards busy: refused, naming every card and why; the variable untouched.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(31337, 4 * GIB)], mem=4 * GIB),
-                                      gpu(1, util=(0, 95, 90))])
-    with pytest.raises(GpuBusyError, match=r"box: GPU 0 busy: pid 31337 computes on it \(4.00 GiB\).*; "
-                                           r"GPU 1 busy: utilisation"):
+    write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(31337, 4 * GIB)], mem=4 * GIB), gpu(1, util=(0, 95, 90))])
+    with pytest.raises(
+        GpuBusyError,
+        match=r"box: GPU 0 busy: pid 31337 computes on it \(4.00 GiB\).*; "
+        r"GPU 1 busy: utilisation",
+    ):
         idle.guard("box")
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
 
@@ -170,8 +179,7 @@ def test_guard_accepts_ray_assigning_by_uuid(fake_nvml_dir, monkeypatch):
 
 
 def test_pick_card_without_visible_devices_points_the_job_at_an_idle_card():
-    hot = GpuReading(host="box", index=0, name="H200", verdict="busy", reason="utilisation >= 10%",
-                     uuid="GPU-0")
+    hot = GpuReading(host="box", index=0, name="H200", verdict="busy", reason="utilisation >= 10%", uuid="GPU-0")
     cool = GpuReading(host="box", index=1, name="H200", verdict="idle", reason="", uuid="GPU-1")
     assert idle.pick_card("box", [hot, cool], None) == idle.Card(1, "GPU-1", None, False)
     assert idle.pick_card("box", [hot, cool], "1") == idle.Card(1, "GPU-1", "1", False)

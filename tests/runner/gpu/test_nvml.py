@@ -15,12 +15,19 @@ from runner.gpu.nvml import GpuSample
 
 
 def test_fake_file_gives_one_sample_per_gpu(fake_nvml_dir):
-    write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(4242, 2 * GIB), (77, None)], util=(0, 95), mem=3 * GIB),
-                                      gpu(1)])
+    write_fake(
+        fake_nvml_dir, "box", [gpu(0, processes=[(4242, 2 * GIB), (77, None)], util=(0, 95), mem=3 * GIB), gpu(1)]
+    )
     s0, s1 = nvml.read_samples("box", window_s=3.0, sample_hz=5.0)
-    assert s0 == GpuSample(index=0, name="NVIDIA H200", uuid="GPU-fake-0", mem_used_bytes=(3 * GIB,),
-                           mem_total_bytes=150 * GIB, util_pct=(0.0, 95.0),
-                           processes=((4242, 2 * GIB), (77, None)))
+    assert s0 == GpuSample(
+        index=0,
+        name="NVIDIA H200",
+        uuid="GPU-fake-0",
+        mem_used_bytes=(3 * GIB,),
+        mem_total_bytes=150 * GIB,
+        util_pct=(0.0, 95.0),
+        processes=((4242, 2 * GIB), (77, None)),
+    )
     assert (s1.index, s1.uuid, s1.processes, s1.util_pct) == (1, "GPU-fake-1", (), (0.0, 0.0, 0.0))
 
 

@@ -11,17 +11,21 @@ import pytest
 from runner.hosts.reach import ConnectError, HeadWatch, check_reachable, parse_address
 
 
-@pytest.mark.parametrize("address, expected", [
-    ("127.0.0.1:6379", ("127.0.0.1", 6379)),
-    ("gx10.lab:10001", ("gx10.lab", 10001)),
-    ("[::1]:6379", ("::1", 6379)),
-])
+@pytest.mark.parametrize(
+    "address, expected",
+    [
+        ("127.0.0.1:6379", ("127.0.0.1", 6379)),
+        ("gx10.lab:10001", ("gx10.lab", 10001)),
+        ("[::1]:6379", ("::1", 6379)),
+    ],
+)
 def test_parse_address(address, expected):
     assert parse_address(address) == expected
 
 
-@pytest.mark.parametrize("address", ["127.0.0.1:notaport", "127.0.0.1", ":6379", "127.0.0.1:0",
-                                     "127.0.0.1:70000", "ray://127.0.0.1:10001x"])
+@pytest.mark.parametrize(
+    "address", ["127.0.0.1:notaport", "127.0.0.1", ":6379", "127.0.0.1:0", "127.0.0.1:70000", "ray://127.0.0.1:10001x"]
+)
 def test_a_bad_address_is_a_connect_error_naming_it(address):
     with pytest.raises(ConnectError, match="expected HOST:PORT") as info:
         parse_address(address)
@@ -49,8 +53,12 @@ def test_the_head_watch_calls_back_once_the_port_stops_answering():
     server.listen(64)
     lost: list[str] = []
     called = threading.Event()
-    watch = HeadWatch(f"127.0.0.1:{server.getsockname()[1]}", lambda why: (lost.append(why), called.set()),
-                      lost_after_s=1.0, every_s=0.2)
+    watch = HeadWatch(
+        f"127.0.0.1:{server.getsockname()[1]}",
+        lambda why: (lost.append(why), called.set()),
+        lost_after_s=1.0,
+        every_s=0.2,
+    )
     watch.start()
     time.sleep(1.5)
     assert lost == []  # answering: never lost, however long

@@ -15,10 +15,12 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def cluster_file(tmp_path: Path, budget, entries: list[dict]) -> Path:
-    data = {"hosts": [{"name": "a", "address": "a", "checkpoints_root": str(REPO / "demo" / "checkpoints")}],
-            "checkpoints": [{"name": "qwen3-0.6b-base", "path": "qwen3-0.6b-base"}],
-            "corpora": [{"name": "demo", "path": str(REPO / "demo" / "corpus.jsonl")}],
-            "plans": {"p": entries}}
+    data = {
+        "hosts": [{"name": "a", "address": "a", "checkpoints_root": str(REPO / "demo" / "checkpoints")}],
+        "checkpoints": [{"name": "qwen3-0.6b-base", "path": "qwen3-0.6b-base"}],
+        "corpora": [{"name": "demo", "path": str(REPO / "demo" / "corpus.jsonl")}],
+        "plans": {"p": entries},
+    }
     if budget is not None:
         data["budget"] = budget
     path = tmp_path / "cluster.yaml"
@@ -32,8 +34,14 @@ GOODPUT = {"probe": "goodput", "corpus": "demo", "config": {"quadratic_s": 0.0, 
 def test_the_budget_fills_every_projection_an_entry_does_not_set(tmp_path):
     budget = {"tokens_per_job": 23_400_000, "arms": 3, "seeds": 2}
     own = {"probe": "carrier", "config": {"token_budget": 1000, "steps": 0}}
-    jobs = expand(load_cluster(cluster_file(tmp_path, budget, [
-        GOODPUT, {"probe": "carrier", "config": {"steps": 0}}, own, {"probe": "mask"}])), "p")
+    jobs = expand(
+        load_cluster(
+            cluster_file(
+                tmp_path, budget, [GOODPUT, {"probe": "carrier", "config": {"steps": 0}}, own, {"probe": "mask"}]
+            )
+        ),
+        "p",
+    )
     configs = [j.probe_config() for j in jobs]
     for config in configs[:2]:  # goodput and carrier: the lab's budget
         assert (config.token_budget, config.num_arms, config.num_seeds) == (23_400_000, 3, 2)
@@ -50,11 +58,14 @@ def test_without_a_budget_the_probes_defaults_stand(tmp_path):
     assert (config.token_budget, config.num_arms, config.num_seeds) == (None, 1, 1)
 
 
-@pytest.mark.parametrize(("budget", "message"), [
-    ({"tokens_per_job": 0}, "budget.tokens_per_job: Input should be greater than or equal to 1"),
-    ({"arms": 2}, "budget.tokens_per_job: required key is missing"),
-    ({"tokens_per_job": 10, "seed": 2}, "budget: unknown key 'seed'"),
-])
+@pytest.mark.parametrize(
+    ("budget", "message"),
+    [
+        ({"tokens_per_job": 0}, "budget.tokens_per_job: Input should be greater than or equal to 1"),
+        ({"arms": 2}, "budget.tokens_per_job: required key is missing"),
+        ({"tokens_per_job": 10, "seed": 2}, "budget: unknown key 'seed'"),
+    ],
+)
 def test_a_bad_budget_is_one_line_naming_the_key(tmp_path, budget, message):
     with pytest.raises(InputError) as exc:
         load_cluster(cluster_file(tmp_path, budget, [GOODPUT]))

@@ -18,14 +18,19 @@ GOOD = {
     "store": {"root": "store"},
     "hosts": [
         {"name": "gx10", "address": "gx10.lab", "gpus": 1, "checkpoints_root": "/data/ckpt"},
-        {"name": "ana-ml2", "address": "ana-ml2.lab", "gpus": 2, "checkpoints_root": "ckpts",
-         "corpora_root": "corp"},
+        {"name": "ana-ml2", "address": "ana-ml2.lab", "gpus": 2, "checkpoints_root": "ckpts", "corpora_root": "corp"},
     ],
-    "checkpoints": [{"name": "qwen3", "path": "qwen3-0.6b", "hosts": {"ana-ml2": "/other/qwen"}},
-                    {"name": "gemma", "path": "/abs/gemma"}],
+    "checkpoints": [
+        {"name": "qwen3", "path": "qwen3-0.6b", "hosts": {"ana-ml2": "/other/qwen"}},
+        {"name": "gemma", "path": "/abs/gemma"},
+    ],
     "corpora": [{"name": "demo", "path": "corpus.jsonl"}],
-    "plans": {"demo": [{"probe": "mask", "hosts": ["gx10"], "config": {"seq_len": 64}},
-                       {"probe": "padding", "corpus": "demo"}]},
+    "plans": {
+        "demo": [
+            {"probe": "mask", "hosts": ["gx10"], "config": {"seq_len": 64}},
+            {"probe": "padding", "corpus": "demo"},
+        ]
+    },
     "schedule": {"plan": "demo", "cron": "0 22 * * *", "deadline": "07:00"},
 }
 
@@ -70,17 +75,22 @@ def test_good_file_loads_and_resolves_paths_against_its_directory(tmp_path, monk
     assert cluster.head().name == "gx10"
 
 
-@pytest.mark.parametrize("data, expected", [
-    (mutate(hosts__0__colour="red"), "cluster.yaml: hosts[0]: unknown key 'colour'"),
-    (mutate(surprise=1), "cluster.yaml: unknown top-level key 'surprise'"),
-    (mutate(plans__demo__0__checkpoints=["qwen9"]),
-     "cluster.yaml: plans.demo[0].checkpoints[0]: unknown checkpoint 'qwen9'"),
-    (mutate(plans__demo__1__hosts=["gx10", "gx11"]), "cluster.yaml: plans.demo[1].hosts[1]: unknown host 'gx11'"),
-    (mutate(plans__demo__1__corpus="wiki"), "cluster.yaml: plans.demo[1].corpus: unknown corpus 'wiki'"),
-    (mutate(plans__demo__0__probe="maks"), "cluster.yaml: plans.demo[0].probe: unknown probe 'maks'"),
-    (mutate(schedule__plan="nightly"), "cluster.yaml: schedule.plan: unknown plan 'nightly'"),
-    (mutate(checkpoints__0__hosts={"gx11": "/x"}), "cluster.yaml: checkpoints[0].hosts.gx11: unknown host 'gx11'"),
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (mutate(hosts__0__colour="red"), "cluster.yaml: hosts[0]: unknown key 'colour'"),
+        (mutate(surprise=1), "cluster.yaml: unknown top-level key 'surprise'"),
+        (
+            mutate(plans__demo__0__checkpoints=["qwen9"]),
+            "cluster.yaml: plans.demo[0].checkpoints[0]: unknown checkpoint 'qwen9'",
+        ),
+        (mutate(plans__demo__1__hosts=["gx10", "gx11"]), "cluster.yaml: plans.demo[1].hosts[1]: unknown host 'gx11'"),
+        (mutate(plans__demo__1__corpus="wiki"), "cluster.yaml: plans.demo[1].corpus: unknown corpus 'wiki'"),
+        (mutate(plans__demo__0__probe="maks"), "cluster.yaml: plans.demo[0].probe: unknown probe 'maks'"),
+        (mutate(schedule__plan="nightly"), "cluster.yaml: schedule.plan: unknown plan 'nightly'"),
+        (mutate(checkpoints__0__hosts={"gx11": "/x"}), "cluster.yaml: checkpoints[0].hosts.gx11: unknown host 'gx11'"),
+    ],
+)
 def test_errors_name_the_key_path(tmp_path, data, expected):
     errors = errors_of(tmp_path, data)
     assert any(e.startswith(expected) for e in errors), errors
@@ -139,10 +149,21 @@ def test_repo_cluster_yaml_is_valid():
         assert (Path(cluster.checkpoint_path(name, "local")) / "config.json").is_file(), name
 
 
-@pytest.mark.parametrize("name, ok", [
-    ("gx10", True), ("a", True), ("ana_ml2.lab", True), ("x" * 63, True),
-    ("gx10-", False), ("gx10.", False), ("-gx10", False), ("x" * 64, False), ("gx 10", False), ("gx/10", False),
-])
+@pytest.mark.parametrize(
+    "name, ok",
+    [
+        ("gx10", True),
+        ("a", True),
+        ("ana_ml2.lab", True),
+        ("x" * 63, True),
+        ("gx10-", False),
+        ("gx10.", False),
+        ("-gx10", False),
+        ("x" * 64, False),
+        ("gx 10", False),
+        ("gx/10", False),
+    ],
+)
 def test_host_names_are_what_rays_label_check_accepts(tmp_path, name, ok):
     data = mutate(hosts__0__name=name)
     data["plans"]["demo"][0]["hosts"] = [name]
@@ -177,8 +198,10 @@ def test_an_unreadable_cluster_file_is_bad_input(tmp_path, capsys):
     assert "cannot read the cluster file: Permission denied" in err, err
 
 
-@pytest.mark.parametrize("text, expected", [("? [a, b]\n: 1\n", "a list cannot be a key"),
-                                            ("hosts:\n  ? {x: 1}\n  : 2\n", "a dict cannot be a key")])
+@pytest.mark.parametrize(
+    "text, expected",
+    [("? [a, b]\n: 1\n", "a list cannot be a key"), ("hosts:\n  ? {x: 1}\n  : 2\n", "a dict cannot be a key")],
+)
 def test_an_unhashable_yaml_key_is_bad_input(tmp_path, capsys, text, expected):
     path = tmp_path / "keys.yaml"
     path.write_text(text)
@@ -188,8 +211,9 @@ def test_an_unhashable_yaml_key_is_bad_input(tmp_path, capsys, text, expected):
 
 def test_an_unquoted_deadline_is_named_with_its_fix(tmp_path):
     path = write(tmp_path, mutate())
-    path.write_text(path.read_text().replace("deadline: 07:00", "deadline: 22:30").replace(
-        "deadline: '07:00'", "deadline: 22:30"))
+    path.write_text(
+        path.read_text().replace("deadline: 07:00", "deadline: 22:30").replace("deadline: '07:00'", "deadline: 22:30")
+    )
     assert "deadline: 22:30" in path.read_text()  # written unquoted, as a user would
     with pytest.raises(ClusterError) as info:
         load_cluster(path)

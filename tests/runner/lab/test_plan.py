@@ -20,8 +20,10 @@ DEMO_CKPT = REPO / "demo" / "checkpoints"
 
 def cluster_file(tmp_path: Path, plans: dict) -> Path:
     data = {
-        "hosts": [{"name": "a", "address": "a", "checkpoints_root": str(DEMO_CKPT)},
-                  {"name": "b", "address": "b", "checkpoints_root": str(tmp_path / "elsewhere")}],
+        "hosts": [
+            {"name": "a", "address": "a", "checkpoints_root": str(DEMO_CKPT)},
+            {"name": "b", "address": "b", "checkpoints_root": str(tmp_path / "elsewhere")},
+        ],
         "checkpoints": [{"name": n, "path": n} for n in ("qwen3-0.6b-base", "gemma-3-4b")],
         "corpora": [{"name": "demo", "path": str(REPO / "demo" / "corpus.jsonl")}],
         "plans": plans,
@@ -32,14 +34,24 @@ def cluster_file(tmp_path: Path, plans: dict) -> Path:
 
 
 def test_expansion_is_the_cross_product(tmp_path):
-    cluster = load_cluster(cluster_file(tmp_path, {"p": [
-        {"probe": "mask", "config": {"seq_len": 64}},
-        {"probe": "padding", "checkpoints": ["gemma-3-4b"], "hosts": ["b"], "corpus": "demo"},
-        {"probe": "profile", "checkpoints": ["gemma-3-4b"], "hosts": ["a"]}]}))
+    cluster = load_cluster(
+        cluster_file(
+            tmp_path,
+            {
+                "p": [
+                    {"probe": "mask", "config": {"seq_len": 64}},
+                    {"probe": "padding", "checkpoints": ["gemma-3-4b"], "hosts": ["b"], "corpus": "demo"},
+                    {"probe": "profile", "checkpoints": ["gemma-3-4b"], "hosts": ["a"]},
+                ]
+            },
+        )
+    )
     jobs = expand(cluster, "p")
     got = sorted((j.probe, j.checkpoint, j.host) for j in jobs)
-    expected = sorted([("mask", c, h) for c in ("qwen3-0.6b-base", "gemma-3-4b") for h in ("a", "b")]
-                      + [("padding", "gemma-3-4b", "b"), ("profile", "gemma-3-4b", "a")])
+    expected = sorted(
+        [("mask", c, h) for c in ("qwen3-0.6b-base", "gemma-3-4b") for h in ("a", "b")]
+        + [("padding", "gemma-3-4b", "b"), ("profile", "gemma-3-4b", "a")]
+    )
     assert got == expected
     assert [j.gpu for j in jobs if j.probe == "profile"] == [True]
     assert not any(j.gpu for j in jobs if j.probe != "profile")
@@ -47,7 +59,9 @@ def test_expansion_is_the_cross_product(tmp_path):
     assert padding.paths["checkpoint"] == str(tmp_path / "elsewhere" / "gemma-3-4b")
     assert padding.paths["corpus"] == str(REPO / "demo" / "corpus.jsonl")
     config = padding.probe_config()  # the probe's own Config, with host paths typed as Paths
-    assert config.corpus == REPO / "demo" / "corpus.jsonl" and config.checkpoint == tmp_path / "elsewhere" / "gemma-3-4b"
+    assert (
+        config.corpus == REPO / "demo" / "corpus.jsonl" and config.checkpoint == tmp_path / "elsewhere" / "gemma-3-4b"
+    )
 
 
 def test_job_id_is_a_stable_hash_of_probe_config_fingerprint_and_host(tmp_path):
@@ -87,10 +101,13 @@ def test_fingerprint_same_checkpoint_anywhere_different_checkpoint_differs(tmp_p
 
 def test_a_repeated_entry_is_one_job(tmp_path):
     # seq_len 4096 is mask's default: the same Config written two ways is the same job.
-    plans = {"p": [{"probe": "mask", "hosts": ["a"]}, {"probe": "mask", "hosts": ["a", "b"], "config": {"seq_len": 4096}}]}
+    plans = {
+        "p": [{"probe": "mask", "hosts": ["a"]}, {"probe": "mask", "hosts": ["a", "b"], "config": {"seq_len": 4096}}]
+    }
     jobs = expand(load_cluster(cluster_file(tmp_path, plans)), "p")
     assert sorted((j.checkpoint, j.host) for j in jobs) == sorted(
-        (c, h) for c in ("qwen3-0.6b-base", "gemma-3-4b") for h in ("a", "b"))
+        (c, h) for c in ("qwen3-0.6b-base", "gemma-3-4b") for h in ("a", "b")
+    )
 
 
 def test_each_entry_builds_its_probe_config_once(tmp_path, monkeypatch):

@@ -42,8 +42,7 @@ def test_an_alias_bomb_in_a_plan_config_is_refused_before_anything_walks_it(tmp_
 
 def test_a_file_below_the_bound_with_a_few_aliases_still_loads(tmp_path):
     # A shared `config` used by two entries through an alias is ordinary YAML and must keep working.
-    text = (HEAD + "plans:\n  p:\n  - probe: mask\n    config: &c {seq_len: 64}\n"
-            "  - probe: mask\n    config: *c\n")
+    text = HEAD + "plans:\n  p:\n  - probe: mask\n    config: &c {seq_len: 64}\n  - probe: mask\n    config: *c\n"
     path = tmp_path / "cluster.yaml"
     path.write_text(text)
     assert load_cluster(path).spec.plans["p"][1].config == {"seq_len": 64}
@@ -63,11 +62,13 @@ def test_a_huge_file_is_refused_unread(tmp_path):
 
 def test_a_huge_value_is_cut_in_the_error_line(tmp_path):
     huge = "y" * 300_000  # under the file bound; the old error line quoted all of it
-    for text in (f"hosts: [{{name: local, address: x, gpus: {huge}}}]\n",   # wrong type
-                 f"hosts: [{{name: {huge}, address: x}}]\n",                 # fails the name pattern
-                 HEAD + f"plans:\n  p:\n  - probe: mask\n    checkpoints: [{huge}]\n",  # unknown name
-                 HEAD + f"plans:\n  p:\n  - probe: mask\n    config: {{seq_len: {huge}}}\n",  # a config field
-                 HEAD + f"{huge}: 1\n"):                                      # an unknown key
+    for text in (
+        f"hosts: [{{name: local, address: x, gpus: {huge}}}]\n",  # wrong type
+        f"hosts: [{{name: {huge}, address: x}}]\n",  # fails the name pattern
+        HEAD + f"plans:\n  p:\n  - probe: mask\n    checkpoints: [{huge}]\n",  # unknown name
+        HEAD + f"plans:\n  p:\n  - probe: mask\n    config: {{seq_len: {huge}}}\n",  # a config field
+        HEAD + f"{huge}: 1\n",
+    ):  # an unknown key
         line = refusal(tmp_path, text)
         assert len(line) < 200 + 2 * SHOWN_CHARS, len(line)
         assert "yyyyyyyyyy" in line  # the start of the value is still shown

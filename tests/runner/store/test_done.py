@@ -21,22 +21,39 @@ T0 = datetime(2026, 12, 4, tzinfo=timezone.utc)
 
 
 def key(job: str, run: str, minute: int) -> JobKey:
-    return JobKey(run_id=run, job_id=job, probe="carrier", host="gx10", checkpoint="qwen3-0.6b",
-                  checkpoint_fp="fp0", config_hash="c0", code_version="v0",
-                  finished_at=T0 + timedelta(minutes=minute))
+    return JobKey(
+        run_id=run,
+        job_id=job,
+        probe="carrier",
+        host="gx10",
+        checkpoint="qwen3-0.6b",
+        checkpoint_fp="fp0",
+        config_hash="c0",
+        code_version="v0",
+        finished_at=T0 + timedelta(minutes=minute),
+    )
 
 
 def write(store: Store, job: str, run: str, minute: int, status: str) -> None:
-    store.write_job(key(job, run, minute), status=status, started_at=T0, wall_s=1.0, summary={}, config={},
-                    env={})
+    store.write_job(key(job, run, minute), status=status, started_at=T0, wall_s=1.0, summary={}, config={}, env={})
 
 
 def bulk(store: Store, night: int, num: int) -> list[str]:
     """`num` jobs of one night in one commit (a history), every 7th failed; -> their ids."""
     run = f"2026120{night}T010000Z-bulk"
     ids = [hashlib.sha256(f"{night}-{n}".encode()).hexdigest()[:16] for n in range(num)]
-    records = [job_record(key(i, run, night * 1000 + n), status="failed" if n % 7 == 0 else "ok", started_at=T0,
-                          wall_s=1.0, summary={}, config={}, env={}) for n, i in enumerate(ids)]
+    records = [
+        job_record(
+            key(i, run, night * 1000 + n),
+            status="failed" if n % 7 == 0 else "ok",
+            started_at=T0,
+            wall_s=1.0,
+            summary={},
+            config={},
+            env={},
+        )
+        for n, i in enumerate(ids)
+    ]
     store.write_rows("jobs", records)
     return ids
 
@@ -45,14 +62,20 @@ def bulk(store: Store, night: int, num: int) -> list[str]:
 # (finished_at, run_id), whatever order its rows were written in.
 RUNS = [
     ("ok-once", "r1", 1, "ok"),
-    ("failed-then-ok", "r1", 2, "failed"), ("failed-then-ok", "r2", 12, "ok"),
-    ("ok-then-failed", "r1", 3, "ok"), ("ok-then-failed", "r2", 13, "failed"),
+    ("failed-then-ok", "r1", 2, "failed"),
+    ("failed-then-ok", "r2", 12, "ok"),
+    ("ok-then-failed", "r1", 3, "ok"),
+    ("ok-then-failed", "r2", 13, "failed"),
     ("failed-only", "r1", 4, "failed"),
     ("skipped", "r2", 14, "skipped"),
-    ("ok-twice", "r1", 5, "ok"), ("ok-twice", "r3", 25, "ok"),
-    ("tie-ok-last", "r2", 30, "failed"), ("tie-ok-last", "r3", 30, "ok"),
-    ("tie-failed-last", "r2", 31, "ok"), ("tie-failed-last", "r3", 31, "failed"),
-    ("older-time-later-run", "r1", 50, "failed"), ("older-time-later-run", "r4", 6, "ok"),
+    ("ok-twice", "r1", 5, "ok"),
+    ("ok-twice", "r3", 25, "ok"),
+    ("tie-ok-last", "r2", 30, "failed"),
+    ("tie-ok-last", "r3", 30, "ok"),
+    ("tie-failed-last", "r2", 31, "ok"),
+    ("tie-failed-last", "r3", 31, "failed"),
+    ("older-time-later-run", "r1", 50, "failed"),
+    ("older-time-later-run", "r4", 6, "ok"),
 ]
 
 
@@ -72,8 +95,10 @@ def lab_store(root: Path) -> tuple[Store, set[str], list[str]]:
     history = []
     for night in range(1, 4):
         ids = bulk(store, night, 300)
-        history += [(i, f"2026120{night}T010000Z-bulk", night * 1000 + n, "failed" if n % 7 == 0 else "ok")
-                    for n, i in enumerate(ids)]
+        history += [
+            (i, f"2026120{night}T010000Z-bulk", night * 1000 + n, "failed" if n % 7 == 0 else "ok")
+            for n, i in enumerate(ids)
+        ]
     for row in RUNS[:7]:
         write(store, *row)
     store.compact()
@@ -139,8 +164,9 @@ def test_a_corrupt_jobs_file_is_named_by_the_filtered_read_too(tmp_path):
     store, _, ids = lab_store(tmp_path)
     # The compacted file, which holds the history's ids (a file the read skips by the log's
     # statistics, another job's per-job file, is not opened: its rows cannot change this answer).
-    victim = max((Path(u) for u in DeltaTable(str(tmp_path / "tables" / "jobs")).file_uris()),
-                 key=lambda p: p.stat().st_size)
+    victim = max(
+        (Path(u) for u in DeltaTable(str(tmp_path / "tables" / "jobs")).file_uris()), key=lambda p: p.stat().st_size
+    )
     victim.write_bytes(b"PAR1" + b"\x00" * 40)
     with pytest.raises(CorruptStoreError, match=victim.name):
         Store(tmp_path).done_job_ids(among=ids[:5])

@@ -38,8 +38,13 @@ WRITER = textwrap.dedent("""
 
 def writer(root: Path, first: int, rows: int, jobs: int, run: str = "r1", **kw) -> subprocess.Popen:
     """A process writing jobs k<first>.. of run `run` (a resumed sweep is a new run)."""
-    return subprocess.Popen([sys.executable, "-c", WRITER, str(root), str(first), str(rows), str(jobs), run],
-                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(root), str(first), str(rows), str(jobs), run],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        text=True,
+        **kw,
+    )
 
 
 def uncommitted(folder: Path) -> list[str]:
@@ -81,8 +86,7 @@ def test_a_writer_killed_mid_commit_leaves_readable_tables_without_that_job_and_
     rows = store.read("carrier.big", columns=["job_id", "i"])
     assert set(rows["job_id"]) == done and rows.groupby("job_id")["i"].count().eq(150_000).all()
     # The killed job's data file is there but in no log: not a row anywhere, not even to delta-rs.
-    assert len(DeltaTable(str(root / "tables" / "carrier.big")).to_pyarrow_table(columns=["job_id"])) \
-        % 150_000 == 0
+    assert len(DeltaTable(str(root / "tables" / "carrier.big")).to_pyarrow_table(columns=["job_id"])) % 150_000 == 0
     killed = f"k{len(done)}"
     assert killed not in done
     # Resume: a new writer skips the done jobs and writes the rest, each once.
@@ -110,8 +114,13 @@ def test_a_reader_sees_the_same_rows_before_during_and_after_a_compaction(tmp_pa
     before = rows()
     assert before[0] == 40 * 20_000
     files_before = len(DeltaTable(str(tmp_path / "tables" / "carrier.big")).file_uris())
-    compactor = subprocess.Popen([sys.executable, "-c", COMPACT, str(tmp_path)], cwd=REPO, text=True,
-                                 env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE)
+    compactor = subprocess.Popen(
+        [sys.executable, "-c", COMPACT, str(tmp_path)],
+        cwd=REPO,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+    )
     assert compactor.stdout.readline().strip() == "start"
     during = []
     while compactor.poll() is None:
@@ -130,7 +139,7 @@ def test_a_corrupt_file_the_log_references_is_one_line_naming_it_exit_2(tmp_path
     store = Store(tmp_path)
     victim = Path(DeltaTable(str(tmp_path / "tables" / "carrier.big")).file_uris()[1])
     data = bytearray(victim.read_bytes())
-    data[4:len(data) // 2] = b"\x00" * (len(data) // 2 - 4)  # the footer is whole, the pages are not
+    data[4 : len(data) // 2] = b"\x00" * (len(data) // 2 - 4)  # the footer is whole, the pages are not
     victim.write_bytes(bytes(data))
     argv = ["--store", str(tmp_path), "--cluster", str(tmp_path / "none.yaml")]
     assert cli.main(["history", "--probe", "carrier", *argv]) == 2

@@ -37,8 +37,11 @@ def old_rows(root: Path, name: str) -> pd.DataFrame:
         if path.name in STRAYS:
             continue
         table = pq.read_table(path)
-        tables += [table.append_column("host", pa.array([path.parent.parent.name[5:]] * len(table)))
-                   .append_column("checkpoint", pa.array([path.parent.name[11:]] * len(table)))]
+        tables += [
+            table.append_column("host", pa.array([path.parent.parent.name[5:]] * len(table))).append_column(
+                "checkpoint", pa.array([path.parent.name[11:]] * len(table))
+            )
+        ]
     return pa.concat_tables(tables, promote_options="permissive").to_pandas()
 
 
@@ -74,12 +77,22 @@ def test_migrate_carries_every_row_skips_strays_and_leaves_the_old_tree(legacy, 
     assert carriers["note"].isna().sum() == 4 * 2 and set(carriers["note"].dropna()) == {1.5}
     assert set(carriers["row_checkpoint"]) == {"/models/qwen3-0.6b", "/models/gemma-3-4b"}
     assert len(store.jobs()) == 9 and store.done_job_ids() == {
-        "car-gx10-qwen3-0.6b", "car-gx10-gemma-3-4b", "car-ana-ml2-qwen3-0.6b", "mask-gx10"}
+        "car-gx10-qwen3-0.6b",
+        "car-gx10-gemma-3-4b",
+        "car-ana-ml2-qwen3-0.6b",
+        "mask-gx10",
+    }
     # Again: nothing new to add, nothing doubled.
     assert cli.main(["store", "migrate", "--store", str(legacy), "--cluster", "/none"]) == 0
-    assert len(Store(legacy).jobs()) == 9 and len(DeltaTable(str(legacy / "tables" / "carrier.carriers")).to_pandas()) == 15
+    assert (
+        len(Store(legacy).jobs()) == 9
+        and len(DeltaTable(str(legacy / "tables" / "carrier.carriers")).to_pandas()) == 15
+    )
     assert cli.main(["store", "check", "--store", str(legacy), "--cluster", "/none"]) == 0
-    assert "older layout at the root: carrier.carriers, jobs, mask.checks, mask.layers (migrated" in capsys.readouterr().out
+    assert (
+        "older layout at the root: carrier.carriers, jobs, mask.checks, mask.layers (migrated"
+        in capsys.readouterr().out
+    )
 
 
 def test_compare_history_and_report_read_the_migrated_store(legacy, capsys):
@@ -93,8 +106,9 @@ def test_compare_history_and_report_read_the_migrated_store(legacy, capsys):
     # ana-ml2/gemma-3-4b: its newest run failed, so that cell is empty (compare's rule), the rest shown.
     cells = {(r["checkpoint"], h): v for r in result["rows"] for h, v in r["values"].items()}
     assert ("gemma-3-4b", "ana-ml2") not in cells and ("gemma-3-4b", "gx10") in cells
-    assert cli.main(["history", "--probe", "carrier", "--store", str(legacy), "--cluster", "/none",
-                     "--host", "gx10"]) in (0, 1)
+    assert cli.main(
+        ["history", "--probe", "carrier", "--store", str(legacy), "--cluster", "/none", "--host", "gx10"]
+    ) in (0, 1)
     from runner.analysis.report import write_report
 
     path, text = write_report(Store(legacy), "20261102T020000Z-bbbb")
@@ -108,18 +122,36 @@ def test_compact_checkpoints_and_vacuum_keeps_the_retention(tmp_path, capsys):
 
     store = Store(tmp_path)
     for n in range(6):
-        key = JobKey(run_id="r", job_id=f"j{n}", probe="carrier", host="gx10", checkpoint="c", checkpoint_fp="f",
-                     config_hash="h", code_version="v", finished_at=datetime(2026, 12, 3, 0, n, tzinfo=timezone.utc))
+        key = JobKey(
+            run_id="r",
+            job_id=f"j{n}",
+            probe="carrier",
+            host="gx10",
+            checkpoint="c",
+            checkpoint_fp="f",
+            config_hash="h",
+            code_version="v",
+            finished_at=datetime(2026, 12, 3, 0, n, tzinfo=timezone.utc),
+        )
         store.write_table(key, "t", [{"x_s": float(n)}])
         store.write_job(key, status="ok", started_at=key.finished_at, wall_s=1, summary={}, config={}, env={})
     rows = store.read("carrier.t")
     cluster = tmp_path / "cluster.yaml"
-    cluster.write_text(yaml.safe_dump({"store": {"root": str(tmp_path), "vacuum_retention_days": 0},
-                                       "hosts": [{"name": "gx10", "address": "127.0.0.1"}]}))
+    cluster.write_text(
+        yaml.safe_dump(
+            {
+                "store": {"root": str(tmp_path), "vacuum_retention_days": 0},
+                "hosts": [{"name": "gx10", "address": "127.0.0.1"}],
+            }
+        )
+    )
     assert cli.main(["store", "compact", "--cluster", str(cluster)]) == 0
     assert "carrier.t" in capsys.readouterr().out
     table = DeltaTable(str(tmp_path / "tables" / "carrier.t"))
-    assert len(table.file_uris()) == 1 and (tmp_path / "tables" / "carrier.t" / "_delta_log" / "_last_checkpoint").is_file()
+    assert (
+        len(table.file_uris()) == 1
+        and (tmp_path / "tables" / "carrier.t" / "_delta_log" / "_last_checkpoint").is_file()
+    )
     assert same(Store(tmp_path).read("carrier.t"), rows)
     # Nothing new: compact touches nothing (no commit, no checkpoint rewritten).
     before = snapshot(tmp_path / "tables")
@@ -132,7 +164,10 @@ def test_compact_checkpoints_and_vacuum_keeps_the_retention(tmp_path, capsys):
     assert "deleted 0 file(s)" in capsys.readouterr().out
     time.sleep(0.01)
     assert cli.main(["store", "vacuum", "--cluster", str(cluster), "--dry-run"]) == 0
-    assert "would delete" in capsys.readouterr().out and len(list((tmp_path / "tables" / "carrier.t").glob("*.parquet"))) == 7
+    assert (
+        "would delete" in capsys.readouterr().out
+        and len(list((tmp_path / "tables" / "carrier.t").glob("*.parquet"))) == 7
+    )
     assert cli.main(["store", "vacuum", "--cluster", str(cluster)]) == 0
     assert len(list((tmp_path / "tables" / "carrier.t").glob("*.parquet"))) == 1
     assert same(Store(tmp_path).read("carrier.t"), rows)

@@ -31,15 +31,28 @@ class Row:
 
 
 def key(job="j1", run="r1", host="gx10", checkpoint="qwen3-0.6b", when=1, fp="fp0") -> JobKey:
-    return JobKey(run_id=run, job_id=job, probe="carrier", host=host, checkpoint=checkpoint,
-                  checkpoint_fp=fp, config_hash="c0", code_version="v0",
-                  finished_at=datetime(2026, 12, 3, 0, when, tzinfo=timezone.utc))
+    return JobKey(
+        run_id=run,
+        job_id=job,
+        probe="carrier",
+        host=host,
+        checkpoint=checkpoint,
+        checkpoint_fp=fp,
+        config_hash="c0",
+        code_version="v0",
+        finished_at=datetime(2026, 12, 3, 0, when, tzinfo=timezone.utc),
+    )
 
 
 def result(step_s=0.5) -> ProbeResult:
-    return ProbeResult(probe="carrier", config=Cfg(), tables={"results": [Row(8, step_s), Row(16, 1.0)]},
-                       summary={"step_s": step_s}, checks=[Check(name="c", ok=True, detail="")],
-                       artifacts={"timings.txt": "0.5 0.5\n"})
+    return ProbeResult(
+        probe="carrier",
+        config=Cfg(),
+        tables={"results": [Row(8, step_s), Row(16, 1.0)]},
+        summary={"step_s": step_s},
+        checks=[Check(name="c", ok=True, detail="")],
+        artifacts={"timings.txt": "0.5 0.5\n"},
+    )
 
 
 def ok_job(store, k, **kw):
@@ -84,8 +97,7 @@ def test_each_table_of_a_job_is_one_commit_and_the_job_row_the_last(tmp_path):
 
 def test_never_rewrites_and_latest_job_wins(tmp_path):
     store = Store(tmp_path)
-    store.write_job(key(when=1), status="failed", reason="boom", started_at=T0, wall_s=1,
-                    summary={}, config={}, env={})
+    store.write_job(key(when=1), status="failed", reason="boom", started_at=T0, wall_s=1, summary={}, config={}, env={})
     with pytest.raises(StoreError):
         ok_job(store, key(when=1))
     with pytest.raises(StoreError):  # another Store on the same root knows it too (read from the table)
@@ -97,12 +109,29 @@ def test_never_rewrites_and_latest_job_wins(tmp_path):
 
 
 def test_latest_is_one_notion_per_job_or_per_slot():
-    rows = [("j1", "r1", "fp0", 1, "ok"), ("j1", "r2", "fp0", 2, "failed"),
-            ("j2", "r3", "fp1", 3, "ok"),   # the same checkpoint name, re-fingerprinted: a new job
-            ("j3", "r1", "fp0", 1, "ok"), ("j3", "r0", "fp0", 1, "failed")]  # a finished_at tie
-    jobs = pd.DataFrame([{"job_id": j, "run_id": r, "checkpoint_fp": fp, "status": s, "probe": "carrier",
-                          "host": "gx10" if j != "j3" else "ana-ml2", "checkpoint": "q", "config_hash": "c",
-                          "finished_at": T0 + timedelta(minutes=m)} for j, r, fp, m, s in rows])
+    rows = [
+        ("j1", "r1", "fp0", 1, "ok"),
+        ("j1", "r2", "fp0", 2, "failed"),
+        ("j2", "r3", "fp1", 3, "ok"),  # the same checkpoint name, re-fingerprinted: a new job
+        ("j3", "r1", "fp0", 1, "ok"),
+        ("j3", "r0", "fp0", 1, "failed"),
+    ]  # a finished_at tie
+    jobs = pd.DataFrame(
+        [
+            {
+                "job_id": j,
+                "run_id": r,
+                "checkpoint_fp": fp,
+                "status": s,
+                "probe": "carrier",
+                "host": "gx10" if j != "j3" else "ana-ml2",
+                "checkpoint": "q",
+                "config_hash": "c",
+                "finished_at": T0 + timedelta(minutes=m),
+            }
+            for j, r, fp, m, s in rows
+        ]
+    )
     per_job = latest(jobs, JOB).set_index("job_id")
     assert per_job["run_id"].to_dict() == {"j1": "r2", "j2": "r3", "j3": "r1"}  # ties: the later run id
     per_slot = latest(jobs, SLOT).set_index("host")
@@ -150,8 +179,11 @@ def test_a_type_the_table_cannot_take_is_refused_naming_the_table_never_cut(tmp_
 
 def test_a_row_column_named_like_a_key_is_kept_apart(tmp_path):
     store = Store(tmp_path)
-    store.write_table(key(checkpoint="family"), "carriers", [{"checkpoint": "qwen3-0.6b", "step_s": 1.0},
-                                                             {"checkpoint": "qwen3-4b", "step_s": 2.0}])
+    store.write_table(
+        key(checkpoint="family"),
+        "carriers",
+        [{"checkpoint": "qwen3-0.6b", "step_s": 1.0}, {"checkpoint": "qwen3-4b", "step_s": 2.0}],
+    )
     ok_job(store, key(checkpoint="family"))
     frame = store.read("carrier.carriers")
     assert list(frame["checkpoint"]) == ["family", "family"]
