@@ -138,24 +138,6 @@ def _counts_only(config: Config, checkpoint: Path, harness) -> CarrierRow:
     )
 
 
-def _spec(config: Config, checkpoint: Path) -> Spec:
-    return Spec(
-        checkpoint=str(checkpoint),
-        weights=config.weights,
-        harness=config.harness,
-        lora_rank=config.lora_rank,
-        lora_alpha=config.lora_alpha,
-        batch_size=config.batch_size,
-        seq_len=config.seq_len,
-        warmup_steps=config.warmup_steps,
-        steps=config.steps,
-        max_steps=config.max_steps,
-        ce_chunk=config.ce_chunk,
-        device=config.device,
-        seed=config.seed,
-    )
-
-
 def _row(config: Config, name: str, r: dict, peaks: tuple[float | None, float | None]) -> CarrierRow:
     tokens = config.batch_size * config.seq_len
     base = dict(
@@ -230,7 +212,7 @@ EVIDENCE = ("process_step_s", "attributed_s", "microbench", "kernel_table", "tim
 def _family(config: Config, names: tuple[str, ...], peaks, evidence: dict) -> tuple[list, list, list[str], dict]:
     rows, whatifs, advice, harness_info = [], [], [], {}
     for checkpoint in config.checkpoint:
-        baseline, others = processes.measure_set(_spec(config, checkpoint), names, config.processes)
+        baseline, others = processes.measure_set(Spec.of(config, checkpoint), names, config.processes)
         name = _name(checkpoint)
         evidence[name] = {
             "baseline": {k: baseline.get(k) for k in EVIDENCE},

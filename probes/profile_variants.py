@@ -57,22 +57,7 @@ def _row(tokens: int, r: dict) -> VariantRow:
 def measure(config: Config) -> tuple[list[VariantRow], list[whatif.WhatIfRow], list[str], str]:
     """(variants rows, whatif rows, advice, evidence JSON) for config.variant at the production shape."""
     names = variants.parse(config.variant)
-    spec = Spec(
-        checkpoint=str(config.checkpoint),
-        weights=config.weights,
-        harness=config.harness,
-        lora_rank=config.lora_rank,
-        lora_alpha=config.lora_alpha,
-        batch_size=config.batch_size,
-        seq_len=config.seq_len,
-        warmup_steps=config.warmup_steps,
-        steps=config.steps,
-        max_steps=config.max_steps,
-        ce_chunk=config.ce_chunk,
-        device=config.device,
-        seed=config.seed,
-        profile_steps=config.profile_steps,
-    )
+    spec = Spec.of(config, config.checkpoint, profile_steps=config.profile_steps)
     baseline, others = processes.measure_set(spec, names, config.processes)
     tokens = config.batch_size * config.seq_len
     baseline["tokens_per_step"] = tokens

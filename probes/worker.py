@@ -52,6 +52,25 @@ class Spec:
     ce_chunks: tuple[int, ...] = ()
     """CE chunk sizes the micro-benchmark times (those of the ce-chunk variants asked for)."""
 
+    @classmethod
+    def of(cls, config, checkpoint: Path, **more) -> Spec:
+        """The spec of one checkpoint's step from a carrier or profile Config (the fields they share)."""
+        fields = (
+            "weights",
+            "harness",
+            "lora_rank",
+            "lora_alpha",
+            "batch_size",
+            "seq_len",
+            "warmup_steps",
+            "steps",
+            "max_steps",
+            "ce_chunk",
+            "device",
+            "seed",
+        )
+        return cls(checkpoint=str(checkpoint), **{f: getattr(config, f) for f in fields}, **more)
+
 
 def _prepare(model, variant: variants.Variant, pieces: contract.Contract) -> None:
     """The variant's changes to the built model (compiling happens at its first step)."""
