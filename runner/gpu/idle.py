@@ -357,3 +357,30 @@ def describe(host: str, readings: list[GpuReading]) -> str:
     return f"{host}: " + "; ".join(
         f"GPU {r.index} {r.verdict}: {r.reason}" if r.index >= 0 else f"{r.verdict}: {r.reason}" for r in readings
     )
+
+
+# -- a GPU probe run by hand ---------------------------------------------------------------------------
+
+
+def check_direct(
+    host: str, device: str, *, runs_dir: str | None = None, thresholds: Thresholds | None = None
+) -> str | None:
+    """None when a GPU probe run by hand (`labprobe probe carrier`) may start on `device`; else why not,
+    in one line naming the busy process (pid, user, memory) or the fresh run file.
+
+    The same readings and verdict as the sweep's placement and its jobs' guard, but no card switching:
+    a person who asked for `cuda:1` gets told, not moved. `device` is the probe's own (auto, cpu,
+    cuda[:N]); cpu is never checked, and auto on a host where NVML sees no GPU runs on the CPU.
+    """
+    if device == "cpu":
+        return None
+    readings = read_local(host, runs_dir=runs_dir, thresholds=thresholds)
+    gpus = [r for r in readings if r.verdict != "no-gpu"]
+    if not gpus:
+        return None  # no GPU here: auto runs on the CPU, cuda fails in torch with its own message
+    index = int(device.split(":")[1]) if ":" in device else 0
+    visible = [w.strip() for w in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if w.strip()]
+    wanted = visible[index] if index < len(visible) else str(index)
+    target = [r for r in gpus if wanted in (str(r.index), r.uuid)] or gpus  # unknown name: judge them all
+    bad = [r for r in target if r.verdict != "idle"]
+    return describe(host, bad) if bad else None
