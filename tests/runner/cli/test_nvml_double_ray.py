@@ -81,7 +81,7 @@ def test_the_sweep_runs_on_an_idle_gb10_skips_a_busy_one_and_fails_an_unreadable
 ):
     lab, scenario_file = gb10
     play(scenario_file, scenario)
-    args = ["sweep", "--cluster", str(lab), "--plan", "gpu", "--gpu-wait-s", "2", "--store", str(tmp_path), "--json"]
+    args = ["sweep", "--cluster", str(lab), "--plan", "gpu", "--gpu-wait-s", "2", "--store", str(tmp_path), "--report"]
     assert main(args) == code
     capsys.readouterr()
     [job] = Store(tmp_path).jobs().to_dict("records")
@@ -92,3 +92,8 @@ def test_the_sweep_runs_on_an_idle_gb10_skips_a_busy_one_and_fails_an_unreadable
     if scenario == "gpu-lost":
         assert job["reason"].startswith(f"GPU host {HOST} could not be read before the deadline")
         assert "NVMLError_GpuIsLost" in job["reason"]
+    [report] = tmp_path.rglob("*.html")
+    page = report.read_text()
+    top = page[: page.index("What this run found")]  # the host line leads the findings
+    expect = {"gb10-busy": f"{HOST} busy all night: 1 GPU job not run", "gpu-lost": f"{HOST} GPUs could not be read"}
+    assert (expect[scenario] in top) if scenario in expect else "GPU job not run" not in page
