@@ -15,10 +15,10 @@ def write_fake(directory: Path, host: str, gpus: list[dict]) -> None:
     (directory / f"{host}.json").write_text(json.dumps(gpus))
 
 
-def gpu(index=0, processes=(), util=(0, 0, 0), mem=0) -> dict:
+def gpu(index=0, processes=(), util=(0, 0, 0), mem=0, name="NVIDIA H200") -> dict:
     return {
         "index": index,
-        "name": "NVIDIA H200",
+        "name": name,
         "uuid": f"GPU-fake-{index}",
         "mem_used_bytes": mem,
         "mem_total_bytes": 150 * GIB,
