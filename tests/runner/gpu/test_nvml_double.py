@@ -123,3 +123,33 @@ def test_labprobe_probe_carrier_runs_on_an_idle_gb10_and_names_fresh_run_files(
     ]
     assert main(args) == 1
     assert "exp1/metrics.jsonl changed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("scenario", "status", "code"),
+    [
+        ("gb10-idle", "ok", 0),
+        ("gb10-busy", "skipped", 0),
+        ("gpu-lost", "skipped", 1),
+        ("driver-not-loaded", "skipped", 1),
+    ],
+)
+def test_an_inline_sweep_on_the_gb10_itself(scenario, status, code, monkeypatch, tmp_path, capsys):
+    """`labprobe sweep --inline gb10`: placement and the job's guard read NVML in this process."""
+    from sweep_util import write_cluster
+
+    from runner.store.store import Store
+
+    plans = {
+        "gpu": [{"probe": "carrier", "hosts": ["gb10"], "checkpoints": ["qwen3-0.6b-base"], "config": {"steps": 0}}]
+    }
+    lab = write_cluster(tmp_path, plans, extra_hosts=[{"name": "gb10", "gpus": 1, "idle": {"window_s": 0.2}}])
+    use_double(monkeypatch, scenario)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # the guard keeps card 0 (idle) instead of setting its UUID here
+    args = ["sweep", "--cluster", str(lab), "--plan", "gpu", "--inline", "gb10", "--gpu-wait-s", "1"]
+    assert main([*args, "--store", str(tmp_path / "store")]) == code
+    capsys.readouterr()
+    [job] = Store(tmp_path / "store").jobs().to_dict("records")
+    assert job["status"] == status, job["reason"]
+    if code:
+        assert job["reason"].startswith("GPU host gb10 could not be read before the deadline"), job["reason"]
