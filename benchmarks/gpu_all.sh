@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check in one call: issue 4's 4B profile and three-carrier bench, twice, at 4,096 and 16,384
-# tokens a step (benchmarks/bench_gpu.py), the teammate's NVML idleness check if present, and issue 15's
+# tokens a step (benchmarks/bench_gpu.py), the teammate's NVML idleness check if present, issue 24's
+# no-regression check of NVML and `probe carrier`'s idle check (benchmarks/gpu_idle_regress.py), and issue 15's
 # variants, predicted then measured (benchmarks/bench_variants.py, about 6 minutes a shape).
 # Runs from a plain checkout with no install (PYTHONPATH=.). Results go to $OUT (default
 # benchmarks/results/out). Extra arguments go to bench_gpu.py (--quick: a smoke run; --profile-only: the 4B
@@ -14,6 +15,8 @@ mkdir -p "$OUT"
 {
   nvidia-smi --query-gpu=name,driver_version,memory.used,utilization.gpu,clocks.sm --format=csv
   if [ -f benchmarks/gpu_idle_check.py ]; then python3 benchmarks/gpu_idle_check.py --out "$OUT/idle.json"; fi
+  # issue 24: every NVML field still read on a discrete card; a carrier run by hand checks idleness first
+  python3 benchmarks/gpu_idle_regress.py --out "$OUT/idle_regress.json"
   begin=$(date +%s)
   python3 benchmarks/bench_gpu.py --out "$OUT" "$@"
   rc=$?

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from probes import contract, flops, kernels, models, processes, variants, whatif
+from probes import contract, flops, kernels, models, peaks, processes, variants, whatif
 from probes import harness as reference
 from probes.mask import load_text_config
 from probes.result import Check, ProbeResult, require
@@ -196,8 +196,7 @@ def _peaks(config: Config, device: torch.device) -> tuple[tuple[float | None, fl
             else f"given: {config.peak_tflops:g} TFLOP/s (--peak-tflops); datasheet: none on CPU"
         )
     name = torch.cuda.get_device_name(device)
-    sheet = flops.datasheet_peak_flops(name)
-    sheet_note = f"datasheet: {sheet / 1e12:.0f} TFLOP/s dense bf16" if sheet else f"datasheet: {name} not listed"
+    sheet, sheet_note = flops.datasheet_peak_flops(name), peaks.describe(name)
     if config.peak_tflops is not None:
         given = f"given: {config.peak_tflops:g} TFLOP/s (--peak-tflops)"
         return (config.peak_tflops * 1e12, sheet), f"{given}; {sheet_note}"

@@ -16,8 +16,9 @@ For T = batch x seq_len tokens, a step costs
 
 Not counted: element-wise work, norms, softmax, the optimizer. MFU is named by its peak: the
 measured one (a large bf16 matmul on the device, `measure_peak_flops`: about 790-800 TFLOP/s on an
-H200 on random data, docs/measurement.md) or the datasheet's dense bf16 rate (`datasheet_peak_flops`: 989 TFLOP/s for
-the H100/H200 SXM), the conventional MFU denominator, so the two differ by about 1.23x there.
+H200 on random data, docs/measurement.md) or the datasheet's dense bf16 rate (`datasheet_peak_flops`,
+the table in probes/peaks.py: 989 TFLOP/s for the H100/H200 SXM), the conventional MFU denominator,
+so the two differ by about 1.23x there.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import dataclasses
 
 import torch
 from torch import nn
+
+from probes import peaks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,23 +42,9 @@ class Shape:
     """Per layer: the sliding window, or None for full causal attention (empty: all full)."""
 
 
-DATASHEET_BF16_DENSE_TFLOPS = (
-    ("GH200", 989.0),
-    ("H200", 989.0),
-    ("H100 PCIe", 756.0),
-    ("H100 NVL", 835.0),
-    ("H100", 989.0),
-    ("A100", 312.0),
-)
-"""Dense bf16 tensor rates from NVIDIA's datasheets, by device name (first match; H100 alone is SXM)."""
-
-
 def datasheet_peak_flops(device_name: str) -> float | None:
-    """The datasheet's dense bf16 peak for a device name, FLOP/s; None for a device not listed."""
-    for needle, tflops in DATASHEET_BF16_DENSE_TFLOPS:
-        if needle in device_name:
-            return tflops * 1e12
-    return None
+    """The datasheet's dense bf16 peak for a device name, FLOP/s; None for a card probes/peaks.py lacks."""
+    return peaks.datasheet_peak_flops(device_name)
 
 
 def _windows(config) -> tuple[int | None, ...]:

@@ -1,6 +1,9 @@
 """The morning report's first section: what tonight's run found (presentation only).
 
-Three parts, before any raw table: the answer of each probe (a one-line headline over its hosts and
+Above them, when a GPU host kept its jobs from running, one line per host: first the hosts whose
+GPUs could not be read (the sweep exited non-zero over them: someone has to look), then those that
+stayed busy until the deadline ("gx10 busy all night: 4 GPU jobs not run": not an error, but the
+night measured nothing there). Then three parts, before any raw table: the answer of each probe (a one-line headline over its hosts and
 checkpoints, then the table of runner/analysis/answers.py with its notes), what changed since the
 last run (drift alerts on timings, and exact answers that differ from the previous run's), and what
 failed or was skipped, with the reason and, where an earlier run has a value, which run it is.
@@ -21,13 +24,36 @@ from runner.analysis.answers import (
     table_rows,
 )
 from runner.analysis.html_table import html_table
+from runner.dispatch.placement import gpu_skip_kind
 from runner.tables import format_value
 
 
 def findings_html(
     sections: list[ProbeAnswers], *, alerts: list[str], watched: list[str], problems: pd.DataFrame
 ) -> str:
-    return "\n".join([_found(sections), _changed(sections, alerts, watched), _failed(sections, problems)])
+    hosts = "".join(
+        f'<div class="alert{" bad" if kind == "unreadable" else ""}">{html.escape(text)}</div>'
+        for kind, text in gpu_host_findings(problems)
+    )
+    return "\n".join([hosts, _found(sections), _changed(sections, alerts, watched), _failed(sections, problems)])
+
+
+def gpu_host_findings(problems: pd.DataFrame) -> list[tuple[str, str]]:
+    """(kind, line) per GPU host whose jobs were skipped at the deadline: unreadable hosts first."""
+    if problems.empty:
+        return []
+    skipped = problems[problems["status"] == "skipped"]
+    per_host: dict[tuple[str, str], list[str]] = {}
+    for job in skipped.itertuples(index=False):
+        kind = gpu_skip_kind(str(job.reason))
+        if kind is not None:
+            per_host.setdefault((kind, str(job.host)), []).append(str(job.reason))
+    lines = []
+    for (kind, host), reasons in sorted(per_host.items(), key=lambda item: (item[0][0] != "unreadable", item[0][1])):
+        jobs = f"{len(reasons)} GPU job{'s' if len(reasons) != 1 else ''} not run"
+        what = "GPUs could not be read" if kind == "unreadable" else "busy all night"
+        lines.append((kind, f"{host} {what}: {jobs} ({reasons[0]})"))
+    return lines
 
 
 def _found(sections: list[ProbeAnswers]) -> str:

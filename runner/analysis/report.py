@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 
 from runner.analysis.drift import SPREAD_LIMIT_PCT
+from runner.analysis.findings import gpu_host_findings
 from runner.analysis.report_data import RunData, collect, problems
 from runner.analysis.report_html import render_html
 from runner.store.store import Store
@@ -49,6 +50,7 @@ def summary_text(data: RunData, path: Path) -> str:
         f"run {data.run_id}: {len(data.jobs)} job(s) on {len(hosts)} host(s) ({', '.join(hosts)}): "
         + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "failed", "skipped"))
     ]
+    lines += [f"  {text}" for _, text in gpu_host_findings(problems(data.jobs))]
     for _, job in problems(data.jobs).iterrows():
         status = "" if job["status"] == "ok" else f"{job['status']}: "  # ok: the reason names the checks
         lines.append(f"  {status}{job['probe']} on {job['host']}/{job['checkpoint']}: {job['reason']}")

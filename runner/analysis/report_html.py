@@ -28,6 +28,8 @@ CARRIER_METRICS = (
     ("mfu", "MFU", 1.0),
 )
 """`mfu` is the column's name in rows stored before MFU was named by its peak."""
+MEASURED_MFU = ("mfu_vs_measured_peak", "MFU (measured peak: a card without a datasheet figure)", 1.0)
+"""Drawn too when some host's card has no datasheet peak (probes/peaks.py): its MFU is not left blank."""
 CARRIER_FACTS = ("params_total", "params_trainable", "tokens_per_step")
 """Properties of the carrier and its config, not measurements: said once above its table."""
 SCALING_X = ("seq_len", "num_tokens", "tokens_per_step", "length")
@@ -153,11 +155,7 @@ def _carriers(data: RunData) -> str:
             parts.append(html_table(records, row_class=["bad" if SPAN in r else "" for r in records]))
             if "variant" in rows:  # the bars compare hosts on the same step: the baseline's rows
                 rows = rows[rows["variant"].isna() | (rows["variant"] == "baseline")]
-            metrics = [
-                (c, label, scale)
-                for c, label, scale in CARRIER_METRICS
-                if c in rows and pd.to_numeric(rows[c], errors="coerce").notna().any()
-            ]
+            metrics = carrier_metrics(rows)
             if metrics:
                 fig = plots.host_bars(
                     rows,
@@ -168,6 +166,19 @@ def _carriers(data: RunData) -> str:
                 )
                 parts.append(_img(fig, f"{checkpoint} per host"))
     return "<h2>Carriers: per-host comparison</h2>" + "".join(parts) if parts else ""
+
+
+def carrier_metrics(rows: pd.DataFrame) -> list[tuple[str, str, float]]:
+    """The bars to draw: CARRIER_METRICS the rows have, and MFU against the measured peak where some
+    host's card has no datasheet figure (a card not in probes' peak table: its MFU would be blank)."""
+    names = [c for c, _, _ in CARRIER_METRICS] + [MEASURED_MFU[0]]
+    known = {c: pd.to_numeric(rows[c], errors="coerce") for c in names if c in rows}
+    metrics = [(c, label, scale) for c, label, scale in CARRIER_METRICS if c in known and known[c].notna().any()]
+    measured = known.get(MEASURED_MFU[0])
+    sheet = known.get("mfu_vs_datasheet_peak")
+    if measured is not None and (sheet is None or (sheet.isna() & measured.notna()).any()):
+        metrics.append(MEASURED_MFU)
+    return metrics
 
 
 def _untrusted(rows: pd.DataFrame) -> pd.Series:

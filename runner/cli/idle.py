@@ -1,7 +1,9 @@
 """`labprobe idle`: every GPU of the lab read where it sits, all hosts at once, idle or busy and why.
 
 One pinned Ray task per host runs runner/gpu/idle.py's `read_local` there; a host that does not answer
-reads `unreachable`. Exit 0 when no GPU reads busy and every host answered, else 1.
+reads `unreachable`, and so does a GPU NVML reports lost or one with nothing readable to judge by (a
+field NVML does not give, such as a GB10's memory, is named in the reason, not a failure). Exit 0
+when every GPU reads idle (or the host has none) and every host answered, else 1.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def read_hosts(
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Read every GPU of the lab through NVML, all hosts at once: idle or busy, and "
-        "why. Exit 0 when no GPU reads busy and every host answered, else 1."
+        "why. Exit 0 when no GPU reads busy or unreachable and every host answered, else 1."
     )
     parser.add_argument("--cluster", default="cluster.yaml", help="the lab's cluster file")
     parser.add_argument(

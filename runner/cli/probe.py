@@ -1,9 +1,16 @@
-"""`labprobe probe NAME [options]`: run one probe inline and print its tables (or --json)."""
+"""`labprobe probe NAME [options]`: run one probe inline and print its tables (or --json).
+
+A probe that runs on a GPU (its Config has `device`: profile, carrier, replay) first reads this
+machine's GPUs with the sweep's idleness verdict (runner/gpu/idle.py) and refuses, in one line
+naming the busy process (pid, user, memory) or the fresh run file, exit 1, unless --no-idle-check:
+measuring beside someone's training run spoils both.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
 
 import probes
@@ -13,6 +20,7 @@ from runner.cli.options import (
     build_config,
     options_named,
 )
+from runner.gpu.idle import check_direct
 from runner.tables import format_table
 
 
@@ -32,6 +40,13 @@ def probe_parser(name: str) -> tuple[argparse.ArgumentParser, type]:
     )
     add_config_options(parser, module.Config)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    if "device" in getattr(module.Config, "__dataclass_fields__", {}):
+        parser.add_argument(
+            "--no-idle-check", action="store_true", help="run even when the GPU reads busy (or cannot be read)"
+        )
+        parser.add_argument(
+            "--runs-dir", default=None, help="a training runs directory: a file changed there lately means busy"
+        )
     return parser, module
 
 
@@ -39,6 +54,14 @@ def main(args: argparse.Namespace) -> int:
     parser, module = probe_parser(args.name)
     options = parser.parse_args(args.options)
     config = build_config(module.Config, options)
+    if hasattr(options, "no_idle_check") and not options.no_idle_check:
+        refusal = check_direct(socket.gethostname(), config.device, runs_dir=options.runs_dir)
+        if refusal is not None:
+            print(
+                f"labprobe probe {args.name}: not run, the GPU is not idle: {refusal} (--no-idle-check to run anyway)",
+                file=sys.stderr,
+            )
+            return 1
     with options_named():
         result = module.run(config)
     return show(result, as_json=options.json)

@@ -7,8 +7,10 @@
 Expands the plan into jobs (runner/lab/plan.py), fingerprints each host's checkpoints on that host,
 skips jobs already stored ok (unless --force), dispatches the rest as pinned Ray tasks
 (runner/dispatch/loop.py), writes each result as it arrives, shows progress per host, and ends with the
-per-host comparison (`--json`: one JSON object instead). Exit 0 when every job ran (skipped GPU or
-deadline jobs included), 1 when some failed or the store stopped taking results, 2 on bad input, when
+per-host comparison (`--json`: one JSON object instead). Exit 0 when every job ran (GPU jobs skipped
+because their GPU stayed busy, and deadline skips, included: the report names them), 1 when some
+failed, when a GPU job was skipped because its host's GPUs could not be read (unreadable is not
+busy), or when the store stopped taking results, 2 on bad input, when
 another sweep holds the store's lock, when the store cannot be written (checked before any job runs)
 and when no usable Ray head answers at the address within --connect-timeout-s.
 
@@ -44,6 +46,7 @@ from runner.clock import new_run_id, parse_deadline
 from runner.dispatch.launch import InlineLauncher, RayLauncher
 from runner.dispatch.lock import SweepLock
 from runner.dispatch.loop import Counts, Dispatch
+from runner.dispatch.placement import gpu_skip_kind
 from runner.dispatch.spill import check_writable
 from runner.hosts.nodes import (
     HostFailure,
@@ -158,7 +161,7 @@ def main(args: argparse.Namespace) -> int:
     _print_end(args, store, jobs, counts, run_id, hosts, sys.stdout)
     if args.report and counts.store_failure is None:
         _report(store, run_id)
-    return 1 if counts.failed or counts.store_failure else 0
+    return 1 if counts.failed or counts.unreadable or counts.store_failure else 0
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
@@ -312,6 +315,9 @@ def print_end(
             f"  ... and {len(counts.failures) - MAX_FAILURES_SHOWN} more failed (the store's jobs table has all)",
             file=out,
         )
+    unread = [(j, r) for j, status, r in counts.outcomes if status == "skipped" and gpu_skip_kind(r) == "unreadable"]
+    for job, reason in unread[:MAX_FAILURES_SHOWN]:
+        print(f"  not run, host unreadable: {job.probe} {job.checkpoint} @ {job.host}: {reason}", file=out)
     if counts.store_failure is not None:
         print(
             f"the store stopped taking results ({counts.store_failure}); the {counts.num_spilled} jobs after "
@@ -345,6 +351,7 @@ def end_json(store: Store, counts: Counts, run_id: str) -> dict[str, Any]:
             "ok": counts.ok,
             "failed": counts.failed,
             "skipped": counts.skipped,
+            "unreadable": counts.unreadable,
             "already_done": counts.already_done,
         },
         "failures": [{**job(j), "reason": reason} for j, reason in counts.failures],

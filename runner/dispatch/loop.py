@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.dispatch.launch import GpuGuard, Launcher, Outcome
-from runner.dispatch.placement import GpuPlacer
+from runner.dispatch.placement import GpuPlacer, gpu_skip_kind, skip_reason
 from runner.dispatch.spill import Spill
 from runner.gpu.idle import Thresholds, read_local
 from runner.hosts.jobenv import code_version
@@ -59,6 +59,8 @@ class Counts:
     outcomes: list[tuple[Job, str, str]] = dataclasses.field(default_factory=list)
     """(job, status, reason) of every job of the run, in order; status `already_done` for a job skipped
     because the store holds it ok."""
+    unreadable: int = 0
+    """GPU jobs skipped because their host's GPUs could not be read (not because they were busy)."""
     store_failure: str | None = None
     """Why the store stopped taking results mid-sweep (None: it took every one)."""
     spilled_to: Path | None = None
@@ -77,6 +79,7 @@ class Counts:
             self.failures.append((job, reason))
         elif status == "skipped":
             self.skipped += 1
+            self.unreadable += gpu_skip_kind(reason) == "unreadable"
         else:
             raise ValueError(f"unknown job status {status!r}")
         self.outcomes.append((job, status, reason))
@@ -250,6 +253,9 @@ class Dispatch:
             while queue:
                 job = queue.popleft()
                 why = self.waiting.get(job.job_id)
+                if reason == "deadline" and why and job.gpu and self.placer.unreadable(job.host):
+                    self.fail(job, skip_reason(job.host, why, unreadable=True), status="skipped")
+                    continue
                 self.fail(
                     job, f"{reason} (waited for an idle GPU on {job.host}: {why})" if why else reason, status="skipped"
                 )
@@ -326,7 +332,8 @@ class Dispatch:
         if self.gpu_queue and self.placer.expired():
             for job in _drain(self.gpu_queue):
                 why = self.waiting.get(job.job_id, "no placement attempt succeeded")
-                self.fail(job, f"no idle GPU on {job.host} before the deadline: {why}", status="skipped")
+                unreadable = self.placer.unreadable(job.host)
+                self.fail(job, skip_reason(job.host, why, unreadable=unreadable), status="skipped")
 
     def _place_gpu(self, job: Job) -> tuple[bool, str]:
         """Submit `job` to its host if the host's GPU reads idle. -> (placed, why not)."""

@@ -12,6 +12,11 @@ reads `busy` from what NVML and the file system show:
 - utilisation at or above `Thresholds.util_pct` in any sample over `window_s`;
 - when the host names a runs directory, a file under it modified within `runs_fresh_min`.
 
+A field NVML will not give on a card (a GB10 reports no memory, a MIG instance no utilisation, a
+container may hide the process list) is left out of the verdict and named in the reason; the rest
+decides. Only when neither the process list nor memory used can be read is there nothing to tell a
+busy card from an idle one: that card, and a GPU NVML reports lost, read `unreachable`.
+
 A host without nvidia-ml-py, the NVML library or a GPU reads as one `no-gpu` row, never an
 error. The samples come from runner/gpu/nvml.py (NVML, or fake files in tests), the runs directory's
 newest file from runner/gpu/freshness.py; `labprobe idle` is runner/cli/idle.py.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pwd
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +84,7 @@ class GpuReading:
     index: int
     name: str
     verdict: str
-    """idle | busy | no-gpu"""
+    """idle | busy | unreachable (lost, or nothing readable to judge by) | no-gpu"""
     reason: str
     uuid: str = ""
     mem_used_bytes: int | None = None
@@ -88,6 +94,14 @@ class GpuReading:
     num_samples: int = 0
     pids: tuple[int, ...] = ()
     """Foreign compute processes on the card."""
+    users: tuple[str, ...] = ()
+    """The user running each of `pids` ("?" where /proc cannot tell: another PID namespace)."""
+    unknown: tuple[str, ...] = ()
+    """What NVML would not give on this card (runner/gpu/nvml.py GpuSample.unknown)."""
+    unified: bool = False
+    """The GPU shares the host's memory (GB10); host_mem_* are then the host's, from /proc/meminfo."""
+    host_mem_total_bytes: int | None = None
+    host_mem_available_bytes: int | None = None
     own_pids: tuple[int, ...] = ()
     """labprobe's own compute processes on the card (not counted)."""
     newest_file: str = ""
@@ -110,20 +124,21 @@ def verdict(
     newest: FileAge | None = None,
     runs_dir: str | None = None,
     thresholds: Thresholds | None = None,
+    users: dict[int, str] | None = None,
 ) -> tuple[str, str]:
-    """("idle" | "busy", reason) from one GPU's samples, our pids and the runs directory's newest file.
+    """("idle" | "busy" | "unreachable", reason) from one GPU's samples, our pids and the runs
+    directory's newest file; `users` names each pid's user (pid -> name).
 
     A busy reason lists every cause found; an idle reason says what was seen, so either can be
-    checked by a person reading `labprobe idle`.
+    checked by a person reading `labprobe idle`. Fields NVML would not give are named in both.
     """
+    if sample.lost:
+        return "unreachable", sample.lost
     t = thresholds or Thresholds()
-    causes: list[str] = []
-    foreign = [(pid, mem) for pid, mem in sample.processes if pid not in own_pids]
-    for pid, mem in foreign:
-        causes.append(f"pid {pid} computes on it ({_gib(mem)})" if mem is not None else f"pid {pid} computes on it")
+    causes = _process_causes(sample, own_pids, users or {})
     own_mem = sum(mem or 0 for pid, mem in sample.processes if pid in own_pids)
     mem_others = max(0, max(sample.mem_used_bytes, default=0) - own_mem)
-    if mem_others >= t.mem_used_bytes:
+    if sample.mem_used_bytes and mem_others >= t.mem_used_bytes:
         ours = f", ours {_gib(own_mem)} excluded" if own_mem else ""
         causes.append(f"memory used {_gib(mem_others)} >= {_gib(t.mem_used_bytes)}{ours}")
     hot = [u for u in sample.util_pct if u >= t.util_pct]
@@ -132,20 +147,53 @@ def verdict(
             f"utilisation >= {t.util_pct:g}% in {len(hot)} of {len(sample.util_pct)} "
             f"samples over {t.window_s:g} s (max {max(hot):g}%)"
         )
-    fresh_s = t.runs_fresh_min * 60
-    if newest is not None and newest.age_s < fresh_s:
+    if newest is not None and newest.age_s < t.runs_fresh_min * 60:
         causes.append(f"{newest.path} changed {_ago(newest.age_s)} ago (< {t.runs_fresh_min:g} min: a run is writing)")
+    notes = _notes(sample)
     if causes:
-        return "busy", "; ".join(causes)
-    seen = [
-        f"no foreign process, {_gib(mem_others)} used",
-        f"util max {max(sample.util_pct, default=0):g}% over {len(sample.util_pct)} samples",
-    ]
+        return "busy", "; ".join(causes + notes)
+    if not sample.processes_known and not sample.mem_used_bytes:
+        return "unreachable", "; ".join(["cannot tell idle from busy: no process list and no memory figure", *notes])
+    seen = ["no foreign process"] if sample.processes_known else []  # an unknown field: named in the notes
+    seen += [f"{_gib(mem_others)} used"] if sample.mem_used_bytes else []
+    seen += [f"util max {max(sample.util_pct):g}% over {len(sample.util_pct)} samples"] if sample.util_pct else []
     if newest is not None:
         seen.append(f"newest file under {runs_dir or 'the runs dir'} {_ago(newest.age_s)} old")
     elif runs_dir:
         seen.append(f"no file under {runs_dir}")
-    return "idle", ", ".join(seen)
+    return "idle", ", ".join(seen) + "".join(f"; {n}" for n in notes)
+
+
+def _process_causes(sample: GpuSample, own: frozenset[int] | set[int], users: dict[int, str]) -> list[str]:
+    """`pid 4242 (user alice, 20.00 GiB) computes on it` for each foreign process."""
+    return [
+        f"pid {pid} (user {users.get(pid, '?')}, {_gib(mem) if mem is not None else 'memory unknown'}) computes on it"
+        for pid, mem in sample.processes
+        if pid not in own
+    ]
+
+
+def _notes(sample: GpuSample) -> list[str]:
+    """What NVML would not give; for unified memory, the host's memory instead."""
+    notes = list(sample.unknown)
+    if sample.unified and sample.host_mem_total_bytes is not None:
+        available = sample.host_mem_available_bytes
+        extra = f", {_gib(available)} available" if available is not None else ""
+        notes.append(f"host memory {_gib(sample.host_mem_total_bytes)}{extra} (/proc/meminfo)")
+    return notes
+
+
+def process_user(pid: int) -> str:
+    """The user running `pid` (from /proc); "?" where it is gone or in another PID namespace."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        uid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("Uid:")))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return "?"
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # a uid with no name here (a container's user)
+        return str(uid)
 
 
 def _gib(num_bytes: int | float | None) -> str:
@@ -217,22 +265,28 @@ def read_local(host: str, *, runs_dir: str | None = None, thresholds: Thresholds
     unchecked = f"; runs dir {runs_dir} missing: not checked" if runs_dir and not os.path.isdir(runs_dir) else ""
     readings = []
     for s in samples:
-        word, reason = verdict(s, own_pids=ours, newest=newest, runs_dir=runs_dir, thresholds=t)
-        reason += unchecked
+        foreign = tuple(p for p, _ in s.processes if p not in ours)
+        users = {pid: process_user(pid) for pid in foreign}
+        word, reason = verdict(s, own_pids=ours, newest=newest, runs_dir=runs_dir, thresholds=t, users=users)
         readings.append(
             GpuReading(
                 host=host,
                 index=s.index,
                 name=s.name,
                 verdict=word,
-                reason=reason,
+                reason=reason + unchecked,
                 uuid=s.uuid,
                 mem_used_bytes=max(s.mem_used_bytes, default=None),
                 mem_total_bytes=s.mem_total_bytes,
                 util_max_pct=max(s.util_pct, default=None),
                 num_samples=len(s.util_pct),
-                pids=tuple(p for p, _ in s.processes if p not in ours),
+                pids=foreign,
+                users=tuple(users[p] for p in foreign),
                 own_pids=tuple(p for p, _ in s.processes if p in ours),
+                unknown=s.unknown,
+                unified=s.unified,
+                host_mem_total_bytes=s.host_mem_total_bytes,
+                host_mem_available_bytes=s.host_mem_available_bytes,
                 newest_file=newest.path if newest else "",
                 newest_file_age_s=newest.age_s if newest else None,
                 node_host=node,
@@ -303,3 +357,30 @@ def describe(host: str, readings: list[GpuReading]) -> str:
     return f"{host}: " + "; ".join(
         f"GPU {r.index} {r.verdict}: {r.reason}" if r.index >= 0 else f"{r.verdict}: {r.reason}" for r in readings
     )
+
+
+# -- a GPU probe run by hand ---------------------------------------------------------------------------
+
+
+def check_direct(
+    host: str, device: str, *, runs_dir: str | None = None, thresholds: Thresholds | None = None
+) -> str | None:
+    """None when a GPU probe run by hand (`labprobe probe carrier`) may start on `device`; else why not,
+    in one line naming the busy process (pid, user, memory) or the fresh run file.
+
+    The same readings and verdict as the sweep's placement and its jobs' guard, but no card switching:
+    a person who asked for `cuda:1` gets told, not moved. `device` is the probe's own (auto, cpu,
+    cuda[:N]); cpu is never checked, and auto on a host where NVML sees no GPU runs on the CPU.
+    """
+    if device == "cpu":
+        return None
+    readings = read_local(host, runs_dir=runs_dir, thresholds=thresholds)
+    gpus = [r for r in readings if r.verdict != "no-gpu"]
+    if not gpus:
+        return None  # no GPU here: auto runs on the CPU, cuda fails in torch with its own message
+    index = int(device.split(":")[1]) if ":" in device else 0
+    visible = [w.strip() for w in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if w.strip()]
+    wanted = visible[index] if index < len(visible) else str(index)
+    target = [r for r in gpus if wanted in (str(r.index), r.uuid)] or gpus  # unknown name: judge them all
+    bad = [r for r in target if r.verdict != "idle"]
+    return describe(host, bad) if bad else None

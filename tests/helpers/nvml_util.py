@@ -4,6 +4,7 @@ format, and a stand-in pynvml module for the real sampling path."""
 from __future__ import annotations
 
 import json
+import sys
 import types
 from pathlib import Path
 
@@ -14,10 +15,10 @@ def write_fake(directory: Path, host: str, gpus: list[dict]) -> None:
     (directory / f"{host}.json").write_text(json.dumps(gpus))
 
 
-def gpu(index=0, processes=(), util=(0, 0, 0), mem=0) -> dict:
+def gpu(index=0, processes=(), util=(0, 0, 0), mem=0, name="NVIDIA H200") -> dict:
     return {
         "index": index,
-        "name": "NVIDIA H200",
+        "name": name,
         "uuid": f"GPU-fake-{index}",
         "mem_used_bytes": mem,
         "mem_total_bytes": 150 * GIB,
@@ -70,3 +71,39 @@ def fake_pynvml(calls: dict) -> types.SimpleNamespace:
         nvmlDeviceGetComputeRunningProcesses=lambda h: next(procs) if h == 0 else [],
         nvmlDeviceGetMPSComputeRunningProcesses=lambda h: (_ for _ in ()).throw(NotSupported("no MPS")),
     )
+
+
+DOUBLE_DIR = Path(__file__).resolve().parent / "nvml_double"
+"""The pynvml test double (tests/helpers/nvml_double/pynvml.py): put first on PYTHONPATH for other processes."""
+SCENARIO_ENV = "LABPROBE_PYNVML_SCENARIO"
+EXPECTED = {
+    # scenario -> (verdict, fragments of the reason), worked out from what each card shows
+    "gb10-idle": ("idle", ["no foreign process", "memory: unified, not reported by NVML", "(/proc/meminfo)"]),
+    "gb10-busy": ("busy", ["pid 4242 (user ?, 20.00 GiB) computes on it", "(max 95%)"]),
+    "gb10-process-at-0pct": ("busy", ["pid 4242 (user ?, 20.00 GiB) computes on it"]),
+    "gb10-nothing-readable": ("unreachable", ["cannot tell idle from busy", "NVMLError_NoPermission"]),
+    "mig": ("idle", ["0.25 GiB used", "utilisation: not reported by NVML (NVMLError_NotSupported)"]),
+    "gpu-lost": ("unreachable", ["GPU 0 lost (NVMLError_GpuIsLost"]),
+    "driver-not-loaded": ("unreachable", ["NVMLError_DriverNotLoaded"]),
+    "process-list-needs-permission": (
+        "busy",
+        ["memory used 30.00 GiB >= 1.00 GiB", "process list: not reported by NVML (NVMLError_NoPermission)"],
+    ),
+}
+
+
+def load_double() -> types.ModuleType:
+    """The double as module `pynvml` (it loads the installed nvidia-ml-py itself, for the error classes)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pynvml", DOUBLE_DIR / "pynvml.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def use_double(monkeypatch, scenario: str | Path) -> None:
+    """In this process: NVML is the double playing `scenario` (a name, or a JSON file); no fake files."""
+    monkeypatch.delenv("LABPROBE_FAKE_NVML_DIR", raising=False)
+    monkeypatch.setenv(SCENARIO_ENV, str(scenario))
+    monkeypatch.setitem(sys.modules, "pynvml", load_double())

@@ -219,7 +219,13 @@ def test_launch_bound_or_untrustworthy_rows_fail_a_check_and_say_so():
 
 @pytest.mark.parametrize(
     "name, tflops",
-    [("NVIDIA H200", 989), ("NVIDIA H100 80GB HBM3", 989), ("NVIDIA H100 PCIe", 756), ("NVIDIA GB10", None)],
+    [
+        ("NVIDIA H200", 989),
+        ("NVIDIA H100 80GB HBM3", 989),
+        ("NVIDIA H100 PCIe", 756),
+        ("NVIDIA GB10", 125),
+        ("NVIDIA A10G", None),
+    ],
 )
 def test_the_datasheet_peak_is_named_by_device(name, tflops):
     peak = flops.datasheet_peak_flops(name)

@@ -20,7 +20,7 @@ hosts:
   - {{name: ana-ml2, address: 10.0.0.2, gpus: 2, idle: {{max_util_pct: 50}}}}
   - {{name: ghost, address: 10.0.0.3}}
 """)
-    write_fake(fake_nvml_dir, "gx10", [gpu(0)])
+    write_fake(fake_nvml_dir, "gx10", [gpu(0, name="NVIDIA GB10")])
     write_fake(fake_nvml_dir, "ana-ml2", [gpu(0, util=(30, 40)), gpu(1, processes=[(4242, 9 * GIB)])])
     code = main(["idle", "--cluster", str(tmp_path / "cluster.yaml"), "--json", "--timeout-s", "20"])
     rows = json.loads(capsys.readouterr().out)
@@ -50,7 +50,7 @@ def test_a_reading_on_a_node_without_one_of_the_hosts_labels_is_an_error(fake_nv
     from runner.cli.idle import read_pinned
     from runner.gpu.idle import Thresholds
 
-    write_fake(fake_nvml_dir, "gx10", [gpu(0)])
+    write_fake(fake_nvml_dir, "gx10", [gpu(0, name="NVIDIA GB10")])
     # Outside Ray this process carries no host label: it must not read as gx10.
     with pytest.raises(RuntimeError, match=r"labprobe.host='' is not one of \['gx10'\]"):
         read_pinned({"gx10": (None, Thresholds())})

@@ -132,7 +132,7 @@ def test_try_place_reads_the_fake_file_on_the_labelled_node(ray_cluster, fake_nv
     write_fake(fake_nvml_dir, "ana-ml2", [])
     placer = GpuPlacer(deadline=None)
     ok, reason = placer.try_place("gx10")
-    assert not ok and "GPU 0 busy: pid 999999 computes on it (6.00 GiB)" in reason
+    assert not ok and "GPU 0 busy: pid 999999 (user ?, 6.00 GiB) computes on it" in reason
     assert placer.try_place("ana-ml2") == (True, "")
     ok, reason = placer.try_place("nohost")
     assert not ok and "unreachable" in reason and "labprobe.host=nohost" in reason

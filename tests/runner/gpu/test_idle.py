@@ -41,7 +41,7 @@ def test_foreign_process_is_busy_and_named():
 
 def test_foreign_process_without_memory_figure_is_still_busy():
     word, reason = verdict(sample(processes=((77, None),)), own_pids=set(), thresholds=T)
-    assert (word, reason) == ("busy", "pid 77 computes on it")
+    assert (word, reason) == ("busy", "pid 77 (user ?, memory unknown) computes on it")
 
 
 def test_own_process_is_not_counted_nor_its_memory():
@@ -139,7 +139,7 @@ def test_read_local_over_the_nvml_path_sums_up_each_gpu_s_window(monkeypatch):
     assert 0.2 <= time.perf_counter() - t0 < 2
     assert calls["util"] == 3 and r0.num_samples == 3 and r0.util_max_pct == 60.0
     assert (r0.verdict, r0.pids, r0.name, r0.uuid) == ("busy", (4242,), "NVIDIA H200", "GPU-0")
-    assert "pid 4242 computes on it (2.00 GiB)" in r0.reason and "1 of 3 samples" in r0.reason
+    assert "pid 4242 (user ?, 2.00 GiB) computes on it" in r0.reason and "1 of 3 samples" in r0.reason
     assert (r1.verdict, r1.num_samples) == ("idle", 0)  # no utilisation on a MIG device: not an error
     assert r1.mem_used_bytes == 0 and r1.mem_total_bytes == 150 * GIB  # v2's figure, not v1's
 
@@ -164,7 +164,7 @@ def test_guard_on_a_two_gpu_host_moves_the_job_off_the_busy_card_ray_assigned(fa
     write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(31337, 4 * GIB)], mem=4 * GIB), gpu(1, util=(0, 95, 90))])
     with pytest.raises(
         GpuBusyError,
-        match=r"box: GPU 0 busy: pid 31337 computes on it \(4.00 GiB\).*; "
+        match=r"box: GPU 0 busy: pid 31337 \(user \?, 4.00 GiB\) computes on it.*; "
         r"GPU 1 busy: utilisation",
     ):
         idle.guard("box")
