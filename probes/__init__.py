@@ -15,16 +15,22 @@ __all__ = ["REGISTRY", "Check", "InputError", "ProbeResult", "get", "run"]
 
 # name -> (module, what it settles)
 REGISTRY: dict[str, tuple[str, str]] = {
-    "mask": ("probes.mask", "per-layer attention masks: SDPA fast path, sliding band, packed leaks (config only)"),
-    "padding": ("probes.padding", "length distribution, padding waste per batching strategy, CE chunk sizing"),
-    "bucket": ("probes.bucket", "length-bucketing gain over a bucket-size sweep, source diversity per batch"),
-    "profile": ("probes.profile", "step-time scaling fit, padding penalty, CE wall clock, kernel table (GPU)"),
-    "carrier": ("probes.carrier", "training throughput of a model family: params, s/step, tok/s, MFU (GPU)"),
+    "mask": (
+        "probes.mask.probe",
+        "per-layer attention masks: SDPA fast path, sliding band, packed leaks (config only)",
+    ),
+    "padding": ("probes.padding.probe", "length distribution, padding waste per batching strategy, CE chunk sizing"),
+    "bucket": ("probes.bucket.probe", "length-bucketing gain over a bucket-size sweep, source diversity per batch"),
+    "profile": ("probes.profile.probe", "step-time scaling fit, padding penalty, CE wall clock, kernel table (GPU)"),
+    "carrier": ("probes.carrier.probe", "training throughput of a model family: params, s/step, tok/s, MFU (GPU)"),
     "goodput": (
-        "probes.goodput",
+        "probes.goodput.probe",
         "epoch time, real tokens/s and budget hours per batching strategy, from a profile fit",
     ),
-    "replay": ("probes.replay", "a corpus's real batch shapes run through the harness: measured vs predicted (GPU)"),
+    "replay": (
+        "probes.replay.probe",
+        "a corpus's real batch shapes run through the harness: measured vs predicted (GPU)",
+    ),
 }
 
 # Probes that need a GPU to give real numbers; the runner places these on idle GPU hosts.

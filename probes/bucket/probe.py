@@ -31,9 +31,9 @@ import math
 
 import numpy as np
 
-from probes import corpus as corpus_mod
-from probes.corpus_config import CorpusConfig
-from probes.padding import padded_in_order
+from probes.corpus import lengths as corpus_mod
+from probes.corpus.config import CorpusConfig
+from probes.padding.probe import padded_in_order
 from probes.result import Check, ProbeResult, require
 
 _DENSE_CELLS = 1 << 24  # batches x sources below which per-batch source counts use a dense bincount

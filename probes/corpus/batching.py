@@ -21,7 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from probes import bucket, corpus, padding
+from probes.bucket import probe as bucket
+from probes.corpus import lengths as corpus
+from probes.padding import probe as padding
 
 STRATEGIES = ("fixed", "longest", "sorted", "bucket", "packed")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from probes import corpus as corpus_mod
+from probes.corpus import lengths as corpus_mod
 from probes.result import require
 
 

@@ -1,6 +1,6 @@
 """`goodput`: the hours a training run will really take on this corpus, host and model.
 
-For a corpus (its lengths), each batching strategy (probes/batching.py: fixed, longest, sorted,
+For a corpus (its lengths), each batching strategy (probes/corpus/batching.py: fixed, longest, sorted,
 bucket, packed) and a step-time model of one host x checkpoint (the `profile` probe's fit, read from
 its `--json` output or the store, or terms given here), the predicted time of an epoch, the goodput
 (real, non-padding tokens per second) and the projected hours for the lab's budget (tokens a job,
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from probes import batching
-from probes.corpus_config import CorpusConfig
+from probes.corpus import batching
+from probes.corpus.config import CorpusConfig
 from probes.result import Check, InputError, ProbeResult, require
 
 OUTSIDE_FIT_LIMIT_PCT = 5.0

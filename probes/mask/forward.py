@@ -1,6 +1,6 @@
 """The `mask` probe's evidence: the probe batch (full, right-padded or packed rows) and every attention
 call the model's own forward makes on it, recorded by an attention function registered in both
-`AttentionInterface` and `AttentionMaskInterface` (probes/mask.py reads the calls)."""
+`AttentionInterface` and `AttentionMaskInterface` (probes/mask/probe.py reads the calls)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from probes.mask_config import Config
+from probes.mask.config import Config
 
 # Reduced width: masks do not depend on widths, only on layer types, window and inputs.
 _TINY = {

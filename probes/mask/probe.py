@@ -14,8 +14,8 @@ Checks: `band_matches_window` (sliding layers: each real query at in-sequence po
 exactly min(window, p + 1) keys), `no_cross_sequence`, `fast_path_kept` (with no padding, every
 full-attention layer keeps the maskless fast path). Exit 1 when one fails: a pre-flight check.
 
-This module reads the calls and holds the checks; the Config is in probes/mask_config.py, the probe
-batch and the recorded forward in probes/mask_calls.py.
+This module reads the calls and holds the checks; the Config is in probes/mask/config.py, the probe
+batch and the recorded forward in probes/mask/forward.py.
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ from typing import Any
 
 import torch
 
-# load_text_config: models and carrier import it from here too
-from probes.checkpoint import load_text_config
-from probes.mask_calls import Batch, Call, allowed_matrix, record_forward
-from probes.mask_config import Config
+from probes.mask.config import Config
+from probes.mask.forward import Batch, Call, allowed_matrix, record_forward
 from probes.result import Check, InputError, ProbeResult, require
+
+# load_text_config: models and carrier import it from here too
+from probes.step.checkpoint import load_text_config
 
 _HALF = {"bfloat16", "float16"}
 _BYTES_PER_CELL = {"sdpa": 16, "eager": 32}

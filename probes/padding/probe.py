@@ -15,12 +15,12 @@ Tables:
 - `histogram`: samples per length bin (tokens, inclusive bounds).
 - `ce_chunks`: one step's cross-entropy memory (tokens = batch_size x max_length) for the full step
   and each candidate chunk size, and whether each fits `--ce-budget-gib`. `logits_bf16_bytes` and
-  `logits_fp32_bytes` are the logits alone; `peak_bytes` is what the reference CE (probes/harness.py,
+  `logits_fp32_bytes` are the logits alone; `peak_bytes` is what the reference CE (probes/step/harness.py,
   forward and backward) really peaks at over its inputs, from a measured model: `bytes_per_logit` 12
   unchunked (bf16 logits, their fp32 upcast, the log-softmax) and 14 chunked (fp32 logits, softmax,
   its scaled gradient and the gradient's bf16 copy), plus, chunked, 4 bytes per token x hidden size
   (the bf16 hidden-state gradient held over the step and its scaled copy in the backward; the hidden
-  size from config.json, left out when unknown). Measured on the CPU (tests/probes/test_padding.py)
+  size from config.json, left out when unknown). Measured on the CPU (tests/probes/padding/test_padding.py)
   and on an H200 (benchmarks/RESULTS.md). Omitted when the vocabulary size is unknown.
 
 Checks: `sorted_is_lower_bound` (no random shuffle pads less than `sorted`) and
@@ -36,8 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from probes import corpus as corpus_mod
-from probes.corpus_config import CorpusConfig
+from probes.corpus import lengths as corpus_mod
+from probes.corpus.config import CorpusConfig
 from probes.result import Check, ProbeResult, require
 
 _GIB = 1 << 30
@@ -259,7 +259,7 @@ def histogram_rows(lengths: np.ndarray, num_bins: int) -> list[HistogramRow]:
 
 def ce_peak_bytes(tokens: int, chunk: int, vocab_size: int, hidden_size: int | None) -> int:
     """The reference CE's peak over its inputs for one step of `tokens`, chunk tokens at a time
-    (chunk >= tokens: unchunked, as probes/harness.py falls back)."""
+    (chunk >= tokens: unchunked, as probes/step/harness.py falls back)."""
     if chunk >= tokens:
         return BYTES_PER_LOGIT_FULL * tokens * vocab_size
     return BYTES_PER_LOGIT_CHUNKED * chunk * vocab_size + BYTES_PER_HIDDEN_CHUNKED * tokens * (hidden_size or 0)

@@ -1,9 +1,9 @@
-"""The `profile` probe's measurements, all through one model session (probes/profile.py orders them
+"""The `profile` probe's measurements, all through one model session (probes/profile/probe.py orders them
 and documents the tables and units).
 
 `Session` builds the model with LoRA once; `oom_guard` turns an out-of-memory into a row (or a
-result) rather than a crash. Each measurement here times steps through the session (probes/timing.py)
-or profiles them (probes/kernels.py): a scaling point, its gpu_busy_frac (profiled AFTER every
+result) rather than a crash. Each measurement here times steps through the session (probes/step/timing.py)
+or profiles them (probes/step/kernels.py): a scaling point, its gpu_busy_frac (profiled AFTER every
 timing: CUPTI lingers), the padding penalty's three cases, CE alone, and the kernel profile.
 """
 
@@ -13,11 +13,11 @@ import dataclasses
 
 import torch
 
-from probes import harness as reference
-from probes import kernels, models
-from probes.profile_config import Config
-from probes.profile_fit import ScalingRow
-from probes.timing import Timings, time_steps
+from probes.profile.config import Config
+from probes.profile.fit import ScalingRow
+from probes.step import harness as reference
+from probes.step import kernels, models
+from probes.step.timing import Timings, time_steps
 
 
 class Session:
@@ -133,7 +133,7 @@ class PaddingRow:
 def _fast_path(config: Config, padding: str) -> bool | None:
     """Whether every layer keeps SDPA's maskless path, read through the mask probe (config only).
     An architecture the mask probe cannot build gives None (unknown), not a failure here."""
-    from probes import mask
+    from probes.mask import probe as mask
 
     try:
         result = mask.run(

@@ -1,5 +1,5 @@
 """`profile --variant`: the step at the production shape under each variant, each in its own fresh
-process (probes/processes.py), with the what-if table and the advice (probes/whatif.py). Carrier
+process (probes/step/processes.py), with the what-if table and the advice (probes/step/whatif.py). Carrier
 measures the same way per checkpoint; this is the one-checkpoint view beside profile's fit."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from probes import kernels, processes, variants, whatif
-from probes.profile_config import Config
-from probes.timing import MAX_SPREAD
-from probes.worker import Spec
+from probes.profile.config import Config
+from probes.step import kernels, processes, variants, whatif
+from probes.step.timing import MAX_SPREAD
+from probes.step.worker import Spec
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

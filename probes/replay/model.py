@@ -1,5 +1,5 @@
-"""The `replay` probe's step model: goodput's (probes/goodput.py), read from a profile's JSON or fitted
-here on padded batches of the replay's own session (probes/replay.py documents both)."""
+"""The `replay` probe's step model: goodput's (probes/goodput/probe.py), read from a profile's JSON or fitted
+here on padded batches of the replay's own session (probes/replay/probe.py documents both)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
-from probes import goodput, kernels
-from probes import profile_measure as measure
-from probes.profile_fit import ScalingRow, fit_scaling
+from probes.goodput import probe as goodput
+from probes.profile import measure
+from probes.profile.fit import ScalingRow, fit_scaling
 from probes.result import InputError
+from probes.step import kernels
 
 
 def _padded_rows(batch_size: int, width: int) -> list[int] | None:
@@ -41,7 +42,7 @@ def fit_point(session: measure.Session, width: int) -> ScalingRow:
 
 
 def with_busy(session: measure.Session, row: ScalingRow) -> ScalingRow:
-    """gpu_busy_frac of a fit point, profiled after every timing (CUPTI lingers: probes/kernels.py)."""
+    """gpu_busy_frac of a fit point, profiled after every timing (CUPTI lingers: probes/step/kernels.py)."""
     if row.status != "ok" or session.device.type != "cuda":
         return row
 

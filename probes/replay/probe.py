@@ -1,17 +1,17 @@
 """`replay`: does goodput's prediction hold? The corpus's real batch shapes, run through the harness.
 
-For each strategy (probes/batching.py), the first `--num-steps` batches of the epoch (further epochs
+For each strategy (probes/corpus/batching.py), the first `--num-steps` batches of the epoch (further epochs
 reshuffled with seed+1, seed+2, ... when one is shorter), in the order training feeds them: random
 token ids at exactly each batch's row lengths, right-padded to its width with an explicit attention
 mask where rows differ (as a collator pads), one optimizer step each through the harness's
-train step (probes/models.py, the profile's session; AdamW shared across the replay as in training).
-Each step is timed alone (probes/timing.py: CUDA events, the end waited on, as a loop that logs its
+train step (probes/step/models.py, the profile's session; AdamW shared across the replay as in training).
+Each step is timed alone (probes/step/timing.py: CUDA events, the end waited on, as a loop that logs its
 loss does) after `--warmup-steps` untimed steps of the widest batches (the allocator's peak reached).
 
-The prediction is goodput's step model (probes/goodput.py), either read from `--profile` or measured
+The prediction is goodput's step model (probes/goodput/probe.py), either read from `--profile` or measured
 in the same session first: `scaling` times a padded batch of `--batch-size` rows at each of
 `--fit-lens` widths (one row half padding, so the mask is the replay's) and `fit` fits them as the
-profile probe does (probes/profile_fit.py), launch-bound points (GPU busy < 90%, profiled after every
+profile probe does (probes/profile/fit.py), launch-bound points (GPU busy < 90%, profiled after every
 timing) left out of the fit and interpolated below it. A fit point's `step_s` here is the MEAN of
 its timed steps, not the median: a replay sums steps, and a launch-bound point's jitter is skewed.
 The first step at a batch shape the process has not run yet costs more (on an H200, ~0.2 s: kernel
@@ -26,7 +26,7 @@ Tables: `replay`, one row per strategy: `num_steps`, `real_tokens`, `padded_toke
 Check `replay_within_5pct`: |error_pct| <= 5 for every strategy (a GPU criterion: on the CPU, the
 tests' tiny models time in milliseconds and the figure is not a promise).
 
-The fit measured here and the step model read from --profile are in probes/replay_model.py.
+The fit measured here and the step model read from --profile are in probes/replay/model.py.
 """
 
 from __future__ import annotations
@@ -38,12 +38,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from probes import batching, contract, goodput, models, profile, replay_model
-from probes import corpus as corpus_mod
-from probes import profile_measure as measure
+from probes.corpus import batching
+from probes.corpus import lengths as corpus_mod
+from probes.goodput import probe as goodput
+from probes.profile import measure
+from probes.profile import probe as profile
+from probes.replay import model as replay_model
 from probes.result import Check, ProbeResult, require
-from probes.step_config import StepConfig
-from probes.timing import time_steps
+from probes.step import contract, models
+from probes.step.config import StepConfig
+from probes.step.timing import time_steps
 
 LIMIT_PCT = 5.0
 

@@ -9,9 +9,9 @@ import math
 import re
 from pathlib import Path
 
-from probes import harness as reference
-from probes import models
 from probes.result import require
+from probes.step import harness as reference
+from probes.step import models
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -32,7 +32,7 @@ class StepConfig:
     """auto (the GPU if any, else CPU), cpu, or cuda[:N]."""
 
     def __post_init__(self) -> None:
-        require(bool(self.harness.strip()), "harness", "is empty: give an import path (default probes.harness)")
+        require(bool(self.harness.strip()), "harness", "is empty: give an import path (default probes.step.harness)")
         require(self.lora_rank >= 1, "lora_rank", f"must be >= 1, got {self.lora_rank}")
         require(math.isfinite(self.lora_alpha) and self.lora_alpha > 0, "lora_alpha", "must be a number > 0")
         require(self.ce_chunk >= 1, "ce_chunk", "must be >= 1")

@@ -7,7 +7,7 @@ A harness is any importable module (named by an import path, e.g. `mytrainer.tra
   `input_ids` (b, s), `labels` (b, s; -100 ignored) and optionally `attention_mask`.
 
 Optional pieces (`apply_lora`, `autocast_dtype`, `make_optimizer`, `gradient_checkpointing`,
-`train_step`) are described in probes/contract.py: each is used as given, and a missing one is
+`train_step`) are described in probes/step/contract.py: each is used as given, and a missing one is
 taken from this module and named in the probes' summary (`harness_fallbacks`). A `chunk_tokens`
 keyword on `compute_loss` receives the probes' `--ce-chunk`. The probes import these and never
 re-implement them: a probe of a re-implementation measures the probe. `load_harness(path)` turns a
@@ -47,7 +47,7 @@ from torch import nn
 
 from probes.result import InputError
 
-REFERENCE = "probes.harness"
+REFERENCE = "probes.step.harness"
 REQUIRED = ("discover_target_modules", "compute_loss")
 CHUNK_TOKENS = 1024
 """Default cross-entropy chunk: 1,024 tokens x 151,936 (Qwen3 vocab) x 4 B = 0.58 GiB fp32 logits."""
@@ -65,7 +65,7 @@ def make_optimizer(params) -> torch.optim.Optimizer:
 def load_harness(path: str) -> ModuleType:
     """Import the harness module; InputError naming the path or the missing function."""
     if not path or not path.strip():
-        raise InputError("--harness is empty: give an import path such as probes.harness")
+        raise InputError("--harness is empty: give an import path such as probes.step.harness")
     try:
         module = importlib.import_module(path)
     except Exception as exc:  # a SyntaxError or any error at import is the harness's, not ours

@@ -1,7 +1,7 @@
-"""Run probes/worker.py in fresh processes: one per measurement, the same data and seed in each.
+"""Run probes/step/worker.py in fresh processes: one per measurement, the same data and seed in each.
 
 A fresh process per variant keeps one variant's allocator, autotuner, compiled graphs and profiler
-(CUPTI stays attached once started: probes/kernels.py) out of the next one's timings, and two
+(CUPTI stays attached once started: probes/step/kernels.py) out of the next one's timings, and two
 processes of the same step measure the spread a rerun sees, which one process's steps cannot.
 The child gets this process's `sys.path` (a lab harness importable here is importable there). A
 child that dies or outlasts `timeout_s` is a result with its reason, never a crash of the probe.
@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from probes import variants
 from probes.result import InputError
-from probes.worker import Spec
+from probes.step import variants
+from probes.step.worker import Spec
 
 LOG = logging.getLogger(__name__)
 TIMEOUT_S = 900
@@ -31,7 +31,7 @@ TIMEOUT_S = 900
 
 def run(spec: Spec, timeout_s: float = TIMEOUT_S) -> dict:
     """The worker's result dict, or {"status": "failed: ..."} naming what went wrong. Logged as it
-    ends (logger probes.processes): a line at INFO, the whole result as JSON at DEBUG."""
+    ends (logger probes.step.processes): a line at INFO, the whole result as JSON at DEBUG."""
     begin = time.perf_counter()
     result = _run(spec, timeout_s)
     result["process_wall_s"] = time.perf_counter() - begin
@@ -57,7 +57,7 @@ def _run(spec: Spec, timeout_s: float) -> dict:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "probes.worker", str(spec_path), str(out_path)],
+                [sys.executable, "-m", "probes.step.worker", str(spec_path), str(out_path)],
                 capture_output=True,
                 text=True,
                 timeout=timeout_s,

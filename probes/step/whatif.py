@@ -1,8 +1,8 @@
 """Predicted before measured: each variant's saving from the baseline's profile, then the advice.
 
 A prediction takes the kernel time the baseline's profile attributes to the part of the step a
-variant changes (probes/attribution.py) and scales it by how much faster that part ran in
-isolation under the variant's setting (probes/microbench.py, same process, same shapes):
+variant changes (probes/step/attribution.py) and scales it by how much faster that part ran in
+isolation under the variant's setting (probes/step/microbench.py, same process, same shapes):
 
 - `bf16-autocast`: `lora` kernels x (1 - adapter path under autocast / as in the baseline);
 - `bf16-adapters`: the same for bf16 adapter weights, plus `optimizer` kernels x (1 - the
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from probes import attribution, variants
+from probes.step import attribution, variants
 
 MIN_COVERAGE = 0.9
 """Below this share of kernel time attributed to a module, no prediction is made from it."""

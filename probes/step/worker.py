@@ -1,12 +1,12 @@
 """One measurement of one step (a checkpoint, a shape, a variant) in a fresh process.
 
-`python -m probes.worker SPEC.json OUT.json`: builds the model through the harness's contract
-with the variant's changes (probes/variants.py), seeds torch with the spec's seed (the same random
-weights and batch in every process), times the step (probes/timing.py), then profiles it AFTER
-every timing (CUPTI lingers: probes/kernels.py) for gpu_busy_frac and the attention backends that
-ran. With `predict`, the profile is attributed to the step's modules (probes/attribution.py) and
-the micro-benchmarks the what-if predictions need run last (probes/microbench.py). A CUDA
-out-of-memory is a result with its status, never a crash. probes/processes.py starts these.
+`python -m probes.step.worker SPEC.json OUT.json`: builds the model through the harness's contract
+with the variant's changes (probes/step/variants.py), seeds torch with the spec's seed (the same random
+weights and batch in every process), times the step (probes/step/timing.py), then profiles it AFTER
+every timing (CUPTI lingers: probes/step/kernels.py) for gpu_busy_frac and the attention backends that
+ran. With `predict`, the profile is attributed to the step's modules (probes/step/attribution.py) and
+the micro-benchmarks the what-if predictions need run last (probes/step/microbench.py). A CUDA
+out-of-memory is a result with its status, never a crash. probes/step/processes.py starts these.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import torch
 
-from probes import attribution, contract, flops, kernels, microbench, models, variants
-from probes import harness as reference
 from probes.result import InputError
-from probes.timing import time_steps
+from probes.step import attribution, contract, flops, kernels, microbench, models, variants
+from probes.step import harness as reference
+from probes.step.timing import time_steps
 
 _START = time.perf_counter()
 

@@ -8,7 +8,7 @@ For each (checkpoint, row group) and host it takes the rows of the newest ok job
 host. Row groups: rows of one table that differ in a label column (a string, integer or bool
 column such as `seq_len` or `strategy`) are compared separately, never averaged together.
 
-Rows of different variants (`variant`, probes/variants.py) are always separate row groups;
+Rows of different variants (`variant`, probes/step/variants.py) are always separate row groups;
 `--variant NAME` (repeatable) keeps only those variants' rows.
 
 Warnings (compared numbers that may not be comparable): the hosts' rows carry different checkpoint

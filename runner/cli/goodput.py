@@ -9,7 +9,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from probes import goodput
+from probes.goodput import probe as goodput
 from probes.result import InputError
 from runner.analysis.stored_profile import profile_from_store
 from runner.cli.options import add_config_options, build_config, options_named

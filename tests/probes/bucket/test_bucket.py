@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from lengths_util import write_lengths
 
-from probes import bucket
+from probes.bucket import probe as bucket
 from runner.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 SMALL = [5, 3, 9, 1, 7, 2, 12, 4, 4, 6, 8, 1]
 SMALL_SOURCES = ["a", "b", "a", "b", "c", "b", "a", "c", "c", "a", "b", "a"]

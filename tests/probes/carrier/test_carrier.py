@@ -11,8 +11,9 @@ import pytest
 import torch
 from transformers import Qwen3Config
 
-from probes import carrier, flops, models
+from probes.carrier import probe as carrier
 from probes.result import InputError
+from probes.step import flops, models
 from runner.cli import main
 
 H, I, HEADS, KV, D, LAYERS, VOCAB = 48, 80, 3, 1, 16, 2, 300
@@ -58,7 +59,7 @@ def test_counts_only_equal_a_count_by_hand(family, rank):
 
 def test_step_flops_by_hand(family):
     model = models.build_model(family[0], weights="random", device=torch.device("meta"))
-    from probes import harness
+    from probes.step import harness
 
     model = models.with_lora(model, harness, rank=4, alpha=8)
     shape = flops.model_shape(model)
@@ -228,7 +229,7 @@ def test_no_row_column_is_named_like_a_store_key_column():
 )
 @pytest.mark.parametrize("probe", ["carrier", "profile"])
 def test_shared_gpu_options_are_checked_before_any_work(capsys, probe, option, value, needle):
-    checkpoint = Path(__file__).resolve().parents[2] / "demo" / "checkpoints" / "qwen3-0.6b-base"
+    checkpoint = Path(__file__).resolve().parents[3] / "demo" / "checkpoints" / "qwen3-0.6b-base"
     assert main(["probe", probe, "--checkpoint", str(checkpoint), "--weights", "random", option, value]) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and "\n" not in err

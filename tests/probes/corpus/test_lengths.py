@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from transformers import AutoTokenizer
 
-from probes import corpus
+from probes.corpus import lengths as corpus
 from probes.result import InputError
 from runner.cli import main
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from probes import corpus_records
+from probes.corpus import records as corpus_records
 from probes.result import InputError
 from runner.cli import main
 

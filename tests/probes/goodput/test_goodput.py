@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from lengths_util import write_lengths
 
-from probes import batching, goodput
+from probes.corpus import batching
+from probes.goodput import probe as goodput
 from runner.cli import main
 
 
@@ -79,7 +80,7 @@ def test_strategies_priced_by_plain_loops(tmp_path):
 
 
 def test_sorted_batches_are_the_padding_probes_optimum():
-    from probes import padding
+    from probes.padding import probe as padding
 
     rng = np.random.default_rng(1)
     for n in (37, 40, 41):

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from transformers import Gemma3Config, Gemma3TextConfig, Qwen3Config
 
-from probes import mask, mask_calls
+from probes.mask import forward as mask_calls
+from probes.mask import probe as mask
 from runner.cli import main
 
 WINDOW = 8

@@ -14,10 +14,10 @@ import pytest
 import torch
 from lengths_util import write_lengths
 
-from probes import padding
+from probes.padding import probe as padding
 from runner.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # 7 samples, batch 3, max_length 8: the tail batch holds one sample, two samples are truncated.
 SMALL = [5, 3, 9, 1, 7, 2, 12]
@@ -192,7 +192,7 @@ def cpu_ce_peak_bytes(tokens: int, vocab: int, hidden: int, chunk: int) -> int:
     from torch.profiler's memory events (the allocator's running total), not from padding's model."""
     from torch.profiler import ProfilerActivity, profile
 
-    from probes.harness import cross_entropy
+    from probes.step.harness import cross_entropy
 
     generator = torch.Generator().manual_seed(0)
     h = torch.randn(tokens, hidden, dtype=torch.bfloat16, generator=generator, requires_grad=True)
@@ -262,7 +262,7 @@ def test_demo_corpus_through_the_cli_json(tmp_path, demo_json):
     means = {r["source"]: r["mean"] for r in out["tables"]["lengths"]}
     assert means["qa"] < means["chat"] < means["code"] < means["books"]  # distinct distributions
     # the same lengths, through the corpus module, give the same strategies by loops
-    from probes import corpus
+    from probes.corpus import lengths as corpus
 
     data = corpus.load(
         corpus=ROOT / "demo" / "corpus.jsonl",

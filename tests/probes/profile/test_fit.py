@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from probes import profile_fit
+from probes.profile import fit as profile_fit
 
 
 def test_fit_recovers_known_coefficients():

@@ -7,9 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from probes import harness as reference
-from probes import models, profile, profile_measure
+from probes.profile import measure as profile_measure
+from probes.profile import probe as profile
 from probes.result import InputError
+from probes.step import harness as reference
+from probes.step import models
 
 
 @pytest.fixture(scope="module")

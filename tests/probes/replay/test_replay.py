@@ -12,7 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from probes import batching, replay, replay_model
+from probes.corpus import batching
+from probes.replay import model as replay_model
+from probes.replay import probe as replay
 from runner.cli import main
 
 

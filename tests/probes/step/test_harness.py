@@ -8,8 +8,10 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, Qwen3Config
 
-from probes import carrier, harness, profile
+from probes.carrier import probe as carrier
+from probes.profile import probe as profile
 from probes.result import InputError
+from probes.step import harness
 from runner.cli import main
 
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch.autograd import DeviceType
 
-from probes import harness as reference
-from probes import kernels, models
+from probes.step import harness as reference
+from probes.step import kernels, models
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from probes.timing import MAX_SPREAD, Timings, time_steps
+from probes.step.timing import MAX_SPREAD, Timings, time_steps
 
 
 class ScriptedClock:

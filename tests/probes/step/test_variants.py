@@ -11,9 +11,10 @@ import pytest
 import torch
 from torch.autograd import DeviceType
 
-from probes import attribution, carrier, contract, flops, kernels, models, processes, variants, whatif
-from probes import harness as reference
+from probes.carrier import probe as carrier
 from probes.result import InputError
+from probes.step import attribution, contract, flops, kernels, models, processes, variants, whatif
+from probes.step import harness as reference
 from runner.cli import main
 from runner.hosts.jobenv import harness_env
 
@@ -412,7 +413,7 @@ def test_the_evidence_is_json(every_variant):
 def test_the_timed_steps_run_with_the_build_frozen_out_of_the_collector_and_record_each_collection():
     import gc
 
-    from probes import worker
+    from probes.step import worker
 
     out: dict = {}
     alive = [object() for _ in range(1000)]
