@@ -40,10 +40,10 @@ from pathlib import Path
 
 import torch
 
-from probes.mask.probe import load_text_config
 from probes.result import Check, ProbeResult, require
 from probes.step import contract, flops, kernels, models, processes, variants, whatif
 from probes.step import harness as reference
+from probes.step.checkpoint import load_text_config
 from probes.step.config import StepConfig
 from probes.step.timing import MAX_SPREAD
 from probes.step.worker import Spec

@@ -18,9 +18,9 @@ from typing import Literal
 import torch
 from torch import nn
 
-from probes.mask.probe import load_text_config
 from probes.result import InputError
 from probes.step import harness as reference
+from probes.step.checkpoint import load_text_config
 from probes.step.contract import resolve
 
 Weights = Literal["checkpoint", "random"]

@@ -26,8 +26,10 @@ from collections.abc import Callable
 
 import torch
 
-MAX_SPREAD = 0.02
-"""Above this spread a median is not yet a number (docs/measurement.md's timing rules)."""
+from probes.result import SPREAD_LIMIT_PCT
+
+MAX_SPREAD = SPREAD_LIMIT_PCT / 100
+"""The same limit as a fraction (docs/measurement.md's timing rules)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

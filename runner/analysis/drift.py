@@ -16,7 +16,7 @@ import re
 
 import pandas as pd
 
-from probes.result import InputError
+from probes.result import SPREAD_LIMIT_PCT, InputError
 from runner.store.store import KEY_COLUMNS
 
 # The work a series is about; rows that differ here are never compared.
@@ -45,8 +45,7 @@ DRIFT_COLUMNS = (
 )
 
 # -- the trust rule, owned here: compare, the report and drift all read spreads through it ------
-SPREAD_LIMIT_PCT = 2.0
-"""A value whose spread ((max-min)/median) is above this many percent is untrusted: not yet a number."""
+# SPREAD_LIMIT_PCT (probes.result): a value whose spread ((max-min)/median) is above it is untrusted.
 
 
 def is_spread_column(name: str) -> bool:

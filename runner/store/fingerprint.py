@@ -16,8 +16,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from probes import read_config
 from probes.result import InputError
-from probes.step.checkpoint import read_config
 from runner.hosts.nodes import node_host
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")

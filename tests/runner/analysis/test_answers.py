@@ -19,8 +19,8 @@ import pytest
 
 from probes.bucket import probe as bucket
 from probes.mask import probe as mask
+from probes.mask.answer import layer_ranges
 from probes.padding import probe as padding
-from runner.analysis.answer_figures import layer_ranges
 from runner.analysis.answers import answers, answers_text, table_rows, to_json
 from runner.store.store import JobKey, Store
 
