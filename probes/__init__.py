@@ -50,7 +50,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
 # Probes that need a GPU to give real numbers; the runner places these on idle GPU hosts.
 GPU_PROBES = frozenset({"profile", "carrier", "replay"})
 
-ANSWERS = ("mask", "padding", "bucket", "carrier", "profile")
+ANSWERS = ("mask", "padding", "bucket", "carrier", "profile", "goodput", "replay")
 """The probes with an answer module (`probes.<name>.answer`), in the order answers are shown when no plan gives one."""
 
 
@@ -62,7 +62,7 @@ def get(name: str) -> ModuleType:
 
 def answer(name: str) -> ModuleType | None:
     """The probe's answer module (QUESTION, TABLES, EXACT, RATIO_OF, figures), or None if it has none."""
-    return importlib.import_module(f"probes.{name}.answer") if name in ANSWERS else None
+    return importlib.import_module(f"probes.{name}.answer") if name in REGISTRY else None
 
 
 def run(name: str, **fields) -> ProbeResult:

@@ -141,6 +141,25 @@ def plain(value: Any) -> Any:
     return value
 
 
+SUMMARY_FIGURES_MAX = 8
+"""Scalar summary figures shown for a probe whose answer is its summary."""
+
+
+def summary_figures(summary: dict[str, Any]) -> dict[str, Any]:
+    """The first scalar figures of a summary: the answer of a probe without a table to read."""
+    scalars = {k: v for k, v in summary.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+    return dict(list(scalars.items())[:SUMMARY_FIGURES_MAX])
+
+
+def summary_answer(probe: str) -> tuple[str, tuple[str, ...], bool, None, Any]:
+    """(QUESTION, TABLES, EXACT, RATIO_OF, figures) of a probe whose answer is its summary's first figures."""
+
+    def figures(tables: dict, summary: dict[str, Any], config: dict) -> tuple[list[dict], list[str]]:
+        return [summary_figures(summary)], []
+
+    return f"{probe}: the summary's figures", (), False, None, figures
+
+
 def config_to_dict(config: Any) -> dict[str, Any]:
     return to_jsonable(dataclasses.asdict(config))
 

@@ -1,6 +1,6 @@
 """`carrier`: what each model of a family really delivers for LoRA training, and how far to trust it.
 
-For every `--checkpoint` (repeatable: a family) and every `--variant` (repeatable; probes/step/variants.py),
+For every `--checkpoint` (repeatable: a family) and every `--variant` (repeatable; probes.step.variants),
 one row of table `carriers`, named by `model` (the checkpoint directory's name; not `checkpoint`,
 which is the store's job key) and `variant`: `params_total` (the base plus LoRA, a tied embedding
 once) and `params_trainable` (LoRA), `tokens_per_step`, `warmup_steps` and `steps` (the timed window
@@ -9,14 +9,14 @@ the statistics use), `spread_all_pct` (over every timed step after warm-up: the 
 being quiet, so spread_pct is biased low), `iqr_pct` (interquartile range / median),
 `spread_across_pct` (the baseline only: (max-min)/median of the medians of `--processes` fresh
 processes, the spread a rerun sees), `peak_mem_bytes`, `gpu_busy_frac` (kernel time from
-torch.profiler over step time), MFU named by its peak (probes/step/flops.py states the FLOP formula):
+torch.profiler over step time), MFU named by its peak (probes.step.flops states the FLOP formula):
 `mfu_vs_measured_peak` (a bf16 matmul on this GPU, or --peak-tflops) and `mfu_vs_datasheet_peak`
 (989 TFLOP/s dense bf16 for an H100/H200 SXM; None for a device not listed), projected hours for
 `--token-budget` tokens per job (`hours_per_job`) and for `--num-arms` x `--num-seeds` jobs
 (`hours_sweep`), `attention_backends` (read from the kernels that ran), `caveat` (what the variant
 may change besides speed) and `compile_s`.
 
-Every measurement runs in its own fresh process with the same seed and data (probes/step/processes.py):
+Every measurement runs in its own fresh process with the same seed and data (probes.step.processes):
 the baseline in `--processes` of them (>= 2 by default), each other variant in one. A spread above
 2% extends the timed steps up to --max-steps; `trustworthy` is False when a window still disagrees
 by more than 2% or the processes do. A row whose GPU idles more than 10% of the step
@@ -27,7 +27,7 @@ None: there is no device timeline to read. `--steps 0` reports parameter counts 
 meta device in this process: no weights, no GPU. A CUDA out-of-memory (building the model, timing,
 profiling) or a process that dies is a row with its reason, never a crash of the family.
 
-Table `whatif` (probes/step/whatif.py): per variant, the saving predicted from the baseline's attributed
+Table `whatif` (probes.step.whatif): per variant, the saving predicted from the baseline's attributed
 profile before it is measured, the measured one, the error in percentage points and the peak memory
 before and after. The summary ends with `advice`: the measured changes ranked by speed-up.
 """
@@ -40,55 +40,13 @@ from pathlib import Path
 
 import torch
 
-from probes.result import Check, ProbeResult, require
+from probes.carrier.config import Config
+from probes.result import Check, ProbeResult
 from probes.step import contract, flops, kernels, models, processes, variants, whatif
 from probes.step import harness as reference
 from probes.step.checkpoint import load_text_config
-from probes.step.config import StepConfig
 from probes.step.timing import MAX_SPREAD
 from probes.step.worker import Spec
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(StepConfig):
-    checkpoint: tuple[Path, ...]
-    """Checkpoint directories of the family (repeat --checkpoint), each with config.json."""
-    seq_len: int = 4096
-    """Tokens per sequence."""
-    batch_size: int = 1
-    """Sequences per step (tokens per step = batch_size x seq_len)."""
-    warmup_steps: int = 3
-    """Untimed steps before timing."""
-    steps: int = 10
-    """Timed steps (the window the statistics use); 0: parameter counts only, on the meta device."""
-    max_steps: int = 30
-    """Cap on timed steps when the spread stays above 2 percent."""
-    token_budget: int = 1_000_000_000
-    """Training tokens per job, for the projected hours."""
-    num_arms: int = 1
-    """Arms of the sweep to project (hours_sweep = hours_per_job x arms x seeds)."""
-    num_seeds: int = 1
-    """Seeds per arm of the sweep to project."""
-    peak_tflops: float | None = None
-    """The peak mfu_vs_measured_peak divides by, TFLOP/s; unset: measured by a bf16 8192^3 matmul on the GPU."""
-    variant: tuple[str, ...] = (variants.BASELINE,)
-    """Variants to measure, each in its own process (repeat --variant; probes/step/variants.py): baseline,
-    bf16-autocast, bf16-adapters, fused-adamw, grad-ckpt, compile, ce-chunk=N."""
-    processes: int = 2
-    """Fresh processes the baseline of each checkpoint is measured in (the across-process spread)."""
-    seed: int = 0
-    """Seed of the random weights and batches, the same in every process."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        require(len(self.checkpoint) >= 1, "checkpoint", "needs at least one checkpoint")
-        for name in ("seq_len", "batch_size", "max_steps", "token_budget", "num_arms", "num_seeds", "processes"):
-            require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
-        require(self.steps >= 0 and self.warmup_steps >= 0, "steps", "`steps` and `warmup_steps` must be >= 0")
-        require(self.max_steps >= self.steps, "max_steps", f"`max_steps` {self.max_steps} < `steps` {self.steps}")
-        require(self.seq_len >= 2, "seq_len", f"must be >= 2, got {self.seq_len}")
-        require(self.peak_tflops is None or self.peak_tflops > 0, "peak_tflops", "must be > 0")
-        variants.parse(self.variant)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

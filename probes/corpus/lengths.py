@@ -2,7 +2,7 @@
 
 A corpus is JSONL or Parquet; each record holds `messages` (chat turns, rendered with the
 tokenizer's own chat template, as training renders them) or `text`, and optionally `source`; the
-file is read and checked by probes/corpus/records.py. Tokenization uses the checkpoint's own fast
+file is read and checked by probes.corpus.records. Tokenization uses the checkpoint's own fast
 tokenizer from a local directory, batched. Lengths are cached as Parquet under
 `<cache_dir>/<corpus sha256>-<tokenizer sha256>.parquet`, so a second run over the same bytes with
 the same tokenizer reads the cache and never parses or tokenizes. A lengths file (Parquet or CSV

@@ -1,4 +1,4 @@
-"""Reading a corpus file into records, for probes/corpus/lengths.py (which tokenizes them and caches the lengths).
+"""Reading a corpus file into records, for probes.corpus.lengths (which tokenizes them and caches the lengths).
 
 A corpus is JSONL or Parquet; each record holds `messages` (chat turns: a non-empty list of
 {role, content} strings) or `text`, and optionally `source`. Nothing is tokenized here: the records

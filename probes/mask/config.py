@@ -1,5 +1,5 @@
-"""The `mask` probe's Config (probes/mask/probe.py documents the probe; the batch and the recorded forward, in
-probes/mask/forward.py, read this Config too)."""
+"""The `mask` probe's Config (probes.mask.probe documents the probe; the batch and the recorded forward, in
+probes.mask.forward, read this Config too)."""
 
 from __future__ import annotations
 

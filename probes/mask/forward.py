@@ -1,6 +1,6 @@
 """The `mask` probe's evidence: the probe batch (full, right-padded or packed rows) and every attention
 call the model's own forward makes on it, recorded by an attention function registered in both
-`AttentionInterface` and `AttentionMaskInterface` (probes/mask/probe.py reads the calls)."""
+`AttentionInterface` and `AttentionMaskInterface` (probes.mask.probe reads the calls)."""
 
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ Checks: `band_matches_window` (sliding layers: each real query at in-sequence po
 exactly min(window, p + 1) keys), `no_cross_sequence`, `fast_path_kept` (with no padding, every
 full-attention layer keeps the maskless fast path). Exit 1 when one fails: a pre-flight check.
 
-This module reads the calls and holds the checks; the Config is in probes/mask/config.py, the probe
-batch and the recorded forward in probes/mask/forward.py.
+This module reads the calls and holds the checks; the Config is in probes.mask.config, the probe
+batch and the recorded forward in probes.mask.forward.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Tables:
 - `histogram`: samples per length bin (tokens, inclusive bounds).
 - `ce_chunks`: one step's cross-entropy memory (tokens = batch_size x max_length) for the full step
   and each candidate chunk size, and whether each fits `--ce-budget-gib`. `logits_bf16_bytes` and
-  `logits_fp32_bytes` are the logits alone; `peak_bytes` is what the reference CE (probes/step/harness.py,
+  `logits_fp32_bytes` are the logits alone; `peak_bytes` is what the reference CE (probes.step.harness,
   forward and backward) really peaks at over its inputs, from a measured model: `bytes_per_logit` 12
   unchunked (bf16 logits, their fp32 upcast, the log-softmax) and 14 chunked (fp32 logits, softmax,
   its scaled gradient and the gradient's bf16 copy), plus, chunked, 4 bytes per token x hidden size
@@ -32,13 +32,12 @@ Seed s shuffles with `numpy.random.default_rng(s).permutation`.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 
 from probes.corpus import lengths as corpus_mod
-from probes.corpus.config import CorpusConfig
-from probes.result import Check, ProbeResult, require
+from probes.padding.config import Config
+from probes.result import Check, ProbeResult
 
 _GIB = 1 << 30
 BYTES_PER_LOGIT_FULL = 12
@@ -51,34 +50,6 @@ BYTES_PER_HIDDEN_CHUNKED = 4
 """Chunked CE, bytes per token x hidden: the bf16 hidden gradient built in the forward and its copy
 scaled in the backward."""
 _PERCENTILES = (50, 90, 99, 99.9)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(CorpusConfig):
-    checkpoint: Path | None = None
-    """Checkpoint directory (or a bare tokenizer.json): its tokenizer tokenizes --corpus; its
-    config.json gives the vocabulary size for the CE table."""
-    max_length: int = 4096
-    """Tokens per row: longer samples are truncated; `fixed` pads to it; `packed` fills rows of it."""
-    seeds: tuple[int, ...] = (0, 1, 2, 3)
-    """Seeds of the random shuffles behind `longest` (mean and std over them)."""
-    num_bins: int = 16
-    """Bins of the length histogram."""
-    vocab_size: int | None = None
-    """Vocabulary size for the CE table; unset: the checkpoint's config.json, else its tokenizer."""
-    ce_budget_gib: float = 4.0
-    """Memory one step's CE logits may take (bf16 logits + fp32 upcast live together), GiB."""
-    ce_chunk_sizes: tuple[int, ...] = ()
-    """Candidate CE chunk sizes, tokens; unset: powers of two from 256 below the step's tokens."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        require(len(self.seeds) >= 1, "seeds", "needs at least one seed")
-        require(all(s >= 0 for s in self.seeds), "seeds", f"must all be >= 0, got {list(self.seeds)}")
-        require(self.num_bins >= 1, "num_bins", f"must be >= 1, got {self.num_bins}")
-        require(self.vocab_size is None or self.vocab_size >= 1, "vocab_size", f"must be >= 1, got {self.vocab_size}")
-        require(self.ce_budget_gib > 0, "ce_budget_gib", f"must be > 0, got {self.ce_budget_gib}")
-        require(all(c >= 1 for c in self.ce_chunk_sizes), "ce_chunk_sizes", "must all be >= 1")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -259,7 +230,7 @@ def histogram_rows(lengths: np.ndarray, num_bins: int) -> list[HistogramRow]:
 
 def ce_peak_bytes(tokens: int, chunk: int, vocab_size: int, hidden_size: int | None) -> int:
     """The reference CE's peak over its inputs for one step of `tokens`, chunk tokens at a time
-    (chunk >= tokens: unchunked, as probes/step/harness.py falls back)."""
+    (chunk >= tokens: unchunked, as probes.step.harness falls back)."""
     if chunk >= tokens:
         return BYTES_PER_LOGIT_FULL * tokens * vocab_size
     return BYTES_PER_LOGIT_CHUNKED * chunk * vocab_size + BYTES_PER_HIDDEN_CHUNKED * tokens * (hidden_size or 0)

@@ -1,4 +1,4 @@
-"""The `profile` probe's scaling fit (probes/profile/probe.py measures the points; this fits them).
+"""The `profile` probe's scaling fit (probes.profile.probe measures the points; this fits them).
 
 step_s = a*batch*L^2 + b*batch*L + c by least squares over the GPU-bound points (>= 3): per point the
 fitted value and the error of predicting it from a fit of the other points (`heldout_err_pct`), and
@@ -22,7 +22,7 @@ class ScalingRow:
     step_s: float | None = None
     spread_pct: float | None = None
     spread_all_pct: float | None = None
-    """Over every timed step after warm-up (spread_pct is over the quiet window; probes/step/timing.py)."""
+    """Over every timed step after warm-up (spread_pct is over the quiet window; probes.step.timing)."""
     iqr_pct: float | None = None
     steps: int | None = None
     peak_mem_bytes: int | None = None

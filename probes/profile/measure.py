@@ -1,9 +1,9 @@
-"""The `profile` probe's measurements, all through one model session (probes/profile/probe.py orders them
+"""The `profile` probe's measurements, all through one model session (probes.profile.probe orders them
 and documents the tables and units).
 
 `Session` builds the model with LoRA once; `oom_guard` turns an out-of-memory into a row (or a
-result) rather than a crash. Each measurement here times steps through the session (probes/step/timing.py)
-or profiles them (probes/step/kernels.py): a scaling point, its gpu_busy_frac (profiled AFTER every
+result) rather than a crash. Each measurement here times steps through the session (probes.step.timing)
+or profiles them (probes.step.kernels): a scaling point, its gpu_busy_frac (profiled AFTER every
 timing: CUPTI lingers), the padding penalty's three cases, CE alone, and the kernel profile.
 """
 

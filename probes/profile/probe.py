@@ -1,6 +1,6 @@
 """`profile`: where a LoRA training step's time goes, measured through the lab's own harness.
 
-Tables (times in seconds, medians of timed steps after warm-up; probes/step/timing.py):
+Tables (times in seconds, medians of timed steps after warm-up; probes.step.timing):
 - `scaling`: step time at each `--seq-lens` length at a fixed batch, with spread, IQR, peak memory
   and `gpu_busy_frac` (kernel time over step time). A point whose GPU idles more than 10% of the step
   is `launch_bound` (the host sets its time) and is left out of the fit; the row says so, with the
@@ -22,21 +22,21 @@ Tables (times in seconds, medians of timed steps after warm-up; probes/step/timi
 - `ce`: lm_head + cross-entropy alone, forward and backward, at the production shape, chunked and
   unchunked (full fp32 logits), with peak memory over the inputs and its share of the step (the
   measured step at seq_len when it is one of --seq-lens, else the fitted one: summary
-  `step_s_source`). Measured with the reference implementation (probes/step/harness.py); a lab harness's
+  `step_s_source`). Measured with the reference implementation (probes.step.harness); a lab harness's
   own CE is in its step times. An out-of-memory while building the model or adding LoRA is a result
   whose rows say "oom while loading", never a crash.
 - `kernels`: torch.profiler over `--profile-steps` steps at the production shape, device kernel rows
-  only (probes/step/kernels.py), by category. Artifacts: the unedited key_averages() table and every raw
+  only (probes.step.kernels), by category. Artifacts: the unedited key_averages() table and every raw
   timing. On the CPU (CI) the rows are CPU ops by self time and gpu_busy_frac is None.
 
 - `variants` and `whatif` (with `--variant`): the step at `--batch-size` x `--seq-len` under each
   variant in its own fresh process (the baseline in `--processes`), and each variant's saving
-  predicted from the baseline's attributed profile before it is measured (probes/step/whatif.py); the
+  predicted from the baseline's attributed profile before it is measured (probes.step.whatif); the
   summary ends with `advice`, the measured changes ranked by speed-up.
 
 This module holds the order of the measurements and the summary; the Config is in
-probes/profile/config.py, the measurements in probes/profile/measure.py and
-probes/profile/variants.py, the fit in probes/profile/fit.py.
+probes.profile.config, the measurements in probes.profile.measure and
+probes.profile.variants, the fit in probes.profile.fit.
 """
 
 from __future__ import annotations

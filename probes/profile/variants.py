@@ -1,5 +1,5 @@
 """`profile --variant`: the step at the production shape under each variant, each in its own fresh
-process (probes/step/processes.py), with the what-if table and the advice (probes/step/whatif.py). Carrier
+process (probes.step.processes), with the what-if table and the advice (probes.step.whatif). Carrier
 measures the same way per checkpoint; this is the one-checkpoint view beside profile's fit."""
 
 from __future__ import annotations

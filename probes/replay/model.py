@@ -1,5 +1,5 @@
-"""The `replay` probe's step model: goodput's (probes/goodput/probe.py), read from a profile's JSON or fitted
-here on padded batches of the replay's own session (probes/replay/probe.py documents both)."""
+"""The `replay` probe's step model: goodput's (probes.goodput.probe), read from a profile's JSON or fitted
+here on padded batches of the replay's own session (probes.replay.probe documents both)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def fit_point(session: measure.Session, width: int) -> ScalingRow:
 
 
 def with_busy(session: measure.Session, row: ScalingRow) -> ScalingRow:
-    """gpu_busy_frac of a fit point, profiled after every timing (CUPTI lingers: probes/step/kernels.py)."""
+    """gpu_busy_frac of a fit point, profiled after every timing (CUPTI lingers: probes.step.kernels)."""
     if row.status != "ok" or session.device.type != "cuda":
         return row
 

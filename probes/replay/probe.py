@@ -1,17 +1,17 @@
 """`replay`: does goodput's prediction hold? The corpus's real batch shapes, run through the harness.
 
-For each strategy (probes/corpus/batching.py), the first `--num-steps` batches of the epoch (further epochs
+For each strategy (probes.corpus.batching), the first `--num-steps` batches of the epoch (further epochs
 reshuffled with seed+1, seed+2, ... when one is shorter), in the order training feeds them: random
 token ids at exactly each batch's row lengths, right-padded to its width with an explicit attention
 mask where rows differ (as a collator pads), one optimizer step each through the harness's
-train step (probes/step/models.py, the profile's session; AdamW shared across the replay as in training).
-Each step is timed alone (probes/step/timing.py: CUDA events, the end waited on, as a loop that logs its
+train step (probes.step.models, the profile's session; AdamW shared across the replay as in training).
+Each step is timed alone (probes.step.timing: CUDA events, the end waited on, as a loop that logs its
 loss does) after `--warmup-steps` untimed steps of the widest batches (the allocator's peak reached).
 
-The prediction is goodput's step model (probes/goodput/probe.py), either read from `--profile` or measured
+The prediction is goodput's step model (probes.goodput.probe), either read from `--profile` or measured
 in the same session first: `scaling` times a padded batch of `--batch-size` rows at each of
 `--fit-lens` widths (one row half padding, so the mask is the replay's) and `fit` fits them as the
-profile probe does (probes/profile/fit.py), launch-bound points (GPU busy < 90%, profiled after every
+profile probe does (probes.profile.fit), launch-bound points (GPU busy < 90%, profiled after every
 timing) left out of the fit and interpolated below it. A fit point's `step_s` here is the MEAN of
 its timed steps, not the median: a replay sums steps, and a launch-bound point's jitter is skewed.
 The first step at a batch shape the process has not run yet costs more (on an H200, ~0.2 s: kernel
@@ -26,14 +26,13 @@ Tables: `replay`, one row per strategy: `num_steps`, `real_tokens`, `padded_toke
 Check `replay_within_5pct`: |error_pct| <= 5 for every strategy (a GPU criterion: on the CPU, the
 tests' tiny models time in milliseconds and the figure is not a promise).
 
-The fit measured here and the step model read from --profile are in probes/replay/model.py.
+The fit measured here and the step model read from --profile are in probes.replay.model.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -44,68 +43,13 @@ from probes.goodput import probe as goodput
 from probes.profile import measure
 from probes.profile import probe as profile
 from probes.replay import model as replay_model
+from probes.replay.config import Config
 from probes.result import Check, ProbeResult, require
 from probes.step import contract, models
 from probes.step.config import StepConfig
 from probes.step.timing import time_steps
 
 LIMIT_PCT = 5.0
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(StepConfig):
-    checkpoint: Path
-    """Checkpoint directory with config.json (the model; also the tokenizer of --corpus)."""
-    corpus: Path | None = None
-    """Corpus, JSONL or Parquet: records with `messages` (chat turns) or `text`, optional `source`."""
-    lengths: Path | None = None
-    """Lengths file instead of a corpus (Parquet or CSV: `length`, optional `source`)."""
-    batch_size: int = 8
-    """Samples per batch."""
-    max_length: int = 4096
-    """Tokens per row: longer samples are truncated."""
-    strategies: tuple[str, ...] = ("longest", "bucket")
-    """Batching strategies to replay (fixed, longest, sorted, bucket; packed is not replayed)."""
-    bucket_size: int | None = None
-    """Bucket size of `bucket`, a multiple of --batch-size; unset: the bucket probe's 90%-gain size."""
-    seed: int = 0
-    """Seed of the first epoch's shuffle (the next epochs take seed+1, seed+2, ...)."""
-    num_steps: int = 200
-    """Steps replayed per strategy."""
-    warmup_steps: int = 3
-    """Untimed steps of the widest batches before each strategy's replay."""
-    profile: Path | None = None
-    """A `labprobe probe profile --json` output to predict from; unset: a fit measured here first."""
-    fit_lens: tuple[int, ...] = ()
-    """Widths of the fit measured here (>= 3); unset: 8 widths spaced geometrically up to --max-length."""
-    fit_steps: int = 5
-    """Timed steps per fit width (extended up to 3x while the spread is above 2 percent)."""
-    cache_dir: Path = corpus_mod.DEFAULT_CACHE_DIR
-    """Where token lengths are cached, keyed by corpus and tokenizer content."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        require((self.corpus is None) != (self.lengths is None), "corpus", "give exactly one of `corpus` and `lengths`")
-        for name in ("batch_size", "max_length", "num_steps", "fit_steps"):
-            require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
-        require(self.warmup_steps >= 0 and self.seed >= 0, "warmup_steps", "`warmup_steps` and `seed` must be >= 0")
-        bad = [s for s in self.strategies if s not in batching.STRATEGIES or s == "packed"]
-        require(
-            bool(self.strategies) and not bad, "strategies", f"cannot replay {bad} (fixed, longest, sorted, bucket)"
-        )
-        require(
-            self.bucket_size is None or (self.bucket_size >= 1 and self.bucket_size % self.batch_size == 0),
-            "bucket_size",
-            f"must be a multiple of `batch_size` {self.batch_size}, got {self.bucket_size}",
-        )
-        require(not self.fit_lens or len(set(self.fit_lens)) >= 3, "fit_lens", "needs >= 3 distinct widths")
-        require(all(n >= 2 for n in self.fit_lens), "fit_lens", "must all be >= 2")
-
-    def widths(self) -> tuple[int, ...]:
-        if self.fit_lens:
-            return tuple(sorted(set(self.fit_lens)))
-        grid = np.geomspace(max(2, self.max_length // 16), self.max_length, 8)
-        return tuple(sorted({int(round(w)) for w in grid}))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -2,13 +2,13 @@
 
 Ranges named `labprobe::SCOPE` mark the step's parts in the profile: module hooks put `decoder`
 around the decoder, `lora` around each PEFT LoRA layer and `base` around its frozen base layer
-(so the adapter's own work, casts included, is `lora`); probes/step/models.py's TrainStep puts `loss`
+(so the adapter's own work, casts included, is `lora`); probes.step.models's TrainStep puts `loss`
 around the loss (lm_head and cross-entropy: the part outside `decoder`) and `optimizer` around the
 optimizer step. A forward kernel belongs to the innermost range around the op that launched it.
 A backward kernel belongs to the range of the forward op that recorded its autograd node: the
 profiler gives both the same `sequence_nr` (per forward thread). On CUDA a kernel names its
 launching op (the op's `kernels`, matched by correlation id); on the CPU the rows are the ops themselves.
-A kernel whose op has no range is `unattributed`; probes/step/whatif.py predicts nothing from a profile
+A kernel whose op has no range is `unattributed`; probes.step.whatif predicts nothing from a profile
 where that is more than 10% of the kernel time.
 
 `scopes(model)` installs the hooks (a context manager); `attribute(profile)` sums device time per

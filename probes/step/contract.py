@@ -1,7 +1,7 @@
 """The harness contract, whole: which piece of the training step comes from the lab's harness and
-which from the reference (probes/step/harness.py), said by name.
+which from the reference (probes.step.harness), said by name.
 
-Required: `discover_target_modules(model)` and `compute_loss(model, batch)` (probes/step/harness.py).
+Required: `discover_target_modules(model)` and `compute_loss(model, batch)` (probes.step.harness).
 Optional, each used as given when present, else the reference's is used and named in
 `fallbacks` (the probes' summary `harness_fallbacks`):
 

@@ -7,7 +7,7 @@ A harness is any importable module (named by an import path, e.g. `mytrainer.tra
   `input_ids` (b, s), `labels` (b, s; -100 ignored) and optionally `attention_mask`.
 
 Optional pieces (`apply_lora`, `autocast_dtype`, `make_optimizer`, `gradient_checkpointing`,
-`train_step`) are described in probes/step/contract.py: each is used as given, and a missing one is
+`train_step`) are described in probes.step.contract: each is used as given, and a missing one is
 taken from this module and named in the probes' summary (`harness_fallbacks`). A `chunk_tokens`
 keyword on `compute_loss` receives the probes' `--ce-chunk`. The probes import these and never
 re-implement them: a probe of a re-implementation measures the probe. `load_harness(path)` turns a

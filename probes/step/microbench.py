@@ -1,6 +1,6 @@
 """The micro-benchmarks behind the what-if predictions, run in the baseline's process after its
 profile: each times, in isolation and at the production shape, the part of the step a variant
-changes, under the baseline's setting and the variant's. probes/step/whatif.py scales the profile's
+changes, under the baseline's setting and the variant's. probes.step.whatif scales the profile's
 attributed kernel time of that part by the ratio (variant / baseline) of these times: kernel time on
 a GPU, as the profile counts it; wall time on the CPU.
 
@@ -10,7 +10,7 @@ a GPU, as the profile counts it; wall time on the CPU.
   layers have each shape.
 - `optimizer`: the harness's optimizer, fused AdamW, and the harness's optimizer over bf16
   parameters, one step each over tensors shaped as the trainable parameters.
-- `ce`: the reference cross-entropy (probes/step/harness.py) forward and backward at the current chunk
+- `ce`: the reference cross-entropy (probes.step.harness) forward and backward at the current chunk
   and at each chunk a `ce-chunk=N` variant asks for.
 """
 
@@ -30,7 +30,7 @@ REPEATS = 10
 
 
 def _time(fn: Callable[[], object], device: torch.device, repeats: int = REPEATS) -> float:
-    """Seconds a call: on CUDA the kernel time (torch.profiler's device rows, probes/step/kernels.py),
+    """Seconds a call: on CUDA the kernel time (torch.profiler's device rows, probes.step.kernels),
     the same measure the profile's attributed time is, so their ratio applies to it. Wall time
     would not: in isolation these short kernels leave the GPU idle while the host launches them,
     where in the step the host runs ahead behind the base model's large GEMMs. On the CPU, the

@@ -60,7 +60,7 @@ def build_model(
 
 
 def with_lora(model: nn.Module, harness: ModuleType, *, rank: int, alpha: float) -> nn.Module:
-    """LoRA by the harness's apply_lora, or the reference's (probes/step/contract.py names the fallback)."""
+    """LoRA by the harness's apply_lora, or the reference's (probes.step.contract names the fallback)."""
     targets = list(harness.discover_target_modules(model))
     if not targets:
         raise InputError(f"{harness.__name__}.discover_target_modules found no target modules")
@@ -97,12 +97,12 @@ def make_batch(
 
 @dataclasses.dataclass
 class TrainStep:
-    """One optimiser step of LoRA training through the harness's pieces (probes/step/contract.py). A list
+    """One optimiser step of LoRA training through the harness's pieces (probes.step.contract). A list
     of batches is gradient accumulation inside the step: each micro-batch's loss, weighted by its share
     of the labelled tokens (so the gradient is the mean over all of them, as one batch gives), is
     backpropagated in turn, then one optimiser step. The loss's forward runs under autocast when
     `autocast_dtype` is set, the backward outside it (as Trainer does). A harness `train_step` is
-    called as is instead, with every micro-batch and the optimizer. `scope` (probes/step/attribution.py)
+    called as is instead, with every micro-batch and the optimizer. `scope` (probes.step.attribution)
     names the loss and the optimizer in a profile; a no-op outside one."""
 
     model: nn.Module
@@ -146,7 +146,7 @@ class TrainStep:
 
 
 def scope(name: str):
-    """A profiler range named `labprobe::NAME` (probes/step/attribution.py reads them back)."""
+    """A profiler range named `labprobe::NAME` (probes.step.attribution reads them back)."""
     return torch.autograd.profiler.record_function(f"labprobe::{name}")
 
 

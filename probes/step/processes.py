@@ -1,7 +1,7 @@
-"""Run probes/step/worker.py in fresh processes: one per measurement, the same data and seed in each.
+"""Run probes.step.worker in fresh processes: one per measurement, the same data and seed in each.
 
 A fresh process per variant keeps one variant's allocator, autotuner, compiled graphs and profiler
-(CUPTI stays attached once started: probes/step/kernels.py) out of the next one's timings, and two
+(CUPTI stays attached once started: probes.step.kernels) out of the next one's timings, and two
 processes of the same step measure the spread a rerun sees, which one process's steps cannot.
 The child gets this process's `sys.path` (a lab harness importable here is importable there). A
 child that dies or outlasts `timeout_s` is a result with its reason, never a crash of the probe.

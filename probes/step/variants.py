@@ -1,6 +1,6 @@
 """Variants: named, documented changes to the harness's step, each measured in its own process.
 
-`baseline` is the harness as it is (probes/step/contract.py). Every other variant changes one piece:
+`baseline` is the harness as it is (probes.step.contract). Every other variant changes one piece:
 
 - `bf16-autocast`: adapter weights fp32, the forward and loss under bf16 autocast. Caveat: the LoRA
   matmuls run in bf16 (fp32 master weights and optimizer state kept).

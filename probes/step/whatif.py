@@ -1,8 +1,8 @@
 """Predicted before measured: each variant's saving from the baseline's profile, then the advice.
 
 A prediction takes the kernel time the baseline's profile attributes to the part of the step a
-variant changes (probes/step/attribution.py) and scales it by how much faster that part ran in
-isolation under the variant's setting (probes/step/microbench.py, same process, same shapes):
+variant changes (probes.step.attribution) and scales it by how much faster that part ran in
+isolation under the variant's setting (probes.step.microbench, same process, same shapes):
 
 - `bf16-autocast`: `lora` kernels x (1 - adapter path under autocast / as in the baseline);
 - `bf16-adapters`: the same for bf16 adapter weights, plus `optimizer` kernels x (1 - the

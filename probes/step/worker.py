@@ -1,12 +1,12 @@
 """One measurement of one step (a checkpoint, a shape, a variant) in a fresh process.
 
 `python -m probes.step.worker SPEC.json OUT.json`: builds the model through the harness's contract
-with the variant's changes (probes/step/variants.py), seeds torch with the spec's seed (the same random
-weights and batch in every process), times the step (probes/step/timing.py), then profiles it AFTER
-every timing (CUPTI lingers: probes/step/kernels.py) for gpu_busy_frac and the attention backends that
-ran. With `predict`, the profile is attributed to the step's modules (probes/step/attribution.py) and
-the micro-benchmarks the what-if predictions need run last (probes/step/microbench.py). A CUDA
-out-of-memory is a result with its status, never a crash. probes/step/processes.py starts these.
+with the variant's changes (probes.step.variants), seeds torch with the spec's seed (the same random
+weights and batch in every process), times the step (probes.step.timing), then profiles it AFTER
+every timing (CUPTI lingers: probes.step.kernels) for gpu_busy_frac and the attention backends that
+ran. With `predict`, the profile is attributed to the step's modules (probes.step.attribution) and
+the micro-benchmarks the what-if predictions need run last (probes.step.microbench). A CUDA
+out-of-memory is a result with its status, never a crash. probes.step.processes starts these.
 """
 
 from __future__ import annotations

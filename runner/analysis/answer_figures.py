@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 import probes
+from probes.result import summary_figures
 
 PROBE_ORDER = probes.ANSWERS
 """The order answers are shown in when no plan gives one."""
@@ -28,13 +29,11 @@ EXACT = tuple(name for name, a in _ANSWERS.items() if a.EXACT)
 """Probes whose figures are exact (no timing): any change from the previous run is reported."""
 EXTRACTORS = {name: a.figures for name, a in _ANSWERS.items()}
 ROW_IDENTITY = ("model", "variant")
-GENERIC_MAX = 8
-"""Scalar summary figures shown for a probe without its own extractor."""
 
 
 def generic(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> tuple[list[dict], list[str]]:
-    scalars = {k: v for k, v in summary.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
-    return [dict(list(scalars.items())[:GENERIC_MAX])], []
+    """The answer of a probe the registry does not know (rows of a probe since removed)."""
+    return [summary_figures(summary)], []
 
 
 def row_identity(row: dict[str, Any]) -> tuple:
