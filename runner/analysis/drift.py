@@ -21,7 +21,7 @@ from runner.store.store import KEY_COLUMNS
 
 # The work a series is about; rows that differ here are never compared.
 SERIES_KEYS = ("probe", "host", "checkpoint", "checkpoint_fp", "config_hash", "variant")
-"""`variant` (probes/step/variants.py): rows of different variants are different work, never one series."""
+"""`variant` (probes.step.variants): rows of different variants are different work, never one series."""
 # Integer columns that name a shape of the work (every other integer is a measurement or a count
 # that may vary run to run, such as the timed `steps`); outcome flags and texts are not identity.
 DIMENSIONS = frozenset(

@@ -1,7 +1,7 @@
 """The morning report's first section: what tonight's run found (presentation only).
 
 Three parts, before any raw table: the answer of each probe (a one-line headline over its hosts and
-checkpoints, then the table of runner/analysis/answers.py with its notes), what changed since the
+checkpoints, then the table of runner.analysis.answers with its notes), what changed since the
 last run (drift alerts on timings, and exact answers that differ from the previous run's), and what
 failed or was skipped, with the reason and, where an earlier run has a value, which run it is.
 """

@@ -1,4 +1,4 @@
-"""The report's HTML page: what the run found first (runner/analysis/findings.py), then the raw tables
+"""The report's HTML page: what the run found first (runner.analysis.findings), then the raw tables
 collapsed: jobs per host, carriers with their bar charts, scaling curves, kernel categories, job
 summaries and every other table. Images are embedded as base64 PNG data URIs."""
 

@@ -1,6 +1,6 @@
 """`labprobe idle`: every GPU of the lab read where it sits, all hosts at once, idle or busy and why.
 
-One pinned Ray task per host runs runner/gpu/idle.py's `read_local` there; a host that does not answer
+One pinned Ray task per host runs runner.gpu.idle's `read_local` there; a host that does not answer
 reads `unreachable`. Exit 0 when no GPU reads busy and every host answered, else 1.
 """
 

@@ -13,8 +13,8 @@ reads `busy` from what NVML and the file system show:
 - when the host names a runs directory, a file under it modified within `runs_fresh_min`.
 
 A host without nvidia-ml-py, the NVML library or a GPU reads as one `no-gpu` row, never an
-error. The samples come from runner/gpu/nvml.py (NVML, or fake files in tests), the runs directory's
-newest file from runner/gpu/freshness.py; `labprobe idle` is runner/cli/idle.py.
+error. The samples come from runner.gpu.nvml (NVML, or fake files in tests), the runs directory's
+newest file from runner.gpu.freshness; `labprobe idle` is runner.cli.idle.
 
 Never imports Ray at module import time: the GPU box runs this standalone.
 """
