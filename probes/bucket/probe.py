@@ -33,7 +33,7 @@ import numpy as np
 
 from probes.bucket.config import Config
 from probes.corpus import lengths as corpus_mod
-from probes.padding.probe import padded_in_order
+from probes.corpus.padded import padded_in_order
 from probes.result import Check, ProbeResult, require
 
 _DENSE_CELLS = 1 << 24  # batches x sources below which per-batch source counts use a dense bincount

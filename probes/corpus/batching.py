@@ -23,7 +23,7 @@ import numpy as np
 
 from probes.bucket import probe as bucket
 from probes.corpus import lengths as corpus
-from probes.padding import probe as padding
+from probes.corpus.padded import optimum_batches
 
 STRATEGIES = ("fixed", "longest", "sorted", "bucket", "packed")
 
@@ -89,7 +89,7 @@ def make(
     if strategy == "longest":
         return _cut(strategy, clipped[perm], every_b)
     if strategy == "sorted":
-        return _cut(strategy, *padding.optimum_batches(clipped, b))
+        return _cut(strategy, *optimum_batches(clipped, b))
     if strategy == "bucket":
         assert bucket_size is not None, "bucket needs a bucket_size"
         size = min(bucket_size, n)

@@ -35,12 +35,10 @@ MAX_LOOSE_MODULES = 3
 KITS = ("step", "corpus")
 KNOWN_CROSSINGS = {
     # Debt from before the probes became packages (issue 25), to be removed, never added to: the corpus kit's
-    # batching prices goodput's strategies with the padding and bucket probes' batch builders; bucket reuses
-    # padding's in-order padding; profile reads the fast path through the mask probe; replay is built on
-    # profile's session and fit and on goodput's step model. The cure is moving those pieces into the kits.
+    # batching finds goodput's bucket size with the bucket probe's sweep; profile reads the fast path through
+    # the mask probe; replay is built on profile's session and fit and on goodput's step model. The cure is
+    # moving those pieces into the kits (as the padded-token arithmetic went to probes.corpus.padded).
     ("probes.corpus.batching", "bucket"),
-    ("probes.corpus.batching", "padding"),
-    ("probes.bucket.probe", "padding"),
     ("probes.profile.measure", "mask"),
     ("probes.replay.model", "goodput"),
     ("probes.replay.model", "profile"),
@@ -147,7 +145,7 @@ def test_every_known_crossing_still_exists_so_the_list_only_shrinks():
 
 def test_the_probe_rules_catch_a_cross_probe_import_a_kit_importing_a_probe_and_the_runner_past_the_door(tmp_path):
     files = {
-        "probes.mask.probe": "from probes.padding.probe import padded_in_order\nfrom probes.step import models\n",
+        "probes.mask.probe": "from probes.padding.probe import run\nfrom probes.step import models\n",
         "probes.corpus.batching": "from probes.bucket import probe as bucket\nfrom probes.result import require\n",
         "runner.cli.goodput": "import probes\nfrom probes.goodput.probe import Config\nfrom probes.result import X\n",
     }
@@ -159,7 +157,7 @@ def test_the_probe_rules_catch_a_cross_probe_import_a_kit_importing_a_probe_and_
         "kit probes.corpus.batching imports probe probes.bucket",
         "kit probes.corpus.batching imports probe probes.bucket.probe",
         "probe probes.mask.probe imports probe probes.padding.probe",
-        "probe probes.mask.probe imports probe probes.padding.probe.padded_in_order",
+        "probe probes.mask.probe imports probe probes.padding.probe.run",
         "runner.cli.goodput imports probes.goodput.probe past the door",
         "runner.cli.goodput imports probes.goodput.probe.Config past the door",
     ]
