@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script,
 import torch
 from torch.autograd import DeviceType
 
-from probes import attribution, contract, kernels, variants, worker
-from probes import harness as reference
+from probes.step import attribution, contract, kernels, variants, worker
+from probes.step import harness as reference
 
 ckpt, batch, seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 spec = worker.Spec(

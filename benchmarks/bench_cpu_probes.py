@@ -130,7 +130,8 @@ def make_corpus(path: Path, num: int) -> None:
 
 
 def bench_tokenize(corpus_path: Path, cache: Path) -> dict:
-    from probes import corpus, corpus_records
+    from probes.corpus import lengths as corpus
+    from probes.corpus import records as corpus_records
 
     start = time.perf_counter()
     corpus.load_tokenizer(TOKENIZER)  # once, so the figure below is not the transformers import
@@ -250,7 +251,7 @@ def report(rows: list[tuple], extra: dict, repeats: int) -> str:
         f"{tok['cached_load_s']:.2f} s (the corpus's content hash is remembered per path, size and mtime, "
         "so only the lengths Parquet is read).",
         "",
-        f"`mask` phases (one process, in-process timers): import torch + transformers + probes.mask "
+        f"`mask` phases (one process, in-process timers): import torch + transformers + probes.mask.probe "
         f"{mb['imports_s']:.2f} s; AutoModelForCausalLM/masking imports + config {mb['model_imports_config_s']:.2f} s; "
         f"first recorded forward {mb['forward_s']:.2f} s (of which lazy imports inside it "
         f"{mb['forward_lazy_imports_s']:.2f} s; the rest is first-call warm-up of CPU kernels); per-layer "

@@ -4,10 +4,10 @@ and a replay of the demo corpus's real batch shapes on Qwen3-4B-Base against goo
 Run on an H200 from a plain checkout (PYTHONPATH=. , no install):
     PYTHONPATH=. python3 benchmarks/bench_goodput_gpu.py --out $OUT
 1. CE: for the 4B's vocabulary and hidden size at 8,192 tokens a step, each --ce-budgets-gib budget's
-   recommended chunk (probes/padding.py's model) and the unchunked CE, run through the reference
+   recommended chunk (probes/padding/probe.py's model) and the unchunked CE, run through the reference
    cross_entropy (forward and backward) after one warm-up call; peak = torch.cuda.max_memory_allocated
    over the inputs. Verdict: the recommended chunk's peak within 10% of the model's and within budget.
-2. Replay (probes/replay.py): random-weight Qwen3-4B-Base, rank-32 LoRA, the demo corpus's lengths
+2. Replay (probes/replay/probe.py): random-weight Qwen3-4B-Base, rank-32 LoRA, the demo corpus's lengths
    (benchmarks/data/demo_lengths_qwen3.csv, the Qwen3 tokenizer's), batch 6 (6 x 2,048 = 12,288 tokens
    at most: 4 x 4,096 does not fit the 4B without checkpointing), max length 2,048, `longest` and `bucket`
    at the 90%-gain size, 200 steps each, predicted from a fit measured first in the same process.
@@ -32,8 +32,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script, no install
 
-from probes import batching, goodput, padding, replay  # noqa: E402
-from probes.harness import cross_entropy  # noqa: E402
+from probes.corpus import batching  # noqa: E402
+from probes.goodput import probe as goodput  # noqa: E402
+from probes.padding import probe as padding  # noqa: E402
+from probes.replay import probe as replay  # noqa: E402
+from probes.step.harness import cross_entropy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = Path(os.environ.get("BENCH_CHECKPOINT", ROOT / "demo" / "checkpoints" / "qwen3-4b-base"))

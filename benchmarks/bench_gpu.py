@@ -28,7 +28,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script, no install
 
-from probes import carrier, profile  # noqa: E402
+from probes.carrier import probe as carrier  # noqa: E402
+from probes.profile import probe as profile  # noqa: E402
 from runner.cli.options import option_name  # noqa: E402
 from runner.cli.probe import render  # noqa: E402
 from runner.tables import format_table  # noqa: E402

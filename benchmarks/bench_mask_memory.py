@@ -1,6 +1,6 @@
-"""Peak memory of the mask probe per (row, query, key) cell: the figure probes/mask.py bounds lengths by.
+"""Peak memory of the mask probe per (row, query, key) cell: the figure probes/mask/probe.py bounds lengths by.
 
-Runs `probes.mask` in a fresh process per point (ru_maxrss is a high-water mark) at two lengths and
+Runs `probes.mask.probe` in a fresh process per point (ru_maxrss is a high-water mark) at two lengths and
 reports the slope, bytes per cell = (peak(s2) - peak(s1)) / (b * (s2^2 - s1^2)), so the fixed cost of
 torch and the reduced model cancels. CPU only; the demo checkpoints' configs.
 

@@ -78,8 +78,9 @@ def cluster_file(folder: Path, hosts: list[str], num_jobs: int) -> Path:
 
 
 def sweep_wall(yaml_path: Path, store: Path, fn) -> tuple[float, object]:
-    from runner.cli.sweep import new_run_id, run_sweep
+    from runner.clock import new_run_id
     from runner.dispatch.launch import RayLauncher
+    from runner.dispatch.sweep import run_sweep
     from runner.lab.cluster import load_cluster
     from runner.lab.plan import expand
     from runner.store.store import Store

@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script, no install
 
 from benchmarks.bench_gpu import environment
-from probes import carrier
+from probes.carrier import probe as carrier
 from runner.cli.probe import render
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,7 +146,7 @@ def main() -> int:
     jsonl.setLevel(logging.DEBUG)
     jsonl.addFilter(lambda record: record.levelno == logging.DEBUG)
     jsonl.setFormatter(logging.Formatter("%(message)s"))
-    workers = logging.getLogger("probes.processes")
+    workers = logging.getLogger("probes.step.processes")
     workers.setLevel(logging.DEBUG)
     workers.addHandler(jsonl)
     results = {

@@ -134,9 +134,9 @@ def profile_job() -> dict:
 
 
 def tiny_profile() -> dict:
-    """probes.profile on a tiny random-weight Qwen3 where that probe exists; its failure is reported."""
+    """probes.profile.probe on a tiny random-weight Qwen3 where that probe exists; its failure is reported."""
     try:
-        from probes import profile
+        from probes.profile import probe as profile
 
         ckpt = Path(tempfile.mkdtemp(prefix="tiny-qwen3-"))
         (ckpt / "config.json").write_text(json.dumps(TINY_QWEN3))

@@ -5,7 +5,7 @@ benchmarks/bench_variants.py as the baseline the variants improve on."""
 
 import torch
 
-from probes.harness import apply_lora, compute_loss, discover_target_modules  # noqa: F401
+from probes.step.harness import apply_lora, compute_loss, discover_target_modules  # noqa: F401
 
 autocast_dtype = None
 gradient_checkpointing = False

@@ -2,7 +2,7 @@
 
 The replay of 2026-12-03 (benchmarks/results/goodput/) was predicted by a model without the
 one-off cost of a batch shape's first step; this script applies the model as the code now builds it
-(probes/replay.py: the fit, its launch-bound points, and `new_shape_s` from the same run's fit-point
+(probes/replay/probe.py: the fit, its launch-bound points, and `new_shape_s` from the same run's fit-point
 warm-up timings) to the SAME recorded measurements. It is a post-hoc check of the model on data
 that exposed the missing term, not an independent confirmation: that needs a fresh GPU run.
     PYTHONPATH=. python3 benchmarks/replay_reanalysis.py [--results benchmarks/results/goodput]
@@ -21,7 +21,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_goodput_gpu import FIT_LENS, LENGTHS, replay_config  # noqa: E402
-from probes import corpus, goodput, replay  # noqa: E402
+from probes.corpus import lengths as corpus  # noqa: E402
+from probes.goodput import probe as goodput  # noqa: E402
+from probes.replay import probe as replay  # noqa: E402
 
 
 def main() -> int:

@@ -56,6 +56,9 @@ class FieldError(InputError):
 
 _MENTION = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
 SHOWN_CHARS = 80
+SPREAD_LIMIT_PCT = 2.0
+"""Above this spread, (max - min) / median of repeated timings, a median is not yet a number: the probes'
+timing and the runner's drift and answers all read this one value."""
 """A value quoted in an error line is cut to about this many characters (a 10 MB string is not a line)."""
 
 
@@ -104,8 +107,8 @@ class ProbeResult:
         return {
             "probe": self.probe,
             "config": config_to_dict(self.config),
-            "summary": _jsonable(self.summary),
-            "tables": {name: _jsonable(self.records(name)) for name in self.tables},
+            "summary": to_jsonable(self.summary),
+            "tables": {name: to_jsonable(self.records(name)) for name in self.tables},
             "checks": [dataclasses.asdict(c) for c in self.checks],
         }
 
@@ -114,23 +117,51 @@ def row_to_dict(row: Any) -> dict[str, Any]:
     return dataclasses.asdict(row) if dataclasses.is_dataclass(row) else dict(row)
 
 
-def _jsonable(value: Any) -> Any:
+def to_jsonable(value: Any) -> Any:
     """JSON has no NaN or Path: NaN becomes null, paths and tuples become plain values."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [to_jsonable(v) for v in value]
     if isinstance(value, Path):
         return str(value)
     if hasattr(value, "item") and callable(value.item):  # numpy scalars
-        return _jsonable(value.item())
+        return to_jsonable(value.item())
     return value
 
 
+def plain(value: Any) -> Any:
+    """numpy scalars as Python values; NaN as None."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+SUMMARY_FIGURES_MAX = 8
+"""Scalar summary figures shown for a probe whose answer is its summary."""
+
+
+def summary_figures(summary: dict[str, Any]) -> dict[str, Any]:
+    """The first scalar figures of a summary: the answer of a probe without a table to read."""
+    scalars = {k: v for k, v in summary.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+    return dict(list(scalars.items())[:SUMMARY_FIGURES_MAX])
+
+
+def summary_answer(probe: str) -> tuple[str, tuple[str, ...], bool, None, Any]:
+    """(QUESTION, TABLES, EXACT, RATIO_OF, figures) of a probe whose answer is its summary's first figures."""
+
+    def figures(tables: dict, summary: dict[str, Any], config: dict) -> tuple[list[dict], list[str]]:
+        return [summary_figures(summary)], []
+
+    return f"{probe}: the summary's figures", (), False, None, figures
+
+
 def config_to_dict(config: Any) -> dict[str, Any]:
-    return _jsonable(dataclasses.asdict(config))
+    return to_jsonable(dataclasses.asdict(config))
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -176,8 +207,8 @@ def make_config(cls: type, values: dict[str, Any]) -> Any:
     names = [f.name for f in dataclasses.fields(cls)]
     for key in values:
         if key not in names:
-            # a probe's Config may live beside it (probes/profile_config.py for probes/profile.py)
-            probe = cls.__module__.rsplit(".", 1)[-1].removesuffix("_config")
+            # a probe's Config lives in its package (probes.profile.config, or probes.padding.probe itself)
+            probe = cls.__module__.split(".")[1 if cls.__module__.count(".") > 1 else -1]
             raise FieldError(key, f"is not a field of probe {probe!r} (fields: {', '.join(names)})")
     try:
         return _adapter(cls).validate_python(values)

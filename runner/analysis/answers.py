@@ -4,7 +4,7 @@
 per job; by default the jobs the run stored) and, for each, the newest ok job of that work in the
 store. When this run's attempt failed or was skipped (a node died, say), the newest ok value of an
 earlier run is shown, marked `earlier` with its run id, rather than nothing. Each answer holds the
-probe's headline figures, computed from its stored rows (runner/analysis/answer_figures.py):
+probe's headline figures, computed from its stored rows (each probe's `probes.<name>.answer`, through the registry):
 
 - mask: full-attention layers keeping the is_causal fast path, those that lose it, sliding layers
   whose band is right, layers that attend across packed sequences, and the checks;

@@ -8,7 +8,7 @@ For each (checkpoint, row group) and host it takes the rows of the newest ok job
 host. Row groups: rows of one table that differ in a label column (a string, integer or bool
 column such as `seq_len` or `strategy`) are compared separately, never averaged together.
 
-Rows of different variants (`variant`, probes/variants.py) are always separate row groups;
+Rows of different variants (`variant`, probes.step.variants) are always separate row groups;
 `--variant NAME` (repeatable) keeps only those variants' rows.
 
 Warnings (compared numbers that may not be comparable): the hosts' rows carry different checkpoint
@@ -138,7 +138,7 @@ JOB_READ_COLUMNS = [
 
 
 def _latest_ok_jobs(store: Store, probe: str, extra: list[str] = ()) -> pd.DataFrame:
-    """The latest run of each slot (host, checkpoint, config: runner/store/store.py's SLOT), kept
+    """The latest run of each slot (host, checkpoint, config: runner.store.store's SLOT), kept
     when that run is ok. Only the columns needed are read."""
     columns = JOB_READ_COLUMNS + [c for c in extra if c not in JOB_READ_COLUMNS]
     have = store.columns("jobs")
@@ -249,7 +249,7 @@ def _aligned(rows: pd.DataFrame, col: str) -> bool:
 def _cells(rows: pd.DataFrame, metric: str, dims: list[str]) -> pd.DataFrame:
     """One row per (checkpoint, dims..., host): median, min, max, n of the metric, the spread of its
     values (percent), and whether it is untrusted (several values spread above the limit, or a
-    row's own spread column above it: runner/analysis/drift.py's rule)."""
+    row's own spread column above it: runner.analysis.drift's rule)."""
     keys = ["checkpoint", *dims, "host"]
     rows = rows.assign(_spread_pct=_row_spread_pct(rows))
     grouped = rows.groupby(keys, sort=False, dropna=False)

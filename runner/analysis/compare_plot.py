@@ -1,7 +1,7 @@
 """`labprobe compare --plot FILE`: grouped bars, one group per checkpoint (and row group), one bar per
 host, each non-baseline bar annotated with its ratio to the baseline. Presentation only.
 
-(runner/analysis/plots.py holds the report's and history's figures; this is compare's own.)
+(runner.analysis.plots holds the report's and history's figures; this is compare's own.)
 """
 
 from __future__ import annotations

@@ -16,12 +16,12 @@ import re
 
 import pandas as pd
 
-from probes.result import InputError
+from probes.result import SPREAD_LIMIT_PCT, InputError
 from runner.store.store import KEY_COLUMNS
 
 # The work a series is about; rows that differ here are never compared.
 SERIES_KEYS = ("probe", "host", "checkpoint", "checkpoint_fp", "config_hash", "variant")
-"""`variant` (probes/variants.py): rows of different variants are different work, never one series."""
+"""`variant` (probes.step.variants): rows of different variants are different work, never one series."""
 # Integer columns that name a shape of the work (every other integer is a measurement or a count
 # that may vary run to run, such as the timed `steps`); outcome flags and texts are not identity.
 DIMENSIONS = frozenset(
@@ -45,8 +45,7 @@ DRIFT_COLUMNS = (
 )
 
 # -- the trust rule, owned here: compare, the report and drift all read spreads through it ------
-SPREAD_LIMIT_PCT = 2.0
-"""A value whose spread ((max-min)/median) is above this many percent is untrusted: not yet a number."""
+# SPREAD_LIMIT_PCT (probes.result): a value whose spread ((max-min)/median) is above it is untrusted.
 
 
 def is_spread_column(name: str) -> bool:

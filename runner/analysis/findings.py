@@ -4,7 +4,7 @@ Above them, when a GPU host kept its jobs from running, one line per host: first
 GPUs could not be read (the sweep exited non-zero over them: someone has to look), then those that
 stayed busy until the deadline ("gx10 busy all night: 4 GPU jobs not run": not an error, but the
 night measured nothing there). Then three parts, before any raw table: the answer of each probe (a one-line headline over its hosts and
-checkpoints, then the table of runner/analysis/answers.py with its notes), what changed since the
+checkpoints, then the table of runner.analysis.answers with its notes), what changed since the
 last run (drift alerts on timings, and exact answers that differ from the previous run's), and what
 failed or was skipped, with the reason and, where an earlier run has a value, which run it is.
 """

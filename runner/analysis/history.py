@@ -4,7 +4,7 @@ Reads a probe table from the store, follows one metric (default: the table's hea
 `step_s` where there is one) per series (host, checkpoint fingerprint, probe config hash, and the
 row's identity columns), and flags a run whose value moved by more than --threshold-pct against
 the median of that series' earlier runs, when its spread is at most --max-spread-pct
-(runner/analysis/drift.py has the rule). Prints a table per series (or --json), optionally a plot.
+(runner.analysis.drift has the rule). Prints a table per series (or --json), optionally a plot.
 Exit 1 when the newest run of some series drifted, so a cron job or CI step can act on it.
 """
 

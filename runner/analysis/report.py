@@ -1,7 +1,7 @@
 """The morning report: one self-contained HTML page per sweep run, and a few lines for stdout.
 
 `write_report(store, run_id)` writes `<store>/reports/<run_id>.html`. It opens with what the run
-found (runner/analysis/findings.py): each probe's answer per host and checkpoint with a one-line
+found (runner.analysis.findings): each probe's answer per host and checkpoint with a one-line
 headline, what changed since the last run (drift alerts, answers that differ), what failed or was
 skipped and why. The raw tables follow, collapsed in one <details>: jobs per host, a table and bar
 charts per carrier (`carrier.carriers`), step-time scaling curves (`profile.scaling`),
@@ -10,9 +10,9 @@ run wrote. Images are embedded as base64 PNG data URIs and the page loads nothin
 be mailed or opened from a laptop. A table the run did not write is simply left out.
 
 Drift is watched on every table of the run whose headline metric has a spread column (timings):
-runner/analysis/drift.py's rule against the same host's earlier runs of the same work.
+runner.analysis.drift's rule against the same host's earlier runs of the same work.
 
-The data is gathered in runner/analysis/report_data.py, the page drawn in runner/analysis/report_html.py.
+The data is gathered in runner.analysis.report_data, the page drawn in runner.analysis.report_html.
 """
 
 from __future__ import annotations

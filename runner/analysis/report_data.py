@@ -1,5 +1,5 @@
 """The report's data: one run's jobs and rows from the store, the drift alerts its rows raise, each
-probe's answers (runner/analysis/report.py renders them)."""
+probe's answers (runner.analysis.report renders them)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class RunData:
     watched: list[str]
     """`table: metric` pairs drift was checked on."""
     answers: list[ProbeAnswers] = dataclasses.field(default_factory=list)
-    """Each probe's answer per host x checkpoint (runner/analysis/answers.py)."""
+    """Each probe's answer per host x checkpoint (runner.analysis.answers)."""
 
     @property
     def colors(self) -> dict[str, str]:

@@ -3,7 +3,7 @@
 The order closes the window in which a swap (an adapter's weights, or adapter/ itself, replaced by
 a symlink into checkpoints/) could make a deletion take final weights:
 1. every adapter under the root is digested (what the deletion is held to);
-2. the root is scanned again (runner/chores/scan.py): only a run still removable and approved goes;
+2. the root is scanned again (runner.chores.scan): only a run still removable and approved goes;
 3. each such checkpoints/ is renamed aside, atomically, into a fresh private folder of its own run
    (`.labprobe-purging-<hex>/checkpoints`): from then on any link into checkpoints/ dangles, and
    nothing can move into the tree by its old path;

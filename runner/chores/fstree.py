@@ -1,6 +1,6 @@
 """Directory trees walked, removed and digested without following a symlink or leaving a mount.
 
-The mechanism under `labprobe purge` (runner/chores/scan.py decides what may be removed): nothing
+The mechanism under `labprobe purge` (runner.chores.scan decides what may be removed): nothing
 here knows about runs, adapters or checkpoints. `walk_tree` looks with lstat only; `remove_tree`
 deletes through directory fds opened with O_NOFOLLOW, so a link swapped in after a check is
 unlinked, never followed, and a directory on another mount (a bind mount of the same filesystem

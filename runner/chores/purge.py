@@ -2,8 +2,8 @@
 
 This module is the orchestration: a Ray task pinned to each host (`plan_on_host`, then with
 `--yes` `purge_on_host`), the report across hosts, and the store's rows. What a host may delete is
-runner/chores/scan.py, how it deletes runner/chores/deletion.py, the mount table and the space
-measured per filesystem runner/chores/mounts.py. Without `--yes` only the plan is printed: each
+runner.chores.scan, how it deletes runner.chores.deletion, the mount table and the space
+measured per filesystem runner.chores.mounts. Without `--yes` only the plan is printed: each
 `checkpoints/` to remove with its size, and each run refused with the reasons. With `--yes` the
 adapters are digested, every refusal re-checked, the approved directories set aside, the
 adapters verified unchanged, the directories deleted, the digests verified again, and the space

@@ -4,7 +4,7 @@ refused with every reason found. Runs on the host (in a pinned Ray task); delete
 A run is a directory directly under the runs root holding an intermediate `checkpoints/` and a
 final `adapter/`. The checkpoints/ of a run may go only when nothing would lose what it holds:
 - its final adapter stands on its own: a real directory of regular files (no symlink, FIFO,
-  socket or device, no mount point), holding weights whose header parses (runner/chores/weights.py),
+  socket or device, no mount point), holding weights whose header parses (runner.chores.weights),
   sharing no inode with checkpoints/;
 - no symlink anywhere under the runs root (in any run: adapter/, merged/, checkpoints/ or
   elsewhere) resolves into it, through it, or to a folder holding it; no file elsewhere under

@@ -9,7 +9,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from probes import goodput
+import probes
 from probes.result import InputError
 from runner.analysis.stored_profile import profile_from_store
 from runner.cli.options import add_config_options, build_config, options_named
@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--store", type=Path, default=None, help="the store root (default: cluster.yaml's)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    add_config_options(parser, goodput.Config)
+    add_config_options(parser, probes.get("goodput").Config)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -46,6 +46,7 @@ def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         args.profile = Path(tmp) / "profile.json"
         args.profile.write_text(json.dumps(profile))
+        goodput = probes.get("goodput")
         config = build_config(goodput.Config, args)
         with options_named():  # a check inside run() names its field as the option it came from
             result = goodput.run(config)

@@ -1,6 +1,6 @@
 """`labprobe idle`: every GPU of the lab read where it sits, all hosts at once, idle or busy and why.
 
-One pinned Ray task per host runs runner/gpu/idle.py's `read_local` there; a host that does not answer
+One pinned Ray task per host runs runner.gpu.idle's `read_local` there; a host that does not answer
 reads `unreachable`, and so does a GPU NVML reports lost or one with nothing readable to judge by (a
 field NVML does not give, such as a GB10's memory, is named in the reason, not a failure). Exit 0
 when every GPU reads idle (or the host has none) and every host answered, else 1.

@@ -1,6 +1,6 @@
 """`labprobe purge`, the command's half: its options, the tables it prints, its exit code.
 
-The purge itself (a task on each host, the plan and outcome stored) is runner/chores/purge.py;
+The purge itself (a task on each host, the plan and outcome stored) is runner.chores.purge;
 what is refused and why is docs/purge.md.
 """
 

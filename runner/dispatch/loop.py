@@ -6,7 +6,7 @@ once: a label selector matching nothing would wait forever) all become stored `f
 the loop carries on. Every wait is bounded (ray.wait with a timeout; hosts re-checked each second).
 Two failures do end a sweep early. A store that refuses a write: no further job is handed out (the
 queued ones are `skipped`), and that result and every later one go to a spill file
-(runner/dispatch/spill.py). A lost Ray head: `head_lost`, called from a watch thread while the loop
+(runner.dispatch.spill). A lost Ray head: `head_lost`, called from a watch thread while the loop
 is blocked inside Ray, records the in-flight and queued jobs failed without a Ray call.
 
 CPU jobs: per host, at most as many in flight as the host's nodes have CPUs, so a job's timeout
@@ -18,9 +18,9 @@ One GPU job per host is also what lets a GPU job's idleness guard move it to ano
 a multi-GPU host (Ray picks the card; the guard may pick another). A GPU job cancelled at its
 timeout keeps its host busy until its worker is gone (launcher.gpu_hosts). Across sweeps (two
 stores, two drivers) the host's one `labprobe_gpu_slot` Ray resource, which every GPU job takes,
-keeps it to one GPU job at a time (runner/dispatch/launch.py; nodes started by `labprobe host-command`
+keeps it to one GPU job at a time (runner.dispatch.launch; nodes started by `labprobe host-command`
 offer it; on a node without it, only this sweep's own rule holds). Placed through
-`_place_gpu` (runner/dispatch/placement.py's idleness-aware GpuPlacer when present).
+`_place_gpu` (runner.dispatch.placement's idleness-aware GpuPlacer when present).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from probes.result import InputError, _jsonable
+from probes.result import InputError, to_jsonable
 
 CHECK_BYTES = 64 * 1024
 """Written and synced by the check: a disk with less room than this cannot take a result file."""
@@ -84,7 +84,7 @@ class Spill:
             "plan": plan,
             "result": None if result is None else result.to_json_dict(),
         }
-        line = json.dumps(_jsonable(record), sort_keys=True, default=_text)
+        line = json.dumps(to_jsonable(record), sort_keys=True, default=_text)
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(line + "\n")
             handle.flush()

@@ -1,6 +1,6 @@
 """Is a run writing under a runs directory? Its newest file, found without walking the whole tree.
 
-One input of the GPU idleness verdict (runner/gpu/idle.py): training runs write logs or metrics at
+One input of the GPU idleness verdict (runner.gpu.idle): training runs write logs or metrics at
 least every few minutes, so a file changed recently under a host's runs directory means a run is
 live there, whatever NVML shows (a run between steps, or in a PID namespace NVML cannot see).
 """

@@ -18,8 +18,8 @@ decides. Only when neither the process list nor memory used can be read is there
 busy card from an idle one: that card, and a GPU NVML reports lost, read `unreachable`.
 
 A host without nvidia-ml-py, the NVML library or a GPU reads as one `no-gpu` row, never an
-error. The samples come from runner/gpu/nvml.py (NVML, or fake files in tests), the runs directory's
-newest file from runner/gpu/freshness.py; `labprobe idle` is runner/cli/idle.py.
+error. The samples come from runner.gpu.nvml (NVML, or fake files in tests), the runs directory's
+newest file from runner.gpu.freshness; `labprobe idle` is runner.cli.idle.
 
 Never imports Ray at module import time: the GPU box runs this standalone.
 """

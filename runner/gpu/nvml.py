@@ -1,4 +1,4 @@
-"""GPU samples for the idleness verdict (runner/gpu/idle.py): from NVML, or from a fake file in tests.
+"""GPU samples for the idleness verdict (runner.gpu.idle): from NVML, or from a fake file in tests.
 
 Every GPU of this machine is sampled together over a window: memory used, utilisation and the
 compute (and MPS) processes seen with each one's memory. Each field is read on its own: a field

@@ -105,7 +105,7 @@ def code_version() -> str:
 
 
 def harness_env(summary: dict) -> dict[str, str]:
-    """What a GPU probe's summary says of the harness it measured through (probes/contract.py): its
+    """What a GPU probe's summary says of the harness it measured through (probes.step.contract): its
     import path and source hash, and the step it gave: optimizer class, autocast dtype, fallbacks.
     Empty for a probe that runs no harness."""
     env = {k: str(v) for k, v in (summary.get("harness_env") or {}).items()}

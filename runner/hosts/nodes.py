@@ -41,7 +41,7 @@ def connect(address: str | None = None, *, timeout_s: float = DEFAULT_CONNECT_TI
     """Join the lab's Ray cluster at `address`, or, with None or "local", start the embedded Ray:
     one node on this machine, labelled host `local`.
 
-    A remote address is checked first, within `timeout_s` (runner/hosts/reach.py): ConnectError,
+    A remote address is checked first, within `timeout_s` (runner.hosts.reach): ConnectError,
     one line, when nothing usable answers there. Does nothing when Ray is already initialised (the
     tests' shared cluster, a second call).
     """

@@ -71,7 +71,7 @@ class RaySpec(_Model):
 
 
 class IdleThresholds(_Model):
-    """Per-host overrides of the GPU idleness thresholds (runner/gpu/idle.py); unset: its defaults."""
+    """Per-host overrides of the GPU idleness thresholds (runner.gpu.idle); unset: its defaults."""
 
     max_util_pct: float | None = Field(None, ge=0, le=100)
     max_mem_used_mib: float | None = Field(None, ge=0)
@@ -249,7 +249,7 @@ def load_cluster(path: str | Path) -> Cluster:
 
 
 def _path_name_errors(cluster: Cluster) -> list[str]:
-    """Names the store's filesystem would refuse as file names, before any job runs (runner/lab/names.py)."""
+    """Names the store's filesystem would refuse as file names, before any job runs (runner.lab.names)."""
     spec = cluster.spec
     local = "://" not in str(spec.store.root)
     return path_name_errors(

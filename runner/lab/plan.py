@@ -2,7 +2,7 @@
 
 A job's identity, `job_id`, is a stable hash of the probe, its config (`config_hash`), the
 checkpoint's fingerprint and the host (and the checkpoint's name, under which the store files it). The fingerprint is a content hash computed ON the host
-(runner/store/fingerprint.py), so:
+(runner.store.fingerprint), so:
 - the same checkpoint at different paths on two hosts has one fingerprint, and its jobs differ
   only by host; a retrained checkpoint under the old name gets new job ids and is measured again;
 - deciding what is already done needs the fingerprints before dispatch. The sweep gets them with

@@ -157,7 +157,7 @@ def _log_path(cluster: Cluster, plan: str, log: Path | None) -> Path:
 
 
 def _check_deadline_after_start(cron: str, deadline: str) -> None:
-    """The sweep reads HH:MM as its nearest occurrence (runner/dispatch/lock.py): a deadline less than
+    """The sweep reads HH:MM as its nearest occurrence (runner.dispatch.lock): a deadline less than
     12 h after the start. A 01:00 start with a 23:00 deadline would skip every job, every night.
     A malformed HH:MM is an InputError naming --deadline, from the sweep's own parser."""
 

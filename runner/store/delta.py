@@ -49,7 +49,7 @@ recent small files, not the whole table (a year of one table stays a few files).
 
 ROW_GROUP_ROWS = 16_384
 """Rows per Parquet row group of compacted files: small enough that a read of the newest runs
-skips the older row groups by their run_id statistics (runner/store/store.py's `_only`)."""
+skips the older row groups by their run_id statistics (runner.store.store's `_only`)."""
 BLOOM_FPP = 0.01
 
 
@@ -74,7 +74,7 @@ make each commit several times slower."""
 
 HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
 """Per commit: a log checkpoint every 100 commits, but no expired-log cleanup, which lists the whole
-log each time (compaction cleans the log once per sweep: runner/store/maintain.py)."""
+log each time (compaction cleans the log once per sweep: runner.store.maintain)."""
 
 
 class StoreError(RuntimeError):

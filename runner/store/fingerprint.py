@@ -16,7 +16,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from probes.checkpoint import read_config
+from probes import read_config
 from probes.result import InputError
 from runner.hosts.nodes import node_host
 

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 __all__ = ["JOB", "ORDER", "SLOT", "latest", "latest_indices", "plain"]
 
 JOB = ("job_id",)
-"""A job: one probe x checkpoint fingerprint x host x config (runner/lab/plan.py's job_id)."""
+"""A job: one probe x checkpoint fingerprint x host x config (runner.lab.plan's job_id)."""
 SLOT = ("probe", "host", "checkpoint", "config_hash")
 """What compare fills: a checkpoint name on a host under one config, whatever its fingerprint."""
 ORDER = ("finished_at", "run_id")

@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from probes.result import _jsonable
+from probes.result import to_jsonable
 
 __all__ = ["JOB_COLUMNS", "KEY_COLUMNS", "STATUSES", "JobKey", "job_record", "table_records"]
 
@@ -79,9 +79,9 @@ def job_record(
         "reason": reason,
         "started_at": started_at,
         "wall_s": float(wall_s),
-        "summary_json": json.dumps(_jsonable(summary), sort_keys=True),
-        "config_json": json.dumps(_jsonable(config), sort_keys=True),
-        "env_json": json.dumps(_jsonable(env), sort_keys=True),
+        "summary_json": json.dumps(to_jsonable(summary), sort_keys=True),
+        "config_json": json.dumps(to_jsonable(config), sort_keys=True),
+        "env_json": json.dumps(to_jsonable(env), sort_keys=True),
         "plan": plan,
     }
 
@@ -91,5 +91,5 @@ def _cell(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     if isinstance(value, (dict, list, tuple)):
-        return json.dumps(_jsonable(value), sort_keys=True)
+        return json.dumps(to_jsonable(value), sort_keys=True)
     return value

@@ -1,6 +1,6 @@
 """The one store: every result, keyed by host and checkpoint, in Delta Lake tables.
 
-Layout (runner/store/delta.py says where and how):
+Layout (runner.store.delta says where and how):
 
     <root>/tables/jobs/                  one row per finished job: status, reason, env, config
     <root>/tables/<probe>.<table>/       one Delta table per probe table, its rows
@@ -8,15 +8,15 @@ Layout (runner/store/delta.py says where and how):
 
 `host` and `checkpoint` are columns (the rows are tiny: folders per host and checkpoint only made
 tens of thousands of files). Every row carries the key columns (the fields of `JobKey`,
-runner/store/rows.py, which builds the rows as stored).
+runner.store.rows, which builds the rows as stored).
 
 Commits: each table of a job is one atomic commit, its artifacts are written next, and the job's row
 is committed last: a job row is what commits a job. Readers read the jobs table first and keep a
 table's rows only where their (job_id, run_id) has a job row, so a writer killed between commits
 leaves nothing half-visible. Nothing committed is rewritten: appends only; compaction
-(runner/store/maintain.py) writes new files and commits their swap for the old ones in one commit.
+(runner.store.maintain) writes new files and commits their swap for the old ones in one commit.
 
-"The latest run of a job" is defined once, in runner/store/latest.py: the newest row by
+"The latest run of a job" is defined once, in runner.store.latest: the newest row by
 (finished_at, run_id) per job_id (the sweep's done-set, the report) or per slot (compare).
 """
 

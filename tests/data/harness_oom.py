@@ -6,9 +6,9 @@ import os
 
 import torch
 
-from probes.harness import apply_lora as reference_lora
-from probes.harness import compute_loss as reference_loss
-from probes.harness import discover_target_modules  # noqa: F401
+from probes.step.harness import apply_lora as reference_lora
+from probes.step.harness import compute_loss as reference_loss
+from probes.step.harness import discover_target_modules  # noqa: F401
 
 
 def apply_lora(model, *, rank, alpha, targets):

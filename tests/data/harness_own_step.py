@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from probes.harness import compute_loss, discover_target_modules  # noqa: F401
+from probes.step.harness import compute_loss, discover_target_modules  # noqa: F401
 
 autocast_dtype = torch.bfloat16
 gradient_checkpointing = False

@@ -7,7 +7,8 @@ import pickle
 
 import pytest
 
-from probes import mask, profile
+from probes.mask import probe as mask
+from probes.profile import probe as profile
 from probes.result import SHOWN_CHARS, FieldError, InputError, field_docs, make_config, shown
 
 
@@ -52,8 +53,9 @@ def test_shown_is_short_whatever_the_value(value):
 
 
 def test_field_docs_read_a_base_class_and_let_a_redeclared_field_say_more():
-    from probes import carrier, padding
-    from probes.corpus_config import CorpusConfig
+    from probes.carrier import probe as carrier
+    from probes.corpus.config import CorpusConfig
+    from probes.padding import probe as padding
 
     base, docs = field_docs(CorpusConfig), field_docs(padding.Config)
     assert set(base) <= set(docs) and {f.name for f in dataclasses.fields(padding.Config)} == set(docs)

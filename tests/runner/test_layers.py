@@ -1,9 +1,13 @@
-"""The runner's architecture, enforced: data flows top-down between its packages, no import cycles.
+"""The architecture, enforced: data flows top-down between the runner's packages, no import cycles.
 
     cli  ->  analysis, chores  ->  dispatch  ->  lab, gpu, store  ->  hosts  ->  clock, tables, log
 
-A module may import its own package and any package of a lower layer, never one of its own layer
-or above. Imports inside functions count too (a lazy import is still a dependency).
+A runner module may import its own package and any package of a lower layer, never one of its own layer
+or above. From probes the runner imports only the door: `probes` (the registry) and `probes.result`.
+Inside probes, a package per probe (`probes.<name>`) may import the two kits (`probes.step`,
+`probes.corpus`) and the door, never another probe; a kit never imports a probe. Imports inside
+functions count too (a lazy import is still a dependency). Modules split where the code has a seam,
+not at a line count; functions stay at most 60 lines.
 """
 
 from __future__ import annotations
@@ -28,6 +32,19 @@ LAYERS = {
     "log": 0,
 }
 MAX_LOOSE_MODULES = 3
+KITS = ("step", "corpus")
+KNOWN_CROSSINGS = {
+    # Debt from before the probes became packages (issue 25), to be removed, never added to: the corpus kit's
+    # batching finds goodput's bucket size with the bucket probe's sweep; profile reads the fast path through
+    # the mask probe; replay is built on profile's session and fit and on goodput's step model. The cure is
+    # moving those pieces into the kits (as the padded-token arithmetic went to probes.corpus.padded).
+    ("probes.corpus.batching", "bucket"),
+    ("probes.profile.measure", "mask"),
+    ("probes.replay.model", "goodput"),
+    ("probes.replay.model", "profile"),
+    ("probes.replay.probe", "goodput"),
+    ("probes.replay.probe", "profile"),
+}
 
 
 def module_name(path: Path) -> str:
@@ -81,6 +98,69 @@ def layering_violations(modules: dict[str, Path]) -> list[str]:
 
 def test_no_layer_imports_its_own_layer_or_above():
     assert layering_violations(project_modules()) == []
+
+
+def probe_names() -> set[str]:
+    """The probe packages: every package under probes/ that is not a kit."""
+    return {p.name for p in (ROOT / "probes").iterdir() if (p / "__init__.py").exists()} - set(KITS)
+
+
+def probe_violations(modules: dict[str, Path], probes: set[str], known: set = frozenset()) -> list[str]:
+    """Kits importing a probe, probes importing each other, the runner reaching past the door."""
+    bad = []
+    for name, path in modules.items():
+        parts = name.split(".")
+        for target in imported(path):
+            tparts = target.split(".")
+            if tparts[0] != "probes" or len(tparts) < 2 or tparts[1] not in probes | set(KITS):
+                continue  # the door (probes, probes.result, a name the registry module exports)
+            if (name, tparts[1]) in known:
+                continue
+            if parts[0] == "runner":
+                bad.append(f"{name} imports {target} past the door")
+            elif parts[0] == "probes" and len(parts) > 1 and parts[1] in KITS and tparts[1] in probes:
+                bad.append(f"kit {name} imports probe {target}")
+            elif parts[0] == "probes" and len(parts) > 1 and parts[1] in probes and tparts[1] in probes - {parts[1]}:
+                bad.append(f"probe {name} imports probe {target}")
+    return sorted(set(bad))
+
+
+def test_every_probe_is_a_package_with_config_probe_answer_and_the_registry_names_them_all():
+    import probes
+
+    assert probe_names() == set(probes.REGISTRY)
+    for name in probe_names():
+        assert {"config.py", "probe.py", "answer.py"} <= {p.name for p in (ROOT / "probes" / name).iterdir()}, name
+
+
+def test_kits_never_import_a_probe_probes_never_each_other_runner_only_the_door():
+    assert probe_violations(project_modules(), probe_names(), KNOWN_CROSSINGS) == []
+
+
+def test_every_known_crossing_still_exists_so_the_list_only_shrinks():
+    modules = project_modules()
+    for name, probe in KNOWN_CROSSINGS:
+        assert any(t.split(".")[:2] == ["probes", probe] for t in imported(modules[name])), (name, probe)
+
+
+def test_the_probe_rules_catch_a_cross_probe_import_a_kit_importing_a_probe_and_the_runner_past_the_door(tmp_path):
+    files = {
+        "probes.mask.probe": "from probes.padding.probe import run\nfrom probes.step import models\n",
+        "probes.corpus.batching": "from probes.bucket import probe as bucket\nfrom probes.result import require\n",
+        "runner.cli.goodput": "import probes\nfrom probes.goodput.probe import Config\nfrom probes.result import X\n",
+    }
+    modules = {}
+    for name, text in files.items():
+        modules[name] = tmp_path / (name.replace(".", "_") + ".py")
+        modules[name].write_text(text)
+    assert probe_violations(modules, {"mask", "padding", "bucket", "goodput"}) == [
+        "kit probes.corpus.batching imports probe probes.bucket",
+        "kit probes.corpus.batching imports probe probes.bucket.probe",
+        "probe probes.mask.probe imports probe probes.padding.probe",
+        "probe probes.mask.probe imports probe probes.padding.probe.run",
+        "runner.cli.goodput imports probes.goodput.probe past the door",
+        "runner.cli.goodput imports probes.goodput.probe.Config past the door",
+    ]
 
 
 def test_probes_never_import_the_runner_or_ray():
@@ -148,15 +228,12 @@ def test_the_layering_check_catches_an_upward_import(tmp_path):
     ]
 
 
-def test_sizes_modules_at_most_400_lines_functions_at_most_60():
-    long_modules, long_functions = [], []
+def test_functions_at_most_60_lines():
+    long_functions = []
     for name, path in project_modules().items():
-        text = path.read_text()
-        if text.count("\n") > 400:
-            long_modules.append(f"{name}: {text.count(chr(10))} lines")
-        for node in ast.walk(ast.parse(text)):
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = node.end_lineno - node.lineno + 1
                 if length > 60:
                     long_functions.append(f"{name}.{node.name}: {length} lines")
-    assert long_modules == [] and long_functions == []
+    assert long_functions == []

@@ -17,8 +17,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from probes import bucket, mask, padding
-from runner.analysis.answer_figures import layer_ranges
+from probes.bucket import probe as bucket
+from probes.mask import probe as mask
+from probes.mask.answer import layer_ranges
+from probes.padding import probe as padding
 from runner.analysis.answers import answers, answers_text, table_rows, to_json
 from runner.store.store import JobKey, Store
 

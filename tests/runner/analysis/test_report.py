@@ -79,7 +79,7 @@ def _job(store: Store, key: JobKey, status: str = "ok", reason: str = "", summar
 
 
 def _carrier_row(carrier: str, host: str, step_s: float) -> dict:
-    """The columns of probes/carrier.py's CarrierRow (its `checkpoint` lives in the key)."""
+    """The columns of probes/carrier/probe.py's CarrierRow (its `checkpoint` lives in the key)."""
     spread = SPREAD_PCT.get((carrier, host), 0.8)
     busy = 0.62 if spread > 2 else 0.97
     return {
@@ -104,7 +104,7 @@ def _carrier_row(carrier: str, host: str, step_s: float) -> dict:
 
 
 def _write_profile(store: Store, run: int, host: str, checkpoint: str, rng: random.Random) -> None:
-    """The tables of probes/profile.py: scaling (with the fit's values), fit, kernels."""
+    """The tables of probes/profile/probe.py: scaling (with the fit's values), fit, kernels."""
     key = _key(run, "profile", host, checkpoint, 30 + HOSTS.index(host))
     base = STEP_S[(checkpoint, host)]
     terms = {"quadratic": 0.15 * base / TOKENS**2, "linear": 0.7 * base / TOKENS, "fixed": 0.15 * base}
@@ -163,8 +163,8 @@ def _write_profile(store: Store, run: int, host: str, checkpoint: str, rng: rand
 
 
 def _write_mask_and_bucket(store: Store, run: int, host: str) -> None:
-    """probes/mask.py's `layers` (Qwen3-4B: 36 full-attention layers, all on the fast path) and
-    probes/bucket.py's `sweep` with its summary's 90%-gain pick."""
+    """probes/mask/probe.py's `layers` (Qwen3-4B: 36 full-attention layers, all on the fast path) and
+    probes/bucket/probe.py's `sweep` with its summary's 90%-gain pick."""
     key = _key(run, "mask", host, "qwen3-4b", 56)
     store.write_table(
         key,

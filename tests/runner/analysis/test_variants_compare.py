@@ -22,7 +22,7 @@ ENV = {
     "cuda": "12.8",
     "driver": "570.1",
     "gpu": "NVIDIA H200",
-    "harness": "probes.harness",
+    "harness": "probes.step.harness",
     "harness_sha256": "aaaa",
 }
 

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from probes import profile
-from probes.profile_fit import FitRow, ScalingRow
+from probes.profile import probe as profile
+from probes.profile.fit import FitRow, ScalingRow
 from probes.result import ProbeResult
 from runner.cli import main
 from runner.store.store import JobKey, Store

@@ -97,8 +97,10 @@ def dies_on_ana_ml2(job, **kwargs):
 
 def test_a_failed_rerun_still_shows_the_earlier_values_marked(lab, tmp_path, capsys):
     """Issue 12 item 16: the newest ana-ml2 rows are failed; its earlier ok answers stay on screen."""
-    from runner.cli.sweep import new_run_id, print_end, run_sweep
+    from runner.cli.sweep import print_end
+    from runner.clock import new_run_id
     from runner.dispatch.launch import RayLauncher
+    from runner.dispatch.sweep import run_sweep
     from runner.lab.cluster import load_cluster
     from runner.lab.plan import expand
 
@@ -184,8 +186,9 @@ def sleepy(job, **kwargs):
 
 
 def test_a_raising_probe_and_a_job_past_its_timeout_become_failed_jobs(lab, tmp_path):
-    from runner.cli.sweep import new_run_id, run_sweep
+    from runner.clock import new_run_id
     from runner.dispatch.launch import RayLauncher
+    from runner.dispatch.sweep import run_sweep
     from runner.lab.cluster import load_cluster
     from runner.lab.plan import expand
 

@@ -17,9 +17,10 @@ import pytest
 from sweep_util import assert_kept, snapshot, write_cluster
 
 from runner import cli
-from runner.cli.sweep import new_run_id, run_sweep
+from runner.clock import new_run_id
 from runner.dispatch.launch import RayLauncher
 from runner.dispatch.lock import holder as lock_holder
+from runner.dispatch.sweep import run_sweep
 from runner.lab.cluster import load_cluster
 from runner.lab.plan import expand
 from runner.store.store import Store

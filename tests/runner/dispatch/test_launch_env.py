@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import probes.harness
+import probes.step.harness
 from runner.dispatch.launch import execute
 from runner.lab.plan import Job
 
@@ -37,8 +37,8 @@ def test_a_carrier_jobs_environment_names_its_harness(tmp_path):
     )
     outcome = execute(job)
     assert outcome.status == "ok", outcome.reason
-    source = Path(probes.harness.__file__).read_bytes()
-    assert outcome.env["harness"] == "probes.harness"
+    source = Path(probes.step.harness.__file__).read_bytes()
+    assert outcome.env["harness"] == "probes.step.harness"
     assert outcome.env["harness_sha256"] == hashlib.sha256(source).hexdigest()[:16]
     assert outcome.env["harness_autocast_dtype"] == "torch.bfloat16" and outcome.env["peft"]
     assert outcome.env["harness_fallbacks"] == "train_step" and "torch" in outcome.env

@@ -20,11 +20,12 @@ import pytest
 from sweep_util import DEMO, write_cluster
 
 from runner import cli
-from runner.cli.sweep import print_end, run_sweep
+from runner.cli.sweep import print_end
 from runner.clock import new_run_id
 from runner.dispatch.launch import InlineLauncher
 from runner.dispatch.lock import holder as lock_holder
 from runner.dispatch.spill import check_writable, read_spill
+from runner.dispatch.sweep import run_sweep
 from runner.lab.cluster import load_cluster
 from runner.lab.plan import expand
 from runner.store.store import Store

@@ -1,0 +1,1 @@
+"""The `bucket` probe: config, probe (run), answer."""

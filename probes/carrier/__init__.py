@@ -1,0 +1,1 @@
+"""The `carrier` probe: config, probe (run), answer."""

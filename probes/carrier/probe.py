@@ -1,0 +1,260 @@
+"""`carrier`: what each model of a family really delivers for LoRA training, and how far to trust it.
+
+For every `--checkpoint` (repeatable: a family) and every `--variant` (repeatable; probes.step.variants),
+one row of table `carriers`, named by `model` (the checkpoint directory's name; not `checkpoint`,
+which is the store's job key) and `variant`: `params_total` (the base plus LoRA, a tied embedding
+once) and `params_trainable` (LoRA), `tokens_per_step`, `warmup_steps` and `steps` (the timed window
+the statistics use), `step_s` (median), `tok_per_s`, `spread_pct` ((max-min)/median over the window
+the statistics use), `spread_all_pct` (over every timed step after warm-up: the window is chosen for
+being quiet, so spread_pct is biased low), `iqr_pct` (interquartile range / median),
+`spread_across_pct` (the baseline only: (max-min)/median of the medians of `--processes` fresh
+processes, the spread a rerun sees), `peak_mem_bytes`, `gpu_busy_frac` (kernel time from
+torch.profiler over step time), MFU named by its peak (probes.step.flops states the FLOP formula):
+`mfu_vs_measured_peak` (a bf16 matmul on this GPU, or --peak-tflops) and `mfu_vs_datasheet_peak`
+(989 TFLOP/s dense bf16 for an H100/H200 SXM; None for a device not listed), projected hours for
+`--token-budget` tokens per job (`hours_per_job`) and for `--num-arms` x `--num-seeds` jobs
+(`hours_sweep`), `attention_backends` (read from the kernels that ran), `caveat` (what the variant
+may change besides speed) and `compile_s`.
+
+Every measurement runs in its own fresh process with the same seed and data (probes.step.processes):
+the baseline in `--processes` of them (>= 2 by default), each other variant in one. A spread above
+2% extends the timed steps up to --max-steps; `trustworthy` is False when a window still disagrees
+by more than 2% or the processes do. A row whose GPU idles more than 10% of the step
+(`gpu_busy_frac` < 0.9) is `launch_bound`: its number measures the host's CPU as much as its GPU.
+Such rows and untrustworthy ones fail the check `rows_trustworthy` (exit 1) and their status says
+their MFU and hours are not trustworthy. On the CPU (CI), gpu_busy_frac, launch_bound and MFU are
+None: there is no device timeline to read. `--steps 0` reports parameter counts only, built on the
+meta device in this process: no weights, no GPU. A CUDA out-of-memory (building the model, timing,
+profiling) or a process that dies is a row with its reason, never a crash of the family.
+
+Table `whatif` (probes.step.whatif): per variant, the saving predicted from the baseline's attributed
+profile before it is measured, the measured one, the error in percentage points and the peak memory
+before and after. The summary ends with `advice`: the measured changes ranked by speed-up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+
+from probes.carrier.config import Config
+from probes.result import Check, ProbeResult
+from probes.step import contract, flops, kernels, models, peaks, processes, variants, whatif
+from probes.step import harness as reference
+from probes.step.checkpoint import load_text_config
+from probes.step.timing import MAX_SPREAD
+from probes.step.worker import Spec
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CarrierRow:
+    model: str
+    variant: str = variants.BASELINE
+    params_total: int | None
+    params_trainable: int | None
+    tokens_per_step: int
+    warmup_steps: int | None = None
+    steps: int | None = None
+    processes: int | None = None
+    step_s: float | None = None
+    tok_per_s: float | None = None
+    spread_pct: float | None = None
+    spread_all_pct: float | None = None
+    iqr_pct: float | None = None
+    spread_across_pct: float | None = None
+    peak_mem_bytes: int | None = None
+    gpu_busy_frac: float | None = None
+    mfu_vs_measured_peak: float | None = None
+    mfu_vs_datasheet_peak: float | None = None
+    hours_per_job: float | None = None
+    hours_sweep: float | None = None
+    trustworthy: bool | None = None
+    launch_bound: bool | None = None
+    attention_backends: str | None = None
+    compile_s: float | None = None
+    caveat: str = ""
+    status: str = "ok"
+
+
+def _name(checkpoint: Path) -> str:
+    return checkpoint.parent.name if checkpoint.name == "config.json" else checkpoint.name
+
+
+def _counts_only(config: Config, checkpoint: Path, harness) -> CarrierRow:
+    model = models.build_model(checkpoint, weights="random", device=torch.device("meta"))
+    model = models.with_lora(model, harness, rank=config.lora_rank, alpha=config.lora_alpha)
+    total, trainable = models.count_params(model)
+    return CarrierRow(
+        model=_name(checkpoint),
+        params_total=total,
+        params_trainable=trainable,
+        tokens_per_step=config.batch_size * config.seq_len,
+        status="counts only",
+    )
+
+
+def _row(config: Config, name: str, r: dict, peaks: tuple[float | None, float | None]) -> CarrierRow:
+    tokens = config.batch_size * config.seq_len
+    base = dict(
+        model=name,
+        variant=r["variant"],
+        params_total=r.get("params_total"),
+        params_trainable=r.get("params_trainable"),
+        tokens_per_step=tokens,
+        caveat=r.get("caveat", ""),
+    )
+    if r.get("status") != "ok":
+        return CarrierRow(**base, status=r.get("status", "failed"))
+    step_s, busy = r["step_s"], r.get("gpu_busy_frac")
+    hours = config.token_budget * step_s / tokens / 3600.0
+    launch_bound = None if busy is None else busy < kernels.LAUNCH_BOUND_BELOW
+    across = r.get("spread_across_pct")
+    trustworthy = r["trustworthy"] and (across is None or across <= 100 * MAX_SPREAD)
+    mfu = [None if p is None else r["step_flops"] / step_s / p for p in peaks]
+    return CarrierRow(
+        **base,
+        warmup_steps=r["warmup_steps"],
+        steps=r["steps"],
+        processes=r.get("processes", 1),
+        step_s=step_s,
+        tok_per_s=tokens / step_s,
+        spread_pct=r["spread_pct"],
+        spread_all_pct=r["spread_all_pct"],
+        iqr_pct=r["iqr_pct"],
+        spread_across_pct=across,
+        peak_mem_bytes=r.get("peak_mem_bytes"),
+        gpu_busy_frac=busy,
+        mfu_vs_measured_peak=mfu[0],
+        mfu_vs_datasheet_peak=mfu[1],
+        hours_per_job=hours,
+        hours_sweep=hours * config.num_arms * config.num_seeds,
+        trustworthy=trustworthy,
+        launch_bound=launch_bound,
+        attention_backends=",".join(r.get("attention_backends", [])) or None,
+        compile_s=r.get("compile_s"),
+        status=_status(trustworthy, launch_bound),
+    )
+
+
+def _status(trustworthy: bool, launch_bound: bool | None) -> str:
+    reasons = [why for why, bad in (("launch-bound", launch_bound), ("spread above 2%", not trustworthy)) if bad]
+    return "ok" if not reasons else f"not trustworthy ({', '.join(reasons)}): mfu and hours are not trustworthy"
+
+
+def _peaks(config: Config, device: torch.device) -> tuple[tuple[float | None, float | None], str]:
+    """(measured or given peak, datasheet peak) in FLOP/s, and a note naming both."""
+    if device.type != "cuda":
+        given = None if config.peak_tflops is None else config.peak_tflops * 1e12
+        return (given, None), (
+            "none on CPU: mfu is None"
+            if given is None
+            else f"given: {config.peak_tflops:g} TFLOP/s (--peak-tflops); datasheet: none on CPU"
+        )
+    name = torch.cuda.get_device_name(device)
+    sheet, sheet_note = flops.datasheet_peak_flops(name), peaks.describe(name)
+    if config.peak_tflops is not None:
+        given = f"given: {config.peak_tflops:g} TFLOP/s (--peak-tflops)"
+        return (config.peak_tflops * 1e12, sheet), f"{given}; {sheet_note}"
+    peak = flops.measure_peak_flops(device)
+    models.release(device)
+    return (peak, sheet), f"measured: bf16 8192^3 matmul on {name}: {peak / 1e12:.0f} TFLOP/s; {sheet_note}"
+
+
+EVIDENCE = ("process_step_s", "attributed_s", "microbench", "kernel_table", "timings")
+
+
+def _family(config: Config, names: tuple[str, ...], peaks, evidence: dict) -> tuple[list, list, list[str], dict]:
+    rows, whatifs, advice, harness_info = [], [], [], {}
+    for checkpoint in config.checkpoint:
+        baseline, others = processes.measure_set(Spec.of(config, checkpoint), names, config.processes)
+        name = _name(checkpoint)
+        evidence[name] = {
+            "baseline": {k: baseline.get(k) for k in EVIDENCE},
+            **{r["variant"]: {"timings": r.get("timings"), "status": r.get("status")} for r in others},
+        }
+        rows += [_row(config, name, r, peaks) for r in (baseline, *others)]
+        baseline["tokens_per_step"] = config.batch_size * config.seq_len
+        whatifs += whatif.table(name, baseline, others)
+        advice += whatif.advice(name, baseline, others, baseline.get("spread_across_pct"))
+        harness_info = harness_info or {
+            k: baseline[k] for k in ("harness_step", "harness_fallbacks", "harness_env") if k in baseline
+        }
+    return rows, whatifs, advice, harness_info
+
+
+def run(config: Config) -> ProbeResult:
+    harness = reference.load_harness(config.harness)
+    names = variants.parse(config.variant)
+    for checkpoint in config.checkpoint:  # every config.json readable before anything runs
+        load_text_config(checkpoint)
+    device = models.pick_device(config.device)
+    result = ProbeResult(probe="carrier", config=config)
+    pieces = contract.resolve(harness)
+    info = {
+        "harness_step": pieces.describe(),
+        "harness_fallbacks": list(pieces.fallbacks),
+        "harness_env": contract.fingerprint(harness),
+    }
+    if config.steps == 0:
+        rows, whatifs, advice = [_counts_only(config, c, harness) for c in config.checkpoint], [], []
+        peak_note = "not measured (--steps 0)"
+    else:
+        peaks, peak_note = _peaks(config, device)
+        evidence: dict = {}
+        rows, whatifs, advice, measured_info = _family(config, names, peaks, evidence)
+        result.artifacts["evidence.json"] = json.dumps(evidence, indent=1)
+        info.update(measured_info)
+    result.tables["carriers"] = rows
+    if whatifs:
+        result.tables["whatif"] = whatifs
+    result.summary = {
+        "device": _device_name(device) if config.steps else "meta",
+        "peak": peak_note,
+        "harness": config.harness,
+        **info,
+        "tokens_per_step": config.batch_size * config.seq_len,
+        "variants": list(names),
+        "num_launch_bound": sum(bool(r.launch_bound) for r in rows),
+        "num_untrustworthy": sum(r.trustworthy is False for r in rows),
+    }
+    if config.steps and device.type != "cuda":
+        result.summary["note"] = "CPU: no device timeline, so gpu_busy_frac/launch_bound/mfu are None"
+    result.summary["advice"] = advice
+    result.checks += _checks(config, rows)
+    return result
+
+
+def _checks(config: Config, rows: list[CarrierRow]) -> list[Check]:
+    failed = [
+        f"{r.model}/{r.variant}: {r.status}"
+        for r in rows
+        if r.status not in ("ok", "counts only") and not r.status.startswith("not trustworthy")
+    ]
+    checks = [
+        Check(
+            name="all_measured",
+            ok=not failed,
+            detail="; ".join(failed)
+            if failed
+            else f"{len(rows)} row(s) {'counted' if config.steps == 0 else 'measured'}",
+        )
+    ]
+    if config.steps:
+        bad = [f"{r.model}/{r.variant}" for r in rows if r.status.startswith("not trustworthy")]
+        checks.append(
+            Check(
+                name="rows_trustworthy",
+                ok=not bad,
+                detail=f"launch-bound or spread above 2% (in a process or across processes): {', '.join(bad)}"
+                if bad
+                else "every measured row GPU-bound with spreads <= 2%",
+            )
+        )
+    return checks
+
+
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

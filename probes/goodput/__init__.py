@@ -1,0 +1,1 @@
+"""The `goodput` probe: config, probe (run), answer."""

@@ -1,0 +1,319 @@
+"""`goodput`: the hours a training run will really take on this corpus, host and model.
+
+For a corpus (its lengths), each batching strategy (probes.corpus.batching: fixed, longest, sorted,
+bucket, packed) and a step-time model of one host x checkpoint (the `profile` probe's fit, read from
+its `--json` output or the store, or terms given here), the predicted time of an epoch, the goodput
+(real, non-padding tokens per second) and the projected hours for the lab's budget (tokens a job,
+arms, seeds: cluster.yaml's `budget`, the default of every projection).
+
+The step-time model is the profile's: step_s = quadratic * rows * width^2 + linear * rows * width +
+fixed, over a batch of `rows` sequences padded to `width` tokens. Below the fit's lengths a step is
+launch-bound (the host's launch time sets it, not a polynomial): there the profile's measured
+launch-bound points are interpolated in tokens a step, and a step below all of them takes the
+smallest one's time. A padded or packed batch carries an explicit attention mask; when the fit was
+measured on maskless batches, such a batch is charged the profile's same-shape padding penalty.
+
+Table `goodput`, one row per strategy: `num_batches`, `real_tokens`, `padded_tokens`,
+`pad_fraction`, `epoch_s` (predicted, steady state), `goodput_tok_per_s` (real tokens over epoch_s),
+`num_shapes` and `new_shapes_s` (the one-off cost of each batch shape's first step, once a job),
+`outside_fit_time_pct` (the share of epoch_s from steps priced outside the fitted lengths and not
+covered by a measured launch-bound point), `hours_per_job` (the budget's tokens at this goodput, plus new_shapes_s) and
+`hours_sweep` (x arms x seeds: every arm priced as this model; goodput.sweep_hours sums arms
+that are different models). Checks: `within_fitted_range` (no strategy takes more than 5% of its
+time outside the fit) and `fit_gpu_bound` (the fit was built from GPU-bound points only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+
+import numpy as np
+
+from probes.corpus import batching
+from probes.goodput.config import Config
+from probes.result import Check, InputError, ProbeResult, require
+
+OUTSIDE_FIT_LIMIT_PCT = 5.0
+MAX_SHAPE_EPOCHS = 32
+"""Epochs of a job enumerated for its distinct batch shapes (beyond, few shapes are new)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepModel:
+    """A host x checkpoint's step time as a function of the batch shape."""
+
+    quadratic_s: float
+    linear_s: float
+    fixed_s: float
+    min_len: int
+    max_len: int
+    fit_batch_size: int = 1
+    launch_points: tuple[tuple[int, float], ...] = ()
+    """(tokens a step, step_s) of measured launch-bound points below the fit."""
+    mask_penalty_pct: float = 0.0
+    """Extra time of a masked batch over a maskless one of the same shape (0 when the fit is masked)."""
+    launch_bound_in_fit: bool | None = False
+    """True: the fit includes launch-bound points; None: not known (a CPU profile)."""
+    new_shape_s: float = 0.0
+    """One-off cost of the first step at a batch shape (rows, width) the process has not run before
+    (kernel plans, allocator growth), paid once per shape per job (measured by `replay`)."""
+    source: str = "given"
+
+    def poly(self, rows, widths) -> np.ndarray:
+        rows, widths = np.asarray(rows, float), np.asarray(widths, float)
+        return self.quadratic_s * rows * widths**2 + self.linear_s * rows * widths + self.fixed_s
+
+    def predict(self, rows, widths, masked) -> np.ndarray:
+        """Predicted step_s of each batch."""
+        rows, widths = np.asarray(rows, float), np.asarray(widths, float)
+        out = self.poly(rows, widths)
+        if self.launch_points:
+            edge = self.fit_batch_size * self.min_len
+            xs = [t for t, _ in self.launch_points] + [edge]
+            ys = [s for _, s in self.launch_points] + [float(self.poly(self.fit_batch_size, self.min_len))]
+            tokens = rows * widths
+            below = tokens < edge
+            out = np.where(below, np.maximum(out, np.interp(tokens, xs, ys)), out)
+        return out * np.where(np.asarray(masked, bool), 1 + self.mask_penalty_pct / 100, 1.0)
+
+    def outside(self, rows, widths) -> np.ndarray:
+        """Batches priced outside the fitted lengths and not covered by a measured launch point."""
+        widths = np.asarray(widths)
+        low = self.min_len if not self.launch_points else 0
+        return (widths < low) | (widths > self.max_len)
+
+
+def model_from_profile(profile: dict, source: str = "profile") -> StepModel:
+    """The step model of a `labprobe probe profile --json` result (or the same tables from the store)."""
+    tables = profile.get("tables", {})
+    coef = {r["term"]: r["coef"] for r in tables.get("fit", [])}
+    if set(coef) != {"quadratic", "linear", "fixed"}:
+        raise InputError(f"{source}: no fit (table 'fit' needs the quadratic, linear and fixed terms)")
+    scaling = [r for r in tables.get("scaling", []) if r.get("status", "ok") == "ok"]
+    fitted = [r for r in scaling if r.get("in_fit")]
+    if not fitted:
+        raise InputError(f"{source}: no fitted point (table 'scaling' needs rows with in_fit true)")
+    launch = sorted(
+        (r["tokens"], r["step_s"])
+        for r in scaling
+        if r.get("launch_bound") and r["seq_len"] < min(f["seq_len"] for f in fitted)
+    )
+    penalty = next(
+        (r.get("penalty_same_shape_pct") for r in tables.get("padding_penalty", []) if r.get("case") == "half_padded"),
+        None,
+    )
+    unknown = any(r.get("launch_bound") is None for r in fitted)
+    new_shape_s = (profile.get("summary") or {}).get("new_shape_s") or 0.0
+    return StepModel(
+        quadratic_s=coef["quadratic"],
+        linear_s=coef["linear"],
+        fixed_s=coef["fixed"],
+        min_len=min(r["seq_len"] for r in fitted),
+        max_len=max(r["seq_len"] for r in fitted),
+        fit_batch_size=fitted[0]["batch_size"],
+        launch_points=tuple(launch),
+        mask_penalty_pct=penalty or 0.0,
+        launch_bound_in_fit=None if unknown else False,
+        new_shape_s=new_shape_s,
+        source=source,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """The lab's training budget: real tokens a job, arms of the sweep, seeds an arm."""
+
+    tokens_per_job: int
+    num_arms: int = 1
+    num_seeds: int = 1
+
+
+def hours(real_tokens_per_s: float, budget: Budget) -> float:
+    """Hours of one job: the budget's real tokens at this goodput."""
+    return budget.tokens_per_job / real_tokens_per_s / 3600.0
+
+
+def sweep_hours(arm_hours: Sequence[float], budget: Budget) -> float:
+    """Hours of the whole sweep: each arm's job hours times the seeds. One figure stands for every arm
+    (a projection of one model); else one figure an arm (the arms are different models)."""
+    if len(arm_hours) == 1:
+        return arm_hours[0] * budget.num_arms * budget.num_seeds
+    if len(arm_hours) != budget.num_arms:
+        raise InputError(f"budget has {budget.num_arms} arms, got hours for {len(arm_hours)}")
+    return float(sum(arm_hours)) * budget.num_seeds
+
+
+def step_model(config: Config) -> StepModel:
+    if config.profile is not None:
+        try:
+            profile = json.loads(config.profile.read_text())
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{config.profile}: unreadable profile JSON: {exc}") from None
+        model = model_from_profile(profile, source=str(config.profile))
+        return dataclasses.replace(model, new_shape_s=config.new_shape_s) if config.new_shape_s else model
+    floor = () if config.floor_s is None else ((0, config.floor_s),)
+    return StepModel(
+        quadratic_s=config.quadratic_s,
+        linear_s=config.linear_s,
+        fixed_s=config.fixed_s,
+        min_len=config.fit_min_len,
+        max_len=config.fit_max_len or config.max_length,
+        fit_batch_size=config.fit_batch_size,
+        launch_points=floor,
+        mask_penalty_pct=config.mask_penalty_pct,
+        launch_bound_in_fit=config.fit_launch_bound,
+        new_shape_s=config.new_shape_s,
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GoodputRow:
+    strategy: str
+    bucket_size: int | None
+    num_batches: int
+    real_tokens: int
+    padded_tokens: int
+    pad_fraction: float
+    epoch_s: float
+    """Steady state: every shape already run once (the one-offs are in new_shapes_s)."""
+    goodput_tok_per_s: float
+    num_shapes: int
+    """Distinct batch shapes (rows, width) over the job's epochs (reshuffled with seed+1, ...; at most
+    MAX_SHAPE_EPOCHS of them are enumerated)."""
+    new_shapes_s: float
+    """num_shapes x the model's new_shape_s: paid once a job, counted in hours_per_job."""
+    outside_fit_time_pct: float
+    hours_per_job: float
+    hours_sweep: float
+
+
+def job_shapes(
+    lengths: np.ndarray,
+    strategy: str,
+    *,
+    batch_size: int,
+    max_length: int,
+    seed: int,
+    bucket_size: int | None,
+    num_epochs: int,
+) -> int:
+    """Distinct (rows, width) shapes a job of num_epochs epochs meets (epoch e shuffled with seed + e)."""
+    shapes: set[tuple[int, int]] = set()
+    for e in range(min(num_epochs, MAX_SHAPE_EPOCHS)):
+        b = batching.make(
+            strategy, lengths, batch_size=batch_size, max_length=max_length, seed=seed + e, bucket_size=bucket_size
+        )
+        shapes |= set(zip(b.rows.tolist(), b.widths.tolist()))
+        if strategy in ("fixed", "sorted", "packed") and b.widths.size:  # every epoch has the same shapes
+            break
+    return len(shapes)
+
+
+def price(
+    batches: batching.Batches, model: StepModel, budget: Budget, bucket_size: int | None, num_shapes: int | None = None
+) -> GoodputRow:
+    """One strategy's epoch under the step model; num_shapes: the job's distinct shapes (unset: the epoch's)."""
+    rows, widths, real = batches.rows, batches.widths, batches.real_tokens
+    step_s = model.predict(rows, widths, batches.masked)
+    epoch_s, real_total = float(step_s.sum()), int(real.sum())
+    padded = int((rows * widths).sum()) - real_total
+    outside = float(step_s[model.outside(rows, widths)].sum())
+    if num_shapes is None:
+        num_shapes = len(set(zip(rows.tolist(), widths.tolist())))
+    once_s = num_shapes * model.new_shape_s
+    job_h = hours(real_total / epoch_s, budget) + once_s / 3600
+    return GoodputRow(
+        strategy=batches.strategy,
+        bucket_size=bucket_size,
+        num_batches=batches.num_batches,
+        real_tokens=real_total,
+        padded_tokens=padded,
+        pad_fraction=padded / (padded + real_total),
+        epoch_s=epoch_s,
+        goodput_tok_per_s=real_total / epoch_s,
+        num_shapes=num_shapes,
+        new_shapes_s=once_s,
+        outside_fit_time_pct=100 * outside / epoch_s,
+        hours_per_job=job_h,
+        hours_sweep=sweep_hours([job_h], budget),
+    )
+
+
+def run(config: Config) -> ProbeResult:
+    data = config.load_lengths()
+    model = step_model(config)
+    clipped = np.minimum(data.length, config.max_length)
+    budget = Budget(config.token_budget or int(clipped.sum()), config.num_arms, config.num_seeds)
+    size = config.bucket_size
+    if "bucket" in config.strategies and size is None:
+        require(
+            data.num_samples > config.batch_size,
+            "batch_size",
+            f"{config.lengths or config.corpus}: "
+            f"{data.num_samples} samples, bucketing needs more than `batch_size` {config.batch_size}",
+        )
+        size = batching.bucket_size_90pct(data.length, batch_size=config.batch_size, max_length=config.max_length)
+    epochs = -(-budget.tokens_per_job // int(clipped.sum()))
+    kw = dict(batch_size=config.batch_size, max_length=config.max_length, seed=config.seed)
+    rows = [
+        price(
+            batching.make(s, data.length, bucket_size=size, **kw),
+            model,
+            budget,
+            size if s == "bucket" else None,
+            job_shapes(data.length, s, bucket_size=size, num_epochs=epochs, **kw) if model.new_shape_s else None,
+        )
+        for s in config.strategies
+    ]
+    best = max(rows, key=lambda r: r.goodput_tok_per_s)
+    summary = {
+        "num_samples": data.num_samples,
+        "lengths_from": data.origin,
+        "step_model": model.source,
+        "fit_lens": [model.min_len, model.max_len],
+        "fit_batch_size": model.fit_batch_size,
+        "launch_points": [list(p) for p in model.launch_points],
+        "mask_penalty_pct": model.mask_penalty_pct,
+        "budget_tokens_per_job": budget.tokens_per_job,
+        "budget_arms": budget.num_arms,
+        "budget_seeds": budget.num_seeds,
+        "best_strategy": best.strategy,
+        "best_goodput_tok_per_s": best.goodput_tok_per_s,
+        "best_hours_per_job": best.hours_per_job,
+    }
+    return ProbeResult(
+        probe="goodput", config=config, tables={"goodput": rows}, summary=summary, checks=checks(rows, model)
+    )
+
+
+def checks(rows: list[GoodputRow], model: StepModel) -> list[Check]:
+    outside = {
+        r.strategy: round(r.outside_fit_time_pct, 1) for r in rows if r.outside_fit_time_pct > OUTSIDE_FIT_LIMIT_PCT
+    }
+    gpu_bound = model.launch_bound_in_fit is False
+    return [
+        Check(
+            name="within_fitted_range",
+            ok=not outside,
+            detail=(
+                f"share of predicted time outside the fitted lengths {model.min_len}-{model.max_len} "
+                f"(and not covered by a measured launch-bound point) above {OUTSIDE_FIT_LIMIT_PCT:g}%: {outside}"
+                if outside
+                else f"every strategy priced within the fitted lengths {model.min_len}-{model.max_len} "
+                f"or measured launch-bound points"
+            ),
+        ),
+        Check(
+            name="fit_gpu_bound",
+            ok=gpu_bound,
+            detail=(
+                "the fit was built from GPU-bound points only"
+                if gpu_bound
+                else "the fit was built from launch-bound points: its step times measure the host's CPU"
+                if model.launch_bound_in_fit
+                else "not known whether the fit's points were launch-bound (a CPU profile has no device timeline)"
+            ),
+        ),
+    ]

@@ -1,0 +1,1 @@
+"""The `mask` probe: config, probe (run), answer."""

@@ -1,0 +1,53 @@
+"""The `mask` probe's answer: does every full layer keep SDPA's fast path, every sliding layer its band,
+and do packed sequences stay apart? Computed from the stored `layers` table (runner.analysis shows it)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+QUESTION = "mask: does every layer keep the fast path, and do packed sequences stay apart?"
+TABLES = ("layers",)
+EXACT = True
+"""No timing: any change from the previous run is reported."""
+RATIO_OF = None
+
+
+def layer_ranges(layers: list[int]) -> str:
+    """[0, 1, 2, 5, 11, 12] -> '0-2, 5, 11-12'; [] -> 'none'."""
+    out, layers = [], sorted(int(v) for v in layers)
+    for value in layers:
+        if out and value == out[-1][1] + 1:
+            out[-1][1] = value
+        else:
+            out.append([value, value])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out) or "none"
+
+
+def _flag(frame: pd.DataFrame, column: str) -> pd.Series:
+    return frame[column].fillna(False).astype(bool) if column in frame else pd.Series(False, index=frame.index)
+
+
+def figures(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> tuple[list[dict], list[str]]:
+    layers = tables["layers"]
+    if layers.empty:
+        return [{"layers": summary.get("num_layers")}], []
+    sliding = layers["window"].notna() if "window" in layers else pd.Series(False, index=layers.index)
+    full, slide = layers[~sliding], layers[sliding]
+    slow = full[~_flag(full, "fast_path")]["layer"].tolist()
+    leaks = layers[_flag(layers, "cross_sequence")]["layer"].tolist()
+    row = {
+        "seq_len": config.get("seq_len"),
+        "padding": config.get("padding"),
+        "layers": len(layers),
+        "full_fast_path": f"{len(full) - len(slow)} of {len(full)}",
+        "lose_fast_path": layer_ranges(slow),
+        "sliding_band_ok": f"{int(_flag(slide, 'band_ok').sum())} of {len(slide)}" if len(slide) else "-",
+        "cross_sequence": layer_ranges(leaks),
+    }
+    notes = []
+    if slow and config.get("padding", "none") != "none":
+        notes.append(
+            f"padding {config['padding']}: the batch needs an explicit mask, so full layers lose "
+            "the fast path by design"
+        )
+    return [row], notes

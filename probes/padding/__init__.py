@@ -1,0 +1,1 @@
+"""The `padding` probe: config, probe (run), answer."""

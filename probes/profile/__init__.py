@@ -1,0 +1,1 @@
+"""The `profile` probe: config, probe (run), answer."""

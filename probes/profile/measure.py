@@ -1,0 +1,254 @@
+"""The `profile` probe's measurements, all through one model session (probes.profile.probe orders them
+and documents the tables and units).
+
+`Session` builds the model with LoRA once; `oom_guard` turns an out-of-memory into a row (or a
+result) rather than a crash. Each measurement here times steps through the session (probes.step.timing)
+or profiles them (probes.step.kernels): a scaling point, its gpu_busy_frac (profiled AFTER every
+timing: CUPTI lingers), the padding penalty's three cases, CE alone, and the kernel profile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from probes.profile.config import Config
+from probes.profile.fit import ScalingRow
+from probes.step import harness as reference
+from probes.step import kernels, models
+from probes.step.timing import Timings, time_steps
+
+
+class Session:
+    """The model with LoRA, built once; every measurement of the probe runs through it."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.device = models.pick_device(config.device)
+        self.harness = reference.load_harness(config.harness)
+        models.load_text_config(config.checkpoint)  # a bad config.json is an InputError, before any build
+        self.model = None
+        self.raw: dict[str, dict] = {}
+
+    def load(self) -> None:
+        """Build the model and add LoRA (run under oom_guard: an OOM here is a result, not a crash)."""
+        c = self.config
+        model = models.build_model(c.checkpoint, weights=c.weights, device=self.device)
+        self.model = models.with_lora(model, self.harness, rank=c.lora_rank, alpha=c.lora_alpha)
+        self.vocab_size = self.model.config.vocab_size
+
+    def step(self, batch_size: int, seq_len: int, real_lengths=None) -> models.TrainStep:
+        batch = models.make_batch(
+            vocab_size=self.vocab_size,
+            batch_size=batch_size,
+            seq_len=seq_len,
+            device=self.device,
+            real_lengths=real_lengths,
+        )
+        return models.train_step(self.model, self.harness, batch, chunk_tokens=self.config.ce_chunk)
+
+    def micro_step(self, seq_lens: list[int]) -> models.TrainStep:
+        """One step over several maskless batch-1 micro-batches (gradient accumulation)."""
+        batches = [
+            models.make_batch(vocab_size=self.vocab_size, batch_size=1, seq_len=n, device=self.device, seed=i)
+            for i, n in enumerate(seq_lens)
+        ]
+        return models.train_step(self.model, self.harness, batches, chunk_tokens=self.config.ce_chunk)
+
+    def time(self, key: str, fn) -> tuple[Timings, int | None]:
+        models.release(self.device)
+        c = self.config
+        t = time_steps(fn, device=self.device, warmup=c.warmup_steps, steps=c.steps, max_steps=c.max_steps)
+        self.raw[key] = t.to_dict()
+        return t, models.peak_mem_bytes(self.device)
+
+    def busy_frac(self, fn, step_s: float) -> float:
+        return kernels.busy_frac(fn, device=self.device, step_s=step_s)
+
+
+def oom_guard(session: Session, what, on_oom):
+    """Run what(); an out-of-memory returns on_oom(message) instead of ending the probe."""
+    try:
+        return what()
+    except Exception as exc:
+        if not models.is_oom(exc):
+            raise
+        if session.model is not None:
+            session.model.zero_grad(set_to_none=True)
+        models.release(session.device)
+        return on_oom(f"oom: {str(exc).splitlines()[0][:120]}")
+
+
+def scaling_point(session: Session, seq_len: int) -> ScalingRow:
+    b = session.config.batch_size
+    base = dict(seq_len=seq_len, batch_size=b, tokens=b * seq_len)
+
+    def measure() -> ScalingRow:
+        t, peak = session.time(f"scaling/{seq_len}", session.step(b, seq_len))
+        return ScalingRow(
+            **base,
+            step_s=t.median_s,
+            spread_pct=100 * t.spread,
+            spread_all_pct=100 * t.spread_all,
+            iqr_pct=100 * t.iqr,
+            steps=t.num_steps,
+            peak_mem_bytes=peak,
+        )
+
+    return oom_guard(session, measure, lambda msg: ScalingRow(**base, status=msg))
+
+
+def with_busy(session: Session, row: ScalingRow) -> ScalingRow:
+    """gpu_busy_frac of a timed point, profiled AFTER every timing (kernels.py: CUPTI lingers)."""
+    if row.status != "ok" or session.device.type != "cuda":
+        return row
+
+    def measure() -> ScalingRow:
+        busy = session.busy_frac(session.step(row.batch_size, row.seq_len), row.step_s)
+        return dataclasses.replace(row, gpu_busy_frac=busy, launch_bound=busy < kernels.LAUNCH_BOUND_BELOW)
+
+    return oom_guard(session, measure, lambda msg: dataclasses.replace(row, status=f"profiler {msg}"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PaddingRow:
+    case: str
+    shape: str
+    """Batch shape(s) of the step: "2x4096", or "1x4096+1x2048" for two micro-batches."""
+    real_tokens: int
+    attention_mask: bool
+    fast_path_all_layers: bool | None
+    step_s: float | None
+    spread_pct: float | None
+    penalty_same_shape_s: float | None = None
+    """half_padded only: its step_s minus unpadded_same_shape's (the mask's own cost)."""
+    penalty_same_shape_pct: float | None = None
+    penalty_same_tokens_s: float | None = None
+    """half_padded only: its step_s minus unpadded_same_tokens's (what the padding costs)."""
+    penalty_same_tokens_pct: float | None = None
+    status: str = "ok"
+
+
+def _fast_path(config: Config, padding: str) -> bool | None:
+    """Whether every layer keeps SDPA's maskless path, read through the mask probe (config only).
+    An architecture the mask probe cannot build gives None (unknown), not a failure here."""
+    from probes.mask import probe as mask
+
+    try:
+        result = mask.run(
+            mask.Config(checkpoint=config.checkpoint, seq_len=config.seq_len, batch_size=2, padding=padding)
+        )
+    except Exception:
+        return None
+    return all(row.fast_path for row in result.tables["layers"])
+
+
+def padding_penalty(session: Session) -> list[PaddingRow]:
+    """Half-padded 2 x n against the same shape unpadded and the same real tokens unpadded."""
+    n = session.config.seq_len
+    half = max(1, n // 2)
+    cases = [
+        ("unpadded_same_shape", f"2x{n}", 2 * n, "none", lambda: session.step(2, n)),
+        ("unpadded_same_tokens", f"1x{n}+1x{half}", n + half, "none", lambda: session.micro_step([n, half])),
+        ("half_padded", f"2x{n}", n + half, "right", lambda: session.step(2, n, real_lengths=[n, half])),
+    ]
+    # One mask probe per padding mode, not per case: the two unpadded cases ask the same question.
+    fast = {padding: _fast_path(session.config, padding) for padding in {c[3] for c in cases}}
+    rows = []
+    for case, shape, real, padding, make in cases:
+        base = dict(
+            case=case,
+            shape=shape,
+            real_tokens=real,
+            attention_mask=padding != "none",
+            fast_path_all_layers=fast[padding],
+        )
+
+        def measure(case=case, base=base, make=make) -> PaddingRow:
+            t, _ = session.time(f"padding/{case}", make())
+            return PaddingRow(**base, step_s=t.median_s, spread_pct=100 * t.spread)
+
+        rows.append(
+            oom_guard(
+                session, measure, lambda msg, base=base: PaddingRow(**base, step_s=None, spread_pct=None, status=msg)
+            )
+        )
+    same_shape, same_tokens, padded = (r.step_s for r in rows)
+    if padded is not None:
+        extra = {}
+        for name, ref in (("same_shape", same_shape), ("same_tokens", same_tokens)):
+            if ref is not None:
+                extra |= {f"penalty_{name}_s": padded - ref, f"penalty_{name}_pct": 100 * (padded - ref) / ref}
+        rows[2] = dataclasses.replace(rows[2], **extra)
+    return rows
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CeRow:
+    mode: str
+    tokens: int
+    chunk_tokens: int
+    ce_s: float | None
+    spread_pct: float | None
+    peak_mem_bytes: int | None
+    share_of_step_pct: float | None
+    status: str = "ok"
+
+
+def cross_entropy_table(session: Session) -> list[CeRow]:
+    """CE alone; its share of the step is filled in by with_ce_share once the step time is known."""
+    c, device = session.config, session.device
+    tokens = c.batch_size * c.seq_len
+    weight = session.model.get_base_model().get_output_embeddings().weight
+    rows = []
+    for mode, chunk in (("chunked", c.ce_chunk), ("unchunked", 0)):
+        base = dict(mode=mode, tokens=tokens, chunk_tokens=min(chunk, tokens) if chunk else tokens)
+
+        def measure(chunk=chunk, mode=mode, base=base) -> CeRow:
+            generator = torch.Generator(device=device).manual_seed(0)
+            hidden = torch.randn(
+                tokens, weight.shape[1], device=device, dtype=weight.dtype, generator=generator, requires_grad=True
+            )
+            labels = torch.randint(0, weight.shape[0], (tokens,), device=device, generator=generator)
+
+            def ce_step() -> None:
+                reference.cross_entropy(hidden, weight, labels, chunk).backward()
+                hidden.grad = None
+
+            models.release(device)
+            before = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
+            t, peak = session.time(f"ce/{mode}", ce_step)
+            return CeRow(
+                **base,
+                ce_s=t.median_s,
+                spread_pct=100 * t.spread,
+                peak_mem_bytes=None if peak is None else peak - before,
+                share_of_step_pct=None,
+            )
+
+        rows.append(
+            oom_guard(
+                session,
+                measure,
+                lambda msg, base=base: CeRow(
+                    **base, ce_s=None, spread_pct=None, peak_mem_bytes=None, share_of_step_pct=None, status=msg
+                ),
+            )
+        )
+    return rows
+
+
+def with_ce_share(rows: list[CeRow], step_s: float | None) -> list[CeRow]:
+    return [dataclasses.replace(r, share_of_step_pct=100 * r.ce_s / step_s) if r.ce_s and step_s else r for r in rows]
+
+
+def kernel_profile(session: Session) -> kernels.Profile | None:
+    c = session.config
+    step = session.step(c.batch_size, c.seq_len)
+
+    def measure() -> kernels.Profile:
+        step()  # a warm step outside the profile: no allocator or autotuner start-up inside it
+        return kernels.profile_steps(step, device=session.device, num_steps=c.profile_steps)
+
+    return oom_guard(session, measure, lambda msg: None)

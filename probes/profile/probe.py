@@ -1,0 +1,190 @@
+"""`profile`: where a LoRA training step's time goes, measured through the lab's own harness.
+
+Tables (times in seconds, medians of timed steps after warm-up; probes.step.timing):
+- `scaling`: step time at each `--seq-lens` length at a fixed batch, with spread, IQR, peak memory
+  and `gpu_busy_frac` (kernel time over step time). A point whose GPU idles more than 10% of the step
+  is `launch_bound` (the host sets its time) and is left out of the fit; the row says so, with the
+  fitted value and the error of predicting it from a fit of the other points (`heldout_err_pct`).
+  A CUDA out-of-memory at some length is a row with status "oom".
+- `fit`: least squares of step_s = a*batch*L^2 + b*batch*L + c over the GPU-bound points (>= 3),
+  one row per term with its share at `--seq-len` (the production length). Three points are
+  interpolated exactly, so the held-out check needs >= 4 fitted points: with fewer it fails as
+  "not measured". The default lengths leave >= 4 GPU-bound points for a 4B on an H200 (2,048 tokens
+  is at the launch-bound edge there).
+- `padding_penalty`: a batch of 2 x seq_len whose second row is half padding (explicit attention
+  mask) against two references: `unpadded_same_shape` (2 x seq_len fully real, no mask) and
+  `unpadded_same_tokens` (the same 1.5 x seq_len real tokens with no padding: the full row and the
+  half row as two micro-batches of one step, each maskless, gradients accumulated, one optimizer
+  step). The second is what padding costs; a packed row of 1.5 x seq_len would not do, since the
+  model's mask code then builds a block-diagonal mask and loses the fast path itself (docs/measurement.md).
+  In seconds and percent against both, and whether each case keeps SDPA's maskless `is_causal`
+  fast path on every layer (read by the `mask` probe through the model's own mask code).
+- `ce`: lm_head + cross-entropy alone, forward and backward, at the production shape, chunked and
+  unchunked (full fp32 logits), with peak memory over the inputs and its share of the step (the
+  measured step at seq_len when it is one of --seq-lens, else the fitted one: summary
+  `step_s_source`). Measured with the reference implementation (probes.step.harness); a lab harness's
+  own CE is in its step times. An out-of-memory while building the model or adding LoRA is a result
+  whose rows say "oom while loading", never a crash.
+- `kernels`: torch.profiler over `--profile-steps` steps at the production shape, device kernel rows
+  only (probes.step.kernels), by category. Artifacts: the unedited key_averages() table and every raw
+  timing. On the CPU (CI) the rows are CPU ops by self time and gpu_busy_frac is None.
+
+- `variants` and `whatif` (with `--variant`): the step at `--batch-size` x `--seq-len` under each
+  variant in its own fresh process (the baseline in `--processes`), and each variant's saving
+  predicted from the baseline's attributed profile before it is measured (probes.step.whatif); the
+  summary ends with `advice`, the measured changes ranked by speed-up.
+
+This module holds the order of the measurements and the summary; the Config is in
+probes.profile.config, the measurements in probes.profile.measure and
+probes.profile.variants, the fit in probes.profile.fit.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from probes.profile import measure
+from probes.profile import variants as profile_variants
+from probes.profile.config import Config
+from probes.profile.fit import ScalingRow, fit_scaling, predict
+from probes.result import Check, ProbeResult
+from probes.step import kernels, models
+
+
+def run(config: Config) -> ProbeResult:
+    session = measure.Session(config)
+    result = ProbeResult(probe="profile", config=config)
+    failed = measure.oom_guard(session, session.load, lambda msg: msg.replace("oom:", "oom while loading:", 1))
+    if failed:
+        return _not_loaded(result, session, failed)
+    # Every timing first, every profiler run after: CUPTI stays attached once started (kernels.py).
+    timed = [measure.scaling_point(session, n) for n in sorted(set(config.seq_lens))]
+    padding = measure.padding_penalty(session)
+    ce = measure.cross_entropy_table(session)
+    scaling, fit, coef = fit_scaling(
+        [measure.with_busy(session, r) for r in timed], batch_size=config.batch_size, seq_len=config.seq_len
+    )
+    step_s = _production_step_s(config, scaling, coef)
+    result.tables.update(scaling=scaling, fit=fit, padding_penalty=padding, ce=measure.with_ce_share(ce, step_s))
+    prof = measure.kernel_profile(session)
+    result.tables["kernels"] = [] if prof is None else kernels.kernel_table(prof)
+    _summarise(result, session, scaling, step_s, prof)
+    result.artifacts["timings.json"] = json.dumps(session.raw, indent=1)
+    if prof is not None:
+        result.artifacts["kernels_key_averages.txt"] = prof.table
+    if config.variant:
+        session.model = None  # the variants run in their own processes: give this one's memory back
+        models.release(session.device)
+        _with_variants(result, config)
+    return result
+
+
+def _with_variants(result: ProbeResult, config: Config) -> None:
+    rows, whatifs, advice, evidence = profile_variants.measure(config)
+    result.tables.update(variants=rows, whatif=whatifs)
+    result.artifacts["variants_evidence.json"] = evidence
+    failed = [f"{r.variant}: {r.status}" for r in rows if r.status != "ok"]
+    result.checks.append(
+        Check(
+            name="variants_measured",
+            ok=not failed,
+            detail="; ".join(failed) if failed else f"{len(rows)} variant(s) measured",
+        )
+    )
+    result.summary["advice"] = advice
+
+
+def _production_step_s(config: Config, scaling: list[ScalingRow], coef) -> float | None:
+    for r in scaling:
+        if r.seq_len == config.seq_len and r.step_s is not None:
+            return r.step_s
+    return None if coef is None else predict(coef, config.seq_len, config.batch_size)
+
+
+def _not_loaded(result: ProbeResult, session: measure.Session, message: str) -> ProbeResult:
+    """The model (or its LoRA) did not fit: one row per length saying so, and a failed check."""
+    b = session.config.batch_size
+    result.tables["scaling"] = [
+        ScalingRow(seq_len=n, batch_size=b, tokens=b * n, status=message) for n in sorted(set(session.config.seq_lens))
+    ]
+    result.summary = {"device": str(session.device), "harness": session.config.harness, "status": message}
+    result.checks.append(Check(name="model_loaded", ok=False, detail=message))
+    return result
+
+
+def _summarise(
+    result: ProbeResult,
+    session: measure.Session,
+    scaling: list[ScalingRow],
+    step_s: float | None,
+    prof: kernels.Profile | None,
+) -> None:
+    c, cuda = session.config, session.device.type == "cuda"
+    fitted = [r.seq_len for r in scaling if r.in_fit]
+    errors = [r.heldout_err_pct for r in scaling if r.in_fit and r.heldout_err_pct is not None]
+    padding = {r.case: r for r in result.tables["padding_penalty"]}
+    measured = any(r.seq_len == c.seq_len and r.step_s is not None for r in scaling)
+    summary = {
+        "device": torch.cuda.get_device_name(session.device) if cuda else "cpu",
+        "harness": c.harness,
+        "seq_len": c.seq_len,
+        "step_s": step_s,
+        "step_s_source": "measured" if measured else "fitted" if step_s is not None else None,
+        "fitted_lens": fitted,
+        "launch_bound_lens": [r.seq_len for r in scaling if r.launch_bound],
+        "max_heldout_err_pct": max(errors) if errors else None,
+    }
+    summary.update({f"{f.term}_share_pct": f.share_at_production_pct for f in result.tables["fit"]})
+    if "half_padded" in padding:
+        summary["padding_penalty_same_shape_pct"] = padding["half_padded"].penalty_same_shape_pct
+        summary["padding_penalty_same_tokens_pct"] = padding["half_padded"].penalty_same_tokens_pct
+    if prof is not None:
+        wall = step_s if cuda and step_s else prof.wall_s / prof.num_steps
+        summary.update(
+            kernel_s_per_step=prof.kernel_s_per_step,
+            step_wall_s=wall,
+            gpu_busy_frac=kernels.busy_per_step_s(prof) / wall if cuda else None,
+        )
+    if not cuda:
+        summary["note"] = (
+            "CPU: kernel rows are CPU ops by self time; gpu_busy_frac and launch_bound "
+            "are None, so every point is fitted"
+        )
+    result.summary = summary
+    result.checks += _checks(scaling, prof, summary.get("step_wall_s"))
+
+
+def _checks(scaling: list[ScalingRow], prof: kernels.Profile | None, step_wall_s: float | None) -> list[Check]:
+    """The fit's points, its held-out error, the points' spread and, profiled, kernel time within the step."""
+    fitted = [r.seq_len for r in scaling if r.in_fit]
+    launch = [r.seq_len for r in scaling if r.launch_bound]
+    errors = [r.heldout_err_pct for r in scaling if r.in_fit and r.heldout_err_pct is not None]
+    noisy = [r.seq_len for r in scaling if r.status == "ok" and not r.launch_bound and r.spread_pct > 2]
+    checks = [
+        Check(
+            name="fit_has_3_points",
+            ok=len(fitted) >= 3,
+            detail=f"fitted {fitted}; left out as launch-bound {launch}; "
+            f"oom/failed {[r.seq_len for r in scaling if r.status != 'ok']}",
+        ),
+        # three points are fitted exactly: with fewer than 4 nothing was held out, so not measured
+        Check(
+            name="heldout_err_le_5pct",
+            ok=len(fitted) >= 4 and bool(errors) and max(errors) <= 5.0,
+            detail=f"not measured: needs >= 4 GPU-bound fitted points, got {len(fitted)}"
+            if len(fitted) < 4 or not errors
+            else f"max {max(errors):.2f}% over {len(fitted)} fitted points",
+        ),
+        Check(name="spread_le_2pct", ok=not noisy, detail=f"GPU-bound lengths above 2%: {noisy}"),
+    ]
+    if prof is not None:
+        checks.append(
+            Check(
+                name="kernel_time_le_step",
+                ok=prof.kernel_s_per_step <= step_wall_s,
+                detail=f"{prof.kernel_s_per_step:.4f} s of kernels per {step_wall_s:.4f} s step",
+            )
+        )
+    return checks

@@ -1,0 +1,1 @@
+"""The `replay` probe: config, probe (run), answer."""

@@ -1,0 +1,305 @@
+"""`replay`: does goodput's prediction hold? The corpus's real batch shapes, run through the harness.
+
+For each strategy (probes.corpus.batching), the first `--num-steps` batches of the epoch (further epochs
+reshuffled with seed+1, seed+2, ... when one is shorter), in the order training feeds them: random
+token ids at exactly each batch's row lengths, right-padded to its width with an explicit attention
+mask where rows differ (as a collator pads), one optimizer step each through the harness's
+train step (probes.step.models, the profile's session; AdamW shared across the replay as in training).
+Each step is timed alone (probes.step.timing: CUDA events, the end waited on, as a loop that logs its
+loss does) after `--warmup-steps` untimed steps of the widest batches (the allocator's peak reached).
+
+The prediction is goodput's step model (probes.goodput.probe), either read from `--profile` or measured
+in the same session first: `scaling` times a padded batch of `--batch-size` rows at each of
+`--fit-lens` widths (one row half padding, so the mask is the replay's) and `fit` fits them as the
+profile probe does (probes.profile.fit), launch-bound points (GPU busy < 90%, profiled after every
+timing) left out of the fit and interpolated below it. A fit point's `step_s` here is the MEAN of
+its timed steps, not the median: a replay sums steps, and a launch-bound point's jitter is skewed.
+The first step at a batch shape the process has not run yet costs more (on an H200, ~0.2 s: kernel
+plans for the new shape, allocator growth), and a replay of a long-tailed corpus meets a new width
+almost every step: the model's `new_shape_s` is the mean excess of the fit points' first warm-up
+step over their timed mean, charged to every replayed step whose (rows, width) is new (`new_shape`).
+
+Tables: `replay`, one row per strategy: `num_steps`, `real_tokens`, `padded_tokens`,
+`predicted_s` and `measured_s` (sums over the replayed steps), `error_pct` ((predicted - measured)
+/ measured), `predicted_tok_per_s` and `measured_tok_per_s` (real tokens over each);
+`replay_steps`: every step's shape and both times; `scaling` and `fit` when measured here.
+Check `replay_within_5pct`: |error_pct| <= 5 for every strategy (a GPU criterion: on the CPU, the
+tests' tiny models time in milliseconds and the figure is not a promise).
+
+The fit measured here and the step model read from --profile are in probes.replay.model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import torch
+
+from probes.corpus import batching
+from probes.corpus import lengths as corpus_mod
+from probes.goodput import probe as goodput
+from probes.profile import measure
+from probes.profile import probe as profile
+from probes.replay import model as replay_model
+from probes.replay.config import Config
+from probes.result import Check, ProbeResult, require
+from probes.step import contract, models
+from probes.step.config import StepConfig
+from probes.step.timing import time_steps
+
+LIMIT_PCT = 5.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReplayRow:
+    strategy: str
+    bucket_size: int | None
+    num_steps: int
+    real_tokens: int
+    padded_tokens: int
+    predicted_s: float | None
+    measured_s: float | None
+    error_pct: float | None
+    predicted_tok_per_s: float | None
+    measured_tok_per_s: float | None
+    status: str = "ok"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepRow:
+    strategy: str
+    step: int
+    rows: int
+    width: int
+    real_tokens: int
+    masked: bool
+    new_shape: bool
+    """The first step at this shape in the process (fit points and warm-up included): it pays new_shape_s."""
+    predicted_s: float
+    measured_s: float
+
+
+def _session(config: Config) -> measure.Session:
+    """The profile probe's session (model, LoRA, harness), built for this replay's shapes."""
+    widths = config.widths()
+    step = {f.name: getattr(config, f.name) for f in dataclasses.fields(StepConfig)}
+    return measure.Session(
+        profile.Config(
+            **step,
+            seq_lens=widths,
+            batch_size=config.batch_size,
+            seq_len=max(widths),
+            warmup_steps=2,
+            steps=config.fit_steps,
+            max_steps=3 * config.fit_steps,
+        )
+    )
+
+
+def shapes(config: Config, lengths: np.ndarray, strategy: str, bucket_size: int | None) -> list[np.ndarray]:
+    """Row lengths of the first num_steps batches, epoch after epoch (seed, seed+1, ...)."""
+    out: list[np.ndarray] = []
+    seed = config.seed
+    while len(out) < config.num_steps:
+        epoch = batching.make(
+            strategy,
+            lengths,
+            batch_size=config.batch_size,
+            max_length=config.max_length,
+            seed=seed,
+            bucket_size=bucket_size,
+        )
+        out += [epoch.batch(i) for i in range(epoch.num_batches)]
+        seed += 1
+    return out[: config.num_steps]
+
+
+def warm_indices(batches: list[np.ndarray], warmup: int) -> np.ndarray:
+    """The warm-up steps: the widest batches (the allocator's peak reached before any timing)."""
+    return np.argsort([-len(r) * int(r.max()) for r in batches], kind="stable")[:warmup]
+
+
+def time_replay(session: measure.Session, batches: list[np.ndarray], warmup: int) -> list[float]:
+    """Each batch as one optimizer step, timed alone, after warm-up steps of the widest batches."""
+    c, device, model = session.config, session.device, session.model
+    built = [
+        models.make_batch(
+            vocab_size=session.vocab_size,
+            batch_size=len(rows),
+            seq_len=int(rows.max()),
+            device=device,
+            seed=i,
+            real_lengths=None if rows.min() == rows.max() else rows.tolist(),
+        )
+        for i, rows in enumerate(batches)
+    ]
+    # The step the fit measured (the harness's contract: precision, optimizer, its own train_step),
+    # with one optimizer shared across the replay, as in training.
+    pieces = contract.resolve(session.harness)
+    optimizer = pieces.make_optimizer([p for p in model.parameters() if p.requires_grad])
+    loss_fn = pieces.loss_fn(c.ce_chunk)
+    steps = [
+        models.TrainStep(
+            model, loss_fn, b, optimizer, autocast_dtype=pieces.autocast_dtype, harness_step=pieces.train_step
+        )
+        for b in built
+    ]
+    models.release(device)
+    for i in warm_indices(batches, warmup):
+        steps[i]()
+    return [time_steps(step, device=device, warmup=0, steps=1).raw_s[0] for step in steps]
+
+
+def _rows(
+    strategy: str,
+    size: int | None,
+    batches: list[np.ndarray],
+    measured: list[float],
+    model: goodput.StepModel,
+    seen: set[tuple[int, int]],
+) -> tuple[ReplayRow, list[StepRow]]:
+    """`seen`: shapes the process has run (updated): a step at a new one pays model.new_shape_s."""
+    rows = np.array([len(r) for r in batches])
+    widths = np.array([int(r.max()) for r in batches])
+    real = np.array([int(r.sum()) for r in batches])
+    masked = np.array([r.min() != r.max() for r in batches])
+    new = np.array([not ((r, w) in seen or seen.add((r, w))) for r, w in zip(rows.tolist(), widths.tolist())])
+    predicted = model.predict(rows, widths, masked) + new * model.new_shape_s
+    steps = [
+        StepRow(
+            strategy=strategy,
+            step=i,
+            rows=int(rows[i]),
+            width=int(widths[i]),
+            real_tokens=int(real[i]),
+            masked=bool(masked[i]),
+            new_shape=bool(new[i]),
+            predicted_s=float(predicted[i]),
+            measured_s=measured[i],
+        )
+        for i in range(len(batches))
+    ]
+    p, m = float(predicted.sum()), float(sum(measured))
+    return ReplayRow(
+        strategy=strategy,
+        bucket_size=size,
+        num_steps=len(batches),
+        real_tokens=int(real.sum()),
+        padded_tokens=int((rows * widths).sum() - real.sum()),
+        predicted_s=p,
+        measured_s=m,
+        error_pct=100 * (p - m) / m,
+        predicted_tok_per_s=real.sum() / p,
+        measured_tok_per_s=real.sum() / m,
+    ), steps
+
+
+def _tables(
+    config: Config, plans: dict, measured: dict, model: goodput.StepModel, size: int | None, seen: set[tuple[int, int]]
+) -> tuple[list[ReplayRow], list[StepRow]]:
+    """Rows of every strategy, in the order they ran (shapes run before count as seen)."""
+    replay_rows, step_rows = [], []
+    for s, times in measured.items():
+        bucket = size if s == "bucket" else None
+        if isinstance(times, str):  # an out-of-memory: a row saying so
+            replay_rows.append(
+                ReplayRow(
+                    strategy=s,
+                    bucket_size=bucket,
+                    num_steps=0,
+                    real_tokens=0,
+                    padded_tokens=0,
+                    predicted_s=None,
+                    measured_s=None,
+                    error_pct=None,
+                    predicted_tok_per_s=None,
+                    measured_tok_per_s=None,
+                    status=times,
+                )
+            )
+            continue
+        seen |= {(len(b), int(b.max())) for b in (plans[s][i] for i in warm_indices(plans[s], config.warmup_steps))}
+        row, steps = _rows(s, bucket, plans[s], times, model, seen)
+        replay_rows.append(row)
+        step_rows += steps
+    return replay_rows, step_rows
+
+
+def _failed(result: ProbeResult, name: str, message: str) -> ProbeResult:
+    result.summary["status"] = message
+    result.checks.append(Check(name=name, ok=False, detail=message))
+    return result
+
+
+def _bucket_size(config: Config, data: corpus_mod.Lengths) -> int | None:
+    """--bucket-size, or the bucket probe's 90%-gain size when `bucket` is replayed without one."""
+    if "bucket" not in config.strategies or config.bucket_size is not None:
+        return config.bucket_size
+    require(
+        data.num_samples > config.batch_size,
+        "batch_size",
+        f"{config.lengths or config.corpus}: "
+        f"{data.num_samples} samples, bucketing needs more than `batch_size` {config.batch_size}",
+    )
+    return batching.bucket_size_90pct(data.length, batch_size=config.batch_size, max_length=config.max_length)
+
+
+def run(config: Config) -> ProbeResult:
+    data = corpus_mod.load(
+        corpus=config.corpus, lengths=config.lengths, checkpoint=config.checkpoint, cache_dir=config.cache_dir
+    )
+    size = _bucket_size(config, data)
+    given = replay_model.given_model(config.profile)
+    session = _session(config)
+    result = ProbeResult(probe="replay", config=config)
+    failed = measure.oom_guard(session, session.load, lambda msg: msg.replace("oom:", "oom while loading:", 1))
+    if failed:
+        return _failed(result, "model_loaded", failed)
+    result.summary["device"] = torch.cuda.get_device_name(session.device) if session.device.type == "cuda" else "cpu"
+    # every timing first (fit points, then the replays), every profiler run after: CUPTI lingers
+    # widest first: the allocator reaches its peak before the jittery launch-bound points are timed
+    widest_first = [] if given else [replay_model.fit_point(session, w) for w in config.widths()[::-1]]
+    points = sorted(widest_first, key=lambda r: r.seq_len)
+    plans = {s: shapes(config, data.length, s, size) for s in config.strategies}
+    measured = {
+        s: measure.oom_guard(session, lambda b=b: time_replay(session, b, config.warmup_steps), lambda msg: msg)
+        for s, b in plans.items()
+    }
+    model = given
+    if not given:
+        scaling, fit, model = replay_model.model_here(session, [replay_model.with_busy(session, r) for r in points])
+        result.tables.update(scaling=scaling, fit=fit)
+        if model is None:
+            return _failed(result, "fit_has_3_points", f"fewer than 3 GPU-bound fit points: {list(config.widths())}")
+    seen = set() if given else {(config.batch_size, w) for w in config.widths()}
+    replay_rows, step_rows = _tables(config, plans, measured, model, size, seen)
+    result.tables.update(replay=replay_rows, replay_steps=step_rows)
+    result.summary.update(
+        step_model=model.source,
+        fit_lens=[model.min_len, model.max_len],
+        new_shape_s=model.new_shape_s,
+        launch_points=[list(p) for p in model.launch_points],
+        **{f"error_pct_{r.strategy}": r.error_pct for r in replay_rows},
+    )
+    result.artifacts["timings.json"] = json.dumps(session.raw, indent=1)
+    result.checks.append(_within_limit(replay_rows))
+    return result
+
+
+def _within_limit(replay_rows: list[ReplayRow]) -> Check:
+    bad = {
+        r.strategy: r.error_pct if r.status == "ok" else r.status
+        for r in replay_rows
+        if r.status != "ok" or abs(r.error_pct) > LIMIT_PCT
+    }
+    return Check(
+        name="replay_within_5pct",
+        ok=not bad,
+        detail=(
+            f"|predicted - measured| / measured above {LIMIT_PCT:g}% or not measured: {bad}"
+            if bad
+            else "; ".join(f"{r.strategy} {r.error_pct:+.2f}%" for r in replay_rows)
+        ),
+    )

@@ -1,0 +1,43 @@
+"""The fields every probe that runs the harness's training step shares (profile, carrier, replay): the
+model, the harness and its LoRA, the loss's chunk, the device. A probe's Config inherits them; it
+redeclares a field only to say more of it (the field keeps its place)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+
+from probes.result import require
+from probes.step import harness as reference
+from probes.step import models
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepConfig:
+    checkpoint: Path
+    """Checkpoint directory with config.json (and weights unless --weights random)."""
+    weights: models.Weights = "checkpoint"
+    """checkpoint: load the weights (local files only); random: build from config.json, random weights."""
+    harness: str = reference.REFERENCE
+    """Import path of the training harness providing discover_target_modules and compute_loss."""
+    lora_rank: int = 32
+    """LoRA rank on every target module the harness discovers."""
+    lora_alpha: float = 64.0
+    """LoRA alpha."""
+    ce_chunk: int = reference.CHUNK_TOKENS
+    """Cross-entropy chunk in tokens (passed to a harness whose compute_loss takes chunk_tokens)."""
+    device: str = "auto"
+    """auto (the GPU if any, else CPU), cpu, or cuda[:N]."""
+
+    def __post_init__(self) -> None:
+        require(bool(self.harness.strip()), "harness", "is empty: give an import path (default probes.step.harness)")
+        require(self.lora_rank >= 1, "lora_rank", f"must be >= 1, got {self.lora_rank}")
+        require(math.isfinite(self.lora_alpha) and self.lora_alpha > 0, "lora_alpha", "must be a number > 0")
+        require(self.ce_chunk >= 1, "ce_chunk", "must be >= 1")
+        require(
+            re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None,
+            "device",
+            f"{self.device!r}: expected auto, cpu, cuda or cuda:N",
+        )

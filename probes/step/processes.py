@@ -1,0 +1,122 @@
+"""Run probes.step.worker in fresh processes: one per measurement, the same data and seed in each.
+
+A fresh process per variant keeps one variant's allocator, autotuner, compiled graphs and profiler
+(CUPTI stays attached once started: probes.step.kernels) out of the next one's timings, and two
+processes of the same step measure the spread a rerun sees, which one process's steps cannot.
+The child gets this process's `sys.path` (a lab harness importable here is importable there). A
+child that dies or outlasts `timeout_s` is a result with its reason, never a crash of the probe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from probes.result import InputError
+from probes.step import variants
+from probes.step.worker import Spec
+
+LOG = logging.getLogger(__name__)
+TIMEOUT_S = 900
+"""Per process: a 4B compile plus its steps on an H200 takes about a minute and a half."""
+
+
+def run(spec: Spec, timeout_s: float = TIMEOUT_S) -> dict:
+    """The worker's result dict, or {"status": "failed: ..."} naming what went wrong. Logged as it
+    ends (logger probes.step.processes): a line at INFO, the whole result as JSON at DEBUG."""
+    begin = time.perf_counter()
+    result = _run(spec, timeout_s)
+    result["process_wall_s"] = time.perf_counter() - begin
+    LOG.info(
+        "%s %s: %s, step_s %s, spread %s%%, %.1f s in the process (stages %s; gc while timed %s)",
+        Path(spec.checkpoint).name,
+        spec.variant,
+        result.get("status"),
+        result.get("step_s"),
+        result.get("spread_pct"),
+        result["process_wall_s"],
+        result.get("stage_s"),
+        result.get("gc_during_timing"),
+    )
+    LOG.debug("%s", json.dumps({"checkpoint": spec.checkpoint, **result}))
+    return result
+
+
+def _run(spec: Spec, timeout_s: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="labprobe-worker-") as tmp:
+        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
+        spec_path.write_text(json.dumps(dataclasses.asdict(spec)))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "probes.step.worker", str(spec_path), str(out_path)],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                env=env,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return {"variant": spec.variant, "status": f"failed: timed out after {timeout_s:.0f} s"}
+        if proc.returncode != 0 or not out_path.is_file():
+            lines = [line for line in proc.stderr.splitlines() if line.strip()]
+            last = lines[-1][:160] if lines else "no output"
+            return {"variant": spec.variant, "status": f"failed: exit {proc.returncode}: {last}"}
+        result = json.loads(out_path.read_text())
+    if "input_error" in result:
+        raise InputError(result["input_error"])
+    return result
+
+
+def merge(results: list[dict]) -> dict:
+    """Several processes of one step as one result: the median of their medians, the worst in-process
+    spread, and `spread_across_pct` ((max-min)/median of the process medians; None for one process).
+    Not ok when any process is not: the first failing one's status."""
+    failed = [r for r in results if r.get("status") != "ok"]
+    if failed:
+        return {**results[0], **failed[0]}
+    medians = [r["step_s"] for r in results]
+    merged = {
+        **results[0],
+        "processes": len(results),
+        "process_step_s": medians,
+        "step_s": statistics.median(medians),
+        "trustworthy": all(r["trustworthy"] for r in results),
+        "spread_across_pct": 100 * (max(medians) - min(medians)) / statistics.median(medians)
+        if len(results) > 1
+        else None,
+    }
+    for key in ("spread_pct", "spread_all_pct", "iqr_pct", "peak_mem_bytes"):
+        values = [r[key] for r in results if r.get(key) is not None]
+        merged[key] = max(values) if values else None
+    busy = [r["gpu_busy_frac"] for r in results if r.get("gpu_busy_frac") is not None]
+    merged["gpu_busy_frac"] = min(busy) if busy else None
+    return merged
+
+
+def measure_set(base: Spec, names: tuple[str, ...], processes: int) -> tuple[dict, list[dict]]:
+    """The baseline in `processes` fresh processes (the first attributes its profile and runs the
+    micro-benchmarks), then each other variant in one: (merged baseline, variant results)."""
+    chunks = tuple(variants.get(n).ce_chunk for n in names if variants.get(n).ce_chunk is not None)
+    runs = [
+        run(
+            dataclasses.replace(
+                base,
+                variant=variants.BASELINE,
+                predict=i == 0,
+                ce_chunks=chunks,
+                profile_steps=max(base.profile_steps, 2) if i == 0 else 1,
+            )
+        )
+        for i in range(processes)
+    ]
+    others = [run(dataclasses.replace(base, variant=n, profile_steps=1)) for n in names if n != variants.BASELINE]
+    return merge(runs), others

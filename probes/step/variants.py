@@ -1,0 +1,132 @@
+"""Variants: named, documented changes to the harness's step, each measured in its own process.
+
+`baseline` is the harness as it is (probes.step.contract). Every other variant changes one piece:
+
+- `bf16-autocast`: adapter weights fp32, the forward and loss under bf16 autocast. Caveat: the LoRA
+  matmuls run in bf16 (fp32 master weights and optimizer state kept).
+- `bf16-adapters`: adapter weights (and so their AdamW state) stored in bf16. Caveat: optimizer
+  precision, updates below a weight's bf16 resolution are lost.
+- `fused-adamw`: `torch.optim.AdamW(fused=True)` with the harness's lr and weight decay. Caveat: none
+  expected (the same AdamW update); it replaces an optimizer that is not AdamW.
+- `grad-ckpt`: gradient checkpointing of the decoder layers (non-reentrant). Caveat: memory for time,
+  every layer's forward runs twice.
+- `compile`: `torch.compile` of each decoder layer (regional compilation). Caveat: compile time before
+  the first step (`compile_s`), and a recompile on every new shape.
+- `ce-chunk=N`: the cross-entropy chunk, N tokens (0: full logits). Caveat: memory for time; the same loss.
+
+`parse(names)` turns `--variant` values into Variants; an unknown name is a FieldError naming
+the known ones (one line, exit 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import torch
+
+from probes.result import FieldError
+from probes.step.contract import Contract
+
+BASELINE = "baseline"
+KEEP = "keep"
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    name: str
+    caveat: str
+    autocast_dtype: object = KEEP
+    """A dtype, None (no autocast), or KEEP (the harness's)."""
+    adapter_dtype: torch.dtype | None = None
+    """Cast the trainable (adapter) parameters to this dtype after LoRA is applied."""
+    fused_adamw: bool = False
+    gradient_checkpointing: bool | None = None
+    compile: bool = False
+    ce_chunk: int | None = None
+
+    def contract(self, base: Contract) -> Contract:
+        """The harness's contract with this variant's pieces swapped in."""
+        changes: dict = {}
+        if self.autocast_dtype is not KEEP:
+            changes["autocast_dtype"] = self.autocast_dtype
+        if self.fused_adamw:
+            changes["make_optimizer"] = _fused_adamw(base.make_optimizer)
+        if self.gradient_checkpointing is not None:
+            changes["gradient_checkpointing"] = self.gradient_checkpointing
+        return dataclasses.replace(base, **changes)
+
+
+def _fused_adamw(make_optimizer):
+    """AdamW(fused=True) with the lr and weight decay of the harness's optimizer (when it has them)."""
+
+    def make(params) -> torch.optim.Optimizer:
+        params = list(params)
+        defaults = make_optimizer(params).defaults
+        return torch.optim.AdamW(
+            params, lr=defaults.get("lr", 5e-5), weight_decay=defaults.get("weight_decay", 0.0), fused=True
+        )
+
+    return make
+
+
+FIXED: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        Variant(BASELINE, "the harness as it is"),
+        Variant(
+            "bf16-autocast",
+            "LoRA matmuls in bf16 under autocast; fp32 adapter weights and optimizer state kept",
+            autocast_dtype=torch.bfloat16,
+            adapter_dtype=torch.float32,
+        ),
+        Variant(
+            "bf16-adapters",
+            "optimizer precision: adapter weights and AdamW state in bf16, "
+            "updates below a weight's bf16 resolution are lost",
+            adapter_dtype=torch.bfloat16,
+        ),
+        Variant(
+            "fused-adamw",
+            "none expected: the same AdamW update in one fused kernel per tensor group; "
+            "replaces the harness's optimizer if it is not AdamW",
+            fused_adamw=True,
+        ),
+        Variant(
+            "grad-ckpt",
+            "memory for time: every decoder layer's forward runs again in the backward",
+            gradient_checkpointing=True,
+        ),
+        Variant(
+            "compile", "compile time before the first step (compile_s), recompiles on every new shape", compile=True
+        ),
+    )
+}
+CE_CHUNK = re.compile(r"ce-chunk=(\d+)")
+
+
+def known() -> str:
+    return ", ".join([*FIXED, "ce-chunk=N"])
+
+
+def get(name: str) -> Variant:
+    if name in FIXED:
+        return FIXED[name]
+    match = CE_CHUNK.fullmatch(name)
+    if match:
+        chunk = int(match.group(1))
+        return Variant(
+            name,
+            "memory for time: the same loss, a different peak of logits"
+            + (" (0: full fp32 logits, HF's way)" if chunk == 0 else ""),
+            ce_chunk=chunk,
+        )
+    raise FieldError("variant", f"{name!r}: unknown (known: {known()})")
+
+
+def parse(names: tuple[str, ...]) -> tuple[str, ...]:
+    """Validated names, baseline first and once, order kept, duplicates dropped."""
+    for name in names:
+        get(name)
+    rest = [n for n in dict.fromkeys(names) if n != BASELINE]
+    return (BASELINE, *rest)

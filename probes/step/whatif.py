@@ -1,0 +1,178 @@
+"""Predicted before measured: each variant's saving from the baseline's profile, then the advice.
+
+A prediction takes the kernel time the baseline's profile attributes to the part of the step a
+variant changes (probes.step.attribution) and scales it by how much faster that part ran in
+isolation under the variant's setting (probes.step.microbench, same process, same shapes):
+
+- `bf16-autocast`: `lora` kernels x (1 - adapter path under autocast / as in the baseline);
+- `bf16-adapters`: the same for bf16 adapter weights, plus `optimizer` kernels x (1 - the
+  optimizer over bf16 tensors / over the baseline's);
+- `fused-adamw`: `optimizer` kernels x (1 - fused AdamW / the harness's optimizer);
+- `ce-chunk=N`: `loss` kernels (lm_head and CE) x (1 - CE at chunk N / at the current chunk);
+- `grad-ckpt`: minus the decoder's forward kernels (each layer's forward runs again);
+- `compile`: not predicted (what the compiler fuses is its own choice, not in the profile).
+
+A saving is kernel time removed over the step's time: on a launch-bound step (the GPU idles)
+kernels removed may not shorten the step, and the row's basis says so. A saving the tool cannot
+predict is None with the reason, never a guess. `advice` ranks the measured changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from probes.step import attribution, variants
+
+MIN_COVERAGE = 0.9
+"""Below this share of kernel time attributed to a module, no prediction is made from it."""
+MAX_ATTRIBUTION_GAP = 0.02
+"""Attributed vs device kernel time per step, relative, above which nothing is predicted."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WhatIfRow:
+    model: str
+    variant: str
+    predicted_saving_pct: float | None
+    """Of the baseline's step time; None: not predicted (basis says why)."""
+    measured_saving_pct: float | None
+    error_pp: float | None
+    """predicted - measured, percentage points."""
+    kernel_saving_pct: float | None
+    """Kernel time the variant's own profile shows removed, in percent of the baseline's step: the
+    quantity the prediction predicts, measured a second way. It exceeds the step's saving where the
+    variant's step is launch-bound (its host, not its kernels, sets the pace); None on the CPU."""
+    peak_mem_before_bytes: int | None
+    peak_mem_after_bytes: int | None
+    basis: str
+
+
+def _ratio_saving(part_s: float, bench: dict, key: str) -> float:
+    return part_s * (1.0 - bench[key] / bench["baseline"]) if bench.get("baseline") else 0.0
+
+
+def _attribution_mismatch(att: dict[str, float], baseline: dict) -> str | None:
+    """The attributed kernel time, checked against the device rows' sum (each kernel once): on a GPU
+    they must agree within MAX_ATTRIBUTION_GAP, or a kernel was counted twice or lost."""
+    kernel_s = baseline.get("kernel_s_per_step")
+    if baseline.get("gpu_busy_frac") is None or not kernel_s:
+        return None
+    gap = sum(att.values()) / kernel_s - 1.0
+    if abs(gap) <= MAX_ATTRIBUTION_GAP:
+        return None
+    return (
+        f"not predicted: the attribution counts {1e3 * sum(att.values()):.1f} ms of kernel time a step, "
+        f"the device {1e3 * kernel_s:.1f} ms ({100 * gap:+.1f}%)"
+    )
+
+
+def predict(name: str, baseline: dict) -> tuple[float | None, str]:
+    """(predicted saving in percent of the baseline step, how) or (None, why not)."""
+    att, bench, step_s = baseline.get("attributed_s"), baseline.get("microbench"), baseline.get("step_s")
+    if not att or not bench or not step_s:
+        return None, "not predicted: the baseline has no attributed profile or micro-benchmarks"
+    covered = 1.0 - attribution.total(att, scope="unattributed") / (sum(att.values()) or 1.0)
+    if covered < MIN_COVERAGE:
+        return None, f"not predicted: only {100 * covered:.0f}% of the profile's kernel time is attributed to a module"
+    if (mismatch := _attribution_mismatch(att, baseline)) is not None:
+        return None, mismatch
+    variant = variants.get(name)
+    lora_s, opt_s = attribution.total(att, scope="lora"), attribution.total(att, scope="optimizer")
+    if name == variants.BASELINE:
+        return 0.0, "the baseline itself"
+    if variant.compile:
+        return None, "not predicted: what the compiler fuses is its own choice, not in the profile"
+    if variant.gradient_checkpointing:
+        if baseline.get("harness_step", {}).get("gradient_checkpointing"):
+            return 0.0, "the baseline already checkpoints"
+        fwd = sum(attribution.total(att, scope=s, phase="forward") for s in ("decoder", "lora", "base"))
+        return -100 * fwd / step_s, f"recomputes the decoder's forward kernels, {1e3 * fwd:.1f} ms a step"
+    if variant.ce_chunk is not None:
+        loss_s, ce = attribution.total(att, scope="loss"), bench["ce"]
+        now, new = ce.get(str(bench["ce_chunk"])), ce.get(str(variant.ce_chunk))
+        if not now or new is None:
+            return None, "not predicted: the CE at that chunk was not micro-benchmarked"
+        saving = loss_s * (1 - new / now)
+        return 100 * saving / step_s, f"loss kernels {1e3 * loss_s:.1f} ms x CE time ratio {new / now:.2f}"
+    saving, how = 0.0, []
+    if name in ("bf16-autocast", "bf16-adapters"):
+        if not lora_s:
+            return None, "not predicted: no kernel attributed to LoRA layers (not PEFT's?)"
+        saving += _ratio_saving(lora_s, bench["lora"], name)
+        how.append(f"LoRA kernels {1e3 * lora_s:.1f} ms x (1 - {bench['lora'][name] / bench['lora']['baseline']:.2f})")
+    if name in ("bf16-adapters", "fused-adamw"):
+        saving += _ratio_saving(opt_s, bench["optimizer"], name)
+        how.append(
+            f"optimizer kernels {1e3 * opt_s:.1f} ms x "
+            f"(1 - {bench['optimizer'][name] / bench['optimizer']['baseline']:.2f})"
+        )
+    return 100 * saving / step_s, "; ".join(how)
+
+
+def _saving_pct(before: dict, after: dict) -> float | None:
+    if before.get("status") != "ok" or after.get("status") != "ok":
+        return None
+    return 100 * (before["step_s"] - after["step_s"]) / before["step_s"]
+
+
+def _kernel_saving_pct(before: dict, after: dict) -> float | None:
+    if before.get("gpu_busy_frac") is None or after.get("status") != "ok" or after.get("kernel_s_per_step") is None:
+        return None
+    return 100 * (before["kernel_s_per_step"] - after["kernel_s_per_step"]) / before["step_s"]
+
+
+def table(model: str, baseline: dict, results: list[dict]) -> list[WhatIfRow]:
+    """One row per variant other than the baseline: predicted, measured, error, peak memory."""
+    rows = []
+    for r in results:
+        predicted, basis = predict(r["variant"], baseline)
+        if predicted is not None and baseline.get("gpu_busy_frac") is not None and baseline["gpu_busy_frac"] < 0.9:
+            basis += "; the baseline is launch-bound: removed kernel time may not shorten the step"
+        if predicted is not None and r.get("gpu_busy_frac") is not None and r["gpu_busy_frac"] < 0.9:
+            basis += (
+                f"; the variant's step is launch-bound (GPU busy {r['gpu_busy_frac']:.2f}): "
+                "its host, not the kernels removed, sets its time"
+            )
+        measured = _saving_pct(baseline, r)
+        rows.append(
+            WhatIfRow(
+                model=model,
+                variant=r["variant"],
+                predicted_saving_pct=predicted,
+                measured_saving_pct=measured,
+                error_pp=None if predicted is None or measured is None else predicted - measured,
+                kernel_saving_pct=_kernel_saving_pct(baseline, r),
+                peak_mem_before_bytes=baseline.get("peak_mem_bytes"),
+                peak_mem_after_bytes=r.get("peak_mem_bytes"),
+                basis=basis if r.get("status") == "ok" else f"{basis}; not measured: {r.get('status')}",
+            )
+        )
+    return rows
+
+
+def _gib(value: int | None) -> str:
+    return "n/a" if value is None else f"{value / 2**30:.1f} GiB"
+
+
+def advice(model: str, baseline: dict, results: list[dict], noise_pct: float | None) -> list[str]:
+    """Measured changes ranked by speed-up: variant, tok/s before -> after, speed-up, peak, caveat."""
+    tokens = baseline.get("tokens_per_step")
+    ranked = sorted(
+        (r for r in results if _saving_pct(baseline, r) is not None),
+        key=lambda r: baseline["step_s"] / r["step_s"],
+        reverse=True,
+    )
+    lines = []
+    for r in ranked:
+        speedup = baseline["step_s"] / r["step_s"]
+        noise = (
+            f" (within the baseline's {noise_pct:.1f}% across-process spread)"
+            if noise_pct is not None and abs(100 * (speedup - 1)) <= noise_pct
+            else ""
+        )
+        lines.append(
+            f"{model} {r['variant']}: {tokens / baseline['step_s']:,.0f} -> {tokens / r['step_s']:,.0f} "
+            f"tok/s (x{speedup:.3f}){noise}, peak {_gib(baseline.get('peak_mem_bytes'))} -> "
+            f"{_gib(r.get('peak_mem_bytes'))}; {r['caveat']}"
+        )
+    return lines

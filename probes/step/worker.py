@@ -1,0 +1,263 @@
+"""One measurement of one step (a checkpoint, a shape, a variant) in a fresh process.
+
+`python -m probes.step.worker SPEC.json OUT.json`: builds the model through the harness's contract
+with the variant's changes (probes.step.variants), seeds torch with the spec's seed (the same random
+weights and batch in every process), times the step (probes.step.timing), then profiles it AFTER
+every timing (CUPTI lingers: probes.step.kernels) for gpu_busy_frac and the attention backends that
+ran. With `predict`, the profile is attributed to the step's modules (probes.step.attribution) and
+the micro-benchmarks the what-if predictions need run last (probes.step.microbench). A CUDA
+out-of-memory is a result with its status, never a crash. probes.step.processes starts these.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import inspect
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from probes.result import InputError
+from probes.step import attribution, contract, flops, kernels, microbench, models, variants
+from probes.step import harness as reference
+from probes.step.timing import time_steps
+
+_START = time.perf_counter()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Spec:
+    checkpoint: str
+    weights: str
+    harness: str
+    lora_rank: int
+    lora_alpha: float
+    batch_size: int
+    seq_len: int
+    warmup_steps: int
+    steps: int
+    max_steps: int
+    ce_chunk: int
+    device: str
+    variant: str = variants.BASELINE
+    seed: int = 0
+    profile_steps: int = 1
+    predict: bool = False
+    """Attribute the profile and run the what-if micro-benchmarks (the baseline's first process)."""
+    ce_chunks: tuple[int, ...] = ()
+    """CE chunk sizes the micro-benchmark times (those of the ce-chunk variants asked for)."""
+
+    @classmethod
+    def of(cls, config, checkpoint: Path, **more) -> Spec:
+        """The spec of one checkpoint's step from a carrier or profile Config (the fields they share)."""
+        fields = (
+            "weights",
+            "harness",
+            "lora_rank",
+            "lora_alpha",
+            "batch_size",
+            "seq_len",
+            "warmup_steps",
+            "steps",
+            "max_steps",
+            "ce_chunk",
+            "device",
+            "seed",
+        )
+        return cls(checkpoint=str(checkpoint), **{f: getattr(config, f) for f in fields}, **more)
+
+
+def _prepare(model, variant: variants.Variant, pieces: contract.Contract) -> None:
+    """The variant's changes to the built model (compiling happens at its first step)."""
+    if variant.adapter_dtype is not None:
+        for p in model.parameters():
+            if p.requires_grad:
+                p.data = p.data.to(variant.adapter_dtype)
+    if pieces.gradient_checkpointing:
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()  # as Trainer does; dropout is 0 in these configs, checkpointing needs it
+    if variant.compile:
+        for layer in reference._decoder_layers(model):
+            layer.compile()
+
+
+def _build(spec: Spec, pieces: contract.Contract, variant: variants.Variant, device: torch.device):
+    torch.manual_seed(spec.seed)
+    model = models.build_model(Path(spec.checkpoint), weights=spec.weights, device=device)
+    targets = list(pieces.harness.discover_target_modules(model))
+    if not targets:
+        raise InputError(f"{spec.harness}.discover_target_modules found no target modules")
+    model = pieces.apply_lora(model, rank=spec.lora_rank, alpha=spec.lora_alpha, targets=targets)
+    _prepare(model, variant, pieces)
+    return model
+
+
+def _step(spec: Spec, model, pieces: contract.Contract, chunk: int, device: torch.device) -> models.TrainStep:
+    batch = models.make_batch(
+        vocab_size=model.config.vocab_size,
+        batch_size=spec.batch_size,
+        seq_len=spec.seq_len,
+        device=device,
+        seed=spec.seed,
+    )
+    return models.train_step(model, pieces.harness, batch, chunk_tokens=chunk, contract=pieces)
+
+
+def _first_call_s(step, device: torch.device) -> float:
+    """The first step alone (a compiled model compiles here), synchronised."""
+    begin = time.perf_counter()
+    step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - begin
+
+
+@contextlib.contextmanager
+def _gc_watched(out: dict):
+    """Freeze the objects alive now (the built model) out of the collector, and record every collection.
+
+    A long training run's model objects are old: its collections are young and short. A fresh process
+    promotes the whole build through the generations during its first steps, and a full collection
+    over a 4B PEFT model stalls the host for tens of ms, which a GPU-bound step pays as a bump of its
+    time. Freezing gives the timed steps a long run's collector; `gc_during_timing` keeps the evidence.
+    """
+    pauses: list[tuple[int, float]] = []
+    begun: list[float] = []
+
+    def watch(phase: str, info: dict) -> None:
+        if phase == "start":
+            begun.append(time.perf_counter())
+        elif begun:
+            pauses.append((info["generation"], time.perf_counter() - begun.pop()))
+
+    gc.collect()
+    gc.freeze()
+    gc.callbacks.append(watch)
+    try:
+        yield
+    finally:
+        gc.callbacks.remove(watch)
+        gc.unfreeze()
+        out["gc_during_timing"] = {
+            "collections": len(pauses),
+            "full_collections": sum(g == 2 for g, _ in pauses),
+            "pause_ms_total": 1e3 * sum(s for _, s in pauses),
+            "pause_ms_max": 1e3 * max((s for _, s in pauses), default=0.0),
+        }
+
+
+def _timed(spec: Spec, model, step, device: torch.device, out: dict) -> None:
+    first_s = _first_call_s(step, device)
+    with _gc_watched(out):
+        t = time_steps(
+            step, device=device, warmup=max(0, spec.warmup_steps - 1), steps=spec.steps, max_steps=spec.max_steps
+        )
+    out.update(
+        timings=t.to_dict(),
+        step_s=t.median_s,
+        spread_pct=100 * t.spread,
+        spread_all_pct=100 * t.spread_all,
+        iqr_pct=100 * t.iqr,
+        trustworthy=t.trustworthy,
+        steps=t.num_steps,
+        warmup_steps=t.num_warmup + 1,
+        peak_mem_bytes=models.peak_mem_bytes(device),
+        optimizer=contract.optimizer_class(step.optimizer),
+    )
+    out["harness_step"]["optimizer_class"] = out["optimizer"]
+    if spec.variant == "compile":
+        out["compile_s"] = first_s - t.median_s
+
+
+def _profiled(spec: Spec, model, step, device: torch.device, out: dict) -> None:
+    with attribution.scopes(model) if spec.predict else contextlib.nullcontext():
+        prof = kernels.profile_steps(step, device=device, num_steps=spec.profile_steps)
+    out["attention_backends"] = attribution.backends(prof)
+    out["kernel_s_per_step"] = prof.kernel_s_per_step
+    if device.type == "cuda":
+        out["gpu_busy_frac"] = kernels.busy_per_step_s(prof) / out["step_s"]
+    out["kernel_table"] = [dataclasses.asdict(r) for r in kernels.kernel_table(prof)]
+    if spec.predict:
+        out["attributed_s"] = attribution.attribute(prof)
+
+
+def measure(spec: Spec) -> dict:
+    """Every figure of one process, as a JSON-able dict; an OOM gives status "oom while ..."."""
+    device = models.pick_device(spec.device)
+    harness = reference.load_harness(spec.harness)
+    variant = variants.get(spec.variant)
+    pieces = variant.contract(contract.resolve(harness))
+    out: dict = {
+        "variant": variant.name,
+        "caveat": variant.caveat,
+        "status": "ok",
+        "harness_step": pieces.describe(),
+        "harness_fallbacks": list(pieces.fallbacks),
+        "harness_env": contract.fingerprint(harness),
+    }
+    chunk = spec.ce_chunk if variant.ce_chunk is None else variant.ce_chunk
+    if variant.ce_chunk is not None and "chunk_tokens" not in _loss_params(harness):
+        return {**out, "status": f"not applicable: {spec.harness}.compute_loss takes no chunk_tokens"}
+    stage, clock = "loading", _Stages(out)
+    try:
+        model = _build(spec, pieces, variant, device)
+        clock("build")
+        out["params_total"], out["params_trainable"] = models.count_params(model)
+        shape = flops.model_shape(model)
+        out["step_flops"] = flops.step_flops(shape, batch_size=spec.batch_size, seq_len=spec.seq_len)
+        step = _step(spec, model, pieces, chunk, device)
+        stage = "timing"
+        _timed(spec, model, step, device, out)
+        stage = clock("timing") or "profiling"
+        _profiled(spec, model, step, device, out)
+        clock("profiling")
+        if spec.predict:
+            stage = "micro-benchmarks"
+            del step
+            models.release(device)
+            out["microbench"] = microbench.run(model, pieces, spec, device, chunk)
+            clock("micro-benchmarks")
+    except Exception as exc:
+        if not models.is_oom(exc):
+            raise
+        out["status"] = f"oom while {stage}: {str(exc).splitlines()[0][:100]}"
+    return out
+
+
+class _Stages:
+    """Seconds of each stage, stored in out["stage_s"] (the first one counts from this module's
+    import, after torch's; the parent's `process_wall_s` is the whole process)."""
+
+    def __init__(self, out: dict):
+        self.out, self.last = out, _START
+        out["stage_s"] = {}
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.out["stage_s"][name] = round(now - self.last, 2)
+        self.last = now
+
+
+def _loss_params(harness) -> tuple[str, ...]:
+    return tuple(inspect.signature(harness.compute_loss).parameters)
+
+
+def main(argv: list[str]) -> int:
+    spec_path, out_path = argv
+    spec = Spec(**json.loads(Path(spec_path).read_text()))
+    try:
+        result = measure(spec)
+    except InputError as exc:  # bad input found only here (weights that do not load): the parent's to raise
+        result = {"input_error": str(exc)}
+    Path(out_path).write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,192 @@
+"""profile: the whole probe on a tiny random Qwen3 on the CPU (every table, an OOM as a row or a
+result, the held-out check and the CE share), and the micro-batch reference of the padding penalty.
+The fit is tested in test_profile_fit.py, the kernel table in test_kernels.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from probes.profile import measure as profile_measure
+from probes.profile import probe as profile
+from probes.result import InputError
+from probes.step import harness as reference
+from probes.step import models
+
+
+@pytest.fixture(scope="module")
+def result(tiny):
+    return profile.run(
+        profile.Config(
+            checkpoint=tiny,
+            weights="random",
+            lora_rank=4,
+            seq_lens=(8, 16, 24, 32),
+            seq_len=16,
+            warmup_steps=1,
+            steps=2,
+            max_steps=2,
+            ce_chunk=8,
+            profile_steps=2,
+            device="cpu",
+        )
+    )
+
+
+def test_the_probe_runs_on_the_cpu_with_every_table(result):
+    scaling = result.tables["scaling"]
+    assert [r.seq_len for r in scaling] == [8, 16, 24, 32] and all(r.status == "ok" for r in scaling)
+    assert all(r.in_fit and r.gpu_busy_frac is None for r in scaling)  # CPU: nothing launch-bound
+    assert [f.term for f in result.tables["fit"]] == ["quadratic", "linear", "fixed"]
+    assert sum(f.share_at_production_pct for f in result.tables["fit"]) == pytest.approx(100)
+    padding = {r.case: r for r in result.tables["padding_penalty"]}
+    assert list(padding) == ["unpadded_same_shape", "unpadded_same_tokens", "half_padded"]
+    assert padding["unpadded_same_shape"].fast_path_all_layers is True
+    assert padding["unpadded_same_tokens"].fast_path_all_layers is True
+    assert padding["half_padded"].fast_path_all_layers is False
+    assert padding["half_padded"].real_tokens == padding["unpadded_same_tokens"].real_tokens == 16 + 8
+    assert padding["unpadded_same_shape"].real_tokens == 32 and padding["unpadded_same_tokens"].shape == "1x16+1x8"
+    padded = padding["half_padded"]
+    for ref, name in (("unpadded_same_shape", "same_shape"), ("unpadded_same_tokens", "same_tokens")):
+        assert getattr(padded, f"penalty_{name}_s") == pytest.approx(padded.step_s - padding[ref].step_s)
+        assert getattr(padded, f"penalty_{name}_pct") == pytest.approx(
+            100 * (padded.step_s - padding[ref].step_s) / padding[ref].step_s
+        )
+    assert [r.mode for r in result.tables["ce"]] == ["chunked", "unchunked"]
+    step_s = {r.seq_len: r.step_s for r in scaling}[16]
+    assert all(r.share_of_step_pct == pytest.approx(100 * r.ce_s / step_s) for r in result.tables["ce"])
+    assert result.summary["step_s_source"] == "measured"
+    assert result.tables["kernels"] and result.summary["gpu_busy_frac"] is None
+    assert "kernels_key_averages.txt" in result.artifacts and "scaling/8" in result.artifacts["timings.json"]
+
+
+def test_an_oom_at_one_length_is_a_row_not_a_crash(tiny, monkeypatch):
+    real_step = profile_measure.Session.step
+
+    def step(self, batch_size, seq_len, real_lengths=None):
+        if seq_len == 24:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
+        return real_step(self, batch_size, seq_len, real_lengths)
+
+    monkeypatch.setattr(profile_measure.Session, "step", step)
+    out = profile.run(
+        profile.Config(
+            checkpoint=tiny,
+            weights="random",
+            lora_rank=4,
+            seq_lens=(8, 16, 24, 32),
+            seq_len=16,
+            warmup_steps=0,
+            steps=1,
+            max_steps=1,
+            profile_steps=1,
+            device="cpu",
+        )
+    )
+    rows = {r.seq_len: r for r in out.tables["scaling"]}
+    assert rows[24].status.startswith("oom") and rows[24].step_s is None and not rows[24].in_fit
+    assert all(rows[n].status == "ok" and rows[n].in_fit for n in (8, 16, 32))
+    assert out.tables["fit"]
+
+
+def test_fewer_than_three_lengths_is_an_input_error(tiny):
+    with pytest.raises(InputError, match="seq_lens needs >= 3"):
+        profile.Config(checkpoint=tiny, seq_lens=(1024, 2048, 2048))
+
+
+def test_micro_batches_give_the_gradient_of_the_half_padded_batch(tiny):
+    """The same-real-tokens reference: a full row and a half row as two maskless micro-batches
+    accumulate the gradient that one right-padded batch of both gives (causal: padding on the right
+    changes no real token's output), so the two cases do the same work on the same tokens."""
+    harness = reference.load_harness(reference.REFERENCE)
+    torch.manual_seed(0)
+    model = models.with_lora(
+        models.build_model(tiny, weights="random", device=torch.device("cpu"), dtype=torch.float64),
+        harness,
+        rank=4,
+        alpha=8,
+    )
+    for p in model.parameters():  # PEFT zero-initialises B: give every adapter a gradient path
+        if p.requires_grad:
+            torch.nn.init.normal_(p, std=0.1)
+    ids = torch.randint(1, 128, (2, 16), generator=torch.Generator().manual_seed(3))
+
+    def grads(batch):
+        step = models.train_step(model, harness, batch, chunk_tokens=5)
+        step.optimizer.step = lambda: None  # keep the weights: compare gradients only
+        step.optimizer.zero_grad = lambda **_: None
+        model.zero_grad(set_to_none=True)
+        loss = step()
+        return loss, [p.grad.clone() for p in model.parameters() if p.requires_grad]
+
+    real = torch.arange(16)[None, :] < torch.tensor([[16], [8]])
+    padded = {
+        "input_ids": ids.masked_fill(~real, 0),
+        "labels": ids.masked_fill(~real, -100),
+        "attention_mask": real.long(),
+    }
+    micro = [
+        {"input_ids": ids[:1], "labels": ids[:1].clone()},
+        {"input_ids": ids[1:, :8], "labels": ids[1:, :8].clone()},
+    ]
+    loss_p, grads_p = grads(padded)
+    loss_m, grads_m = grads(micro)
+    torch.testing.assert_close(loss_m, loss_p)
+    for a, b in zip(grads_m, grads_p):
+        torch.testing.assert_close(a, b)
+
+
+def test_three_fitted_points_fail_the_heldout_check_as_not_measured(tiny):
+    out = profile.run(
+        profile.Config(
+            checkpoint=tiny,
+            weights="random",
+            lora_rank=4,
+            seq_lens=(8, 16, 24),
+            seq_len=16,
+            warmup_steps=0,
+            steps=1,
+            max_steps=1,
+            profile_steps=1,
+            device="cpu",
+        )
+    )
+    check = {c.name: c for c in out.checks}["heldout_err_le_5pct"]
+    assert not check.ok and "not measured" in check.detail and "got 3" in check.detail
+    assert {c.name: c for c in out.checks}["fit_has_3_points"].ok
+
+
+def test_ce_share_uses_the_fitted_step_when_seq_len_was_not_measured(tiny):
+    out = profile.run(
+        profile.Config(
+            checkpoint=tiny,
+            weights="random",
+            lora_rank=4,
+            seq_lens=(8, 16, 32),
+            seq_len=24,
+            warmup_steps=0,
+            steps=1,
+            max_steps=1,
+            profile_steps=1,
+            device="cpu",
+        )
+    )
+    a, b, c = (f.coef for f in out.tables["fit"])
+    fitted = a * 24 * 24 + b * 24 + c  # batch 1
+    assert out.summary["step_s_source"] == "fitted" and out.summary["step_s"] == pytest.approx(fitted)
+    for row in out.tables["ce"]:
+        assert row.share_of_step_pct == pytest.approx(100 * row.ce_s / fitted)
+
+
+def test_an_oom_while_loading_is_a_result_not_a_crash(tiny, monkeypatch):
+    def with_lora(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(models, "with_lora", with_lora)
+    out = profile.run(profile.Config(checkpoint=tiny, weights="random", seq_lens=(8, 16, 24), seq_len=16, device="cpu"))
+    assert [r.status.startswith("oom while loading") for r in out.tables["scaling"]] == [True] * 3
+    assert [c.name for c in out.checks if not c.ok] == ["model_loaded"]
+
+
+def test_default_lengths_are_five_from_2048_to_12288(tiny):
+    assert profile.Config(checkpoint=tiny).seq_lens == (2048, 4096, 6144, 8192, 12288)

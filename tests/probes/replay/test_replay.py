@@ -1,0 +1,136 @@
+"""replay on the CPU with a tiny Qwen3: the real batch shapes in the strategy's order, every step
+timed, predicted and measured summed as the table says. (Whether the prediction holds within 5% is
+a GPU figure: benchmarks/bench_goodput_gpu.py, benchmarks/RESULTS.md.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from probes.corpus import batching
+from probes.replay import model as replay_model
+from probes.replay import probe as replay
+from runner.cli import main
+
+
+@pytest.fixture(scope="module")
+def lengths_file(tmp_path_factory) -> Path:
+    rng = np.random.default_rng(2)
+    lengths = np.minimum(rng.lognormal(3.0, 0.8, 60).astype(int) + 2, 64)
+    path = tmp_path_factory.mktemp("replay") / "lengths.parquet"
+    pq.write_table(pa.table({"length": lengths.tolist()}), path)
+    return path
+
+
+def test_replays_the_strategies_batches_in_order(tiny, lengths_file):
+    config = replay.Config(
+        checkpoint=tiny,
+        lengths=lengths_file,
+        weights="random",
+        lora_rank=4,
+        batch_size=4,
+        max_length=48,
+        strategies=("longest", "bucket"),
+        bucket_size=16,
+        num_steps=20,
+        warmup_steps=1,
+        fit_lens=(8, 16, 32, 48),
+        fit_steps=2,
+        device="cpu",
+    )
+    result = replay.run(config)
+    lengths = pq.read_table(lengths_file).column("length").to_numpy()
+    steps = result.tables["replay_steps"]
+    for strategy in ("longest", "bucket"):
+        mine = [s for s in steps if s.strategy == strategy]
+        # 60 samples in batches of 4: 15 an epoch, so steps 15-19 are the next epoch (seed 1)
+        expected = []
+        for seed in (0, 1):
+            epoch = batching.make(strategy, lengths, batch_size=4, max_length=48, seed=seed, bucket_size=16)
+            expected += [epoch.batch(i) for i in range(epoch.num_batches)]
+        assert [(s.rows, s.width, s.real_tokens) for s in mine] == [
+            (len(b), int(b.max()), int(b.sum())) for b in expected[:20]
+        ]
+        row = next(r for r in result.tables["replay"] if r.strategy == strategy)
+        assert row.num_steps == 20 and row.measured_s == pytest.approx(sum(s.measured_s for s in mine))
+        assert row.predicted_s == pytest.approx(sum(s.predicted_s for s in mine))
+        assert row.error_pct == pytest.approx(100 * (row.predicted_s - row.measured_s) / row.measured_s)
+        assert all(s.measured_s > 0 for s in mine)
+    fit = {f.term: f.coef for f in result.tables["fit"]}
+    # a shape's first step in the process pays new_shape_s once: the fit's widths and each strategy's
+    # warm-up (its widest batch) ran before the timed steps, and longest ran before bucket
+    seen = {(4, w) for w in (8, 16, 32, 48)}
+    extra = result.summary["new_shape_s"]
+    for strategy in ("longest", "bucket"):
+        mine = [s for s in steps if s.strategy == strategy]
+        seen.add(max(((s.rows, s.width) for s in mine), key=lambda shape: shape[0] * shape[1]))
+        for s in mine:
+            assert s.new_shape == ((s.rows, s.width) not in seen)
+            seen.add((s.rows, s.width))
+            poly = fit["quadratic"] * s.rows * s.width**2 + fit["linear"] * s.rows * s.width + fit["fixed"]
+            assert s.predicted_s == pytest.approx(poly + extra * s.new_shape)
+    assert any(s.new_shape for s in steps) and not all(s.new_shape for s in steps)
+    width, rows = 32, 4
+    point = next(r for r in result.tables["scaling"] if r.seq_len == width)
+    assert point.fit_s == pytest.approx(
+        fit["quadratic"] * rows * width**2 + fit["linear"] * rows * width + fit["fixed"]
+    )
+    assert [c.name for c in result.checks] == ["replay_within_5pct"]
+    assert "timings.json" in result.artifacts
+
+
+def test_predicts_from_a_profile_json_and_refuses_packed(tiny, lengths_file, tmp_path, capsys):
+    profile = tmp_path / "p.json"
+    fit = [{"term": "quadratic", "coef": 0.0}, {"term": "linear", "coef": 1e-5}, {"term": "fixed", "coef": 0.01}]
+    scaling = [
+        {"seq_len": n, "batch_size": 1, "tokens": n, "in_fit": True, "launch_bound": False, "step_s": 0.01 + 1e-5 * n}
+        for n in (8, 32, 64)
+    ]
+    profile.write_text(json.dumps({"tables": {"fit": fit, "scaling": scaling}}))
+    argv = [
+        "probe",
+        "replay",
+        "--checkpoint",
+        str(tiny),
+        "--lengths",
+        str(lengths_file),
+        "--weights",
+        "random",
+        "--batch-size",
+        "4",
+        "--max-length",
+        "48",
+        "--strategies",
+        "sorted",
+        "--num-steps",
+        "5",
+        "--profile",
+        str(profile),
+        "--device",
+        "cpu",
+        "--json",
+    ]
+    main(argv)
+    out = json.loads(capsys.readouterr().out)
+    steps = out["tables"]["replay_steps"]
+    assert len(steps) == 5 and "scaling" not in out["tables"]
+    for s in steps:
+        assert s["predicted_s"] == pytest.approx(0.01 + 1e-5 * s["rows"] * s["width"])
+    assert main(argv[:-3] + ["--strategies", "packed"]) == 2
+    assert "cannot replay ['packed']" in capsys.readouterr().err
+
+
+def test_new_shape_cost_is_the_mean_first_step_excess_without_the_first_point():
+    raw = {
+        "fit/64": {"raw_s": [5.0, 1.0, 1.0, 1.0], "num_warmup_configured": 1},  # the process's first
+        "fit/32": {"raw_s": [0.9, 0.5, 0.6, 0.7], "num_warmup_configured": 1},  # 0.9 - 0.6 = 0.3
+        "fit/16": {"raw_s": [0.5, 0.4, 0.1, 0.3], "num_warmup_configured": 2},  # 0.5 - 0.2 = 0.3
+        "ce/chunked": {"raw_s": [9.0, 1.0], "num_warmup_configured": 1},
+    }
+    assert replay_model.new_shape_s(raw, "fit/64") == pytest.approx(0.3)
+    assert replay_model.new_shape_s({"fit/64": raw["fit/64"]}, "fit/64") == 0.0

@@ -1,0 +1,124 @@
+"""The harness contract: a lab's harness module outside the package is imported and used, bad ones are
+refused by name; the reference harness's chunked CE equals the full-logits CE, loss and gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM, Qwen3Config
+
+from probes.carrier import probe as carrier
+from probes.profile import probe as profile
+from probes.result import InputError
+from probes.step import harness
+from runner.cli import main
+
+
+def test_reference_targets_all_seven_projections(tiny):
+    model = AutoModelForCausalLM.from_config(Qwen3Config.from_pretrained(tiny))
+    assert harness.discover_target_modules(model) == [
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    ]
+
+
+def test_a_lab_harness_outside_the_package_is_imported_and_used(tiny, harness_calls):
+    result = carrier.run(
+        carrier.Config(
+            checkpoint=(tiny,),
+            weights="random",
+            harness="harness_custom",
+            lora_rank=4,
+            seq_len=16,
+            warmup_steps=1,
+            steps=2,
+            max_steps=2,
+            device="cpu",
+            processes=1,
+        )
+    )
+    row = result.tables["carriers"][0]
+    # its targets, not the reference's: q (32 -> 32) and v (32 -> 16) on 2 layers, rank 4
+    assert row.params_trainable == 2 * 4 * ((32 + 32) + (32 + 16))
+    lines = harness_calls.read_text().splitlines()  # written by the worker process that measured
+    assert lines.count("discover") == 1
+    assert lines.count("loss") == 1 + 2 + 2  # warm-up + timed steps + the 2 profiled steps of the baseline
+    assert row.step_s > 0
+
+
+@pytest.mark.parametrize(
+    "path, named",
+    [
+        ("no_such_harness_xyz", "does not import: ModuleNotFoundError"),
+        ("harness_broken", "does not import: SyntaxError"),
+        ("harness_raises", "does not import: RuntimeError: LAB_DATA_DIR is not set$"),
+        ("harness_incomplete", "lacks compute_loss"),
+    ],
+)
+def test_a_bad_harness_is_an_input_error_naming_it(lab_path, path, named):
+    with pytest.raises(InputError, match=named) as info:
+        harness.load_harness(path)
+    assert path in str(info.value)
+
+
+def test_the_cli_refuses_a_bad_harness_in_one_line(tiny, lab_path, capsys):
+    code = main(["probe", "carrier", "--checkpoint", str(tiny), "--harness", "harness_incomplete", "--steps", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "harness_incomplete" in err and "compute_loss" in err
+
+
+@pytest.mark.parametrize("probe", ["carrier", "profile"])
+@pytest.mark.parametrize(
+    "path, named", [("harness_broken", "SyntaxError"), ("harness_raises", "RuntimeError"), ("", "--harness is empty")]
+)
+def test_the_cli_refuses_a_harness_that_fails_at_import_in_one_line(tiny, lab_path, capsys, probe, path, named):
+    extra = ["--steps", "0"] if probe == "carrier" else []
+    code = main(["probe", probe, "--checkpoint", str(tiny), "--harness", path, "--device", "cpu", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and named in err and "Traceback" not in err
+
+
+def test_an_empty_harness_path_is_refused_by_both_configs(tiny):
+    with pytest.raises(InputError, match="harness is empty"):
+        carrier.Config(checkpoint=(tiny,), harness=" ")
+    with pytest.raises(InputError, match="harness is empty"):
+        profile.Config(checkpoint=tiny, harness="")
+    with pytest.raises(InputError, match="harness is empty"):
+        harness.load_harness("")
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 16, 64])
+def test_chunked_ce_equals_full_logits_in_loss_and_gradients(chunk):
+    g = torch.Generator().manual_seed(chunk)
+    tokens, hidden_size, vocab = 37, 12, 50
+    hidden = torch.randn(tokens, hidden_size, generator=g, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(vocab, hidden_size, generator=g, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, vocab, (tokens,), generator=g)
+    labels[::4] = -100
+    loss = harness.cross_entropy(hidden, weight, labels, chunk)
+    loss.backward()
+    got = (loss.detach(), hidden.grad.clone(), weight.grad.clone())
+    hidden.grad = weight.grad = None
+    expected = F.cross_entropy(hidden @ weight.t(), labels, ignore_index=-100)
+    expected.backward()
+    torch.testing.assert_close(got[0], expected.detach())
+    torch.testing.assert_close(got[1], hidden.grad)
+    torch.testing.assert_close(got[2], weight.grad)
+
+
+def test_compute_loss_is_the_models_own_next_token_loss(tiny):
+    model = AutoModelForCausalLM.from_config(Qwen3Config.from_pretrained(tiny)).double()
+    ids = torch.randint(1, 128, (2, 24), generator=torch.Generator().manual_seed(1))
+    labels = ids.clone()
+    labels[1, 20:] = -100
+    batch = {"input_ids": ids, "labels": labels}
+    expected = model(input_ids=ids, labels=labels, use_cache=False).loss  # HF shifts labels itself
+    for chunk in (0, 7):
+        got = harness.compute_loss(model, batch, chunk_tokens=chunk)
+        torch.testing.assert_close(got, expected.to(got.dtype), rtol=1e-5, atol=1e-6)  # HF: fp32 loss
