@@ -40,13 +40,12 @@ from pathlib import Path
 
 import torch
 
-from probes import contract, flops, kernels, models, processes, variants, whatif
+from probes import contract, flops, kernels, models, stack_report, stacks, variants, whatif
 from probes import harness as reference
 from probes.mask import load_text_config
 from probes.result import Check, ProbeResult, require
 from probes.step_config import StepConfig
 from probes.timing import MAX_SPREAD
-from probes.worker import Spec
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -78,6 +77,13 @@ class Config(StepConfig):
     """Fresh processes the baseline of each checkpoint is measured in (the across-process spread)."""
     seed: int = 0
     """Seed of the random weights and batches, the same in every process."""
+    search: bool = False
+    """Find the fastest stack (probes/search.py): the singles, then the best stack grown greedily; the
+    candidates are the --variant values, or bf16-autocast, bf16-adapters, fused-adamw, compile, liger."""
+    search_budget_s: float = 3600.0
+    """Wall-clock budget of --search per checkpoint, seconds; stacks past it are listed as not tried."""
+    numerics_steps: int = 30
+    """Steps of the numerics price of every variant and stack on a fixed batch (probes/numerics.py; 0: none)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -88,7 +94,9 @@ class Config(StepConfig):
         require(self.max_steps >= self.steps, "max_steps", f"`max_steps` {self.max_steps} < `steps` {self.steps}")
         require(self.seq_len >= 2, "seq_len", f"must be >= 2, got {self.seq_len}")
         require(self.peak_tflops is None or self.peak_tflops > 0, "peak_tflops", "must be > 0")
-        variants.parse(self.variant)
+        require(self.search_budget_s > 0, "search_budget_s", "must be > 0")
+        require(self.numerics_steps >= 0, "numerics_steps", "must be >= 0")
+        stacks.parse(self.variant)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -209,11 +217,15 @@ def _peaks(config: Config, device: torch.device) -> tuple[tuple[float | None, fl
 EVIDENCE = ("process_step_s", "attributed_s", "microbench", "kernel_table", "timings")
 
 
-def _family(config: Config, names: tuple[str, ...], peaks, evidence: dict) -> tuple[list, list, list[str], dict]:
+def _family(
+    config: Config, names: tuple[str, ...], peaks, evidence: dict, extra: dict
+) -> tuple[list, list, list, dict]:
     rows, whatifs, advice, harness_info = [], [], [], {}
     for checkpoint in config.checkpoint:
-        baseline, others = processes.measure_set(Spec.of(config, checkpoint), names, config.processes)
         name = _name(checkpoint)
+        measured = stack_report.measure(config, checkpoint, names, name)
+        baseline, others = measured.baseline, measured.others
+        stack_report.collect(measured, extra)
         evidence[name] = {
             "baseline": {k: baseline.get(k) for k in EVIDENCE},
             **{r["variant"]: {"timings": r.get("timings"), "status": r.get("status")} for r in others},
@@ -221,7 +233,8 @@ def _family(config: Config, names: tuple[str, ...], peaks, evidence: dict) -> tu
         rows += [_row(config, name, r, peaks) for r in (baseline, *others)]
         baseline["tokens_per_step"] = config.batch_size * config.seq_len
         whatifs += whatif.table(name, baseline, others)
-        advice += whatif.advice(name, baseline, others, baseline.get("spread_across_pct"))
+        numerics = {r.variant: r for r in measured.numerics_rows}
+        advice += whatif.advice(name, baseline, others, baseline.get("spread_across_pct"), numerics)
         harness_info = harness_info or {
             k: baseline[k] for k in ("harness_step", "harness_fallbacks", "harness_env") if k in baseline
         }
@@ -230,7 +243,7 @@ def _family(config: Config, names: tuple[str, ...], peaks, evidence: dict) -> tu
 
 def run(config: Config) -> ProbeResult:
     harness = reference.load_harness(config.harness)
-    names = variants.parse(config.variant)
+    names = stacks.parse(config.variant)
     for checkpoint in config.checkpoint:  # every config.json readable before anything runs
         load_text_config(checkpoint)
     device = models.pick_device(config.device)
@@ -246,13 +259,16 @@ def run(config: Config) -> ProbeResult:
         peak_note = "not measured (--steps 0)"
     else:
         peaks, peak_note = _peaks(config, device)
-        evidence: dict = {}
-        rows, whatifs, advice, measured_info = _family(config, names, peaks, evidence)
+        evidence, extra = {}, {}
+        rows, whatifs, advice, measured_info = _family(config, names, peaks, evidence, extra)
         result.artifacts["evidence.json"] = json.dumps(evidence, indent=1)
         info.update(measured_info)
     result.tables["carriers"] = rows
     if whatifs:
         result.tables["whatif"] = whatifs
+    if config.steps:
+        result.tables.update(extra.pop("tables"))
+        info.update(extra)
     result.summary = {
         "device": _device_name(device) if config.steps else "meta",
         "peak": peak_note,
@@ -274,7 +290,7 @@ def _checks(config: Config, rows: list[CarrierRow]) -> list[Check]:
     failed = [
         f"{r.model}/{r.variant}: {r.status}"
         for r in rows
-        if r.status not in ("ok", "counts only") and not r.status.startswith("not trustworthy")
+        if r.status not in ("ok", "counts only") and not r.status.startswith(("not trustworthy", "not applicable"))
     ]
     checks = [
         Check(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from probes import kernels, processes, variants, whatif
+from probes import kernels, processes, stacks, whatif
 from probes.profile_config import Config
 from probes.timing import MAX_SPREAD
 from probes.worker import Spec
@@ -56,7 +56,7 @@ def _row(tokens: int, r: dict) -> VariantRow:
 
 def measure(config: Config) -> tuple[list[VariantRow], list[whatif.WhatIfRow], list[str], str]:
     """(variants rows, whatif rows, advice, evidence JSON) for config.variant at the production shape."""
-    names = variants.parse(config.variant)
+    names = stacks.parse(config.variant)
     spec = Spec.of(config, config.checkpoint, profile_steps=config.profile_steps)
     baseline, others = processes.measure_set(spec, names, config.processes)
     tokens = config.batch_size * config.seq_len
