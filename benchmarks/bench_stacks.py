@@ -109,6 +109,7 @@ def _logging(out: Path) -> None:
     """One line per finished process and each prediction on stderr, every worker's result in workers.jsonl:
     a run cut short by its time limit still leaves what it measured."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    logging.getLogger().handlers[0].setLevel(logging.INFO)
     jsonl = logging.FileHandler(out / "workers.jsonl")
     jsonl.setLevel(logging.DEBUG)
     jsonl.addFilter(lambda record: record.levelno == logging.DEBUG)
