@@ -30,6 +30,13 @@ profiling) or a process that dies is a row with its reason, never a crash of the
 Table `whatif` (probes/whatif.py): per variant, the saving predicted from the baseline's attributed
 profile before it is measured, the measured one, the error in percentage points and the peak memory
 before and after. The summary ends with `advice`: the measured changes ranked by speed-up.
+
+A `--variant` may be a stack, `a+b+c` (probes/stacks.py: stored under its canonical name, a conflict
+refused in one line). `--search` finds the fastest stack greedily (probes/search.py: table `search`, each
+stack predicted from the singles before measured; summary `search_best`, `search_stop`, `not_tried`).
+Whenever something is compared with the baseline, table `numerics` gives each row's numerics price and
+`within_tolerance` (probes/numerics.py), the advice marks a change outside it, and summary `settings`
+prints the fastest as the settings to make and the command reproducing it (probes/stack_report.py).
 """
 
 from __future__ import annotations

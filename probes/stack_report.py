@@ -64,7 +64,17 @@ def _settings(config, checkpoint: Path, out: Measured) -> list[str]:
     speed = out.baseline["step_s"] / best["step_s"] if best.get("step_s") else None
     head = f"{checkpoint.name}: fastest {name}" + (f", x{speed:.3f} the baseline's tok/s" if speed else "") + mark
     command = settings.command(name, str(checkpoint), config.harness, config.batch_size, config.seq_len, config.weights)
-    return [head, *(f"  {line}" for line in settings.lines(name)), f"  reproduce: {command}"]
+    return [head, *(f"  {line}" for line in settings.lines(name)), f"  reproduce: {command}", _within(out)]
+
+
+def _within(out: Measured) -> str:
+    """The fastest measured change whose numerics are within tolerance (the baseline's always are)."""
+    within = {r.variant for r in out.numerics_rows if r.within_tolerance}
+    ok = [r for r in (out.baseline, *out.others) if r.get("status") == "ok" and r.get("variant") in within]
+    if not out.numerics_rows or not ok:
+        return "fastest within the numerics tolerance: not measured"
+    best = min(ok, key=lambda r: r["step_s"])
+    return f"fastest within the numerics tolerance: {best['variant']}, x{out.baseline['step_s'] / best['step_s']:.3f}"
 
 
 def collect(out: Measured, extra: dict) -> None:

@@ -70,7 +70,8 @@ def test_the_numerics_price_is_measured_and_a_broken_variant_is_out_of_tolerance
 def test_the_fastest_is_printed_as_settings_and_the_command_reproducing_it(stacked):
     lines = stacked.summary["settings"]
     assert lines[0].startswith(f"{stacked.tables['carriers'][0].model}: fastest ")
-    assert lines[-1].strip().startswith("reproduce: labprobe probe carrier --checkpoint ")
+    assert lines[-2].strip().startswith("reproduce: labprobe probe carrier --checkpoint ")
+    assert lines[-1].startswith("fastest within the numerics tolerance: ") and "ZERO_GRAD" not in lines[-1]
     assert settings.lines("bf16-adapters+compile+fused-adamw") == [
         *settings.SETTINGS["bf16-adapters"],
         *settings.SETTINGS["compile"],
