@@ -43,7 +43,7 @@ import json, time, cProfile, pstats
 t0 = time.perf_counter()
 import torch, transformers
 from pathlib import Path
-from probes import mask
+from probes.mask import probe as mask
 t1 = time.perf_counter()
 from transformers import AttentionInterface, AutoModelForCausalLM
 from transformers.masking_utils import AttentionMaskInterface

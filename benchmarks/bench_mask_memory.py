@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 _CHILD = """
 import resource, sys
-from probes import mask
+from probes.mask import probe as mask
 ck, s, pad, impl = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 mask.run(mask.Config(checkpoint=ck, seq_len=s, padding=pad, attn_implementation=impl))

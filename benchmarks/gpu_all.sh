@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every GPU check in one call: issue 4's 4B profile and three-carrier bench, twice, at 4,096 and 16,384
 # tokens a step (benchmarks/bench_gpu.py), the teammate's NVML idleness check if present, issue 24's
-# no-regression check of NVML and `probe carrier`'s idle check (benchmarks/gpu_idle_regress.py), and issue 15's
-# variants, predicted then measured (benchmarks/bench_variants.py, about 6 minutes a shape).
+# no-regression check of NVML and `probe carrier`'s idle check (benchmarks/gpu_idle_regress.py), issue 15's
+# variants, predicted then measured (benchmarks/bench_variants.py, about 6 minutes a shape), and issue 27's
+# search for the fastest stack (benchmarks/bench_stacks.py).
 # Runs from a plain checkout with no install (PYTHONPATH=.). Results go to $OUT (default
 # benchmarks/results/out). Extra arguments go to bench_gpu.py (--quick: a smoke run; --profile-only: the 4B
 # profile alone, e.g. a re-check of the kernel table and padding penalty). Probe options use one spelling:
@@ -28,6 +29,14 @@ mkdir -p "$OUT"
   rc_variants=$?
   echo "[gpu_all.sh: bench_variants.py exit $rc_variants after $(( $(date +%s) - begin )) s]"
   [ "$rc" -eq 0 ] && rc=$rc_variants
+  # issue 27: --search for the fastest stack on the same two shapes, with the numerics price (about 5-6 minutes a shape)
+  for shape in 4b_1x4096 1.7b_4x4096; do
+    begin=$(date +%s)
+    python3 benchmarks/bench_stacks.py --out "$OUT" --shape "$shape"
+    rc_stacks=$?
+    echo "[gpu_all.sh: bench_stacks.py --shape $shape exit $rc_stacks after $(( $(date +%s) - begin )) s]"
+    [ "$rc" -eq 0 ] && rc=$rc_stacks
+  done
   exit $rc
 } 2>&1 | tee "$OUT/gpu_log.txt"
 exit "${PIPESTATUS[0]}"

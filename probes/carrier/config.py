@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from probes.result import require
-from probes.step import variants
+from probes.step import stacks, variants
 from probes.step.config import StepConfig
 
 
@@ -39,6 +39,13 @@ class Config(StepConfig):
     """Fresh processes the baseline of each checkpoint is measured in (the across-process spread)."""
     seed: int = 0
     """Seed of the random weights and batches, the same in every process."""
+    search: bool = False
+    """Find the fastest stack (probes.step.search): the singles, then the best stack grown greedily; the
+    candidates are the --variant values, or bf16-autocast, bf16-adapters, fused-adamw, compile, liger."""
+    search_budget_s: float = 3600.0
+    """Wall-clock budget of --search per checkpoint, seconds; stacks past it are listed as not tried."""
+    numerics_steps: int = 30
+    """Steps of the numerics price of every variant and stack on a fixed batch (probes.step.numerics; 0: none)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -49,4 +56,6 @@ class Config(StepConfig):
         require(self.max_steps >= self.steps, "max_steps", f"`max_steps` {self.max_steps} < `steps` {self.steps}")
         require(self.seq_len >= 2, "seq_len", f"must be >= 2, got {self.seq_len}")
         require(self.peak_tflops is None or self.peak_tflops > 0, "peak_tflops", "must be > 0")
-        variants.parse(self.variant)
+        require(self.search_budget_s > 0, "search_budget_s", "must be > 0")
+        require(self.numerics_steps >= 0, "numerics_steps", "must be >= 0")
+        stacks.parse(self.variant)

@@ -30,6 +30,13 @@ profiling) or a process that dies is a row with its reason, never a crash of the
 Table `whatif` (probes.step.whatif): per variant, the saving predicted from the baseline's attributed
 profile before it is measured, the measured one, the error in percentage points and the peak memory
 before and after. The summary ends with `advice`: the measured changes ranked by speed-up.
+
+A `--variant` may be a stack, `a+b+c` (probes/step/stacks.py: stored under its canonical name, a conflict
+refused in one line). `--search` finds the fastest stack greedily (probes/step/search.py: table `search`, each
+stack predicted from the singles before measured; summary `search_best`, `search_stop`, `not_tried`).
+Whenever something is compared with the baseline, table `numerics` gives each row's numerics price and
+`within_tolerance` (probes/step/numerics.py), the advice marks a change outside it, and summary `settings`
+prints the fastest as the settings to make and the command reproducing it (probes/carrier/stack_report.py).
 """
 
 from __future__ import annotations
@@ -40,13 +47,13 @@ from pathlib import Path
 
 import torch
 
+from probes.carrier import stack_report
 from probes.carrier.config import Config
 from probes.result import Check, ProbeResult
-from probes.step import contract, flops, kernels, models, peaks, processes, variants, whatif
+from probes.step import contract, flops, kernels, models, peaks, stacks, variants, whatif
 from probes.step import harness as reference
 from probes.step.checkpoint import load_text_config
 from probes.step.timing import MAX_SPREAD
-from probes.step.worker import Spec
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -166,11 +173,15 @@ def _peaks(config: Config, device: torch.device) -> tuple[tuple[float | None, fl
 EVIDENCE = ("process_step_s", "attributed_s", "microbench", "kernel_table", "timings")
 
 
-def _family(config: Config, names: tuple[str, ...], peaks, evidence: dict) -> tuple[list, list, list[str], dict]:
+def _family(
+    config: Config, names: tuple[str, ...], peaks, evidence: dict, extra: dict
+) -> tuple[list, list, list, dict]:
     rows, whatifs, advice, harness_info = [], [], [], {}
     for checkpoint in config.checkpoint:
-        baseline, others = processes.measure_set(Spec.of(config, checkpoint), names, config.processes)
         name = _name(checkpoint)
+        measured = stack_report.measure(config, checkpoint, names, name)
+        baseline, others = measured.baseline, measured.others
+        stack_report.collect(measured, extra)
         evidence[name] = {
             "baseline": {k: baseline.get(k) for k in EVIDENCE},
             **{r["variant"]: {"timings": r.get("timings"), "status": r.get("status")} for r in others},
@@ -178,7 +189,8 @@ def _family(config: Config, names: tuple[str, ...], peaks, evidence: dict) -> tu
         rows += [_row(config, name, r, peaks) for r in (baseline, *others)]
         baseline["tokens_per_step"] = config.batch_size * config.seq_len
         whatifs += whatif.table(name, baseline, others)
-        advice += whatif.advice(name, baseline, others, baseline.get("spread_across_pct"))
+        numerics = {r.variant: r for r in measured.numerics_rows}
+        advice += whatif.advice(name, baseline, others, baseline.get("spread_across_pct"), numerics)
         harness_info = harness_info or {
             k: baseline[k] for k in ("harness_step", "harness_fallbacks", "harness_env") if k in baseline
         }
@@ -187,7 +199,7 @@ def _family(config: Config, names: tuple[str, ...], peaks, evidence: dict) -> tu
 
 def run(config: Config) -> ProbeResult:
     harness = reference.load_harness(config.harness)
-    names = variants.parse(config.variant)
+    names = stacks.parse(config.variant)
     for checkpoint in config.checkpoint:  # every config.json readable before anything runs
         load_text_config(checkpoint)
     device = models.pick_device(config.device)
@@ -203,13 +215,16 @@ def run(config: Config) -> ProbeResult:
         peak_note = "not measured (--steps 0)"
     else:
         peaks, peak_note = _peaks(config, device)
-        evidence: dict = {}
-        rows, whatifs, advice, measured_info = _family(config, names, peaks, evidence)
+        evidence, extra = {}, {}
+        rows, whatifs, advice, measured_info = _family(config, names, peaks, evidence, extra)
         result.artifacts["evidence.json"] = json.dumps(evidence, indent=1)
         info.update(measured_info)
     result.tables["carriers"] = rows
     if whatifs:
         result.tables["whatif"] = whatifs
+    if config.steps:
+        result.tables.update(extra.pop("tables"))
+        info.update(extra)
     result.summary = {
         "device": _device_name(device) if config.steps else "meta",
         "peak": peak_note,
@@ -231,7 +246,7 @@ def _checks(config: Config, rows: list[CarrierRow]) -> list[Check]:
     failed = [
         f"{r.model}/{r.variant}: {r.status}"
         for r in rows
-        if r.status not in ("ok", "counts only") and not r.status.startswith("not trustworthy")
+        if r.status not in ("ok", "counts only") and not r.status.startswith(("not trustworthy", "not applicable"))
     ]
     checks = [
         Check(

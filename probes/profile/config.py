@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from probes.result import require
-from probes.step import variants
+from probes.step import stacks
 from probes.step.config import StepConfig
 
 
@@ -47,4 +47,4 @@ class Config(StepConfig):
             require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         require(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
         require(self.max_steps >= self.steps, "max_steps", f"`max_steps` {self.max_steps} < `steps` {self.steps}")
-        variants.parse(self.variant)
+        stacks.parse(self.variant)

@@ -8,7 +8,7 @@ import dataclasses
 import json
 
 from probes.profile.config import Config
-from probes.step import kernels, processes, variants, whatif
+from probes.step import kernels, processes, stacks, whatif
 from probes.step.timing import MAX_SPREAD
 from probes.step.worker import Spec
 
@@ -56,7 +56,7 @@ def _row(tokens: int, r: dict) -> VariantRow:
 
 def measure(config: Config) -> tuple[list[VariantRow], list[whatif.WhatIfRow], list[str], str]:
     """(variants rows, whatif rows, advice, evidence JSON) for config.variant at the production shape."""
-    names = variants.parse(config.variant)
+    names = stacks.parse(config.variant)
     spec = Spec.of(config, config.checkpoint, profile_steps=config.profile_steps)
     baseline, others = processes.measure_set(spec, names, config.processes)
     tokens = config.batch_size * config.seq_len

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from probes.result import InputError
-from probes.step import variants
+from probes.step import stacks, variants
 from probes.step.worker import Spec
 
 LOG = logging.getLogger(__name__)
@@ -102,10 +102,10 @@ def merge(results: list[dict]) -> dict:
     return merged
 
 
-def measure_set(base: Spec, names: tuple[str, ...], processes: int) -> tuple[dict, list[dict]]:
-    """The baseline in `processes` fresh processes (the first attributes its profile and runs the
-    micro-benchmarks), then each other variant in one: (merged baseline, variant results)."""
-    chunks = tuple(variants.get(n).ce_chunk for n in names if variants.get(n).ce_chunk is not None)
+def measure_baseline(base: Spec, names: tuple[str, ...], processes: int) -> dict:
+    """The baseline in `processes` fresh processes, merged: the first attributes its profile, runs the
+    micro-benchmarks and the numerics (saving its first gradient in base.numerics_dir)."""
+    chunks = tuple(c for n in names if (c := stacks.get(n).ce_chunk) is not None)
     runs = [
         run(
             dataclasses.replace(
@@ -114,9 +114,19 @@ def measure_set(base: Spec, names: tuple[str, ...], processes: int) -> tuple[dic
                 predict=i == 0,
                 ce_chunks=chunks,
                 profile_steps=max(base.profile_steps, 2) if i == 0 else 1,
+                numerics_steps=base.numerics_steps if i == 0 else 0,
             )
         )
         for i in range(processes)
     ]
-    others = [run(dataclasses.replace(base, variant=n, profile_steps=1)) for n in names if n != variants.BASELINE]
-    return merge(runs), others
+    return merge(runs)
+
+
+def measure_set(base: Spec, names: tuple[str, ...], processes: int) -> tuple[dict, list[dict]]:
+    """The baseline (measure_baseline), then each other variant in one process: (merged baseline,
+    variant results). With numerics, the baseline's gradient lives in a folder for the set's time."""
+    with tempfile.TemporaryDirectory(prefix="labprobe-numerics-") as tmp:
+        base = dataclasses.replace(base, numerics_dir=base.numerics_dir or tmp)
+        baseline = measure_baseline(base, names, processes)
+        others = [run(dataclasses.replace(base, variant=n, profile_steps=1)) for n in names if n != variants.BASELINE]
+    return baseline, others

@@ -13,9 +13,13 @@
 - `compile`: `torch.compile` of each decoder layer (regional compilation). Caveat: compile time before
   the first step (`compile_s`), and a recompile on every new shape.
 - `ce-chunk=N`: the cross-entropy chunk, N tokens (0: full logits). Caveat: memory for time; the same loss.
+- `liger`: Liger Kernel's Triton RoPE, SwiGLU and RMSNorm (probes/step/libvariants.py; needs liger-kernel
+  and a CUDA device, else the row is `not applicable: ...`).
+- `PKG.MODULE:NAME`: a lab's own Variant object, imported (its `prepare(model)` runs after LoRA).
 
-`parse(names)` turns `--variant` values into Variants; an unknown name is a FieldError naming
-the known ones (one line, exit 2).
+A stack `a+b+c` is every change of its members at once (probes/step/stacks.py, whose `get` and `parse`
+the probes call), named canonically (members sorted); members that set one piece two ways are
+refused, naming the conflict. An unknown name is a FieldError naming the known ones (one line, exit 2).
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ class Variant:
     gradient_checkpointing: bool | None = None
     compile: bool = False
     ce_chunk: int | None = None
+    liger: bool = False
+    prepare: object = None
+    """A lab variant's own change: called with the model after LoRA (and the dtype casts), before compiling."""
 
     def contract(self, base: Contract) -> Contract:
         """The harness's contract with this variant's pieces swapped in."""
@@ -100,6 +107,12 @@ FIXED: dict[str, Variant] = {
         Variant(
             "compile", "compile time before the first step (compile_s), recompiles on every new shape", compile=True
         ),
+        Variant(
+            "liger",
+            "Liger Kernel's Triton RoPE, SwiGLU and RMSNorm (the harness keeps its own chunked CE, the role "
+            "of Liger's fused linear CE); its kernels break compiled graphs",
+            liger=True,
+        ),
     )
 }
 CE_CHUNK = re.compile(r"ce-chunk=(\d+)")
@@ -110,6 +123,7 @@ def known() -> str:
 
 
 def get(name: str) -> Variant:
+    """A single named variant (probes/step/stacks.py's get also reads stacks and lab variants)."""
     if name in FIXED:
         return FIXED[name]
     match = CE_CHUNK.fullmatch(name)
@@ -125,8 +139,7 @@ def get(name: str) -> Variant:
 
 
 def parse(names: tuple[str, ...]) -> tuple[str, ...]:
-    """Validated names, baseline first and once, order kept, duplicates dropped."""
-    for name in names:
-        get(name)
-    rest = [n for n in dict.fromkeys(names) if n != BASELINE]
+    """Validated single names, baseline first and once, order kept, duplicates dropped (stacks.parse
+    reads stacks too)."""
+    rest = [n for n in dict.fromkeys(get(name).name for name in names) if n != BASELINE]
     return (BASELINE, *rest)

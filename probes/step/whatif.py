@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from probes.step import attribution, variants
+from probes.step import attribution, stacks, variants
 
 MIN_COVERAGE = 0.9
 """Below this share of kernel time attributed to a module, no prediction is made from it."""
@@ -76,10 +76,14 @@ def predict(name: str, baseline: dict) -> tuple[float | None, str]:
         return None, f"not predicted: only {100 * covered:.0f}% of the profile's kernel time is attributed to a module"
     if (mismatch := _attribution_mismatch(att, baseline)) is not None:
         return None, mismatch
-    variant = variants.get(name)
+    variant = stacks.get(name)
     lora_s, opt_s = attribution.total(att, scope="lora"), attribution.total(att, scope="optimizer")
     if name == variants.BASELINE:
         return 0.0, "the baseline itself"
+    if "+" in name or ":" in name:  # probes/step/search.py predicts a stack from its measured members
+        return None, "not predicted here: a stack or a lab's own variant (--search predicts stacks from the singles)"
+    if variant.liger:
+        return None, "not predicted: Liger's kernels are timed only in its own process"
     if variant.compile:
         return None, "not predicted: what the compiler fuses is its own choice, not in the profile"
     if variant.gradient_checkpointing:
@@ -154,8 +158,10 @@ def _gib(value: int | None) -> str:
     return "n/a" if value is None else f"{value / 2**30:.1f} GiB"
 
 
-def advice(model: str, baseline: dict, results: list[dict], noise_pct: float | None) -> list[str]:
-    """Measured changes ranked by speed-up: variant, tok/s before -> after, speed-up, peak, caveat."""
+def advice(model: str, baseline: dict, results: list[dict], noise_pct: float | None, numerics=None) -> list[str]:
+    """Measured changes ranked by speed-up: variant, tok/s before -> after, speed-up, peak, caveat; with
+    `numerics` (variant -> probes.step.numerics.NumericsRow), whether its numerics are within tolerance: a
+    change outside keeps its rank and says so."""
     tokens = baseline.get("tokens_per_step")
     ranked = sorted(
         (r for r in results if _saving_pct(baseline, r) is not None),
@@ -173,6 +179,12 @@ def advice(model: str, baseline: dict, results: list[dict], noise_pct: float | N
         lines.append(
             f"{model} {r['variant']}: {tokens / baseline['step_s']:,.0f} -> {tokens / r['step_s']:,.0f} "
             f"tok/s (x{speedup:.3f}){noise}, peak {_gib(baseline.get('peak_mem_bytes'))} -> "
-            f"{_gib(r.get('peak_mem_bytes'))}; {r['caveat']}"
+            f"{_gib(r.get('peak_mem_bytes'))}; {r['caveat']}{_numerics_mark((numerics or {}).get(r['variant']))}"
         )
     return lines
+
+
+def _numerics_mark(row) -> str:
+    if row is None or row.within_tolerance is None:
+        return ""
+    return "; numerics within tolerance" if row.within_tolerance else f"; NUMERICS OUTSIDE TOLERANCE ({row.basis})"

@@ -1,12 +1,13 @@
 """One measurement of one step (a checkpoint, a shape, a variant) in a fresh process.
 
 `python -m probes.step.worker SPEC.json OUT.json`: builds the model through the harness's contract
-with the variant's changes (probes.step.variants), seeds torch with the spec's seed (the same random
-weights and batch in every process), times the step (probes.step.timing), then profiles it AFTER
-every timing (CUPTI lingers: probes.step.kernels) for gpu_busy_frac and the attention backends that
-ran. With `predict`, the profile is attributed to the step's modules (probes.step.attribution) and
-the micro-benchmarks the what-if predictions need run last (probes.step.microbench). A CUDA
-out-of-memory is a result with its status, never a crash. probes.step.processes starts these.
+with the variant's changes (probes/step/variants.py), seeds torch with the spec's seed (the same random
+weights and batch in every process), times the step (probes/step/timing.py), then profiles it AFTER
+every timing (CUPTI lingers: probes/step/kernels.py) for gpu_busy_frac and the attention backends that
+ran. With `numerics_steps`, the adapters go back to their built values and the numerics price is
+measured last (probes/step/numerics.py). With `predict`, the profile is attributed to the step's modules (probes/step/attribution.py) and
+the micro-benchmarks the what-if predictions need run last (probes/step/microbench.py). A CUDA
+out-of-memory is a result with its status, never a crash. probes/step/processes.py starts these.
 """
 
 from __future__ import annotations
@@ -23,8 +24,20 @@ from pathlib import Path
 import torch
 
 from probes.result import InputError
-from probes.step import attribution, contract, flops, kernels, microbench, models, variants
+from probes.step import (
+    attribution,
+    contract,
+    flops,
+    kernels,
+    libvariants,
+    microbench,
+    models,
+    numerics,
+    stacks,
+    variants,
+)
 from probes.step import harness as reference
+from probes.step.checkpoint import load_text_config
 from probes.step.timing import time_steps
 
 _START = time.perf_counter()
@@ -51,6 +64,10 @@ class Spec:
     """Attribute the profile and run the what-if micro-benchmarks (the baseline's first process)."""
     ce_chunks: tuple[int, ...] = ()
     """CE chunk sizes the micro-benchmark times (those of the ce-chunk variants asked for)."""
+    numerics_steps: int = 0
+    """Steps of the numerics price after the timing (0: none; probes/step/numerics.py)."""
+    numerics_dir: str = ""
+    """Folder of the baseline's first-step gradient: the baseline saves it there, the others compare."""
 
     @classmethod
     def of(cls, config, checkpoint: Path, **more) -> Spec:
@@ -82,6 +99,8 @@ def _prepare(model, variant: variants.Variant, pieces: contract.Contract) -> Non
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()  # as Trainer does; dropout is 0 in these configs, checkpointing needs it
+    if variant.prepare is not None:
+        variant.prepare(model)
     if variant.compile:
         for layer in reference._decoder_layers(model):
             layer.compile()
@@ -90,6 +109,7 @@ def _prepare(model, variant: variants.Variant, pieces: contract.Contract) -> Non
 def _build(spec: Spec, pieces: contract.Contract, variant: variants.Variant, device: torch.device):
     torch.manual_seed(spec.seed)
     model = models.build_model(Path(spec.checkpoint), weights=spec.weights, device=device)
+    libvariants.prepare_base(model, variant)
     targets = list(pieces.harness.discover_target_modules(model))
     if not targets:
         raise InputError(f"{spec.harness}.discover_target_modules found no target modules")
@@ -171,7 +191,7 @@ def _timed(spec: Spec, model, step, device: torch.device, out: dict) -> None:
         optimizer=contract.optimizer_class(step.optimizer),
     )
     out["harness_step"]["optimizer_class"] = out["optimizer"]
-    if spec.variant == "compile":
+    if stacks.get(spec.variant).compile:
         out["compile_s"] = first_s - t.median_s
 
 
@@ -191,7 +211,7 @@ def measure(spec: Spec) -> dict:
     """Every figure of one process, as a JSON-able dict; an OOM gives status "oom while ..."."""
     device = models.pick_device(spec.device)
     harness = reference.load_harness(spec.harness)
-    variant = variants.get(spec.variant)
+    variant = stacks.get(spec.variant)
     pieces = variant.contract(contract.resolve(harness))
     out: dict = {
         "variant": variant.name,
@@ -204,9 +224,13 @@ def measure(spec: Spec) -> dict:
     chunk = spec.ce_chunk if variant.ce_chunk is None else variant.ce_chunk
     if variant.ce_chunk is not None and "chunk_tokens" not in _loss_params(harness):
         return {**out, "status": f"not applicable: {spec.harness}.compute_loss takes no chunk_tokens"}
+    model_type = load_text_config(Path(spec.checkpoint)).model_type
+    if (why := libvariants.not_applicable(variant, device, model_type)) is not None:
+        return {**out, "status": why}
     stage, clock = "loading", _Stages(out)
     try:
         model = _build(spec, pieces, variant, device)
+        built = [p.detach().to("cpu", copy=True) for p in model.parameters() if p.requires_grad]
         clock("build")
         out["params_total"], out["params_trainable"] = models.count_params(model)
         shape = flops.model_shape(model)
@@ -217,6 +241,10 @@ def measure(spec: Spec) -> dict:
         stage = clock("timing") or "profiling"
         _profiled(spec, model, step, device, out)
         clock("profiling")
+        if spec.numerics_steps:
+            stage = "numerics"
+            out["numerics"] = _numerics(spec, model, built, pieces, chunk, device)
+            clock("numerics")
         if spec.predict:
             stage = "micro-benchmarks"
             del step
@@ -228,6 +256,22 @@ def measure(spec: Spec) -> dict:
             raise
         out["status"] = f"oom while {stage}: {str(exc).splitlines()[0][:100]}"
     return out
+
+
+def _numerics(spec: Spec, model, built: list, pieces: contract.Contract, chunk: int, device: torch.device) -> dict:
+    """The numerics price from the built adapter weights and a fresh optimizer (probes/step/numerics.py)."""
+    with torch.no_grad():
+        for p, value in zip((p for p in model.parameters() if p.requires_grad), built):
+            p.copy_(value)
+    step = _step(spec, model, pieces, chunk, device)
+    folder = Path(spec.numerics_dir) if spec.numerics_dir else None
+    is_baseline = spec.variant == variants.BASELINE
+    return numerics.measure(
+        step,
+        spec.numerics_steps,
+        reference=None if folder is None or is_baseline else folder / "baseline_grad.pt",
+        save=folder / "baseline_grad.pt" if folder is not None and is_baseline and spec.predict else None,
+    )
 
 
 class _Stages:

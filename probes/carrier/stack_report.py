@@ -1,0 +1,87 @@
+"""Carrier's measurement of one checkpoint's variants and stacks, with their numerics price and the
+settings of the fastest: the named set (`--variant`, each in fresh processes) or the greedy search
+(`--search`, probes/step/search.py). carrier.py keeps its rows and checks; this module gives it, per
+checkpoint, the baseline, the other results and the extra tables (`search`, `numerics`) and lines
+(`settings`, `search_stop`, `not_tried`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from probes.step import numerics, processes, search, settings, variants
+from probes.step.worker import Spec
+
+
+@dataclasses.dataclass
+class Measured:
+    baseline: dict
+    others: list[dict]
+    search_rows: list[search.SearchRow] = dataclasses.field(default_factory=list)
+    numerics_rows: list[numerics.NumericsRow] = dataclasses.field(default_factory=list)
+    notes: dict = dataclasses.field(default_factory=dict)
+
+
+def _numerics_steps(config, names: tuple[str, ...]) -> int:
+    """Numerics only where something is compared with the baseline."""
+    return config.numerics_steps if (config.search or len(names) > 1) else 0
+
+
+def measure(config, checkpoint: Path, names: tuple[str, ...], model: str) -> Measured:
+    spec = Spec.of(config, checkpoint, numerics_steps=_numerics_steps(config, names))
+    if config.search:
+        candidates = tuple(n for n in names if n != variants.BASELINE) or search.CANDIDATES
+        outcome = search.run(spec, candidates, config.processes, config.search_budget_s, model)
+        out = Measured(outcome.baseline, outcome.results, search_rows=outcome.rows)
+        out.notes = {"search_best": outcome.best, "search_stop": outcome.stop, "not_tried": outcome.not_tried}
+    else:
+        out = Measured(*processes.measure_set(spec, names, config.processes))
+    if spec.numerics_steps:
+        out.numerics_rows = [numerics.compare(model, out.baseline, r) for r in (out.baseline, *out.others)]
+    out.notes["settings"] = _settings(config, checkpoint, out)
+    return out
+
+
+def fastest(out: Measured) -> dict:
+    ok = [r for r in (out.baseline, *out.others) if r.get("status") == "ok"]
+    return min(ok, key=lambda r: r["step_s"]) if ok else out.baseline
+
+
+def _settings(config, checkpoint: Path, out: Measured) -> list[str]:
+    """The fastest measured stack as the change to make, its numerics verdict and the command."""
+    best = fastest(out)
+    name = best.get("variant", variants.BASELINE)
+    verdict = next((r for r in out.numerics_rows if r.variant == name), None)
+    mark = (
+        ""
+        if verdict is None or verdict.within_tolerance is None
+        else (
+            " (numerics within tolerance)"
+            if verdict.within_tolerance
+            else f" (numerics OUTSIDE tolerance: {verdict.basis})"
+        )
+    )
+    speed = out.baseline["step_s"] / best["step_s"] if best.get("step_s") else None
+    head = f"{checkpoint.name}: fastest {name}" + (f", x{speed:.3f} the baseline's tok/s" if speed else "") + mark
+    command = settings.command(name, str(checkpoint), config.harness, config.batch_size, config.seq_len, config.weights)
+    return [head, *(f"  {line}" for line in settings.lines(name)), f"  reproduce: {command}", _within(out)]
+
+
+def _within(out: Measured) -> str:
+    """The fastest measured change whose numerics are within tolerance (the baseline's always are)."""
+    within = {r.variant for r in out.numerics_rows if r.within_tolerance}
+    ok = [r for r in (out.baseline, *out.others) if r.get("status") == "ok" and r.get("variant") in within]
+    if not out.numerics_rows or not ok:
+        return "fastest within the numerics tolerance: not measured"
+    best = min(ok, key=lambda r: r["step_s"])
+    return f"fastest within the numerics tolerance: {best['variant']}, x{out.baseline['step_s'] / best['step_s']:.3f}"
+
+
+def collect(out: Measured, extra: dict) -> None:
+    """A checkpoint's extra tables and lines into the family's (`tables` holds the non-empty tables)."""
+    tables = extra.setdefault("tables", {})
+    for table, rows in (("search", out.search_rows), ("numerics", out.numerics_rows)):
+        if rows:
+            tables.setdefault(table, []).extend(rows)
+    for key, value in out.notes.items():
+        extra.setdefault(key, []).extend(value if isinstance(value, list) else [value])

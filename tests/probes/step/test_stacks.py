@@ -1,0 +1,154 @@
+"""Stacks of variants, the greedy search and the numerics price, on a tiny model in fresh processes: a
+stack measured under its canonical name, an incompatible one refused in one line, a library variant
+whose library is missing not applicable, and a deliberately broken variant caught by the numerics."""
+
+from __future__ import annotations
+
+import pytest
+
+from probes.carrier import probe as carrier
+from probes.result import FieldError
+from probes.step import numerics, search, settings, stacks
+from runner.cli import main
+
+STEP = dict(weights="random", lora_rank=4, seq_len=16, batch_size=2, warmup_steps=1, steps=2, max_steps=2, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def stacked(tiny, tmp_path_factory):
+    import sys
+
+    from tests.probes.conftest import DATA
+
+    sys.path.insert(0, str(DATA))  # the lab's variants module, importable here and in the workers
+    try:
+        yield carrier.run(
+            carrier.Config(
+                checkpoint=(tiny,),
+                **STEP,
+                processes=1,
+                numerics_steps=6,
+                variant=("fused-adamw+bf16-adapters", "bf16-autocast", "variants_lab:ZERO_GRAD", "liger"),
+            )
+        )
+    finally:
+        sys.path.remove(str(DATA))
+
+
+def test_a_stack_is_measured_in_its_own_process_under_its_canonical_name(stacked):
+    rows = {r.variant: r for r in stacked.tables["carriers"]}
+    assert list(rows) == ["baseline", "bf16-adapters+fused-adamw", "bf16-autocast", "variants_lab:ZERO_GRAD", "liger"]
+    stack = rows["bf16-adapters+fused-adamw"]
+    assert stack.step_s > 0 and stack.status.startswith(("ok", "not trustworthy"))  # a loaded CPU
+    assert stack.caveat.startswith("bf16-adapters: optimizer precision") and "| fused-adamw: " in stack.caveat
+
+
+def test_a_library_variant_without_its_library_is_not_applicable_not_a_failure(stacked):
+    pytest.importorskip("torch")
+    liger = next(r for r in stacked.tables["carriers"] if r.variant == "liger")
+    assert liger.status == "not applicable: install liger-kernel" and liger.step_s is None
+    assert {c.name: c for c in stacked.checks}["all_measured"].ok
+
+
+def test_the_numerics_price_is_measured_and_a_broken_variant_is_out_of_tolerance(stacked):
+    rows = {r.variant: r for r in stacked.tables["numerics"]}
+    assert rows["baseline"].within_tolerance and rows["baseline"].steps == 6
+    # bf16-autocast is what the reference harness does already: the same numbers, exactly
+    same = rows["bf16-autocast"]
+    assert same.grad_cosine == pytest.approx(1.0) and same.loss_first_diff_pct == 0 and same.within_tolerance
+    broken = rows["variants_lab:ZERO_GRAD"]
+    assert broken.grad_cosine < 0.99 and broken.grad_norm_ratio < 0.95
+    assert broken.within_tolerance is False and "gradient cosine" in broken.basis
+    stack = rows["bf16-adapters+fused-adamw"]
+    assert (
+        stack.grad_cosine is not None and stack.rounded_away_pct is not None and stack.loss_curve_diff_pct is not None
+    )
+    assert rows["liger"].within_tolerance is None and rows["liger"].basis.startswith("not measured: not applicable")
+    (line,) = [a for a in stacked.summary["advice"] if " variants_lab:ZERO_GRAD:" in a]
+    assert "NUMERICS OUTSIDE TOLERANCE" in line and "gradient cosine" in line
+
+
+def test_the_fastest_is_printed_as_settings_and_the_command_reproducing_it(stacked):
+    lines = stacked.summary["settings"]
+    assert lines[0].startswith(f"{stacked.tables['carriers'][0].model}: fastest ")
+    assert lines[-2].strip().startswith("reproduce: labprobe probe carrier --checkpoint ")
+    assert lines[-1].startswith("fastest within the numerics tolerance: ") and "ZERO_GRAD" not in lines[-1]
+    assert settings.lines("bf16-adapters+compile+fused-adamw") == [
+        *settings.SETTINGS["bf16-adapters"],
+        *settings.SETTINGS["compile"],
+        *settings.SETTINGS["fused-adamw"],
+    ]
+    assert any("autocast_adapter_dtype=False" in s for s in settings.SETTINGS["bf16-adapters"])
+    assert any('optim="adamw_torch_fused"' in s for s in settings.SETTINGS["fused-adamw"])
+
+
+def test_an_incompatible_stack_is_one_line_naming_the_conflict_exit_2(tiny, capsys):
+    code = main(
+        ["probe", "carrier", "--checkpoint", str(tiny), "--weights", "random", "--device", "cpu"]
+        + ["--variant", "compile+bf16-autocast+bf16-adapters"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "bf16-adapters and bf16-autocast conflict: both set the adapter dtype (bfloat16 vs float32)" in err
+
+
+def test_stack_names_are_canonical_and_members_compose():
+    assert stacks.parse(("fused-adamw+compile", "compile+fused-adamw", "baseline")) == (
+        "baseline",
+        "compile+fused-adamw",
+    )
+    stack = stacks.get("fused-adamw+grad-ckpt+ce-chunk=64")
+    assert stack.name == "ce-chunk=64+fused-adamw+grad-ckpt"
+    assert stack.fused_adamw and stack.gradient_checkpointing and stack.ce_chunk == 64
+    assert stacks.compatible("bf16-autocast", "compile") is None
+    assert "conflict" in stacks.compatible("ce-chunk=8", "ce-chunk=16")
+    with pytest.raises(FieldError, match="baseline is no change"):
+        stacks.get("baseline+compile")
+
+
+def test_the_search_grows_the_best_stack_predicting_each_before_measuring(tiny):
+    result = carrier.run(
+        carrier.Config(
+            checkpoint=(tiny,),
+            **STEP,
+            processes=2,
+            numerics_steps=3,
+            search=True,
+            variant=("bf16-adapters", "fused-adamw", "ce-chunk=8"),
+        )
+    )
+    rows = result.tables["search"]
+    singles = [r for r in rows if r.round == 1]
+    assert [r.stack for r in singles] == ["bf16-adapters", "fused-adamw", "ce-chunk=8"]
+    assert all(r.parent == "baseline" and r.predicted_from_singles_step_s is None for r in singles)
+    later = [r for r in rows if r.round > 1]
+    for r in later:  # predicted from the singles before measured, the error after
+        assert r.predicted_step_s is not None and r.measured_step_s is not None
+        assert r.error_pct == pytest.approx(100 * (r.predicted_step_s - r.measured_step_s) / r.measured_step_s)
+        assert "+" in r.stack and r.stack == stacks.canonical(r.stack)
+    chosen = [r.stack for r in rows if r.chosen]
+    assert all(stacks.members(a) == stacks.members(b)[: len(stacks.members(a))] or set(stacks.members(a)) <= set(
+        stacks.members(b)) for a, b in zip(chosen, chosen[1:]))  # fmt: skip
+    assert result.summary["search_stop"] and len(result.summary["search_best"]) == 1
+    measured = {r.variant for r in result.tables["carriers"]}
+    assert {r.stack for r in rows} <= measured and {r.variant for r in result.tables["numerics"]} == measured
+
+
+def test_the_search_budget_says_what_was_not_tried(tiny):
+    result = carrier.run(
+        carrier.Config(checkpoint=(tiny,), **STEP, processes=1, numerics_steps=0, search=True, search_budget_s=0.5)
+    )
+    assert result.summary["not_tried"] == list(search.CANDIDATES)
+    assert result.summary["search_stop"] == ["budget spent"]
+    assert [r.variant for r in result.tables["carriers"]] == ["baseline"]
+
+
+def test_tolerances_name_what_a_row_breaks():
+    base = {"numerics": {"losses": [2.0, 1.5, 1.0], "rounded_away_pct": [0.0, 0.0, 0.0]}}
+    fine = {"variant": "v", "numerics": {**base["numerics"], "grad_cosine": 0.999, "grad_norm_ratio": 1.01}}
+    assert numerics.compare("m", base, fine).within_tolerance
+    drift = {"variant": "v", "numerics": {"losses": [2.0, 1.8, 1.4], "rounded_away_pct": [0.5, 3.0, 5.0],
+                                          "grad_cosine": 0.999, "grad_norm_ratio": 1.0}}  # fmt: skip
+    row = numerics.compare("m", base, drift)
+    assert row.loss_curve_diff_pct == pytest.approx(100 * 0.4 / 1.0) and row.rounded_away_pct == 5.0
+    assert not row.within_tolerance and "loss curve 40" in row.basis and "updates rounded away 5" in row.basis
