@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("runner.cli.compare", "compare hosts on the same work from the store"),
     "host-command": ("runner.cli.host_command", "print the `ray start` line for one host"),
     "idle": ("runner.cli.idle", "read every GPU of the lab through NVML: idle or busy, and why"),
-    "schedule": ("runner.cli.schedule", "install, remove or show the overnight sweep's crontab entry"),
+    "schedule": ("runner.cli.schedule", "install, remove, show or run the overnight sweep's crontab entry"),
     "history": ("runner.cli.history", "a metric over past runs, with drift alerts"),
     "purge": ("runner.cli.purge", "safely purge intermediate checkpoints across hosts"),
     "store": ("runner.cli.store", "check, compact, vacuum or migrate the store's Delta tables"),
