@@ -42,6 +42,15 @@ def _top_help() -> str:
     return "\n".join(lines)
 
 
+def _never_unencodable() -> None:
+    """Under an ASCII locale (LC_ALL=C, PYTHONUTF8=0) a non-ASCII path would raise UnicodeEncodeError
+    when printed: print it escaped instead."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", "") or "").lower().replace("-", "")
+        if encoding != "utf8" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
@@ -52,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"labprobe {code_version()}")  # the package version, and the commit of a git checkout
         return 0
+    _never_unencodable()
     setup_logging()
     name = argv[0]
     if name not in COMMANDS:

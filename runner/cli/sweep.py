@@ -31,7 +31,9 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -109,6 +111,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """The sweep, with Ctrl-C handled once: the first raises KeyboardInterrupt (the CLI exits 130),
+    every later one is ignored while Ray shuts down. A second Ctrl-C used to land inside
+    ray.shutdown (a KeyboardInterrupt traceback, a segfault or a C++ abort, Ray's agents orphaned)."""
+    if threading.current_thread() is not threading.main_thread():
+        return _main(args)
+    previous = signal.signal(signal.SIGINT, _first_interrupt)
+    try:
+        return _main(args)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the process exits: nothing interrupts the cleanup
+        _shutdown_ray()
+        raise
+    finally:
+        if signal.getsignal(signal.SIGINT) is _first_interrupt:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _first_interrupt(signum, frame) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def _shutdown_ray() -> None:
+    """Shut down this driver's Ray (the embedded one stops its raylet and GCS with it)."""
+    if "ray" not in sys.modules:
+        return
+    import ray
+
+    try:
+        if ray.is_initialized():
+            ray.shutdown()
+    except Exception as exc:  # shutting down after an interrupt: say so, never a traceback
+        logger.warning(f"labprobe sweep: Ray did not shut down cleanly: {exc}")
+
+
+def _connect(address: str | None, timeout_s: float) -> None:
+    """connect(), with Ray's temporary folder that cannot be made (TMPDIR a file, unwritable, full,
+    or so deep that Ray's socket paths pass 107 bytes) as one line."""
+    try:
+        connect(address, timeout_s=timeout_s)
+    except OSError as exc:
+        _shutdown_ray()
+        where = exc.filename or os.environ.get("TMPDIR") or "/tmp"
+        raise InputError(
+            f"Ray could not start: {exc.strerror or exc}: {where} (TMPDIR={os.environ.get('TMPDIR', '')!r}: "
+            f"Ray needs a writable folder there, or set RAY_TMPDIR)"
+        ) from None
+
+
+def _main(args: argparse.Namespace) -> int:
     _check_numbers(args)
     cluster = load_cluster(args.cluster)
     jobs = expand(cluster, args.plan)
@@ -128,7 +180,7 @@ def main(args: argparse.Namespace) -> int:
     ):
         if args.inline is None:
             address = args.address or cluster.spec.ray.address
-            connect(address, timeout_s=args.connect_timeout_s)
+            _connect(address, args.connect_timeout_s)
             warn_embedded(
                 "sweep",
                 address,

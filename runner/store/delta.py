@@ -14,6 +14,7 @@ naming the file, so every command reports it in one line and exits 2.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,16 @@ def location(root: str | Path) -> tuple[str, bool]:
     return str(Path(text).expanduser().absolute()), True
 
 
+def _unicode(path: str) -> str:
+    """`path` as delta-rs needs it: under an ASCII locale (LC_ALL=C, PYTHONUTF8=0) Python holds a
+    non-ASCII path's bytes as surrogates (what its own file calls need), which delta-rs cannot
+    encode; it gets the real characters (the bytes are UTF-8)."""
+    try:
+        return os.fsencode(path).decode("utf-8")
+    except UnicodeDecodeError:
+        return path
+
+
 def join(uri: str, *parts: str) -> str:
     return "/".join([uri.rstrip("/"), *parts])
 
@@ -104,7 +115,7 @@ def join(uri: str, *parts: str) -> str:
 def open_table(uri: str, options: dict[str, str] | None) -> DeltaTable | None:
     """The table at `uri`, or None when there is none yet."""
     try:
-        return DeltaTable(uri, storage_options=options or None)
+        return DeltaTable(_unicode(uri), storage_options=options or None)
     except TableNotFoundError:
         return None
     except (DeltaError, OSError) as exc:
@@ -114,7 +125,7 @@ def open_table(uri: str, options: dict[str, str] | None) -> DeltaTable | None:
 def append(target: DeltaTable | str, data: pa.Table, options: dict[str, str] | None) -> None:
     """One commit adding `data` (to a table, or creating it at a uri); a new column merges into the
     table's schema (older rows read null)."""
-    uri = target.table_uri if isinstance(target, DeltaTable) else target
+    uri = target.table_uri if isinstance(target, DeltaTable) else _unicode(target)
     table = target if isinstance(target, DeltaTable) else open_table(target, options)
     if table is not None:
         data = fit(data, pa.schema(table.schema().to_arrow()), uri)
@@ -236,13 +247,13 @@ def list_dirs(uri: str, options: dict[str, str] | None, local: bool) -> list[str
     if local:
         path = Path(uri)
         return sorted(p.name for p in path.iterdir() if p.is_dir()) if path.is_dir() else []
-    fs = pa_fs.PyFileSystem(DeltaStorageHandler(uri, options or None))
+    fs = pa_fs.PyFileSystem(DeltaStorageHandler(_unicode(uri), options or None))
     infos = fs.get_file_info(pa_fs.FileSelector("", allow_not_found=True))
     return sorted(i.base_name for i in infos if i.type == pa_fs.FileType.Directory)
 
 
 def is_table(uri: str, options: dict[str, str] | None) -> bool:
-    return DeltaTable.is_deltatable(uri, storage_options=options or None)
+    return DeltaTable.is_deltatable(_unicode(uri), storage_options=options or None)
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:

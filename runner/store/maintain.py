@@ -197,7 +197,7 @@ def _delete(store, name: str, doomed: list[str]) -> None:
 
 def _table_fs(store, name: str) -> pa_fs.FileSystem:
     if store.local:
-        return pa_fs.SubTreeFileSystem(str(store.root / delta.TABLES / name), pa_fs.LocalFileSystem())
+        return pa_fs.SubTreeFileSystem(delta._unicode(str(store.root / delta.TABLES / name)), pa_fs.LocalFileSystem())
     from deltalake.fs import DeltaStorageHandler
 
     return pa_fs.PyFileSystem(DeltaStorageHandler(store.table_uri(name), store.storage_options or None))
