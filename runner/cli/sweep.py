@@ -31,9 +31,7 @@ import argparse
 import json
 import math
 import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,13 +41,13 @@ from probes.result import InputError
 from runner.analysis.answers import answers_text
 from runner.analysis.report import write_report
 from runner.clock import new_run_id, parse_deadline
+from runner.dispatch.interrupt import connect_or_one_line, interrupted_once
 from runner.dispatch.launch import InlineLauncher, RayLauncher
 from runner.dispatch.lock import SweepLock
 from runner.dispatch.loop import Counts, Dispatch
 from runner.dispatch.spill import check_writable
 from runner.hosts.nodes import (
     HostFailure,
-    connect,
     head_address,
     run_on_hosts,
     warn_embedded,
@@ -111,53 +109,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """The sweep, with Ctrl-C handled once: the first raises KeyboardInterrupt (the CLI exits 130),
-    every later one is ignored while Ray shuts down. A second Ctrl-C used to land inside
-    ray.shutdown (a KeyboardInterrupt traceback, a segfault or a C++ abort, Ray's agents orphaned)."""
-    if threading.current_thread() is not threading.main_thread():
-        return _main(args)
-    previous = signal.signal(signal.SIGINT, _first_interrupt)
-    try:
-        return _main(args)
-    except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the process exits: nothing interrupts the cleanup
-        _shutdown_ray()
-        raise
-    finally:
-        if signal.getsignal(signal.SIGINT) is _first_interrupt:
-            signal.signal(signal.SIGINT, previous)
-
-
-def _first_interrupt(signum, frame) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise KeyboardInterrupt
-
-
-def _shutdown_ray() -> None:
-    """Shut down this driver's Ray (the embedded one stops its raylet and GCS with it)."""
-    if "ray" not in sys.modules:
-        return
-    import ray
-
-    try:
-        if ray.is_initialized():
-            ray.shutdown()
-    except Exception as exc:  # shutting down after an interrupt: say so, never a traceback
-        logger.warning(f"labprobe sweep: Ray did not shut down cleanly: {exc}")
-
-
-def _connect(address: str | None, timeout_s: float) -> None:
-    """connect(), with Ray's temporary folder that cannot be made (TMPDIR a file, unwritable, full,
-    or so deep that Ray's socket paths pass 107 bytes) as one line."""
-    try:
-        connect(address, timeout_s=timeout_s)
-    except OSError as exc:
-        _shutdown_ray()
-        where = exc.filename or os.environ.get("TMPDIR") or "/tmp"
-        raise InputError(
-            f"Ray could not start: {exc.strerror or exc}: {where} (TMPDIR={os.environ.get('TMPDIR', '')!r}: "
-            f"Ray needs a writable folder there, or set RAY_TMPDIR)"
-        ) from None
+    """The sweep, with Ctrl-C handled once (runner/dispatch/interrupt.py): exit 130, Ray shut down."""
+    return interrupted_once(lambda: _main(args))
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -180,7 +133,7 @@ def _main(args: argparse.Namespace) -> int:
     ):
         if args.inline is None:
             address = args.address or cluster.spec.ray.address
-            _connect(address, args.connect_timeout_s)
+            connect_or_one_line(address, args.connect_timeout_s)
             warn_embedded(
                 "sweep",
                 address,
