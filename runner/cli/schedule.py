@@ -15,8 +15,18 @@ from pathlib import Path
 from runner.lab import schedule as sched
 from runner.lab.cluster import load_cluster
 
+EPILOG = (
+    "The crontab line runs one fixed command, `labprobe schedule run --entries DIR ID`; the cluster file, "
+    "plan, deadline, log and environment are read from DIR/ID.json, which install wrote, and the sweep is "
+    "started without a shell. Plan, checkpoint, corpus and host names may hold only letters, digits, '.', "
+    "'_' and '-' (labprobe validate checks them); newlines and other control characters are refused. "
+    "labprobe's lines sit between '# BEGIN labprobe schedule' and '# END labprobe schedule'; show flags "
+    "(exit 1) any line there labprobe did not write."
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     install = actions.add_parser("install", help="add or replace the sweep's entry (and its entry file)")
     remove = actions.add_parser("remove", help="delete the sweep's entry (one plan, or all of a cluster file)")
