@@ -167,10 +167,13 @@ def read(
     table: DeltaTable, *, columns: list[str] | None = None, filters: Any = None, dictionary: set[str] | None = None
 ) -> pa.Table:
     """The table's rows (one snapshot: the version the DeltaTable was loaded at). `dictionary`:
-    string columns read as dictionary arrays (no string per row: a year of keys twice as fast)."""
+    string columns read as dictionary arrays (no string per row: a year of keys twice as fast).
+    A local table is read through Arrow's own file system (`reader_filesystem`: no Python buffers
+    left to Arrow's I/O threads at exit, which could abort the process)."""
     options = ParquetReadOptions(dictionary_columns=dictionary) if dictionary else None
     try:
-        rows = table.to_pyarrow_dataset(parquet_read_options=options).to_table(columns=columns, filter=filters)
+        dataset = table.to_pyarrow_dataset(parquet_read_options=options, filesystem=reader_filesystem(table))
+        rows = dataset.to_table(columns=columns, filter=filters)
         return rows.unify_dictionaries() if dictionary else rows
     except Exception as exc:  # delta-rs' file system raises more than OSError: find the file, name it
         raise _unreadable(table, exc) from exc
