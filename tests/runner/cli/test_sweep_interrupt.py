@@ -81,6 +81,13 @@ def processes_naming(text: str) -> list[str]:
 def test_a_double_ctrl_c_exits_130_with_ray_shut_down_and_no_agents_left(tmp_path):
     cluster = write_lab(tmp_path / "lab", num_jobs=4)
     ray_tmp = Path(tempfile.mkdtemp(prefix="lp-int-", dir="/tmp"))  # Ray's socket paths must stay short
+    try:
+        interrupt_twice(cluster, ray_tmp)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def interrupt_twice(cluster: Path, ray_tmp: Path) -> None:
     proc = sweep(cluster, {"TMPDIR": str(ray_tmp)})
     deadline = time.monotonic() + 120
     # Wait for Ray's agents (raylet, GCS, workers: each names the session under our TMPDIR) and a job.
@@ -113,7 +120,6 @@ def test_a_double_ctrl_c_exits_130_with_ray_shut_down_and_no_agents_left(tmp_pat
         time.sleep(0.2)
         left = processes_naming(str(ray_tmp))
     assert left == []
-    shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def test_an_unwritable_tmpdir_is_one_line_exit_2(tmp_path):
