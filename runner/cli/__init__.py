@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("runner.cli.compare", "compare hosts on the same work from the store"),
     "host-command": ("runner.cli.host_command", "print the `ray start` line for one host"),
     "idle": ("runner.cli.idle", "read every GPU of the lab through NVML: idle or busy, and why"),
-    "schedule": ("runner.cli.schedule", "install, remove or show the overnight sweep's crontab entry"),
+    "schedule": ("runner.cli.schedule", "install, remove, show or run the overnight sweep's crontab entry"),
     "history": ("runner.cli.history", "a metric over past runs, with drift alerts"),
     "purge": ("runner.cli.purge", "safely purge intermediate checkpoints across hosts"),
     "store": ("runner.cli.store", "check, compact, vacuum or migrate the store's Delta tables"),
@@ -42,6 +42,15 @@ def _top_help() -> str:
     return "\n".join(lines)
 
 
+def _never_unencodable() -> None:
+    """Under an ASCII locale (LC_ALL=C, PYTHONUTF8=0) a non-ASCII path would raise UnicodeEncodeError
+    when printed: print it escaped instead."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", "") or "").lower().replace("-", "")
+        if encoding != "utf8" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
@@ -52,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"labprobe {code_version()}")  # the package version, and the commit of a git checkout
         return 0
+    _never_unencodable()
     setup_logging()
     name = argv[0]
     if name not in COMMANDS:

@@ -1,31 +1,51 @@
-"""`labprobe schedule install|remove|show`: the overnight sweep's crontab entry."""
+"""`labprobe schedule install|remove|show|run`: the overnight sweep's crontab entry (runner/lab/schedule.py).
+
+The crontab line runs one fixed command, `labprobe schedule run --entries DIR ID`; what the sweep
+needs (cluster file, plan, deadline, log, folder, environment) is in the entry file DIR/ID.json that
+`install` wrote. Plan names may hold only letters, digits, '.', '_' and '-'; newlines and other
+control characters are refused everywhere. `show` flags any line in labprobe's block that labprobe
+did not write (exit 1).
+"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from runner.lab import schedule as sched
 from runner.lab.cluster import load_cluster
-from runner.lab.schedule import (
-    install,
-    labprobe_entries,
-    read_crontab,
-    remove,
-    write_crontab,
+
+EPILOG = (
+    "The crontab line runs one fixed command, `labprobe schedule run --entries DIR ID`; the cluster file, "
+    "plan, deadline, log and environment are read from DIR/ID.json, which install wrote, and the sweep is "
+    "started without a shell. Plan, checkpoint, corpus and host names may hold only letters, digits, '.', "
+    "'_' and '-' (labprobe validate checks them); newlines and other control characters are refused. "
+    "labprobe's lines sit between '# BEGIN labprobe schedule' and '# END labprobe schedule'; show flags "
+    "(exit 1) any line there labprobe did not write."
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    install = actions.add_parser("install", help="add or replace the sweep's entry")
+    install = actions.add_parser("install", help="add or replace the sweep's entry (and its entry file)")
     remove = actions.add_parser("remove", help="delete the sweep's entry (one plan, or all of a cluster file)")
-    show = actions.add_parser("show", help="list labprobe's entries")
+    show = actions.add_parser("show", help="list labprobe's entries; flag lines in its block it did not write")
+    run = actions.add_parser("run", help="what cron runs: the sweep of entry ID, output appended to its log")
+    run.add_argument("id", metavar="ID", help="the entry's id (16 hex digits), as the crontab line names it")
+    for sub in (install, remove, show, run):
+        sub.add_argument(
+            "--entries",
+            type=Path,
+            metavar="DIR",
+            help="the entry files' folder (default: $LABPROBE_SCHEDULE_DIR, else ~/.local/state/labprobe/schedule)",
+        )
     for sub in (install, remove, show):
         sub.add_argument(
             "--crontab-file",
             type=Path,
             metavar="F",
-            help="edit this file instead of the user's crontab (created if absent)",
+            help="read and write this file instead of the user's crontab (install creates it if absent)",
         )
     for sub in (install, remove):
         sub.add_argument(
@@ -50,26 +70,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="F",
         help="append the sweep's output here (default: the schedule section's, else <store>/logs/sweep-<plan>.log)",
     )
-    remove.add_argument("--all", action="store_true", help="remove every labprobe entry, of any cluster file")
+    remove.add_argument("--all", action="store_true", help="remove labprobe's whole block, of any cluster file")
 
 
 def main(args: argparse.Namespace) -> int:
-    tab = read_crontab(args.crontab_file)
+    folder = sched.entries_dir(args.entries)
+    if args.action == "run":
+        return sched.run(folder, args.id)
+    text = sched.read_crontab(args.crontab_file)
     if args.action == "install":
         cluster = load_cluster(args.cluster)
-        entry = install(tab, cluster, plan=args.plan, cron=args.cron, deadline=args.deadline, log=args.log)
-        write_crontab(tab, args.crontab_file)
-        print(f"installed: {entry.slices} {entry.command}")
-    elif args.action == "remove":
-        cluster_path = args.cluster.resolve()
-        num_removed = remove(tab, cluster_path=None if args.all else cluster_path, plan=args.plan)
+        text, entry = sched.install(
+            text, cluster, folder, plan=args.plan, cron=args.cron, deadline=args.deadline, log=args.log
+        )
+        sched.write_crontab(text, args.crontab_file)
+        print(
+            f"installed: {sched.line(entry, folder)}\n    plan {entry.plan}, cluster {entry.cluster}, log {entry.log}"
+        )
+        return 0
+    if args.action == "remove":
+        cluster_path = None if args.all else args.cluster.resolve()
+        text, num_removed = sched.remove(text, folder, cluster_path=cluster_path, plan=None if args.all else args.plan)
         if num_removed:
-            write_crontab(tab, args.crontab_file)
+            sched.write_crontab(text, args.crontab_file)
         print(f"removed {num_removed} entr{'y' if num_removed == 1 else 'ies'}")
-    else:
-        entries = labprobe_entries(tab)
-        for entry in entries:
-            print(f"{entry.slices}  {entry.comment}\n    {entry.command}")
-        if not entries:
-            print("no labprobe entries")
-    return 0
+        return 0
+    entries, problems = sched.show(text, folder)
+    for entry in entries:
+        deadline = f", deadline {entry.deadline}" if entry.deadline else ""
+        print(f"{entry.cron}  plan {entry.plan}{deadline}  cluster {entry.cluster}\n    log {entry.log}  id {entry.id}")
+    if not entries:
+        print("no labprobe entries")
+    for problem in problems:
+        print(problem)
+    return 1 if problems else 0

@@ -6,8 +6,12 @@
     labprobe store migrate [--store D] [--cluster F]    the older Parquet-per-job layout into Delta tables
 
 The store is the cluster file's `store:` (root, storage_options, vacuum_retention_days), or --store.
-compact, vacuum and migrate take the sweep's lock on a local store, so they never run beside a
-sweep. Exit 0 done, 1 `check` found unreadable files, 2 bad input.
+compact, vacuum and migrate take the store's lock (the sweep's) on a local store, so they never run
+beside a sweep or a purge; vacuum also never deletes a file the newest version uses or one younger
+than an hour (runner/store/maintain.py), so a writer without the lock loses nothing either.
+check lists every table, a broken one too, with every unreadable data file and every commit file
+that lost actions. Exit 0 done, 1 `check` found unreadable files, 2 bad input (a store path that is
+missing or not a store, a data file compact cannot read, a retention that is not a finite number).
 """
 
 from __future__ import annotations
@@ -43,11 +47,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     store, retention = open_store(args.store, args.cluster)
     if args.retention_days is not None:
-        if not args.retention_days >= 0:
-            raise InputError(f"--retention-days: expected a number of days >= 0, got {args.retention_days:g}")
         retention = args.retention_days
+    if args.action == "vacuum":
+        where = "--retention-days" if args.retention_days is not None else "store.vacuum_retention_days"
+        maintain.retention_hours(retention, where)  # inf, nan, negative: one line before anything
     if args.action == "check":
         return _check(store)
+    if args.action != "migrate":
+        maintain.require_store(store)  # before the lock, which would create the folder
     with _locked(store, args.action):
         if args.action == "compact":
             _compact(store)
@@ -94,11 +101,11 @@ def _check(store: Store) -> int:
     rows = [
         {
             "table": t.name,
-            "version": t.version,
+            "version": "broken" if t.version is None else t.version,
             "files": t.files,
             "rows": t.rows,
             "MiB": round(t.bytes / 2**20, 3),
-            "other files": t.other_files,
+            "other files": "-" if t.other_files is None else t.other_files,
         }
         for t in state.tables
     ]

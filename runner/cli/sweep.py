@@ -41,13 +41,13 @@ from probes.result import InputError
 from runner.analysis.answers import answers_text
 from runner.analysis.report import write_report
 from runner.clock import new_run_id, parse_deadline
+from runner.dispatch.interrupt import connect_or_one_line, interrupted_once
 from runner.dispatch.lock import SweepLock
 from runner.dispatch.loop import Counts
 from runner.dispatch.placement import gpu_skip_kind
 from runner.dispatch.spill import check_writable
 from runner.dispatch.sweep import run_sweep
 from runner.hosts.nodes import (
-    connect,
     warn_embedded,
 )
 from runner.hosts.reach import DEFAULT_CONNECT_TIMEOUT_S
@@ -105,6 +105,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """The sweep, with Ctrl-C handled once (runner/dispatch/interrupt.py): exit 130, Ray shut down."""
+    return interrupted_once(lambda: _main(args))
+
+
+def _main(args: argparse.Namespace) -> int:
     _check_numbers(args)
     cluster = load_cluster(args.cluster)
     jobs = expand(cluster, args.plan)
@@ -124,7 +129,7 @@ def main(args: argparse.Namespace) -> int:
     ):
         if args.inline is None:
             address = args.address or cluster.spec.ray.address
-            connect(address, timeout_s=args.connect_timeout_s)
+            connect_or_one_line(address, args.connect_timeout_s)
             warn_embedded(
                 "sweep",
                 address,

@@ -27,7 +27,7 @@ import probes
 from probes.result import SHOWN_CHARS, FieldError, InputError, shown
 from runner.clock import parse_hh_mm
 from runner.lab.budget import BudgetSpec, with_budget
-from runner.lab.names import path_name_errors
+from runner.lab.names import is_safe_name, path_name_errors, plan_name_errors, refuse_control
 from runner.lab.probe_config import build_probe_config, field_error_line
 from runner.lab.safe_yaml import read_yaml
 from runner.lab.store_spec import StoreSpec
@@ -134,6 +134,14 @@ class Schedule(_Model):
 
         if not CronSlices.is_valid(value):
             raise ValueError(f"invalid cron expression {shown(value)} (expected e.g. '0 1 * * *' or '@daily')")
+        return value
+
+    @field_validator("log")
+    @classmethod
+    def _one_line(cls, value: str | None) -> str | None:
+        refused = refuse_control("path", value) if value is not None else None
+        if refused:
+            raise ValueError(refused.split(": ", 1)[1])
         return value
 
     @field_validator("deadline", mode="before")
@@ -301,7 +309,8 @@ def _duplicates(items: list, kind: str, section: str) -> list[str]:
 def check_references(spec: ClusterSpec) -> list[str]:
     """Cross-references pydantic cannot see: duplicate names, plans naming unknown things, configs."""
     errors = (
-        _duplicates(spec.hosts, "host", "hosts")
+        plan_name_errors(list(spec.plans))
+        + _duplicates(spec.hosts, "host", "hosts")
         + _duplicates(spec.checkpoints, "checkpoint", "checkpoints")
         + _duplicates(spec.corpora, "corpus", "corpora")
     )
@@ -314,7 +323,7 @@ def check_references(spec: ClusterSpec) -> list[str]:
                 f"{section}[{i}].hosts.{h[:SHOWN_CHARS]}: unknown host {shown(h)}" for h in item.hosts if h not in hosts
             ]
     for plan, entries in spec.plans.items():
-        for i, entry in enumerate(entries):
+        for i, entry in enumerate(entries if is_safe_name(plan) else []):  # an unsafe name: said once, above
             errors += _check_entry(spec, f"plans.{plan}[{i}]", entry)
     if spec.schedule is not None and spec.schedule.plan not in spec.plans:
         errors.append(

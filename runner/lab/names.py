@@ -6,11 +6,18 @@ a plan's name becomes its cron log, `<store>/logs/sweep-<plan>.log`. A name the 
 the result was written. So each name is checked, in bytes (a name of 130 `é` is 260 bytes), against
 the store filesystem's NAME_MAX, and the deepest path the store writes against its PATH_MAX, both
 asked of the store root's nearest existing folder (`os.pathconf`), before anything runs.
+
+Names are also drawn from one safe set of characters (`SAFE_NAME`): letters, digits, `.`, `_`, `-`,
+starting with a letter or digit. A plan named `$(touch x)` or holding a newline used to pass
+`validate` and reach the crontab line `schedule install` wrote; no name can carry shell syntax or
+break a line now, and no text labprobe did not choose ever reaches a shell (runner/lab/schedule.py).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import unicodedata
 from pathlib import Path
 
 from probes.result import shown
@@ -23,6 +30,34 @@ TABLE_BYTES = 64
 """The longest table folder name (`<probe>.<table>`, fixed by the code: about 20 bytes)."""
 DEFAULT_LIMITS = (255, 4096)
 """NAME_MAX and PATH_MAX where the filesystem cannot be asked (Linux's values)."""
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+"""Plans, checkpoints, corpora (and hosts, whose pattern in cluster.py is this one, shorter)."""
+SAFE_CHARACTERS = "letters, digits, '.', '_' and '-', starting with a letter or digit"
+
+
+def is_safe_name(name: str) -> bool:
+    return isinstance(name, str) and SAFE_NAME.fullmatch(name) is not None
+
+
+def control_characters(text: str) -> list[str]:
+    """The control characters (newline, tab, escape, ...) in `text`, as `\\n`-style escapes."""
+    return [repr(c)[1:-1] for c in dict.fromkeys(text) if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")]
+
+
+def refuse_control(where: str, text: str) -> str | None:
+    """`where: ...` when `text` holds a control character (a newline would start a new crontab line)."""
+    bad = control_characters(text)
+    return f"{where}: holds control characters ({' '.join(bad)}), refused: {shown(text)}" if bad else None
+
+
+def plan_name_errors(plans: list[str]) -> list[str]:
+    """One line per plan name outside the safe set (key path `plans.<name>`)."""
+    return [
+        f"plans.{shown(name)}: a plan's name may hold only {SAFE_CHARACTERS} "
+        f"(it names the sweep's log file and its schedule entry)"
+        for name in plans
+        if not is_safe_name(name)
+    ]
 
 
 def fs_limits(path: Path) -> tuple[int, int]:
@@ -52,13 +87,9 @@ def path_name_errors(
         ("plans", plans, "sweep-{}.log"),
     ):
         for i, name in enumerate(names):
-            where = f"plans.{name[:80]}" if section == "plans" else f"{section}[{i}].name"
-            if section == "plans" and ("/" in name or "\0" in name):
-                errors.append(
-                    f"{where}: a plan's name becomes a file name ({made.format('...')}); "
-                    f"it cannot hold '/' or NUL: {shown(name)}"
-                )
-                continue
+            if section == "plans" and not is_safe_name(name):
+                continue  # plan_name_errors says so
+            where = f"plans.{name}" if section == "plans" else f"{section}[{i}].name"
             size, own = len(os.fsencode(made.format(name))), len(os.fsencode(name))
             longest[section] = max(longest.get(section, 0), size)
             if size + WRAPPER_BYTES > name_max:

@@ -1,85 +1,199 @@
-"""`labprobe schedule install|remove|show`: the overnight sweep's crontab entry.
+"""`labprobe schedule install|remove|show|run`: the overnight sweep's crontab entry.
 
-One tagged entry per (cluster file, plan), edited with python-crontab, never by hand: installing
-again replaces the entry (idempotent), `remove` deletes it, `show` lists every labprobe entry.
-cron runs commands with a bare environment from the user's home directory, so the entry carries
-what the sweep needs: it changes to the cluster file's directory, sets PATH (and RAY_AUTH_MODE and
-RAY_AUTH_TOKEN_PATH when set here, as `host-command` asks of every driver; never a token itself), runs
-the `labprobe` of this very
-environment by absolute path, and appends stdout and stderr to a log file.
+No text from a cluster file ever reaches a shell. The crontab line cron hands to `/bin/sh` is one
+fixed command, `<labprobe> schedule run --entries <dir> <entry-id>`: the path of this environment's
+`labprobe`, the entries folder and a hex id, all chosen by labprobe (and refused if they hold a
+control character). Everything else (the cluster file, the plan, the deadline, the log, the working
+folder, PATH and the Ray auth settings a driver needs, never a token) sits in the entry file
+`<dir>/<entry-id>.json` that `install` wrote; `schedule run` reads it and starts the sweep as an
+argument list, no shell, with its output appended to the log.
+
+labprobe's lines live between two marker lines (BEGIN/END, below) and nowhere else. Each line is
+re-rendered from its entry file by `show`: a line inside the block that labprobe would not have
+written (edited by hand, pasted in, an entry file gone) is flagged, and `remove --all` deletes the
+whole block. The id is a hash of (cluster file, plan): installing again replaces the entry.
 
 `--crontab-file F` edits F (created if absent) instead of the user's crontab: for tests, and for
 labs that deploy cron files (`crontab F` installs one). Defaults come from the cluster file's
-`schedule` section; the flags override them.
+`schedule` section; the flags override them. The entries folder is `--entries`, else
+$LABPROBE_SCHEDULE_DIR, else `~/.local/state/labprobe/schedule`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import os
+import re
 import shlex
+import subprocess
 import sys
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
-from crontab import CronItem, CronSlices, CronTab
+from crontab import CronSlices
 
-from probes.result import InputError
+from probes.result import InputError, shown
 from runner.clock import parse_deadline
 from runner.lab.cluster import Cluster
+from runner.lab.names import is_safe_name, refuse_control
 
+BEGIN = "# BEGIN labprobe schedule: lines written by `labprobe schedule`, edit them with it"
+END = "# END labprobe schedule"
 TAG = "labprobe-sweep"
-"""Every entry's comment starts with this; the rest names the plan and the cluster file."""
+"""What an older labprobe wrote as each entry's comment (a shell line, no block): `show` flags those."""
+_ID = re.compile(r"[0-9a-f]{16}")
+_CRON = re.compile(r"@[a-z]+|[0-9A-Za-z*/,-]+(\s+[0-9A-Za-z*/,-]+){4}")
+"""The characters a cron expression needs: it is the one part of the line cron reads before the shell."""
+
+
+@dataclasses.dataclass
+class Entry:
+    """One scheduled sweep, as its entry file holds it."""
+
+    id: str
+    cron: str
+    cluster: str
+    plan: str
+    deadline: str | None
+    log: str
+    cwd: str
+    env: dict[str, str]
+    argv: list[str]
+
+
+@dataclasses.dataclass
+class Block:
+    """A crontab split around labprobe's block: the lines before and after it, and its own lines."""
+
+    before: list[str]
+    lines: list[str]
+    after: list[str]
+
+
+# -- where entries live -----------------------------------------------------------------------
+def entries_dir(given: Path | None) -> Path:
+    if given is not None:
+        folder = given
+    elif os.environ.get("LABPROBE_SCHEDULE_DIR"):
+        folder = Path(os.environ["LABPROBE_SCHEDULE_DIR"])
+    else:
+        state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        folder = Path(state) / "labprobe" / "schedule"
+    folder = folder.expanduser().absolute()
+    refused = refuse_control("--entries", str(folder))
+    if refused:
+        raise InputError(refused)
+    return folder
+
+
+def entry_id(cluster_path: Path, plan: str) -> str:
+    return hashlib.sha256(f"{cluster_path}\0{plan}".encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def read_entry(folder: Path, eid: str) -> Entry:
+    """The entry file of `eid`; InputError naming it when absent or not one labprobe wrote."""
+    if not _ID.fullmatch(eid):
+        raise InputError(f"entry id {shown(eid)}: expected 16 hex digits")
+    path = folder / f"{eid}.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        entry = Entry(**raw)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such schedule entry (reinstall it with `labprobe schedule install`)") from None
+    except (OSError, ValueError, TypeError) as exc:
+        raise InputError(f"{path}: not a schedule entry labprobe wrote ({exc})") from None
+    if entry.id != eid or not all(isinstance(a, str) for a in entry.argv) or not entry.argv:
+        raise InputError(f"{path}: not a schedule entry labprobe wrote (its id or command does not match)")
+    return entry
+
+
+def write_entry(folder: Path, entry: Entry) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    _atomic_write(folder / f"{entry.id}.json", json.dumps(dataclasses.asdict(entry), indent=1) + "\n")
+
+
+def line(entry: Entry, folder: Path) -> str:
+    """The crontab line for `entry`: fixed words, labprobe's own paths quoted, the hex id."""
+    run = [*labprobe_command(), "schedule", "run", "--entries", str(folder), entry.id]
+    return f"{entry.cron} {shlex.join(run)}"
 
 
 # -- the crontab ------------------------------------------------------------------------------
-def read_crontab(path: Path | None) -> CronTab:
+def read_crontab(path: Path | None) -> str:
     if path is None:
         try:
-            return CronTab(user=True)
+            proc = subprocess.run(["crontab", "-l"], capture_output=True, text=True, check=False)
         except OSError as exc:  # no `crontab` program here: point at the file option
             raise InputError(f"cannot read the user's crontab ({exc}); use --crontab-file F") from None
+        return proc.stdout if proc.returncode == 0 else ""  # "no crontab for user": exit 1, empty
     if path.is_dir():
         raise InputError(f"{path}: is a directory, expected a crontab file")
     if not path.exists():
-        return CronTab(tab="")
+        return ""
     try:
-        return CronTab(tab=path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+        return path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError) as exc:
         raise InputError(f"{path}: not a readable crontab ({exc})") from None
 
 
-def write_crontab(tab: CronTab, path: Path | None) -> None:
+def write_crontab(text: str, path: Path | None) -> None:
     if path is None:
         try:
-            tab.write_to_user(user=True)
+            proc = subprocess.run(["crontab", "-"], input=text, capture_output=True, text=True, check=False)
         except OSError as exc:
             raise InputError(f"cannot write the user's crontab ({exc}); use --crontab-file F") from None
+        if proc.returncode != 0:
+            raise InputError(f"cannot write the user's crontab: {' '.join(proc.stderr.split())}")
         return
-    # Atomic, so cron never reads half a file.
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    tmp.write_text(tab.render().lstrip("\n"), encoding="utf-8")
-    os.replace(tmp, path)
+    _atomic_write(path, text)  # cron never reads half a file
 
 
-def tag(plan: str, cluster_path: Path) -> str:
-    return f"{TAG} plan={plan} cluster={cluster_path}"
+def split(text: str) -> Block:
+    lines = text.splitlines()
+    if BEGIN not in lines:
+        return Block(before=lines, lines=[], after=[])
+    start = lines.index(BEGIN)
+    stop = lines.index(END, start) if END in lines[start:] else len(lines)
+    return Block(before=lines[:start], lines=lines[start + 1 : stop], after=lines[stop + 1 :])
 
 
-def labprobe_entries(tab: CronTab) -> list[CronItem]:
-    return [job for job in tab if job.comment.startswith(TAG + " ")]
+def join(block: Block) -> str:
+    own = [BEGIN, *block.lines, END] if block.lines else []
+    body = [*block.before, *own, *block.after]
+    return "\n".join(body) + "\n" if body else ""
 
 
+def line_id(text: str) -> str | None:
+    """The entry id a block line names (its last 16-hex word, so an edited line is still traced)."""
+    found = re.findall(r"(?<![0-9a-f])[0-9a-f]{16}(?![0-9a-f])", text)
+    return found[-1] if found else None
+
+
+# -- install / remove / show ------------------------------------------------------------------
 def install(
-    tab: CronTab,
+    text: str,
     cluster: Cluster,
+    folder: Path,
     *,
     plan: str | None = None,
     cron: str | None = None,
     deadline: str | None = None,
     log: Path | None = None,
-) -> CronItem:
-    """Add the plan's entry, replacing one already there for the same plan and cluster file."""
+) -> tuple[str, Entry]:
+    """The crontab with the plan's entry added (replacing one for the same plan and cluster file),
+    and the entry, whose file is written here."""
+    entry = new_entry(cluster, plan=plan, cron=cron, deadline=deadline, log=log)
+    block = split(text)
+    block.lines = [x for x in block.lines if line_id(x) != entry.id] + [line(entry, folder)]
+    Path(entry.log).parent.mkdir(parents=True, exist_ok=True)
+    write_entry(folder, entry)
+    return join(block), entry
+
+
+def new_entry(cluster: Cluster, *, plan: str | None, cron: str | None, deadline: str | None, log: Path | None) -> Entry:
     defaults = cluster.spec.schedule
     plan = plan or (defaults.plan if defaults else None)
     cron = cron or (defaults.cron if defaults else None)
@@ -87,63 +201,150 @@ def install(
     if plan is None or cron is None:
         missing = "--plan" if plan is None else "--cron"
         raise InputError(f"{missing}: not given, and {cluster.path.name} has no schedule section to default from")
-    if plan not in cluster.spec.plans:
-        raise InputError(
-            f"--plan: unknown plan {plan!r} in {cluster.path.name} (plans: {', '.join(cluster.spec.plans) or 'none'})"
-        )
-    if not CronSlices.is_valid(cron):
-        raise InputError(f"--cron: invalid cron expression {cron!r} (expected e.g. '0 1 * * *' or '@daily')")
+    for flag, value in (("--plan", plan), ("--cron", cron), ("--deadline", deadline), ("--cluster", cluster.path)):
+        refused = refuse_control(flag, str(value)) if value is not None else None
+        if refused:
+            raise InputError(refused)
+    if not is_safe_name(plan) or plan not in cluster.spec.plans:
+        known = ", ".join(p for p in cluster.spec.plans) or "none"
+        raise InputError(f"--plan: unknown plan {shown(plan)} in {cluster.path.name} (plans: {known})")
+    if not (_CRON.fullmatch(cron.strip()) and CronSlices.is_valid(cron)):
+        raise InputError(f"--cron: invalid cron expression {shown(cron)} (expected e.g. '0 1 * * *' or '@daily')")
     if deadline is not None:
         _check_deadline_after_start(cron, deadline)
     log_path = _log_path(cluster, plan, log)
-    log_path.parent.mkdir(parents=True, exist_ok=True)  # `>>` cannot create a folder
-    remove(tab, cluster_path=cluster.path, plan=plan)
-    entry = tab.new(command=sweep_command(cluster.path, plan, deadline, log_path), comment=tag(plan, cluster.path))
-    entry.setall(cron)
-    return entry
+    refused = refuse_control("--log", str(log_path))
+    if refused:
+        raise InputError(refused)
+    sweep = labprobe_command() + ["sweep", "--cluster", str(cluster.path), "--plan", plan, "--report"]
+    sweep += ["--deadline", deadline] if deadline else []
+    return Entry(
+        id=entry_id(cluster.path, plan),
+        cron=" ".join(cron.split()),
+        cluster=str(cluster.path),
+        plan=plan,
+        deadline=deadline,
+        log=str(log_path),
+        cwd=str(cluster.path.parent),
+        env=driver_env(),
+        argv=sweep,
+    )
 
 
-def remove(tab: CronTab, *, cluster_path: Path | None, plan: str | None) -> int:
-    """Delete labprobe entries: of one plan, or every plan of a cluster file, or (both None) all."""
-    doomed = [
-        job
-        for job in labprobe_entries(tab)
-        if (cluster_path is None or job.comment.endswith(f" cluster={cluster_path}"))
-        and (plan is None or job.comment.startswith(f"{TAG} plan={plan} "))
-    ]
-    for job in doomed:
-        tab.remove(job)
-    return len(doomed)
+def remove(text: str, folder: Path, *, cluster_path: Path | None, plan: str | None) -> tuple[str, int]:
+    """The crontab without labprobe's entries of one plan, or of every plan of a cluster file, or
+    (both None) the whole block, and older-format entries too; -> (text, number removed)."""
+    block = split(text)
+    kept, removed = [], 0
+    for text_line in block.lines:
+        if cluster_path is None and plan is None:
+            removed += bool(text_line.strip())
+            if line_id(text_line):
+                (folder / f"{line_id(text_line)}.json").unlink(missing_ok=True)
+            continue
+        eid = line_id(text_line)
+        entry = _entry_or_none(folder, eid)
+        if entry is not None and (
+            (cluster_path is None or entry.cluster == str(cluster_path)) and (plan is None or entry.plan == plan)
+        ):
+            removed += 1
+            (folder / f"{entry.id}.json").unlink(missing_ok=True)
+        else:
+            kept.append(text_line)
+    block.lines = kept
+    if cluster_path is None and plan is None:
+        older = [x for x in block.before + block.after if f"# {TAG} " in x]
+        removed += len(older)
+        block.before = [x for x in block.before if x not in older]
+        block.after = [x for x in block.after if x not in older]
+    return join(block), removed
 
 
-# -- the command cron runs --------------------------------------------------------------------
+def show(text: str, folder: Path) -> tuple[list[Entry], list[str]]:
+    """labprobe's entries, and one line per problem: a line inside the block that labprobe did not
+    write (it is not what the entry file renders to), an older entry outside it."""
+    block = split(text)
+    entries, problems = [], []
+    for number, text_line in enumerate(block.lines, start=1):
+        if not text_line.strip():
+            continue
+        entry = _entry_or_none(folder, line_id(text_line))
+        if entry is None or line(entry, folder) != text_line:
+            why = "no entry file for it" if entry is None else "differs from what its entry file renders"
+            problems.append(f"NOT WRITTEN BY LABPROBE (block line {number}, {why}): {shown(text_line)}")
+        else:
+            entries.append(entry)
+    if block.lines and END not in text.splitlines():
+        problems.append("the block has no END line: every line after BEGIN counts as labprobe's")
+    for text_line in block.before + block.after:
+        if f"# {TAG} " in text_line:
+            problems.append(
+                f"older labprobe entry (a shell line): remove it with `schedule remove --all`: {shown(text_line)}"
+            )
+    return entries, problems
+
+
+def _entry_or_none(folder: Path, eid: str | None) -> Entry | None:
+    if eid is None:
+        return None
+    try:
+        return read_entry(folder, eid)
+    except InputError:
+        return None
+
+
+# -- what cron runs ---------------------------------------------------------------------------
 def labprobe_command() -> list[str]:
     """This environment's `labprobe`, by absolute path (cron's PATH knows no venv)."""
     # The venv's bin folder, without resolving the python symlink out of the venv.
     script = Path(sys.executable).parent / "labprobe"
     if script.is_file() and os.access(script, os.X_OK):
-        return [str(script.absolute())]
-    return [str(Path(sys.executable).absolute()), "-m", "runner.cli"]
+        command = [str(script.absolute())]
+    else:
+        command = [str(Path(sys.executable).absolute()), "-m", "runner.cli"]
+    refused = refuse_control("labprobe's path", command[0])
+    if refused:
+        raise InputError(refused)
+    return command
 
 
-def sweep_command(cluster_path: Path, plan: str, deadline: str | None, log: Path) -> str:
-    """`{ stamp; cd DIR && ENV labprobe sweep ...; } >> LOG 2>&1`: everything lands in the log."""
+def driver_env() -> dict[str, str]:
+    """PATH (and PYTHONPATH, where a lab's harness module is found), and the Ray auth mode and token
+    path a driver joining a token-auth cluster needs (host-command asks the same of every driver);
+    never a token itself."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    # A driver joining a token-auth cluster needs the mode as well as the token's path (hostcmd.py).
+    if os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     if os.environ.get("RAY_AUTH_MODE"):
         env["RAY_AUTH_MODE"] = os.environ["RAY_AUTH_MODE"]
     if os.environ.get("RAY_AUTH_TOKEN_PATH"):
         env["RAY_AUTH_TOKEN_PATH"] = str(Path(os.environ["RAY_AUTH_TOKEN_PATH"]).absolute())
-    sweep = labprobe_command() + ["sweep", "--cluster", str(cluster_path), "--plan", plan, "--report"]
-    if deadline:
-        sweep += ["--deadline", deadline]
-    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    q = shlex.quote
-    return (
-        f'{{ echo "== labprobe sweep {q(plan)} $(date -u -Iseconds)"; '
-        f"cd {q(str(cluster_path.parent))} && {assignments} {shlex.join(sweep)}; }} "
-        f">> {q(str(log))} 2>&1"
-    )
+    return env
+
+
+def run(folder: Path, eid: str) -> int:
+    """Run entry `eid`'s sweep from its folder, its output appended to its log; its exit code."""
+    entry = read_entry(folder, eid)
+    try:
+        log = open(entry.log, "ab")  # noqa: SIM115 - handed to the child, closed below
+    except OSError as exc:
+        raise InputError(f"{entry.log}: cannot append the sweep's log: {exc.strerror or exc}") from None
+    with log:
+        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        log.write(f"== labprobe sweep {entry.plan} {stamp}\n".encode())
+        log.flush()
+        env = {**os.environ, **entry.env}
+        try:
+            return subprocess.run(entry.argv, cwd=entry.cwd, env=env, stdout=log, stderr=log, check=False).returncode
+        except OSError as exc:  # the folder or the labprobe gone since install
+            log.write(f"cannot start the sweep: {exc}\n".encode())
+            raise InputError(f"schedule entry {eid}: cannot start the sweep: {exc.strerror or exc}") from None
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _log_path(cluster: Cluster, plan: str, log: Path | None) -> Path:
@@ -153,7 +354,7 @@ def _log_path(cluster: Cluster, plan: str, log: Path | None) -> Path:
     if configured:
         path = Path(configured).expanduser()
         return path if path.is_absolute() else (cluster.base / path).resolve()
-    return cluster.store_root() / "logs" / f"sweep-{plan}.log"
+    return Path(cluster.store_root()) / "logs" / f"sweep-{plan}.log"
 
 
 def _check_deadline_after_start(cron: str, deadline: str) -> None:

@@ -14,9 +14,11 @@ naming the file, so every command reports it in one line and exits 2.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -96,6 +98,16 @@ def location(root: str | Path) -> tuple[str, bool]:
     return str(Path(text).expanduser().absolute()), True
 
 
+def _unicode(path: str) -> str:
+    """`path` as delta-rs needs it: under an ASCII locale (LC_ALL=C, PYTHONUTF8=0) Python holds a
+    non-ASCII path's bytes as surrogates (what its own file calls need), which delta-rs cannot
+    encode; it gets the real characters (the bytes are UTF-8)."""
+    try:
+        return os.fsencode(path).decode("utf-8")
+    except UnicodeDecodeError:
+        return path
+
+
 def join(uri: str, *parts: str) -> str:
     return "/".join([uri.rstrip("/"), *parts])
 
@@ -103,7 +115,7 @@ def join(uri: str, *parts: str) -> str:
 def open_table(uri: str, options: dict[str, str] | None) -> DeltaTable | None:
     """The table at `uri`, or None when there is none yet."""
     try:
-        return DeltaTable(uri, storage_options=options or None)
+        return DeltaTable(_unicode(uri), storage_options=options or None)
     except TableNotFoundError:
         return None
     except (DeltaError, OSError) as exc:
@@ -113,7 +125,7 @@ def open_table(uri: str, options: dict[str, str] | None) -> DeltaTable | None:
 def append(target: DeltaTable | str, data: pa.Table, options: dict[str, str] | None) -> None:
     """One commit adding `data` (to a table, or creating it at a uri); a new column merges into the
     table's schema (older rows read null)."""
-    uri = target.table_uri if isinstance(target, DeltaTable) else target
+    uri = target.table_uri if isinstance(target, DeltaTable) else _unicode(target)
     table = target if isinstance(target, DeltaTable) else open_table(target, options)
     if table is not None:
         data = fit(data, pa.schema(table.schema().to_arrow()), uri)
@@ -155,10 +167,13 @@ def read(
     table: DeltaTable, *, columns: list[str] | None = None, filters: Any = None, dictionary: set[str] | None = None
 ) -> pa.Table:
     """The table's rows (one snapshot: the version the DeltaTable was loaded at). `dictionary`:
-    string columns read as dictionary arrays (no string per row: a year of keys twice as fast)."""
+    string columns read as dictionary arrays (no string per row: a year of keys twice as fast).
+    A local table is read through Arrow's own file system (`reader_filesystem`: no Python buffers
+    left to Arrow's I/O threads at exit, which could abort the process)."""
     options = ParquetReadOptions(dictionary_columns=dictionary) if dictionary else None
     try:
-        rows = table.to_pyarrow_dataset(parquet_read_options=options).to_table(columns=columns, filter=filters)
+        dataset = table.to_pyarrow_dataset(parquet_read_options=options, filesystem=reader_filesystem(table))
+        rows = dataset.to_table(columns=columns, filter=filters)
         return rows.unify_dictionaries() if dictionary else rows
     except Exception as exc:  # delta-rs' file system raises more than OSError: find the file, name it
         raise _unreadable(table, exc) from exc
@@ -197,16 +212,31 @@ def _unreadable(table: DeltaTable, exc: Exception) -> CorruptStoreError:
 
 
 def unreadable_files(table: DeltaTable) -> list[tuple[str, str]]:
-    """(file, why) for every live file that cannot be read whole (missing, truncated, corrupt)."""
-    fs = table_filesystem(table)
+    """(file, why) for every live file that cannot be read whole (missing, truncated, corrupt).
+
+    Read without pre-buffering, and on a local table through Arrow's own file system: a pre-buffered
+    read through delta-rs' Python file handler leaves Arrow I/O threads holding Python buffers after
+    the read returns; one still releasing its buffer while the interpreter exits aborts the process
+    ("terminate called without an active exception", exit 134, about 1 run in 15 of `store check`)."""
+    fs = reader_filesystem(table)
+    plain = isinstance(fs, pa_fs.SubTreeFileSystem)  # the log's paths are URL-encoded; a folder's are not
     bad = []
     for path in table.get_add_actions(flatten=True).column("path").to_pylist():
         try:
-            with fs.open_input_file(path) as handle:
-                pq.read_table(handle)
+            with fs.open_input_file(unquote(path) if plain else path) as handle:
+                pq.ParquetFile(handle, pre_buffer=False).read()
         except Exception as exc:
             bad.append((join(table.table_uri, path), _short(exc, 160)))
     return bad
+
+
+def reader_filesystem(table: DeltaTable) -> pa_fs.FileSystem:
+    """Arrow's local file system rooted at the table where it is a folder here, else delta-rs' handler."""
+    uri = table.table_uri
+    local = uri[len("file://") :] if uri.startswith("file://") else uri if uri.startswith("/") else None
+    if local is not None:
+        return pa_fs.SubTreeFileSystem(unquote(local), pa_fs.LocalFileSystem())
+    return table_filesystem(table)
 
 
 def table_filesystem(table: DeltaTable) -> pa_fs.FileSystem:
@@ -220,13 +250,13 @@ def list_dirs(uri: str, options: dict[str, str] | None, local: bool) -> list[str
     if local:
         path = Path(uri)
         return sorted(p.name for p in path.iterdir() if p.is_dir()) if path.is_dir() else []
-    fs = pa_fs.PyFileSystem(DeltaStorageHandler(uri, options or None))
+    fs = pa_fs.PyFileSystem(DeltaStorageHandler(_unicode(uri), options or None))
     infos = fs.get_file_info(pa_fs.FileSelector("", allow_not_found=True))
     return sorted(i.base_name for i in infos if i.type == pa_fs.FileType.Directory)
 
 
 def is_table(uri: str, options: dict[str, str] | None) -> bool:
-    return DeltaTable.is_deltatable(uri, storage_options=options or None)
+    return DeltaTable.is_deltatable(_unicode(uri), storage_options=options or None)
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:

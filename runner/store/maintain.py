@@ -6,24 +6,43 @@
 - vacuum: delete files no table version younger than the retention needs (the lab's
   `store.vacuum_retention_days`, default 7: a week of time travel). Also removes stray files that
   are older than the retention: delta-rs deletes what its log does not know.
-- check: per table its version, live files, rows, bytes, and every live file whose footer cannot
-  be read; folders under tables/ that are not tables; a leftover older-layout tree.
+- check: per table its version, live files, rows, bytes, every live file that cannot be read and
+  every commit file that lost actions (runner/store/logcheck.py); a table whose log cannot be read
+  at all is listed as broken, never stopping the others; folders under tables/ that are not tables;
+  a leftover older-layout tree.
+
+Vacuum never deletes a file the table's newest version references, nor one younger than
+VACUUM_MIN_AGE_S: the newest version is read again after the candidates are listed, so a commit
+that landed meanwhile keeps its files, and a writer's data file that is not committed yet (written
+just before its commit) is too young to go. The CLI also takes the store's lock (runner/cli/store.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import time
+from pathlib import Path
 
+import pyarrow.fs as pa_fs
+
+from probes.result import InputError
 from runner.store import delta
+from runner.store.logcheck import commit_problems
 from runner.store.migrate import legacy_tables
 
 DEFAULT_RETENTION_DAYS = 7.0
+VACUUM_MIN_AGE_S = 3600.0
+"""Vacuum leaves any file younger than this, whatever the retention: a writer that does not hold the
+store's lock (another client, a store on an object store, where there is no lock) writes its data
+file before the commit that makes it live; an hour is far longer than any write takes."""
 
 
 @dataclasses.dataclass
 class TableState:
     name: str
-    version: int
+    version: int | None
+    """None: the table's log cannot be read at all (the reason is in `unreadable`)."""
     files: int
     rows: int
     bytes: int
@@ -47,26 +66,47 @@ class Check:
 
 
 def check(store) -> Check:
+    require_store(store)
     tables_root = delta.join(store.uri, delta.TABLES)
     names = store.table_names()
     strays = [n for n in delta.list_dirs(tables_root, store.storage_options, store.local) if n not in names]
-    states = []
-    for name in names:
+    states = [_table_state(store, name) for name in names]
+    return Check(tables=states, strays=strays, legacy=legacy_tables(store.root) if store.local else [])
+
+
+def require_store(store) -> None:
+    """A local store root must be a folder holding tables (or the older layout): else InputError."""
+    if not store.local:
+        return
+    root = Path(store.root)
+    if not root.exists():
+        raise InputError(f"store {root}: no such directory")
+    if not root.is_dir():
+        raise InputError(f"store {root}: is a file, not a store directory")
+    if not (root / delta.TABLES).is_dir() and not legacy_tables(root):
+        raise InputError(f"store {root}: not a labprobe store (no {delta.TABLES}/ folder of Delta tables)")
+
+
+def _table_state(store, name: str) -> TableState:
+    """One table's state; a table whose log cannot be read is listed with the reason, never raised."""
+    logs = commit_problems(store.root / delta.TABLES / name) if store.local else []
+    try:
         table = store.table(name)
         actions = table.get_add_actions(flatten=True)
-        rows = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else []
-        states.append(
-            TableState(
-                name=name,
-                version=table.version(),
-                files=actions.num_rows,
-                rows=sum(r or 0 for r in rows),
-                bytes=sum(actions.column("size_bytes").to_pylist()),
-                unreadable=delta.unreadable_files(table),
-                other_files=_other_files(store, name, table) if store.local else None,
-            )
-        )
-    return Check(tables=states, strays=strays, legacy=legacy_tables(store.root) if store.local else [])
+    except Exception as exc:  # delta-rs raises several kinds for a broken log: each is this table's problem
+        why = str(exc).split(": ", 1)[-1] if isinstance(exc, InputError) else delta._short(exc, 160)
+        broken = [(store.table_uri(name) + "/_delta_log", f"its log cannot be read: {why}")]
+        return TableState(name=name, version=None, files=0, rows=0, bytes=0, unreadable=logs or broken)
+    rows = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else []
+    return TableState(
+        name=name,
+        version=table.version(),
+        files=actions.num_rows,
+        rows=sum(r or 0 for r in rows),
+        bytes=sum(actions.column("size_bytes").to_pylist()),
+        unreadable=logs + delta.unreadable_files(table),
+        other_files=_other_files(store, name, table) if store.local else None,
+    )
 
 
 def _other_files(store, name: str, table) -> int:
@@ -78,13 +118,18 @@ def _other_files(store, name: str, table) -> int:
 
 def compact(store) -> dict[str, dict[str, int]]:
     """Compact every table and checkpoint its log; -> table -> {files_removed, files_added}.
-    A table with nothing to compact is not touched (no commit, no checkpoint)."""
+    A table with nothing to compact is not touched (no commit, no checkpoint). A live file that is
+    missing or unreadable is a CorruptStoreError naming it (one line), nothing committed."""
+    require_store(store)
     out = {}
     for name in store.table_names():
         table = store.table(name)
-        metrics = table.optimize.compact(
-            target_size=delta.TARGET_FILE_BYTES, writer_properties=delta.writer_properties()
-        )
+        try:
+            metrics = table.optimize.compact(
+                target_size=delta.TARGET_FILE_BYTES, writer_properties=delta.writer_properties()
+            )
+        except Exception as exc:  # delta-rs' reader raises more than OSError for a missing file
+            raise delta._unreadable(table, exc) from None
         removed, added = int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0))
         if removed:
             table.create_checkpoint()
@@ -93,14 +138,75 @@ def compact(store) -> dict[str, dict[str, int]]:
     return out
 
 
+def retention_hours(retention_days: float, where: str = "--retention-days") -> int:
+    """Whole hours of `retention_days`; InputError for a negative, infinite or NaN number of days."""
+    if not (isinstance(retention_days, (int, float)) and math.isfinite(retention_days) and retention_days >= 0):
+        raise InputError(f"{where}: expected a finite number of days >= 0, got {retention_days!r}")
+    return round(retention_days * 24)
+
+
 def vacuum(store, retention_days: float = DEFAULT_RETENTION_DAYS, *, dry_run: bool = False) -> dict[str, list[str]]:
-    """Delete (or, dry_run, list) per table the files no version of the last `retention_days` needs."""
-    hours = max(0, round(retention_days * 24))
+    """Delete (or, dry_run, list) per table the files no version of the last `retention_days` needs,
+    leaving every file the newest version references and every file younger than VACUUM_MIN_AGE_S."""
+    hours = retention_hours(retention_days)
+    require_store(store)
     out = {}
     for name in store.table_names():
         table = store.table(name)
         keep = f"interval {hours} hours"  # the log keeps as long: time travel needs both
         if not dry_run and table.metadata().configuration.get("delta.logRetentionDuration") != keep:
             table.alter.set_table_properties({"delta.logRetentionDuration": keep})
-        out[name] = table.vacuum(retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False, full=True)
+        listed = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False, full=True)
+        doomed = _still_unneeded(store, name, listed)
+        if not dry_run:
+            _delete(store, name, doomed)
+        out[name] = doomed
     return out
+
+
+def _still_unneeded(store, name: str, listed: list[str]) -> list[str]:
+    """Of vacuum's candidates, those the table's newest version (read now) does not use and that are
+    older than VACUUM_MIN_AGE_S."""
+    newest = store.table(name)
+    live = {_relative(u, newest.table_uri) for u in newest.file_uris()} if newest is not None else set()
+    fs = _table_fs(store, name)
+    now = time.time()
+    doomed = []
+    for path in listed:
+        rel = _relative(path, store.table_uri(name))
+        if rel in live:
+            continue
+        info = fs.get_file_info(rel)
+        if (
+            info.type == pa_fs.FileType.File
+            and info.mtime is not None
+            and now - info.mtime.timestamp() >= VACUUM_MIN_AGE_S
+        ):
+            doomed.append(path)
+    return doomed
+
+
+def _delete(store, name: str, doomed: list[str]) -> None:
+    fs = _table_fs(store, name)
+    for path in doomed:
+        try:
+            fs.delete_file(_relative(path, store.table_uri(name)))
+        except FileNotFoundError:
+            pass  # another vacuum took it
+
+
+def _table_fs(store, name: str) -> pa_fs.FileSystem:
+    if store.local:
+        return pa_fs.SubTreeFileSystem(delta._unicode(str(store.root / delta.TABLES / name)), pa_fs.LocalFileSystem())
+    from deltalake.fs import DeltaStorageHandler
+
+    return pa_fs.PyFileSystem(DeltaStorageHandler(store.table_uri(name), store.storage_options or None))
+
+
+def _relative(path: str, table_uri: str) -> str:
+    """A file's path inside its table's folder, from a URI, an absolute path or a relative path."""
+    from urllib.parse import unquote
+
+    text = path.removeprefix("file://")
+    base = table_uri.removeprefix("file://").rstrip("/") + "/"
+    return unquote(text[len(base) :] if text.startswith(base) else text.lstrip("/") if "://" not in text else text)

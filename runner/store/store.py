@@ -313,7 +313,7 @@ class Store:
 
         try:
             return compact(self)
-        except (StoreError, OSError, DeltaError) as exc:
+        except (StoreError, CorruptStoreError, OSError, DeltaError) as exc:
             delta.log.warning(
                 f"store {self.uri}: compaction failed ({delta._short(exc)}); run `labprobe store compact` later"
             )

@@ -126,10 +126,13 @@ def test_names_are_checked_by_the_bytes_of_the_file_names_they_become(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("labprobe validate: error: cluster.yaml: checkpoints[0].name: 'qqq")
     assert "is 300 bytes and becomes the file name checkpoint=<name>" in err[0] and len(err[0]) < 400, err
-    # The bound is in bytes: 130 characters of two bytes each pass a character count, not the filesystem.
-    assert cli.main(["validate", "--cluster", str(_names(tmp_path, plan="é" * 130))]) == 2
+    # A plan's name becomes its log's file name too (non-ASCII names are refused by the safe set).
+    assert cli.main(["validate", "--cluster", str(_names(tmp_path, plan="p" * 260))]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is 260 bytes and becomes the file name sweep-<name>.log" in err[0], err
+    assert cli.main(["validate", "--cluster", str(_names(tmp_path, plan="é" * 130))]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a plan's name may hold only letters, digits" in err[0], err
     # A name that fits passes, with the margin the writers' temporary names need.
     fits = "q" * (name_max - 32 - len("checkpoint="))
     assert cli.main(["validate", "--cluster", str(_names(tmp_path, checkpoint=fits))]) == 0

@@ -1,0 +1,64 @@
+"""The commit files of a local table's log, checked line by line: what delta-rs reads silently.
+
+A Delta table's version N is `_delta_log/<N>.json`, one JSON action a line (commitInfo, add,
+remove, metaData, ...). delta-rs reads an emptied commit file as a commit with no actions, and one
+cut after its commitInfo line as a commit that added nothing: a job row is then silently gone and
+the table still opens. So each commit file is read here: it must be non-empty, every line a JSON
+object, and it must hold as many add (and remove) actions as its commitInfo's metrics say it wrote
+(delta-rs writes `num_added_files` for appends, `numFilesAdded` for compaction). Versions must
+follow one another from the oldest kept to the newest (cleanup removes the oldest, never a middle one).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ADDED = ("num_added_files", "numFilesAdded")
+REMOVED = ("num_removed_files", "numFilesRemoved")
+
+
+def commit_problems(table_folder: Path) -> list[tuple[str, str]]:
+    """(commit file, why) for every commit file of the table's log that lost or garbled actions."""
+    log = table_folder / "_delta_log"
+    versions = sorted(int(p.stem) for p in log.glob("*.json") if p.stem.isdigit())
+    problems = []
+    for before, after in zip(versions, versions[1:]):
+        if after != before + 1:
+            problems.append((str(log), f"commit versions {before + 1} to {after - 1} are missing from the log"))
+    for version in versions:
+        path = log / f"{version:020d}.json"
+        why = _commit_problem(path)
+        if why:
+            problems.append((str(path), why))
+    return problems
+
+
+def _commit_problem(path: Path) -> str | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot be read: {exc}"
+    if not text.strip():
+        return "empty commit file: the commit's actions (its rows) are lost"
+    counts = {"add": 0, "remove": 0}
+    metrics: dict = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            action = json.loads(line)
+        except ValueError:
+            return f"line {number} is not JSON: the commit file is truncated or corrupt"
+        if not isinstance(action, dict) or len(action) != 1:
+            return f"line {number} is not one Delta action"
+        kind = next(iter(action))
+        if kind in counts:
+            counts[kind] += 1
+        elif kind == "commitInfo" and isinstance(action[kind], dict):
+            metrics = action[kind].get("operationMetrics") or {}
+    for kind, keys in (("add", ADDED), ("remove", REMOVED)):
+        said = next((metrics[k] for k in keys if isinstance(metrics.get(k), int)), None)
+        if said is not None and said != counts[kind]:
+            return f"holds {counts[kind]} {kind} action(s) where its commit wrote {said}: truncated"
+    return None
