@@ -1,6 +1,6 @@
 """Is a run still being written? A purge never touches a run that may be training.
 
-Two signs, either refuses the run: a file or folder under the run changed (mtime or ctime) less
+Two signs, either refuses the run: a file or folder under the run changed (its mtime) less
 than the host's `idle.runs_quiet_min` ago (the same threshold that tells an idle GPU; default 10
 minutes), or a process on this host holds a file under the run open for writing (every
 `/proc/<pid>/fd` this user may read; its `fdinfo` says the access mode). The purge asks once in
@@ -85,4 +85,4 @@ def _own_change(path: str) -> int:
         st = os.lstat(path)
     except OSError:
         return 0
-    return max(st.st_mtime_ns, st.st_ctime_ns)
+    return st.st_mtime_ns

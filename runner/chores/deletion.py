@@ -39,6 +39,7 @@ from runner.chores.fstree import (
     walk_tree,
 )
 from runner.chores.mounts import sync_filesystem
+from runner.chores.putback import DELETING, move_back
 from runner.chores.scan import (
     ADAPTER,
     ASIDE_PREFIX,
@@ -49,8 +50,6 @@ from runner.chores.scan import (
 )
 
 Digests = dict[str, "dict[str, str] | None"]
-DELETING = ".deleting"
-"""Mark in a `.labprobe-purging-*` folder: its deletion had begun (recovery finishes it)."""
 
 
 class Refused(Exception):
@@ -227,10 +226,14 @@ def _set_aside(root_fd: int, row: ActionRow, quiet_s: float) -> _Aside:
         if (st.st_dev, st.st_ino) != (row.dev, row.ino):
             _back_or_explain(run_fd, holder, "checkpoints/ was replaced since it was checked")
             raise OSError("checkpoints/ was replaced since it was checked")
-        listed = walk_tree(os.path.join(os.path.dirname(row.real_path), moved), CHECKPOINTS).fingerprint()
-        if listed != row.listing_sha256:
+        # A file opened before the rename is still written through its fd: asked first, then the
+        # listing (a write finished before this question shows in it).
+        aside_path = os.path.join(os.path.dirname(row.real_path), moved)
+        open_now = activity.writers([aside_path]).get(aside_path, [])
+        if open_now or walk_tree(aside_path, CHECKPOINTS).fingerprint() != row.listing_sha256:
             _back_or_explain(run_fd, holder, "checkpoints/ changed between the last check and the rename")
-            raise Refused("checkpoints/ changed between the last check and the rename (still written?): put back")
+            why = f"open for writing: {open_now[0]}" if open_now else "changed between the last check and the rename"
+            raise Refused(f"training: checkpoints/ {why}: put back")
     finally:
         os.close(run_fd)
     return _Aside(row=row, run=run, holder=holder)
@@ -243,35 +246,6 @@ def _back_or_explain(run_fd: int, holder: str, what: str) -> None:
         raise OSError(
             f"{what}, and could not be put back ({exc.strerror or exc}): it is in {readable(holder)}"
         ) from exc
-
-
-def move_back(run_fd: int, holder: str) -> None:
-    """checkpoints/ back where it was. A checkpoints/ made meanwhile (a trainer writing again) is
-    never replaced: what was set aside is moved into it entry by entry, never over a name it has."""
-    source = os.path.join(holder, CHECKPOINTS)
-    try:
-        os.unlink(os.path.join(holder, DELETING), dir_fd=run_fd)
-    except FileNotFoundError:
-        pass
-    try:
-        rename_noreplace(source, CHECKPOINTS, run_fd, run_fd)
-    except FileExistsError:
-        _merge_into(run_fd, source)
-    except FileNotFoundError:  # nothing was left to put back
-        pass
-    os.rmdir(holder, dir_fd=run_fd)
-
-
-def _merge_into(run_fd: int, source: str) -> None:
-    target_fd = os.open(CHECKPOINTS, DIR_FLAGS, dir_fd=run_fd)
-    source_fd = os.open(source, DIR_FLAGS, dir_fd=run_fd)
-    try:
-        for name in sorted(os.listdir(source_fd)):
-            rename_noreplace(name, name, source_fd, target_fd)
-    finally:
-        os.close(source_fd)
-        os.close(target_fd)
-    os.rmdir(source, dir_fd=run_fd)
 
 
 def _put_back_all(root_fd: int, asides: list[_Aside], why: str) -> list[ActionRow]:

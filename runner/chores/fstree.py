@@ -44,7 +44,8 @@ class Tree:
     mounts: list[str] = dataclasses.field(default_factory=list)
     errors: list[str] = dataclasses.field(default_factory=list)
     newest_ns: dict[str, int] = dataclasses.field(default_factory=dict)
-    """Per entry directly under the top: the newest mtime or ctime (ns) at or under it."""
+    """Per entry directly under the top: the newest mtime (ns) at or under it (an entry added or
+    renamed in a folder moves the folder's mtime; ctime also moves on chmod and link counts)."""
     entries: list[str] = dataclasses.field(default_factory=list)
     """`relative path, size, mtime` of every entry met (not in an index walk): what `fingerprint` hashes."""
 
@@ -131,9 +132,8 @@ def walk_tree(top: str, label: str, *, index_only: bool = False) -> Tree:
 def _note(tree: Tree, rel: str, st: os.stat_result, index_only: bool) -> None:
     """The entry's time under its top-level name, and (not indexing) its line of the listing."""
     first = rel.split("/", 1)[0]
-    changed = max(st.st_mtime_ns, st.st_ctime_ns)
-    if changed > tree.newest_ns.get(first, 0):
-        tree.newest_ns[first] = changed
+    if st.st_mtime_ns > tree.newest_ns.get(first, 0):
+        tree.newest_ns[first] = st.st_mtime_ns
     if not index_only:
         tree.entries.append(f"{rel}\0{stat.S_IFMT(st.st_mode)}\0{st.st_size}\0{st.st_mtime_ns}")
 

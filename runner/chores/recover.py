@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 
-from runner.chores.deletion import DELETING, move_back
 from runner.chores.fstree import DIR_FLAGS, readable, remove_tree, walk_tree
+from runner.chores.putback import DELETING, move_back
 from runner.chores.scan import ASIDE_PREFIX, CHECKPOINTS, ActionRow, resolve_root
 
 

@@ -124,7 +124,7 @@ class RootIndex:
     mounted_dirs: dict[tuple[int, int], str]
     """(st_dev, st_ino) of the folder shown at each of those mount points -> the mount point."""
     newest_ns: dict[str, int] = dataclasses.field(default_factory=dict)
-    """Entry directly under the root -> its newest change (mtime or ctime, ns) at or under it."""
+    """Entry directly under the root -> its newest mtime (ns) at or under it."""
     writers: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     """Run path -> the processes holding a file under it open for writing."""
     quiet_s: float = 0.0
