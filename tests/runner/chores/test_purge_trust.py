@@ -375,8 +375,10 @@ def test_a_run_still_training_is_refused_in_the_plan_and_right_before_its_rename
 
 WRITER = """
 import json, os, sys, time
-ckpt, log, stop = sys.argv[1:4]
+ckpt, log, go, stop = sys.argv[1:5]
 wrote, step = {}, 0
+while not os.path.exists(go):  # started ahead, resumes training the moment `go` appears
+    time.sleep(0.0005)
 while not os.path.exists(stop):
     step += 1
     try:  # a trainer's save: a new checkpoint-N folder, and its progress file rewritten
@@ -395,30 +397,37 @@ with open(log, "w") as handle:
 """
 
 
-@pytest.mark.parametrize("delay_s", [0.0, 0.002, 0.01, 0.03])
-def test_a_live_writer_loses_nothing_it_wrote(tmp_path, monkeypatch, delay_s):
-    """The plan made while the run was quiet; the trainer starts again right after the re-scan at
-    deletion (at several delays): whatever the moment, every file it wrote is there afterwards."""
-    root, log, stop = tmp_path / "runs", tmp_path / "wrote.json", tmp_path / "stop"
+@pytest.mark.parametrize("resume", ["before the purge", "right after the re-scan", "2 ms after", "10 ms after"])
+def test_a_live_writer_loses_nothing_it_wrote(tmp_path, monkeypatch, resume):
+    """The plan made while the run was quiet; then the trainer resumes: before the purge starts,
+    or right after its re-scan at deletion (the window the rename used to race): whatever the
+    moment, every file it wrote is there afterwards, and nothing is left set aside."""
+    root, log, go, stop = tmp_path / "runs", tmp_path / "wrote.json", tmp_path / "go", tmp_path / "stop"
     run = make_run(root, "live")
     backdate(run)
     [row] = scan.scan_root(str(root), quiet_s=60)
     assert row.action == "remove"
-    real_scan, writers = deletion.scan_root, []
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    code = [sys.executable, "-c", WRITER, str(run / "checkpoints"), str(log), str(go), str(stop)]
+    writer = subprocess.Popen(code, env=env)
+    real_scan = deletion.scan_root
 
     def scan_then_train(*args):
         rows = real_scan(*args)
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        code = [sys.executable, "-c", WRITER, str(run / "checkpoints"), str(log), str(stop)]
-        writers.append(subprocess.Popen(code, env=env))
-        time.sleep(delay_s)
+        go.touch()
+        time.sleep({"right after the re-scan": 0, "2 ms after": 0.002, "10 ms after": 0.01}[resume])
         return rows
 
-    monkeypatch.setattr(deletion, "scan_root", scan_then_train)
+    if resume == "before the purge":
+        go.touch()
+        while not (run / "checkpoints" / "checkpoint-2").exists():
+            time.sleep(0.001)
+    else:
+        monkeypatch.setattr(deletion, "scan_root", scan_then_train)
     [done] = deletion.execute(str(root), "*", {row.path: row.listing_sha256}, "", 60).actions
     time.sleep(0.3)
     stop.touch()
-    assert writers[0].wait(timeout=60) == 0
+    assert writer.wait(timeout=60) == 0
     wrote = json.loads(log.read_text())
     assert wrote, "the writer wrote nothing: the test tested nothing"
     got = {rel: (run / "checkpoints" / rel).read_text() for rel in wrote if (run / "checkpoints" / rel).is_file()}
