@@ -500,3 +500,37 @@ def test_json_stdout_is_json_whatever_ray_prints(tmp_path):
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, check=False)
     printed = json.loads(done.stdout)  # the whole of stdout
     assert printed["mode"] == "dry-run" and "worker died" in done.stderr and "Ray banner" in done.stderr
+
+
+def test_an_outcome_whose_commit_meets_a_vacuum_is_stored_on_a_fresh_handle(tmp_path):
+    """The purge's store handle keeps each table open between commits; a compaction and a 0-day
+    vacuum from another handle in between (as an object store without locks allows) make the next
+    commit on the old handle fail: the outcome is committed again on a fresh one, not lost."""
+    from datetime import datetime, timezone
+
+    from runner.store import maintain
+    from runner.store.store import JobKey
+
+    purging = Store(tmp_path / "store")
+    for i in range(3):  # earlier purges through this handle: its jobs table is kept open
+        key = JobKey(
+            run_id=f"r{i}",
+            job_id=f"purge-{i}",
+            probe="purge",
+            host="gx10",
+            checkpoint="-",
+            checkpoint_fp="-",
+            config_hash="c",
+            code_version="v",
+            finished_at=datetime.now(timezone.utc),
+        )
+        purging.write_job(key, status="ok", started_at=key.finished_at, wall_s=0.0, summary={}, config={}, env={})
+    chores = Store(tmp_path / "store")
+    chores.compact()
+    assert maintain.vacuum(chores, 0.0)["jobs"]  # the files the open handle knew are gone
+    report = purge_mod.Report(yes=True, roots={"gx10": str(tmp_path / "runs")}, run_glob="*", plan_id="p")
+    report.plan["gx10"], report.outcome["gx10"] = [], []
+    purge_mod.store_phase(purging, report, "outcome")
+    jobs = Store(tmp_path / "store").jobs()
+    assert report.run_id in set(jobs["run_id"]) and len(jobs) == 4
+    assert main(["store", "check", "--store", str(tmp_path / "store")]) == 0
