@@ -251,6 +251,9 @@ def _show(report: Report, store: Store, as_json: bool, out: TextIO) -> None:
         print(file=out)
         out.flush()
         return
+    encoding = (getattr(out, "encoding", None) or "utf-8").lower().replace("-", "")
+    if encoding != "utf8" and hasattr(out, "reconfigure"):  # a forced-ASCII locale: é as \xe9, never a crash
+        out.reconfigure(errors="backslashreplace")
     print(render(report), file=out)
     print(f"\nstored: {store.root}/purge.actions (run_id {report.run_id})", file=out)
     if report.mode == "dry-run":

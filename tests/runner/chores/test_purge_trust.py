@@ -42,12 +42,12 @@ def approve_all(root: Path, glob: str = "*", quiet_s: float = 0.0):
     return {r.run: r for r in plan}, {r.run: r for r in deletion.execute(str(root), glob, shown, "", quiet_s).actions}
 
 
-def one_host_lab(tmp_path: Path, quiet_min: float = 0) -> dict:
+def one_host_lab(tmp_path: Path, quiet_min: float = 0, host: str = "gx10") -> dict:
     root = tmp_path / "runs"
     root.mkdir(parents=True)
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(
-        f"store:\n  root: store\nhosts:\n  - name: gx10\n    address: 127.0.0.1\n    runs_root: {root}\n"
+        f"store:\n  root: store\nhosts:\n  - name: {host}\n    address: 127.0.0.1\n    runs_root: {root}\n"
         f"    idle:\n      runs_quiet_min: {quiet_min}\n"
     )
     return {"root": root, "cluster": str(cluster), "store": tmp_path / "store"}
@@ -534,3 +534,14 @@ def test_an_outcome_whose_commit_meets_a_vacuum_is_stored_on_a_fresh_handle(tmp_
     jobs = Store(tmp_path / "store").jobs()
     assert report.run_id in set(jobs["run_id"]) and len(jobs) == 4
     assert main(["store", "check", "--store", str(tmp_path / "store")]) == 0
+
+
+def test_a_forced_ascii_locale_prints_non_ascii_run_names_escaped(tmp_path):
+    lab = one_host_lab(tmp_path, host="local")  # the embedded Ray's one host: this machine
+    make_run(lab["root"], "café-r8")
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO), "PYTHONIOENCODING": "ascii"}
+    env.pop("RAY_ADDRESS", None)
+    argv = [sys.executable, "-m", "runner.cli", "purge", "--cluster", lab["cluster"]]
+    done = subprocess.run(argv, capture_output=True, timeout=300, env=env, check=False)
+    assert b"Traceback" not in done.stderr and done.returncode == 0, done.stderr[-3000:]
+    assert b"caf\\xe9-r8" in done.stdout and b"plan id: " in done.stdout
