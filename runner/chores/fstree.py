@@ -11,7 +11,9 @@ opening a device. `link_trail` says every place a symlink's resolution passes th
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import errno
 import hashlib
 import os
 import stat
@@ -41,6 +43,18 @@ class Tree:
     """Every name met of each inode that has more than one (hard links)."""
     mounts: list[str] = dataclasses.field(default_factory=list)
     errors: list[str] = dataclasses.field(default_factory=list)
+    newest_ns: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Per entry directly under the top: the newest mtime (ns) at or under it (an entry added or
+    renamed in a folder moves the folder's mtime; ctime also moves on chmod and link counts)."""
+    entries: list[str] = dataclasses.field(default_factory=list)
+    """`relative path, size, mtime` of every entry met (not in an index walk): what `fingerprint` hashes."""
+
+    def fingerprint(self) -> str:
+        """sha256 of the sorted listing: equal only when no entry was added, removed or rewritten."""
+        return hashlib.sha256("\n".join(sorted(self.entries)).encode("utf-8", "surrogateescape")).hexdigest()
+
+    def newest(self) -> int:
+        return max(self.newest_ns.values(), default=0)
 
 
 def file_kind(mode: int) -> str:
@@ -88,6 +102,7 @@ def walk_tree(top: str, label: str, *, index_only: bool = False) -> Tree:
             except OSError as exc:
                 tree.errors.append(f"cannot stat {rel}: {exc.strerror}")
                 continue
+            _note(tree, rel[len(label) + 1 :], st, index_only)
             if stat.S_ISLNK(st.st_mode):
                 try:
                     tree.symlinks.append((rel, os.readlink(entry.path)))
@@ -112,6 +127,37 @@ def walk_tree(top: str, label: str, *, index_only: bool = False) -> Tree:
                     tree.bytes += st.st_size
                     tree.alloc_bytes += st.st_blocks * 512
     return tree
+
+
+def _note(tree: Tree, rel: str, st: os.stat_result, index_only: bool) -> None:
+    """The entry's time under its top-level name, and (not indexing) its line of the listing."""
+    first = rel.split("/", 1)[0]
+    if st.st_mtime_ns > tree.newest_ns.get(first, 0):
+        tree.newest_ns[first] = st.st_mtime_ns
+    if not index_only:
+        tree.entries.append(f"{rel}\0{stat.S_IFMT(st.st_mode)}\0{st.st_size}\0{st.st_mtime_ns}")
+
+
+def walk(top: str):
+    """os.walk(top, followlinks=False) without recursion (Python 3.11's recurses: a tree 1,000
+    levels deep raises RecursionError): (folder, dirs, files), top-down, errors skipped."""
+    stack = [top]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as found:
+                entries = list(found)
+        except OSError:
+            continue
+        dirs, files = [], []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                is_dir = False
+            (dirs if is_dir else files).append(entry.name)
+        yield folder, dirs, files
+        stack.extend(os.path.join(folder, d) for d in reversed(dirs))
 
 
 def is_inside(path: str, folder: str) -> bool:
@@ -171,7 +217,42 @@ def remove_tree(name: str, parent_fd: int, expect: tuple[int, int] | None = None
     """Delete directory `name` under `parent_fd` bottom-up through directory fds opened with
     O_NOFOLLOW: a symlink is unlinked, never followed; a directory on another mount (another
     filesystem or a bind mount) is an error, never descended; a directory swapped since it was
-    checked (`expect`: dev, ino) is an error."""
+    checked (`expect`: dev, ino) is an error. Iterative, holding two fds at most: a tree of any
+    depth (the way back up is `..`, checked to be the folder it came from)."""
+    fd = _enter(name, parent_fd, expect)
+    frames = [(name, _identity(fd), _clear_files(fd))]  # (name, (dev, ino), subfolders left)
+    try:
+        while frames:
+            _, _, pending = frames[-1]
+            if pending:
+                child, dev, ino = pending.pop()
+                child_fd = _enter(child, fd, (dev, ino))
+                os.close(fd)
+                fd = child_fd
+                frames.append((child, (dev, ino), _clear_files(fd)))
+                continue
+            done, _, _ = frames.pop()
+            up = os.open("..", DIR_FLAGS, dir_fd=fd) if frames else None
+            os.close(fd)
+            fd = up
+            if up is None:
+                os.rmdir(name, dir_fd=parent_fd)
+            elif _identity(up) != frames[-1][1]:
+                raise OSError(f"{frames[-1][0]} changed while it was being removed")
+            else:
+                os.rmdir(done, dir_fd=up)
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def _enter(name: str, parent_fd: int, expect: tuple[int, int] | None) -> int:
+    """Open folder `name` of `parent_fd`, refusing a link, a swap and another mount."""
     st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
     if not stat.S_ISDIR(st.st_mode):
         raise OSError(f"{name} is no longer a directory")
@@ -180,21 +261,48 @@ def remove_tree(name: str, parent_fd: int, expect: tuple[int, int] | None = None
         opened = os.fstat(fd)
         if not os.path.samestat(st, opened) or (expect and expect != (opened.st_dev, opened.st_ino)):
             raise OSError(f"{name} changed while it was being removed")
-        if mount_id(fd) != mount_id(parent_fd):
+        if opened.st_dev != os.fstat(parent_fd).st_dev or mount_id(fd) != mount_id(parent_fd):
             raise OSError(f"{name} is a mount point")
-        with os.scandir(fd) as entries:
-            found = list(entries)
-        for entry in found:
-            if entry.is_dir(follow_symlinks=False):
-                child = entry.stat(follow_symlinks=False)
-                if child.st_dev != opened.st_dev:
-                    raise OSError(f"{entry.name} is another filesystem's mount point")
-                remove_tree(entry.name, fd, (child.st_dev, child.st_ino))
-            else:
-                os.unlink(entry.name, dir_fd=fd)
-    finally:
+    except BaseException:
         os.close(fd)
-    os.rmdir(name, dir_fd=parent_fd)
+        raise
+    return fd
+
+
+def _clear_files(fd: int) -> list[tuple[str, int, int]]:
+    """Unlink everything in the folder but its subfolders; those back as (name, dev, ino)."""
+    with os.scandir(fd) as entries:
+        found = list(entries)
+    folders = []
+    for entry in found:
+        if entry.is_dir(follow_symlinks=False):
+            child = entry.stat(follow_symlinks=False)
+            folders.append((entry.name, child.st_dev, child.st_ino))
+        else:
+            os.unlink(entry.name, dir_fd=fd)
+    return folders
+
+
+_RENAME_NOREPLACE = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def rename_noreplace(src: str, dst: str, src_dir_fd: int, dst_dir_fd: int) -> None:
+    """renameat2(RENAME_NOREPLACE): FileExistsError rather than replacing `dst`. Where the kernel
+    or filesystem lacks it, a check then a rename (a window of a few microseconds)."""
+    call = getattr(_LIBC, "renameat2", None)
+    if call is not None:
+        if call(src_dir_fd, os.fsencode(src), dst_dir_fd, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.ENOSYS, errno.EINVAL):
+            raise OSError(code, os.strerror(code), src)
+    try:
+        os.stat(dst, dir_fd=dst_dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        os.rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+        return
+    raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), dst)
 
 
 def tree_digests(folder: str) -> dict[str, str]:
@@ -207,7 +315,7 @@ def tree_digests(folder: str) -> dict[str, str]:
     except OSError as exc:  # a link swapped while resolved (EINVAL, ELOOP): unverifiable, never a crash
         return {".": f"{UNVERIFIABLE}{exc.strerror or exc}"}
     digests = {}
-    for parent, dirs, files in os.walk(top, followlinks=False):
+    for parent, dirs, files in walk(top):
         for name in files + [d for d in dirs if os.path.islink(os.path.join(parent, d))]:
             path = os.path.join(parent, name)
             digests[os.path.relpath(path, top)] = file_sha256(path, follow=True)

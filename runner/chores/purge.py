@@ -1,14 +1,18 @@
 """`labprobe purge`: remove the intermediate `checkpoints/` of training runs across the lab's hosts.
 
 This module is the orchestration: a Ray task pinned to each host (`plan_on_host`, then with
-`--yes` `purge_on_host`), the report across hosts, and the store's rows. What a host may delete is
-runner.chores.scan, how it deletes runner.chores.deletion, the mount table and the space
-measured per filesystem runner.chores.mounts. Without `--yes` only the plan is printed: each
-`checkpoints/` to remove with its size, and each run refused with the reasons. With `--yes` the
-adapters are digested, every refusal re-checked, the approved directories set aside, the
-adapters verified unchanged, the directories deleted, the digests verified again, and the space
-each filesystem got back measured. Bad input found on a host (no runs root there) is raised
-there, carried back, and raised here before any host deletes anything.
+`--yes` `purge_on_host`, or `recover_on_host`), the report across hosts, and the store's rows.
+What a host may delete is runner.chores.scan, how it deletes runner.chores.deletion, the
+mount table and the space measured per filesystem runner.chores.mounts, the stored plans
+runner.chores.plans, the locks runner.chores.locks. Without `--yes` only the plan is
+printed and stored under its id (the run id): each `checkpoints/` to remove with its size, and
+each run refused with the reasons. `--yes` carries out one stored plan, exactly: only the runs it
+showed as `remove`, each only while its checkpoints/ listing is still the one shown; the adapters
+are digested, every refusal re-checked, the approved directories set aside, the adapters verified
+unchanged, the directories deleted, the digests verified again, and the space each filesystem got
+back measured. Each host task holds its runs root's lock. Bad input found on a host (no runs root
+there, another purge holding it) is raised there, carried back, and raised here before any host
+deletes anything.
 
 Every invocation, dry or not, is stored: tables `purge.actions` and `purge.filesystems`, one file
 per host and phase under `checkpoint=-` (a purge acts on runs, not on one model checkpoint; the run
@@ -27,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -34,11 +39,13 @@ from typing import Any
 from probes.result import InputError
 from runner.chores import deletion, scan
 from runner.chores.fstree import readable
+from runner.chores.locks import root_lock
 from runner.chores.mounts import filesystems
+from runner.chores.recover import recover
 from runner.clock import new_run_id
 from runner.hosts.jobenv import base_env, code_version
 from runner.hosts.nodes import HostFailure, node_host, run_on_hosts
-from runner.store.store import JobKey
+from runner.store.store import CorruptStoreError, JobKey, Store, StoreError
 
 PROBE = "purge"
 NO_CHECKPOINT = "-"
@@ -51,6 +58,10 @@ class Report:
     yes: bool
     roots: dict[str, str]
     run_glob: str
+    mode: str = ""
+    """dry-run, purge or recover (from `yes` when not given)."""
+    plan_id: str = ""
+    """With --yes: the run id of the dry run whose plan is carried out."""
     plan: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
     outcome: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
     filesystems: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
@@ -61,6 +72,7 @@ class Report:
 
     def __post_init__(self) -> None:
         self.run_id = self.run_id or new_run_id(self.started_at)
+        self.mode = self.mode or ("purge" if self.yes else "dry-run")
 
     def host_ok(self, host: str) -> bool:
         rows = self.outcome.get(host, [])
@@ -104,30 +116,49 @@ def check_glob(run_glob: str) -> str:
 
 
 # -- on each host (a pinned Ray task) -----------------------------------------------------------
-def plan_on_host(roots: dict[str, str], run_glob: str) -> dict:
-    """The plan of the host this task landed on (told by its own node label). A missing runs root
-    raises InputError naming the host."""
+def plan_on_host(roots: dict[str, str], run_glob: str, quiets: dict[str, float] | None = None) -> dict:
+    """The plan of the host this task landed on (told by its own node label). A missing runs root,
+    or one another purge holds, raises InputError naming the host."""
     host = node_host()
     try:
-        rows = scan.scan_root(roots[host], run_glob, host)
+        root = scan.resolve_root(roots[host])
+        with root_lock(root):
+            rows = scan.scan_root(root, run_glob, host, (quiets or {}).get(host, 0.0))
     except InputError as exc:
         raise InputError(f"{host}: {exc}") from None
     fs = filesystems([r for r in rows if r.action == "remove"], host, {})
     return _answer(rows, fs)
 
 
-def purge_on_host(roots: dict[str, str], run_glob: str, planned: dict[str, list[str]]) -> dict:
-    """Carry out this host's part of the plan (`planned`: host -> approved checkpoints/ paths)."""
+def purge_on_host(
+    roots: dict[str, str], run_glob: str, planned: dict[str, dict[str, str]], quiets: dict[str, float] | None = None
+) -> dict:
+    """Carry out this host's part of the plan (`planned`: host -> approved checkpoints/ path ->
+    the listing fingerprint the plan showed)."""
     host = node_host()
-    approved = set(planned.get(host, []))
+    approved = dict(planned.get(host, {}))
     try:
-        done = deletion.execute(roots[host], run_glob, sorted(approved), host)
+        root = scan.resolve_root(roots[host])
+        with root_lock(root):
+            done = deletion.execute(root, run_glob, approved, host, (quiets or {}).get(host, 0.0))
     except InputError as exc:
         raise InputError(f"{host}: {exc}") from None
     fs = filesystems(
         [r for r in done.actions if r.path in approved], host, done.avail_before, done.avail_after, done.actions
     )
     return _answer(done.actions, fs)
+
+
+def recover_on_host(roots: dict[str, str]) -> dict:
+    """Finish or undo what an interrupted purge left set aside under this host's runs root."""
+    host = node_host()
+    try:
+        root = scan.resolve_root(roots[host])
+        with root_lock(root):
+            rows = recover(root, host)
+    except InputError as exc:
+        raise InputError(f"{host}: {exc}") from None
+    return _answer(rows, [])
 
 
 def _answer(rows: list[scan.ActionRow], fs: list[Any]) -> dict:
@@ -146,12 +177,33 @@ def purge(
     yes: bool = False,
     timeout_s: float = 3600.0,
     on_plan: Callable[[Report], None] | None = None,
+    shown: dict[str, dict[str, str]] | None = None,
+    quiets: dict[str, float] | None = None,
+    plan_id: str = "",
+    run_id: str = "",
 ) -> Report:
     """Plan on every host; `on_plan(report)` (storing the plan) before anything is deleted; with
-    `yes`, execute the plan on every host that answered. Bad input on any host raises InputError
-    before anything is deleted or stored."""
-    report = Report(yes=yes, roots=roots, run_glob=check_glob(run_glob))
-    answers = run_on_hosts(plan_on_host, list(roots), roots, run_glob, timeout_s=timeout_s)
+    `yes`, carry out `shown` (host -> checkpoints/ path -> listing fingerprint: the stored plan's
+    `remove` rows) on every host that answered. Bad input on any host raises InputError before
+    anything is deleted or stored. `quiets`: host -> runs_quiet_min in seconds."""
+    report = Report(yes=yes, roots=roots, run_glob=check_glob(run_glob), plan_id=plan_id, run_id=run_id)
+    _gather(report, run_on_hosts(plan_on_host, list(roots), roots, run_glob, quiets, timeout_s=timeout_s), "plan")
+    if on_plan is not None:
+        on_plan(report)
+    if yes:
+        _execute(report, timeout_s, shown or {}, quiets)
+    return report
+
+
+def recover_all(roots: dict[str, str], *, timeout_s: float = 3600.0, run_id: str = "") -> Report:
+    """`purge --recover` on every host: one row per folder an interrupted purge left set aside."""
+    report = Report(yes=True, roots=roots, run_glob="*", mode="recover", run_id=run_id)
+    _gather(report, run_on_hosts(recover_on_host, list(roots), roots, timeout_s=timeout_s), "outcome")
+    return report
+
+
+def _gather(report: Report, answers: dict[str, Any], into: str) -> None:
+    """Each host's answer into the report; a host's bad input raised (nothing done yet anywhere)."""
     for answer in answers.values():
         if isinstance(answer, HostFailure) and isinstance(answer.error, InputError):
             raise InputError(str(answer.error)) from answer.error
@@ -159,20 +211,16 @@ def purge(
         if isinstance(answer, HostFailure):
             report.failures[host] = printable(answer.reason)
             continue
-        report.plan[host], report.envs[host] = answer["actions"], answer["env"]
+        getattr(report, into)[host], report.envs[host] = answer["actions"], answer["env"]
         report.filesystems[host] = answer["filesystems"]
-    if on_plan is not None:
-        on_plan(report)
-    if yes:
-        _execute(report, timeout_s)
-    return report
 
 
-def _execute(report: Report, timeout_s: float) -> None:
-    planned = {h: [r["path"] for r in rows if r["action"] == "remove"] for h, rows in report.plan.items()}
+def _execute(
+    report: Report, timeout_s: float, shown: dict[str, dict[str, str]], quiets: dict[str, float] | None
+) -> None:
     # Every host that answered runs it, even with nothing to remove: its adapters get verified too.
     answers = run_on_hosts(
-        purge_on_host, list(report.plan), report.roots, report.run_glob, planned, timeout_s=timeout_s
+        purge_on_host, list(report.plan), report.roots, report.run_glob, shown, quiets, timeout_s=timeout_s
     )
     for host, answer in answers.items():
         if isinstance(answer, HostFailure):
@@ -189,51 +237,77 @@ def _execute(report: Report, timeout_s: float) -> None:
 _INTERNAL = ("host", "dev", "ino")  # host is the partition; dev/ino are st_dev/st_ino for joins here
 
 
+STORE_ATTEMPTS = 4
+
+
 def store_phase(store: Any, report: Report, phase: str) -> None:
     """Per host: purge.actions and purge.filesystems of one phase ("plan": every host, before any
-    deletion; "outcome": the hosts that planned), then that phase's jobs row, which commits them."""
-
+    deletion; "outcome": the hosts that planned, or with --recover every host), then that phase's
+    jobs row, which commits them. A commit that fails (a concurrent change to the table, a handle
+    gone stale under a vacuum) is tried again on a fresh handle; what still fails is one line."""
     finished = datetime.now(timezone.utc)
-    for host in report.roots if phase == "plan" else report.plan:
-        config = {"host": host, "runs_root": report.roots[host], "run_glob": report.run_glob, "yes": report.yes}
-        digest = _hash(config)
-        key = JobKey(
-            run_id=report.run_id,
-            job_id=f"purge-plan-{digest}" if phase == "plan" else f"purge-{digest}",
-            probe=PROBE,
-            host=host,
-            checkpoint=NO_CHECKPOINT,
-            checkpoint_fp=NO_CHECKPOINT,
-            config_hash=digest,
-            code_version=code_version(),
-            finished_at=finished,
-        )
-        freed = {f["fs"]: f["freed_bytes"] for f in report.filesystems.get(host, [])}
-        rows = (report.plan if phase == "plan" else report.outcome).get(host, [])
-        actions = [
-            {
-                **{k: v for k, v in r.items() if k not in _INTERNAL},
-                "fs_freed_bytes": freed.get(r["fs"]) if phase == "outcome" else None,
-            }
-            for r in rows
-        ]
-        store.write_table(key, "actions", actions)
-        store.write_table(
-            key,
-            "filesystems",
-            [{**{k: v for k, v in f.items() if k != "host"}, "phase": phase} for f in report.filesystems.get(host, [])],
-        )
-        ok = host not in report.failures if phase == "plan" else report.host_ok(host)
-        store.write_job(
-            key,
-            status="ok" if ok else "failed",
-            reason=report.failures.get(host, "") if phase == "plan" else _host_reason(report, host),
-            started_at=report.started_at,
-            wall_s=(finished - report.started_at).total_seconds(),
-            summary=host_summary(report, host) | {"phase": phase},
-            config=config,
-            env=report.envs.get(host, {}),
-        )
+    hosts = report.roots if phase == "plan" or report.mode == "recover" else report.plan
+    for host in hosts:
+        key, rows, fs, job = _host_records(report, host, phase, finished)
+        for attempt in range(STORE_ATTEMPTS):
+            try:
+                _commit(store, key, rows, fs, job)
+                break
+            except (StoreError, CorruptStoreError, OSError) as exc:
+                if attempt == STORE_ATTEMPTS - 1:
+                    raise InputError(
+                        f"store {store.root}: the purge's {phase} (run {report.run_id}) could not be stored: {exc}"
+                    ) from None
+                store = Store(store.root, storage_options=store.storage_options)
+                time.sleep(0.2 * (attempt + 1))
+
+
+def _commit(store: Store, key: JobKey, rows: list[dict], fs: list[dict], job: dict) -> None:
+    """The host's tables then its jobs row, each skipped when an earlier attempt stored it."""
+    for table, records in (("actions", rows), ("filesystems", fs)):
+        if records and key.job_id not in store._stored(f"{PROBE}.{table}", key.run_id):
+            store.write_table(key, table, records)
+    if key.job_id not in store._stored("jobs", key.run_id):
+        store.write_job(key, **job)
+
+
+def _host_records(report: Report, host: str, phase: str, finished: datetime) -> tuple[JobKey, list, list, dict]:
+    config = {"host": host, "runs_root": report.roots[host], "run_glob": report.run_glob, "yes": report.yes}
+    if report.plan_id:
+        config["plan_id"] = report.plan_id
+    digest = _hash(config | ({"mode": report.mode} if report.mode == "recover" else {}))
+    prefix = {"plan": "purge-plan-", "outcome": "purge-recover-" if report.mode == "recover" else "purge-"}[phase]
+    key = JobKey(
+        run_id=report.run_id,
+        job_id=prefix + digest,
+        probe=PROBE,
+        host=host,
+        checkpoint=NO_CHECKPOINT,
+        checkpoint_fp=NO_CHECKPOINT,
+        config_hash=digest,
+        code_version=code_version(),
+        finished_at=finished,
+    )
+    freed = {f["fs"]: f["freed_bytes"] for f in report.filesystems.get(host, [])}
+    rows = [
+        {
+            **{k: v for k, v in r.items() if k not in _INTERNAL},
+            "fs_freed_bytes": freed.get(r["fs"]) if phase == "outcome" else None,
+        }
+        for r in (report.plan if phase == "plan" else report.outcome).get(host, [])
+    ]
+    fs = [{**{k: v for k, v in f.items() if k != "host"}, "phase": phase} for f in report.filesystems.get(host, [])]
+    ok = host not in report.failures if phase == "plan" else report.host_ok(host)
+    job = {
+        "status": "ok" if ok else "failed",
+        "reason": report.failures.get(host, "") if phase == "plan" else _host_reason(report, host),
+        "started_at": report.started_at,
+        "wall_s": (finished - report.started_at).total_seconds(),
+        "summary": host_summary(report, host) | {"phase": phase},
+        "config": config,
+        "env": report.envs.get(host, {}),
+    }
+    return key, rows, fs, job
 
 
 def _hash(config: dict) -> str:
@@ -256,11 +330,13 @@ def host_summary(report: Report, host: str) -> dict[str, Any]:
 
     fs = report.filesystems.get(host, [])
     return {
-        "mode": "purge" if report.yes else "dry-run",
+        "mode": report.mode,
+        "plan_id": report.plan_id,
         "num_remove_planned": count(plan, "remove"),
         "num_refused": count(plan, "refuse"),
         "planned_bytes": sum(r["alloc_bytes"] for r in plan if r["action"] == "remove"),
         "num_removed": count(outcome, "removed"),
+        "num_restored": count(outcome, "restored"),
         "num_failed": count(outcome, "failed"),
         "num_refused_at_deletion": sum(1 for r in outcome if r["reason"].startswith("at deletion")),
         "freed_bytes": sum(f["freed_bytes"] or 0 for f in fs) if host in report.outcome else None,

@@ -11,7 +11,9 @@ final `adapter/`. The checkpoints/ of a run may go only when nothing would lose 
   the root shares an inode with one in it;
 - no mount point lies at or under it (read from the mount table: a bind mount of the same
   filesystem shares st_dev), and no folder of it is mounted elsewhere under the root;
-- it and its run are real directories inside the runs root, readable throughout.
+- it and its run are real directories inside the runs root, readable throughout;
+- the run is not training: nothing under it changed within the host's `runs_quiet_min`, and no
+  process holds a file under it open for writing (runner/chores/activity.py).
 Names are carried as the os functions give them (undecodable bytes surrogate-escaped) and shown
 in `ActionRow`'s text fields as `fstree.readable` writes them.
 """
@@ -24,6 +26,7 @@ import os
 import stat
 
 from probes.result import InputError
+from runner.chores import activity
 from runner.chores.fstree import Tree, is_inside, link_trail, readable, walk_tree
 from runner.chores.mounts import mount_points_under, read_mounts
 from runner.chores.weights import weights_reasons
@@ -58,6 +61,9 @@ class ActionRow:
     fs: str = ""
     """The filesystem: "major:minor" of st_dev (joins purge.filesystems)."""
     phase: str = "plan"
+    listing_sha256: str = ""
+    """sha256 of checkpoints/' listing (every entry's path, kind, size, mtime): a `--yes` deletes a
+    run only while this is what the plan showed."""
     dev: int = dataclasses.field(default=0, repr=False)
     ino: int = dataclasses.field(default=0, repr=False)
     real_path: str = dataclasses.field(default="", repr=False)
@@ -117,6 +123,11 @@ class RootIndex:
     """Mount points at or under the root, from the mount table."""
     mounted_dirs: dict[tuple[int, int], str]
     """(st_dev, st_ino) of the folder shown at each of those mount points -> the mount point."""
+    newest_ns: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Entry directly under the root -> its newest mtime (ns) at or under it."""
+    writers: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    """Run path -> the processes holding a file under it open for writing."""
+    quiet_s: float = 0.0
 
 
 def index_root(root: str) -> RootIndex:
@@ -147,7 +158,15 @@ def index_root(root: str) -> RootIndex:
         except OSError:
             continue
         mounted[(st.st_dev, st.st_ino)] = point
-    return RootIndex(links=links, shared=shared, mounts=mounts, mounted_dirs=mounted)
+    runs = [os.path.join(root, name) for name in trees[0][1].newest_ns]
+    return RootIndex(
+        links=links,
+        shared=shared,
+        mounts=mounts,
+        mounted_dirs=mounted,
+        newest_ns=trees[0][1].newest_ns,
+        writers=activity.writers(runs),
+    )
 
 
 def scan_run(root: str, name: str, host: str, index: RootIndex) -> ActionRow | None:
@@ -189,6 +208,8 @@ def scan_run(root: str, name: str, host: str, index: RootIndex) -> ActionRow | N
         return _settle(row, ["checkpoints is not a directory"], ckpt_st)
     tree = walk_tree(ckpt, CHECKPOINTS)
     row.bytes, row.alloc_bytes, row.num_files = tree.bytes, tree.alloc_bytes, tree.num_files
+    row.listing_sha256 = tree.fingerprint()
+    reasons += _training_reasons(run_path, name, index)
     reasons += _checkpoints_reasons(root, ckpt, run_st, ckpt_st, tree, index)
     reasons += _resting_on(name, ckpt, tree, index)
     adapter_reasons, row.num_adapter_files = _adapter_reasons(root, run_path, ckpt, tree, index)
@@ -197,8 +218,16 @@ def scan_run(root: str, name: str, host: str, index: RootIndex) -> ActionRow | N
 
 def _aside_reason(asides: list[str]) -> str:
     return (
-        f"an interrupted purge left {_listed(asides)} (holding checkpoints/ set aside): put it "
-        "back as checkpoints/ or delete it by hand"
+        f"an interrupted purge left {_listed(asides)} (holding checkpoints/ set aside): "
+        "`labprobe purge --recover` finishes or undoes it"
+    )
+
+
+def _training_reasons(run_path: str, name: str, index: RootIndex) -> list[str]:
+    quiet = activity.quiet_reason(index.newest_ns.get(name, 0), index.quiet_s)
+    open_now = index.writers.get(run_path, [])
+    return ([quiet] if quiet else []) + (
+        [f"training: open for writing: {'; '.join(open_now[:_MAX_LISTED])}"] if open_now else []
     )
 
 
@@ -336,10 +365,12 @@ def _settle(row: ActionRow, reasons: list[str], st: os.stat_result) -> ActionRow
     return row
 
 
-def scan_root(runs_root: str, run_glob: str = "*", host: str = "") -> list[ActionRow]:
-    """The plan for every run under the runs root whose name matches `run_glob`."""
+def scan_root(runs_root: str, run_glob: str = "*", host: str = "", quiet_s: float = 0.0) -> list[ActionRow]:
+    """The plan for every run under the runs root whose name matches `run_glob`; a run changed
+    within `quiet_s` seconds (the host's runs_quiet_min) counts as training."""
     root = resolve_root(runs_root)
     index = index_root(root)
+    index.quiet_s = quiet_s
     rows = []
     for name in sorted(os.listdir(root)):
         if fnmatch.fnmatchcase(name, run_glob):

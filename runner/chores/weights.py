@@ -1,27 +1,36 @@
-"""Does a final adapter hold its weights? The header check `labprobe purge` makes before it deletes
-a run's checkpoints/ (once they are gone, the adapter's weights are the run's only weights).
+"""Does a final adapter load? The check `labprobe purge` makes before it deletes a run's
+checkpoints/ (once they are gone, the adapter's weights are the run's only weights).
 
 An adapter's weights are PEFT's `adapter_model.safetensors` or `adapter_model.bin`, at any depth
-(PEFT saves a named adapter in a subfolder). Each must be a non-empty regular file whose header
-parses: safetensors is an 8-byte little-endian header length, that many bytes of JSON naming at
-least one tensor, and the tensors' byte ranges inside the file; a `.bin` is torch.save's zip
-(holding `data.pkl`) or its legacy pickle (starting with torch's magic number). Only headers are
-read, never tensors, and nothing here imports torch.
+(PEFT saves a named adapter in a subfolder), each with PEFT's `adapter_config.json` beside it (a
+readable JSON object: without it PEFT cannot load the weights). Each weights file is parsed in
+full, as a loader would: safetensors' 8-byte header length and JSON header, every tensor's dtype
+known, its shape times its dtype's size equal to its byte range, the ranges inside the file and
+not overlapping; a `.bin` through `torch.load(weights_only=True, map_location="cpu")`, which reads
+every tensor's storage (a zip without its data, or a file cut short, raises). A tensor with no
+element is refused too: a loader takes it, but it holds no trained weights.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import struct
-import zipfile
 
-from runner.chores.fstree import READ_FLAGS, file_kind
+from runner.chores.fstree import READ_FLAGS, file_kind, walk
 
 WEIGHTS_NAMES = ("adapter_model.safetensors", "adapter_model.bin")
+CONFIG_NAME = "adapter_config.json"
 _MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit on the JSON header
-_TORCH_LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19."  # pickle.dumps(torch's MAGIC_NUMBER, 2)
+DTYPE_BYTES = {
+    **dict.fromkeys(("BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0"), 1),
+    **dict.fromkeys(("U16", "I16", "F16", "BF16"), 2),
+    **dict.fromkeys(("U32", "I32", "F32"), 4),
+    **dict.fromkeys(("U64", "I64", "F64", "C64"), 8),
+}
+"""safetensors' dtypes of whole bytes; any other name (a sub-byte format, a typo) is not loadable here."""
 
 
 class NotWeights(ValueError):
@@ -31,24 +40,49 @@ class NotWeights(ValueError):
 def weights_reasons(adapter: str) -> list[str]:
     """Why the adapter directory does not hold its weights (empty when it does)."""
     found = []
-    for parent, dirs, files in os.walk(adapter, followlinks=False):
+    for parent, dirs, files in walk(adapter):
         dirs.sort()
         found += [os.path.join(parent, name) for name in sorted(files) if name in WEIGHTS_NAMES]
     if not found:
         return [f"final adapter holds no weights ({' or '.join(WEIGHTS_NAMES)})"]
     reasons = []
     for path in found:
+        shown = os.path.relpath(path, os.path.dirname(adapter))
         try:
             check_weights(path)
         except NotWeights as exc:
-            reasons.append(
-                f"final adapter's weights {os.path.relpath(path, os.path.dirname(adapter))} do not parse: {exc}"
-            )
+            reasons.append(f"final adapter's weights {shown} do not load: {exc}")
+        try:
+            check_config(os.path.join(os.path.dirname(path), CONFIG_NAME))
+        except NotWeights as exc:
+            reasons.append(f"final adapter's {os.path.join(os.path.dirname(shown), CONFIG_NAME)} {exc}")
     return reasons
 
 
+def check_config(path: str) -> None:
+    """Raise NotWeights unless `path` is a regular file holding a JSON object."""
+    try:
+        fd = os.open(path, READ_FLAGS)
+    except FileNotFoundError:
+        raise NotWeights("is missing (PEFT cannot load the weights without it)") from None
+    except OSError as exc:
+        raise NotWeights(f"cannot be opened ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotWeights(f"is a {file_kind(mode)}, not a file")
+        try:
+            config = json.loads(handle.read(_MAX_HEADER_BYTES).decode("utf-8"))
+        except OSError as exc:
+            raise NotWeights(f"cannot be read ({exc.strerror or exc})") from None
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise NotWeights(f"is not JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise NotWeights("is not a JSON object")
+
+
 def check_weights(path: str) -> None:
-    """Raise NotWeights unless `path` is a non-empty regular file whose header parses."""
+    """Raise NotWeights unless `path` is a non-empty regular file that loads, every tensor non-empty."""
     try:
         fd = os.open(path, READ_FLAGS)
     except OSError as exc:
@@ -63,7 +97,7 @@ def check_weights(path: str) -> None:
             if path.endswith(".safetensors"):
                 _check_safetensors(handle, st.st_size)
             else:
-                _check_torch_bin(handle)
+                _check_torch_bin(handle, st.st_size)
         except OSError as exc:
             raise NotWeights(f"cannot read it ({exc.strerror or exc})") from exc
 
@@ -83,26 +117,51 @@ def _check_safetensors(handle, size: int) -> None:
     tensors = {k: v for k, v in header.items() if k != "__metadata__"}
     if not tensors:
         raise NotWeights("the header names no tensor")
-    data_bytes = size - 8 - length
-    for name, spec in tensors.items():
-        offsets = spec.get("data_offsets") if isinstance(spec, dict) else None
-        if (
-            not isinstance(offsets, list)
-            or len(offsets) != 2
-            or not all(isinstance(o, int) for o in offsets)
-            or not 0 <= offsets[0] <= offsets[1] <= data_bytes
-        ):
-            raise NotWeights(f"tensor {name!r} lies outside the file ({offsets} of {data_bytes} data bytes)")
+    ranges = sorted(_tensor_range(name, spec, size - 8 - length) + (name,) for name, spec in tensors.items())
+    for (_, end, first), (start, _, second) in zip(ranges, ranges[1:]):
+        if start < end:
+            raise NotWeights(f"tensors {first!r} and {second!r} overlap")
 
 
-def _check_torch_bin(handle) -> None:
-    if handle.read(len(_TORCH_LEGACY_MAGIC)) == _TORCH_LEGACY_MAGIC:
-        return
-    handle.seek(0)
+def _tensor_range(name: str, spec: object, data_bytes: int) -> tuple[int, int]:
+    """The tensor's byte range, checked against its dtype, its shape and the file's data bytes."""
+    if not isinstance(spec, dict):
+        raise NotWeights(f"tensor {name!r} is not described by an object")
+    dtype, shape, offsets = spec.get("dtype"), spec.get("shape"), spec.get("data_offsets")
+    if dtype not in DTYPE_BYTES:
+        raise NotWeights(f"tensor {name!r} has an unknown dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise NotWeights(f"tensor {name!r} has no valid shape ({shape!r})")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(isinstance(o, int) for o in offsets)
+        or not 0 <= offsets[0] <= offsets[1] <= data_bytes
+    ):
+        raise NotWeights(f"tensor {name!r} lies outside the file ({offsets} of {data_bytes} data bytes)")
+    num = math.prod(shape)
+    if num == 0:
+        raise NotWeights(f"tensor {name!r} is empty (shape {shape})")
+    if num * DTYPE_BYTES[dtype] != offsets[1] - offsets[0]:
+        raise NotWeights(
+            f"tensor {name!r}: shape {shape} of {dtype} is {num * DTYPE_BYTES[dtype]} bytes, "
+            f"its range holds {offsets[1] - offsets[0]}"
+        )
+    return offsets[0], offsets[1]
+
+
+def _check_torch_bin(handle, size: int) -> None:
+    """torch.load with weights_only (no code runs), which reads every tensor's storage."""
+    import torch  # only for a legacy .bin: safetensors adapters never load torch here
+
     try:
-        with zipfile.ZipFile(handle) as archive:
-            names = archive.namelist()
-    except (zipfile.BadZipFile, ValueError) as exc:
-        raise NotWeights(f"neither torch.save's zip nor its legacy pickle ({exc})") from exc
-    if not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
-        raise NotWeights("a zip without torch.save's data.pkl")
+        loaded = torch.load(handle, weights_only=True, map_location="cpu")
+    except Exception as exc:  # every way a file fails to load: unpickling, a missing record, EOF
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". This is")[0]
+        raise NotWeights(f"torch.load(weights_only=True) fails on its {size} bytes: {first[:200]}") from None
+    tensors = {k: v for k, v in loaded.items() if isinstance(v, torch.Tensor)} if isinstance(loaded, dict) else {}
+    if not tensors:
+        raise NotWeights("it holds no tensor (a state dict of tensors is what PEFT saves)")
+    empty = [k for k, v in tensors.items() if v.numel() == 0]
+    if empty:
+        raise NotWeights(f"tensor {empty[0]!r} is empty (shape {list(tensors[empty[0]].shape)})")

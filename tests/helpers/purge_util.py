@@ -91,3 +91,17 @@ def private_mounts_refused() -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"unshare cannot run: {exc}"
     return "" if done.returncode == 0 else f"unshare -m / mount --bind not permitted: {done.stderr.strip()}"
+
+
+def dry_run_then_yes(cluster: Path, store: Path, *extra: str, capsys=None) -> int:
+    """`labprobe purge` (the dry run, which stores its plan), then `--yes --plan <its id>` with
+    `extra`, in this process; with `capsys`, the dry run's output is dropped."""
+    from runner.chores.plans import newest_plan_id
+    from runner.cli import main
+    from runner.store.store import Store
+
+    assert main(["purge", "--cluster", str(cluster)]) in (0, 1)
+    if capsys is not None:
+        capsys.readouterr()
+    plan_id = newest_plan_id(Store(store))
+    return main(["purge", "--cluster", str(cluster), "--yes", "--plan", plan_id, *extra])

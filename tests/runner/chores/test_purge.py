@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from purge_util import listing, make_run, write
+from purge_util import dry_run_then_yes, listing, make_run, write
 
 from runner.chores import deletion, scan
 from runner.chores import purge as purge_mod
@@ -72,7 +72,10 @@ def lab(tmp_path):
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(
         "store:\n  root: store\nhosts:\n"
-        + "".join(f"  - name: {h}\n    address: 127.0.0.1\n    runs_root: {roots[h]}\n" for h in HOSTS)
+        + "".join(
+            f"  - name: {h}\n    address: 127.0.0.1\n    runs_root: {roots[h]}\n    idle:\n      runs_quiet_min: 0\n"
+            for h in HOSTS
+        )
     )
     return {"roots": roots, "outside": outside, "cluster": cluster, "store": tmp_path / "store", "tmp": tmp_path}
 
@@ -171,7 +174,7 @@ def test_purge_removes_only_planned_checkpoints_and_adapters_survive(ray_cluster
         lab["roots"]["ana-ml2"] / "clean-b" / "checkpoints",
         lab["roots"]["ana-ml2"] / "borrower-hard" / "checkpoints",
     ]
-    assert main(["purge", "--cluster", str(lab["cluster"]), "--yes"]) == 0
+    assert dry_run_then_yes(lab["cluster"], lab["store"], capsys=capsys) == 0
     out = capsys.readouterr().out
     after = snapshot(lab)
     # Expected: the listing before, less the planned directories and everything under them.
@@ -317,7 +320,7 @@ def test_zfs_snapshots_are_reported_as_holding_the_space(tmp_path):
 
 @pytest.mark.parametrize("case", ["unknown host", "missing runs root", "bad glob"])
 def test_bad_input_is_one_line_exit_2_and_stores_nothing(ray_cluster, lab, capsys, case):
-    argv = ["purge", "--cluster", str(lab["cluster"]), "--yes"]
+    argv = ["purge", "--cluster", str(lab["cluster"])]
     if case == "unknown host":
         argv += ["--host", "nowhere"]
     elif case == "missing runs root":
@@ -329,7 +332,7 @@ def test_bad_input_is_one_line_exit_2_and_stores_nothing(ray_cluster, lab, capsy
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "error" in err
     assert {"unknown host": "nowhere", "missing runs root": "does not exist", "bad glob": "--run"}[case] in err
-    assert listing(lab["roots"]["gx10"]) == before and not lab["store"].exists()
+    assert listing(lab["roots"]["gx10"]) == before and not (lab["store"] / "tables").exists()  # the lock file only
 
 
 def test_digest_check_catches_an_adapter_lost_through_a_hole_in_the_refusals(lab, monkeypatch):
@@ -353,12 +356,15 @@ def test_an_unreachable_host_fails_its_job_and_the_others_still_purge(ray_cluste
     ghost_root = lab["tmp"] / "runs-ghost"
     make_run(ghost_root, "clean-ghost")
     with lab["cluster"].open("a") as handle:
-        handle.write(f"  - name: ghost\n    address: 10.0.0.9\n    runs_root: {ghost_root}\n")
-    assert main(["purge", "--cluster", str(lab["cluster"]), "--yes", "--json"]) == 1
+        handle.write(
+            f"  - name: ghost\n    address: 10.0.0.9\n    runs_root: {ghost_root}\n    idle:\n      runs_quiet_min: 0\n"
+        )
+    assert dry_run_then_yes(lab["cluster"], lab["store"], "--json", capsys=capsys) == 1
     printed = json.loads(capsys.readouterr().out)
     assert set(printed["failures"]) == {"ghost"}
     assert {h: s["num_removed"] for h, s in printed["summary"].items()} == {"gx10": 1, "ana-ml2": 2, "ghost": 0}
-    jobs = Store(lab["store"]).jobs().set_index("host")
+    jobs = Store(lab["store"]).jobs()
+    jobs = jobs[jobs["run_id"] == printed["run_id"]].set_index("host")
     assert jobs.loc["ghost", "status"] == "failed"
     assert "no alive Ray node carries labprobe.host=ghost" in jobs.loc["ghost", "reason"]
     assert set(jobs.loc[list(HOSTS), "status"]) == {"ok"}
@@ -388,17 +394,20 @@ def test_the_plan_is_stored_before_anything_is_deleted(ray_cluster, lab, monkeyp
     """Ctrl-C during the deletions: the plan that was being carried out is in the store."""
     store, real_execute = Store(lab["store"]), purge_mod._execute
 
-    def interrupted(report, timeout_s):
+    def interrupted(report, *args):
         plan = store.read("purge.actions")  # committed by its jobs row before any deletion
+        plan = plan[plan["run_id"] == report.run_id]
         assert set(plan["phase"]) == {"plan"} and len(plan) == len(EXPECTED)
         assert (lab["roots"]["gx10"] / "clean-a" / "checkpoints").is_dir()
-        real_execute(report, timeout_s)
+        real_execute(report, *args)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(purge_mod, "_execute", interrupted)
-    assert main(["purge", "--cluster", str(lab["cluster"]), "--yes"]) == 130  # the CLI's Ctrl-C
+    assert dry_run_then_yes(lab["cluster"], lab["store"]) == 130  # the CLI's Ctrl-C
     assert not (lab["roots"]["gx10"] / "clean-a" / "checkpoints").exists()  # the deletions happened
     actions, jobs = store.read("purge.actions"), store.jobs()
+    carried_out = jobs.loc[jobs["config_json"].str.contains('"yes": true'), "run_id"].iloc[0]
+    actions, jobs = actions[actions["run_id"] == carried_out], jobs[jobs["run_id"] == carried_out]
     assert set(actions["phase"]) == {"plan"}  # no outcome: an interrupted purge, visible as such
     assert sorted(actions.loc[actions["action"] == "remove", "run"]) == ["borrower-hard", "clean-a", "clean-b"]
     assert sorted(jobs["host"]) == sorted(HOSTS) and all(j.startswith("purge-plan-") for j in jobs["job_id"])
@@ -413,10 +422,13 @@ def test_a_purge_run_id_names_its_utc_start_second():
 
 
 def test_a_full_purge_stores_plan_and_outcome_under_one_run_id(ray_cluster, lab, capsys):
-    assert main(["purge", "--cluster", str(lab["cluster"]), "--yes"]) == 0
+    assert dry_run_then_yes(lab["cluster"], lab["store"], "--json", capsys=capsys) == 0
+    printed = json.loads(capsys.readouterr().out)
     store = Store(lab["store"])
     actions, jobs = store.read("purge.actions"), store.jobs()
-    assert actions["run_id"].nunique() == 1 and jobs["run_id"].nunique() == 1
+    assert actions["run_id"].nunique() == 2 and jobs["run_id"].nunique() == 2  # the dry run, then --yes
+    assert printed["plan_id"] in set(jobs["run_id"]) and printed["plan_id"] != printed["run_id"]
+    actions, jobs = actions[actions["run_id"] == printed["run_id"]], jobs[jobs["run_id"] == printed["run_id"]]
     # The sweep's run-id form (runner/clock.py): a purge's run sorts among the sweeps' by its start.
     assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{4}", actions["run_id"].iloc[0]), actions["run_id"].iloc[0]
     by_phase = actions.groupby("phase")["run"].count().to_dict()
@@ -438,38 +450,36 @@ def test_without_an_address_only_this_machine_is_purged_as_host_local(tmp_path):
         cluster = tmp_path / name / "cluster.yaml"
         cluster.write_text(
             "store:\n  root: store\nray:\n  head: gx10\nhosts:\n"
-            + "".join(f"  - name: {h}\n    address: 127.0.0.1\n    runs_root: {roots[h]}\n" for h in roots)
+            + "".join(
+                f"  - name: {h}\n    address: 127.0.0.1\n    runs_root: {roots[h]}\n    idle:\n      runs_quiet_min: 0\n"
+                for h in roots
+            )
+        )
+        # The dry run, then --yes on the plan it stored, in one process (one embedded Ray).
+        code = (
+            "import sys; from runner.cli import main; from runner.chores.plans import newest_plan_id; "
+            "from runner.store.store import Store; "
+            f"a = ['purge', '--cluster', {str(cluster)!r}, '--json', '--timeout-s', '120', *{extra!r}]; "
+            "main(a); "
+            f"sys.exit(main([*a, '--yes', '--plan', newest_plan_id(Store({str(tmp_path / name / 'store')!r}))]))"
         )
         procs[name] = (
             roots,
             subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "runner.cli",
-                    "purge",
-                    "--cluster",
-                    str(cluster),
-                    "--yes",
-                    "--json",
-                    "--timeout-s",
-                    "120",
-                    *extra,
-                ],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=env,
+                [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
             ),
         )
     for name, (roots, proc) in procs.items():
         out, err = proc.communicate(timeout=240)
         assert proc.returncode == 1, err[-2000:]  # gx10 unreachable from here
-        printed = json.loads(out)
+        dry, end = json.JSONDecoder().raw_decode(out)
+        printed = json.loads(out[end:])  # stdout: the two JSON objects and nothing else
+        assert dry["mode"] == "dry-run" and printed["plan_id"] == dry["run_id"]
         assert {h: s["num_removed"] for h, s in printed["summary"].items()} == {"local": 1, "gx10": 0}
         assert "no alive Ray node carries labprobe.host=gx10" in printed["failures"]["gx10"]
         assert "host `local` only" in err
         jobs = Store(tmp_path / name / "store").jobs()
+        jobs = jobs[jobs["run_id"] == printed["run_id"]]
         assert sorted(zip(jobs["host"], jobs["status"])) == [("gx10", "failed"), ("local", "ok"), ("local", "ok")]
         assert set(Store(tmp_path / name / "store").read("purge.actions")["host"]) == {"local"}
         assert not (roots["local"] / "run-local" / "checkpoints").exists()

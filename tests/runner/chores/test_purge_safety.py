@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from purge_util import (
+    dry_run_then_yes,
     listing,
     make_run,
     private_mounts_refused,
@@ -27,7 +28,6 @@ from purge_util import (
 
 from runner.chores import deletion, scan
 from runner.chores import purge as purge_mod
-from runner.cli import main
 from runner.store.store import Store
 
 # Run inside the subprocess: plan, then carry out with every planned path approved (as an operator
@@ -174,9 +174,9 @@ def test_a_final_adapter_without_parsable_weights_refuses_the_run(tmp_path):
         **{n: "refuse" for n in [*broken, "bin-garbage"]},
     }
     assert "final adapter holds no weights" in plan["config-only"].reason
-    assert plan["zero-bytes"].reason.endswith("adapter/adapter_model.safetensors do not parse: 0 bytes")
+    assert plan["zero-bytes"].reason.endswith("adapter/adapter_model.safetensors do not load: 0 bytes")
     assert "tensor 'base_model.model.q_proj.lora_B.weight' lies outside the file" in plan["truncated"].reason
-    assert "neither torch.save's zip nor its legacy pickle" in plan["bin-garbage"].reason
+    assert "adapter_model.bin do not load: torch.load(weights_only=True) fails" in plan["bin-garbage"].reason
     # Approved all the same (a plan shown before the weights went bad): refused at deletion.
     done = {r.run: r for r in deletion.execute(str(root), "*", [r.path for r in plan.values()]).actions}
     assert {n for n, r in done.items() if r.action == "removed"} == {"good", "good-bin"}
@@ -236,8 +236,8 @@ def test_checkpoints_left_aside_by_an_interrupted_purge_are_named_and_refused(tm
     os.rename(run / "checkpoints", run / ".labprobe-purging-0123456789ab" / "checkpoints")
     [row] = scan.scan_root(str(root))
     assert row.action == "refuse" and row.reason == (
-        "an interrupted purge left .labprobe-purging-0123456789ab (holding checkpoints/ set aside): put it "
-        "back as checkpoints/ or delete it by hand"
+        "an interrupted purge left .labprobe-purging-0123456789ab (holding checkpoints/ set aside): "
+        "`labprobe purge --recover` finishes or undoes it"
     )
 
 
@@ -358,7 +358,9 @@ def test_a_swap_after_the_last_check_is_caught_once_checkpoints_is_set_aside(tmp
 
     monkeypatch.setattr(deletion, "scan_root", scan_then_swap)
     [done] = deletion.execute(str(run.parent), "*", [row.path]).actions
-    assert done.action == "refuse" and "changed while checkpoints/ were set aside" in done.reason
+    # Caught by checkpoints/' listing once it is aside (the swap moved a file into it) or by the
+    # adapter's digest: either way put back, nothing deleted.
+    assert done.action == "refuse" and "put back" in done.reason
     assert (run / "adapter" / "adapter_model.safetensors").read_bytes() == weights
     assert (run / "checkpoints").is_dir() and not list(run.glob(".labprobe-purging-*"))
 
@@ -431,6 +433,7 @@ def odd_lab(tmp_path):
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(
         f"store:\n  root: store\nhosts:\n  - name: gx10\n    address: 127.0.0.1\n    runs_root: {root}\n"
+        "    idle:\n      runs_quiet_min: 0\n"
     )
     return {"root": root, "cluster": cluster, "store": tmp_path / "store"}
 
@@ -438,12 +441,12 @@ def odd_lab(tmp_path):
 def test_non_utf8_run_names_are_planned_deleted_shown_and_stored_readably(ray_cluster, odd_lab, capsys, monkeypatch):
     real_execute = purge_mod._execute
 
-    def appearing(report, timeout_s):  # a run that appears between the plan and the deletion
+    def appearing(report, *args):  # a run that appears between the plan and the deletion
         make_run(odd_lab["root"], b"late-\x80")
-        real_execute(report, timeout_s)
+        real_execute(report, *args)
 
     monkeypatch.setattr(purge_mod, "_execute", appearing)
-    assert main(["purge", "--cluster", str(odd_lab["cluster"]), "--yes"]) == 0
+    assert dry_run_then_yes(odd_lab["cluster"], odd_lab["store"]) == 0
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err and "r\\xff\\xfe-lora" in captured.out
     actions = Store(odd_lab["store"]).read("purge.actions")
