@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("runner.cli.probe", "run one probe inline on this machine"),
     "goodput": ("runner.cli.goodput", "goodput and budget hours of a corpus from a host's stored profile"),
     "sweep": ("runner.cli.sweep", "run a plan of probes over the lab's hosts with Ray"),
+    "status": ("runner.cli.status", "what is running on the store: the sweep, its plan, its jobs done and left"),
     "validate": ("runner.cli.validate", "check cluster.yaml and expand every plan, running nothing"),
     "compare": ("runner.cli.compare", "compare hosts on the same work from the store"),
     "host-command": ("runner.cli.host_command", "print the `ray start` line for one host"),

@@ -123,7 +123,7 @@ def main(args: argparse.Namespace) -> int:
     setup_logging()
     hosts = list(cluster.hosts)
     with (
-        SweepLock(store.root, run_id=run_id, plan=args.plan),
+        SweepLock(store.root, run_id=run_id, plan=args.plan) as lock,
         foreign_output_to(log_path(store.root, f"ray-{run_id}.log")) as (out, _),
     ):
         if args.inline is None:
@@ -153,6 +153,7 @@ def main(args: argparse.Namespace) -> int:
             gpu_wait_s=args.gpu_wait_s,
             inline=args.inline is not None,
             on_head_lost=None if args.inline is not None else head_lost,
+            lock=lock,
         )
         store.compact()  # the night's small files into few, and a log checkpoint: reads stay fast
     _print_end(args, store, jobs, counts, run_id, hosts, sys.stdout)
@@ -194,6 +195,7 @@ def run_sweep(
     gpu_backoff_s: tuple[float, ...] | None = None,
     inline: bool = False,
     on_head_lost: Callable[[Counts], None] | None = None,
+    lock: SweepLock | None = None,
 ) -> Counts:
     """Fingerprint, skip what is done, dispatch the rest. -> dispatch.Counts.
 
@@ -206,6 +208,8 @@ def run_sweep(
     ready, unreachable = fingerprint_jobs(jobs, here=inline)
     done = set() if force else store.done_job_ids(among=[j.job_id for j in ready])  # tonight's plan only
     todo = [j for j in ready if j.job_id not in done]
+    if lock is not None:  # what `labprobe status` shows: this run's jobs, done and left
+        lock.update(num_jobs=len(todo) + len(unreachable), already_done=len(ready) - len(todo))
     bar = Progress(todo + [j for j, _ in unreachable], enabled=progress, stream=terminal_err())
     hosts = {j.host for j in jobs}
     dispatch = Dispatch(
