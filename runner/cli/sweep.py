@@ -197,13 +197,11 @@ def run_sweep(
     on_head_lost: Callable[[Counts], None] | None = None,
     lock: SweepLock | None = None,
 ) -> Counts:
-    """Fingerprint, skip what is done, dispatch the rest. -> dispatch.Counts.
-
-    Ray must be connected, unless `inline`: then every job runs here, in this process, as if this
-    machine were the jobs' host (fingerprints and GPU readings taken here too). `on_head_lost`: called
-    from a watch thread with the counts once the Ray head is gone and the run's unfinished jobs are
-    stored failed; it must end the process (the main thread is blocked inside Ray by then).
-    """
+    """Fingerprint, skip what is done, dispatch the rest. -> dispatch.Counts. Ray must be connected,
+    unless `inline`: then every job runs here, in this process, as if this machine were the jobs' host
+    (fingerprints and GPU readings taken here too). `on_head_lost`: called from a watch thread with the
+    counts once the Ray head is gone and the run's unfinished jobs are stored failed; it must end the
+    process (the main thread is blocked inside Ray by then). `lock`: told the plan's counts (status)."""
 
     ready, unreachable = fingerprint_jobs(jobs, here=inline)
     done = set() if force else store.done_job_ids(among=[j.job_id for j in ready])  # tonight's plan only
