@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
+from pathlib import Path
 
 import probes
 from runner.cli.options import (
@@ -39,9 +41,47 @@ def main(args: argparse.Namespace) -> int:
     parser, module = probe_parser(args.name)
     options = parser.parse_args(args.options)
     config = build_config(module.Config, options)
+    warning = slow_on_cpu(args.name, config)
+    if warning:  # say so before minutes of silence, and show each timed point or process as it ends
+        print(f"labprobe probe {args.name}: {warning}", file=sys.stderr, flush=True)
+        progress = logging.getLogger("probes")
+        progress.addHandler(logging.StreamHandler(sys.stderr))
+        progress.setLevel(logging.INFO)
     with options_named():
         result = module.run(config)
     return show(result, as_json=options.json)
+
+
+SLOW_ON_CPU = ("profile", "carrier", "replay")
+TINY_PARAMS = 50_000_000
+"""Above this, a LoRA step on a CPU takes seconds to minutes (a 0.6B model's 4,096-token step: ~1 min)."""
+
+
+def slow_on_cpu(name: str, config) -> str | None:
+    """Why this run will be slow here (a model that is not tiny, timed on the CPU), or None."""
+    if name not in SLOW_ON_CPU or getattr(config, "steps", 1) == 0 or config.device not in ("auto", "cpu"):
+        return None
+    import torch
+
+    if config.device == "auto" and torch.cuda.is_available():
+        return None
+    found = config.checkpoint if isinstance(config.checkpoint, tuple) else (config.checkpoint,)
+    big = {Path(c).name: n for c in found if (n := approx_params(Path(c))) > TINY_PARAMS}
+    if not big:
+        return None
+    sizes = ", ".join(f"{k} (about {n / 1e9:.1f}B parameters)" for k, n in big.items())
+    return f"no GPU here: timing {sizes} on the CPU takes minutes or more; progress follows (Ctrl-C stops)"
+
+
+def approx_params(checkpoint: Path) -> int:
+    """Embedding plus attention and MLP weights from config.json (0 when unreadable: no warning)."""
+    try:
+        cfg = json.loads((checkpoint / "config.json").read_text())
+        cfg = cfg.get("text_config", cfg)
+        h, i, n = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+        return int(cfg["vocab_size"] * h + n * (4 * h * h + 3 * h * i))
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
 
 
 def show(result: probes.ProbeResult, *, as_json: bool) -> int:

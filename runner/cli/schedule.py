@@ -20,13 +20,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     install = actions.add_parser("install", help="add or replace the sweep's entry")
     remove = actions.add_parser("remove", help="delete the sweep's entry (one plan, or all of a cluster file)")
     show = actions.add_parser("show", help="list labprobe's entries")
-    for sub in (install, remove, show):
-        sub.add_argument(
-            "--crontab-file",
-            type=Path,
-            metavar="F",
-            help="edit this file instead of the user's crontab (created if absent)",
-        )
+    for sub, says in (
+        (install, "edit this file instead of the user's crontab (created if absent)"),
+        (remove, "edit this file instead of the user's crontab"),
+        (show, "read this file instead of the user's crontab (nothing is changed)"),
+    ):
+        sub.add_argument("--crontab-file", type=Path, metavar="FILE", help=says)
     for sub in (install, remove):
         sub.add_argument(
             "--cluster",

@@ -128,6 +128,7 @@ def main(args: argparse.Namespace) -> int:
     ):
         if args.inline is None:
             address = args.address or cluster.spec.ray.address
+            logger.info(f"labprobe sweep: run {run_id}, plan {args.plan!r}, {len(jobs)} job(s); connecting to Ray")
             connect(address, timeout_s=args.connect_timeout_s)
             warn_embedded(
                 "sweep",
@@ -274,6 +275,9 @@ class Progress:
         self.enabled, self.num_done, self.t0 = enabled, 0, time.monotonic()
         self.bar = None
         stream = stream or sys.stderr
+        if enabled:
+            hosts = ", ".join(f"{n} on {h}" for h, n in self.total.items()) or "none"
+            logger.info(f"labprobe sweep: {len(jobs)} job(s) to run ({hosts})")
         if enabled and stream.isatty() and jobs:
             from tqdm import tqdm
 
