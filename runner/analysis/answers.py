@@ -212,7 +212,31 @@ def _figures(probe: str, job: pd.Series, rows_of: RowsOf) -> tuple[list[dict], l
     return rows, notes
 
 
+ONE_ROW_PER_TOKENIZER = ("padding", "bucket")
+"""Probes whose answer depends on the checkpoint only through its tokenizer."""
+
+
+def _one_row_per_tokenizer(found: list[Answer]) -> list[Answer]:
+    """Checkpoints of one host whose padding (bucket) figures are identical tokenize the corpus alike
+    (one tokenizer: Qwen3's sizes, the demo's four): one row, naming them all and saying why."""
+    groups: dict[tuple, list[Answer]] = {}
+    for a in found:
+        same = json.dumps(a.figures, sort_keys=True, default=str) if a.figures else a.checkpoint
+        groups.setdefault((a.host, a.outcome, a.earlier, same), []).append(a)
+    out = []
+    for group in groups.values():
+        first = group[0]
+        if len(group) > 1:
+            names = sorted(a.checkpoint for a in group)
+            first = dataclasses.replace(first, checkpoint=", ".join(names))
+            first.notes = [*first.notes, f"one row: the {len(names)} checkpoints share a tokenizer (identical figures)"]
+        out.append(first)
+    return out
+
+
 def _section(probe: str, found: list[Answer], host_order: list[str]) -> ProbeAnswers:
+    if probe in ONE_ROW_PER_TOKENIZER:
+        found = _one_row_per_tokenizer(found)
     present = {a.host for a in found if a.figures}
     hosts = [h for h in host_order if h in present] + sorted(present - set(host_order))
     ratio_of = figs.RATIO_OF.get(probe)
