@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schedule": ("runner.cli.schedule", "install, remove or show the overnight sweep's crontab entry"),
     "history": ("runner.cli.history", "a metric over past runs, with drift alerts"),
     "purge": ("runner.cli.purge", "safely purge intermediate checkpoints across hosts"),
+    "demo": ("runner.cli.demo", "load the demo's recorded sample of real H200 results into the store"),
     "store": ("runner.cli.store", "check, compact, vacuum or migrate the store's Delta tables"),
 }
 
