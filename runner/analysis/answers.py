@@ -323,14 +323,17 @@ def single_earlier_run(section: ProbeAnswers) -> str | None:
 
 def section_notes(section: ProbeAnswers) -> list[str]:
     """Notes, changes since the previous run, and work with no ok value at all (with the reason)."""
-    lines = []
+    lines, unanswered = [], {}
     for a in section.answers:
         where = f"{a.checkpoint} @ {a.host}"
-        if not a.figures:
+        if not a.figures:  # one line per cause, naming its work: 28 same-cause failures are one line
             what = a.outcome if a.outcome != "stored" else "never done ok"
-            lines.append(f"{what}: {where}{': ' + a.reason if a.reason else ''}")
+            unanswered.setdefault((what, a.reason), []).append(where)
             continue
         lines += [f"{where}: {n}" for n in a.notes + a.changes]
+    for (what, reason), places in unanswered.items():
+        shown = ", ".join(places[:3]) + (f" and {len(places) - 3} more" if len(places) > 3 else "")
+        lines.append(f"{what}: {shown}{': ' + reason if reason else ''}")
     return lines
 
 

@@ -97,7 +97,7 @@ def show(result: probes.ProbeResult, *, as_json: bool) -> int:
 def render(result: probes.ProbeResult) -> str:
     parts = []
     for name in result.tables:
-        parts.append(format_table(result.records(name), title=f"== {result.probe}.{name}"))
+        parts.append(format_table(_without_empty_columns(result.records(name)), title=f"== {result.probe}.{name}"))
     if result.summary:
         parts.append("== summary\n" + "\n".join(_summary_line(k, v) for k, v in result.summary.items()))
     if result.checks:
@@ -105,6 +105,12 @@ def render(result: probes.ProbeResult) -> str:
             "== checks\n" + "\n".join(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}" for c in result.checks)
         )
     return "\n\n".join(parts)
+
+
+def _without_empty_columns(records: list[dict]) -> list[dict]:
+    """Columns with no value in any row left out (`carrier --steps 0` measures no time: 23 of them)."""
+    keep = [k for k in dict.fromkeys(k for r in records for k in r) if any(r.get(k) not in (None, "") for r in records)]
+    return [{k: r.get(k) for k in keep} for r in records]
 
 
 def _summary_line(key: str, value) -> str:

@@ -311,13 +311,8 @@ def print_end(
         f"{counts.already_done} already done (store {store.root})",
         file=out,
     )
-    for job, reason in counts.failures[:MAX_FAILURES_SHOWN]:
-        print(f"  failed: {job.probe} {job.checkpoint} @ {job.host}: {reason}", file=out)
-    if len(counts.failures) > MAX_FAILURES_SHOWN:
-        print(
-            f"  ... and {len(counts.failures) - MAX_FAILURES_SHOWN} more failed (the store's jobs table has all)",
-            file=out,
-        )
+    for line in failure_lines(counts.failures):
+        print(line, file=out)
     if counts.store_failure is not None:
         print(
             f"the store stopped taking results ({counts.store_failure}); the {counts.num_spilled} jobs after "
@@ -329,6 +324,25 @@ def print_end(
     if text:
         print(file=out)
         print(text, file=out)
+
+
+def failure_lines(failures: list[tuple[Job, str]], *, named: int = 3) -> list[str]:
+    """Failures grouped by their reason: one line per cause (28 jobs on a host no node carries are one
+    line), naming a few of its jobs; at most MAX_FAILURES_SHOWN causes."""
+    by_reason: dict[str, list[Job]] = {}
+    for job, reason in failures:
+        by_reason.setdefault(reason, []).append(job)
+    lines = []
+    for reason, jobs in list(by_reason.items())[:MAX_FAILURES_SHOWN]:
+        which = ", ".join(f"{j.probe} {j.checkpoint} @ {j.host}" for j in jobs[:named])
+        if len(jobs) == 1:
+            lines.append(f"  failed: {which}: {reason}")
+        else:
+            more = f" and {len(jobs) - named} more" if len(jobs) > named else ""
+            lines.append(f"  failed, {len(jobs)} jobs: {reason} ({which}{more})")
+    if len(by_reason) > MAX_FAILURES_SHOWN:
+        lines.append(f"  ... and {len(by_reason) - MAX_FAILURES_SHOWN} more causes (the store's jobs table has all)")
+    return lines
 
 
 def end_answers(store: Store, jobs: list[Job], run_id: str, host_order: list[str]) -> str:
