@@ -21,6 +21,7 @@ from runner.chores.purge import (
 )
 from runner.hosts.nodes import connect, warn_embedded
 from runner.lab.cluster import load_cluster
+from runner.log import foreign_output_to, log_path
 from runner.store.store import Store
 from runner.tables import format_table
 
@@ -119,16 +120,17 @@ def main(args: argparse.Namespace) -> int:
     import ray
 
     embedded = address in (None, "local") and not ray.is_initialized()
-    connect(address)
-    if embedded:
-        warn_embedded("purge", address, set(roots), "{hosts} will read as unreachable")
-    report = purge(
-        roots,
-        args.run,
-        yes=args.yes,
-        timeout_s=args.timeout_s,
-        on_plan=lambda planned: store_phase(store, planned, "plan"),
-    )
+    with foreign_output_to(log_path(store.root, "ray-purge.log")):  # Ray's banners off the terminal, as sweep
+        connect(address)
+        if embedded:
+            warn_embedded("purge", address, set(roots), "{hosts} will read as unreachable")
+        report = purge(
+            roots,
+            args.run,
+            yes=args.yes,
+            timeout_s=args.timeout_s,
+            on_plan=lambda planned: store_phase(store, planned, "plan"),
+        )
     if report.yes:
         store_phase(store, report, "outcome")
     run_id = report.run_id
@@ -151,5 +153,5 @@ def main(args: argparse.Namespace) -> int:
         print()
     else:
         print(render(report))
-        print(f"\nstored: {store.root}/purge.actions (run_id {run_id})")
+        print(f"\nstored: {store.table_uri('purge.actions')} (run_id {run_id})")  # the Delta table's folder
     return 0 if report.ok else 1
