@@ -20,7 +20,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
-RUN = re.compile(r"^labprobe (probe (mask|padding|bucket|goodput)|sweep|status|demo|compare|history|host-command)\b")
+RUN = re.compile(
+    r"^labprobe (probe (mask|padding|bucket|goodput)|sweep|status|demo|compare|history|host-command"
+    r"|schedule install --crontab-file)\b"
+)
 WILD = re.compile(
     r"^(\d{8}T\d{6}Z-[0-9a-f]{4}:?|\[?\d+/\d+|\d+\.\d+s\]?|\(?\.?/[\w./-]*\)?[:;,]?|\d{4}-\d\d-\d\dT\S*)$"
 )
@@ -31,6 +34,9 @@ def commands() -> list[tuple[str, list[str]]]:
     found: list[tuple[str, list[str]]] = []
     for block in re.findall(r"^```[a-z]*\n(.*?)^```", README, flags=re.S | re.M):
         lines = block.splitlines()
+        if not any(line.startswith("$ ") for line in lines):  # a block of bare commands, no output shown
+            found += [(line.split("  #")[0].strip(), []) for line in lines if line.startswith("labprobe ")]
+            continue
         i = 0
         while i < len(lines):
             if not lines[i].startswith("$ labprobe"):
