@@ -155,7 +155,8 @@ def _choose(store: Store, probe: str, table: str | None, metric: str | None) -> 
         for cand_table, cand_metric in DEFAULT_METRICS.get(probe, []):
             if cand_table == SUMMARY or f"{probe}.{cand_table}" in names:
                 return cand_table, metric or cand_metric
-        if DEFAULT_METRICS.get(probe):  # its jobs were all skipped or failed: say that, not "no column"
+        # A metric of the probe's tables, none stored (its jobs skipped or failed): say that, not "no column"
+        if DEFAULT_METRICS.get(probe) and metric is not None and metric not in store.columns("jobs"):
             wanted = ", ".join(f"{probe}.{t}" for t, _ in DEFAULT_METRICS[probe] if t != SUMMARY)
             raise InputError(
                 f"{store.root}: no {probe} results stored ({wanted}: none; its jobs were skipped or failed, "

@@ -12,7 +12,7 @@ import sys
 
 from probes.result import InputError
 from runner.cli.options import OneLineParser
-from runner.log import logger
+from runner.log import say
 from runner.log import setup as setup_logging
 
 # name -> (module, one-line help)
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"labprobe: error: unknown command {name!r} (known: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
     if name == "sweep" and not {"-h", "--help"} & set(argv[1:]):  # its imports (Ray, the store) take seconds
-        logger.info("labprobe sweep: starting (loading Ray, the store and the probes)")
+        say("labprobe sweep: starting (loading Ray, the store and the probes)")
     module = importlib.import_module(COMMANDS[name][0])
     parser = OneLineParser(prog=f"labprobe {name}", description=COMMANDS[name][1])
     module.add_arguments(parser)

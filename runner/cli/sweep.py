@@ -55,7 +55,7 @@ from runner.hosts.nodes import (
 from runner.hosts.reach import DEFAULT_CONNECT_TIMEOUT_S, HeadWatch
 from runner.lab.cluster import load_cluster
 from runner.lab.plan import DEFAULT_PLAN, Job, checkpoints_by_host, expand
-from runner.log import foreign_output_to, log_path, logger, terminal_err
+from runner.log import foreign_output_to, log_path, logger, say, terminal_err
 from runner.log import setup as setup_logging
 from runner.store.fingerprint import Unreadable, fingerprints, host_fingerprints
 from runner.store.store import Store
@@ -128,7 +128,7 @@ def main(args: argparse.Namespace) -> int:
     ):
         if args.inline is None:
             address = args.address or cluster.spec.ray.address
-            logger.info(f"labprobe sweep: run {run_id}, plan {args.plan!r}, {len(jobs)} job(s); connecting to Ray")
+            say(f"labprobe sweep: run {run_id}, plan {args.plan!r}, {len(jobs)} job(s); connecting to Ray")
             connect(address, timeout_s=args.connect_timeout_s)
             warn_embedded(
                 "sweep",
@@ -277,7 +277,7 @@ class Progress:
         stream = stream or sys.stderr
         if enabled:
             hosts = ", ".join(f"{n} on {h}" for h, n in self.total.items()) or "none"
-            logger.info(f"labprobe sweep: {len(jobs)} job(s) to run ({hosts})")
+            say(f"labprobe sweep: {len(jobs)} job(s) to run ({hosts})")
         if enabled and stream.isatty() and jobs:
             from tqdm import tqdm
 

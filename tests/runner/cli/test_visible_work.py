@@ -32,17 +32,29 @@ def test_a_large_model_on_the_cpu_is_announced_and_a_tiny_one_or_counts_only_is_
     assert slow_on_cpu("profile", _config("profile", tiny_checkpoint)) is None
 
 
-def test_sweep_says_it_is_starting_first(tmp_path):
+def test_sweep_says_it_is_starting_first_on_a_terminal_and_errors_stay_one_line_elsewhere(tmp_path):
+    import os
+    import pty
+
     script = Path(sys.executable).with_name("labprobe")
-    proc = subprocess.run(
-        [str(script), "sweep", "--cluster", str(tmp_path / "none.yaml")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    lines = proc.stderr.splitlines()
-    assert proc.returncode == 2 and "labprobe sweep: starting" in lines[0], proc.stderr
+    argv = [str(script), "sweep", "--cluster", str(tmp_path / "none.yaml")]
+    main_fd, terminal = pty.openpty()
+    proc = subprocess.run(argv, stderr=terminal, stdout=subprocess.DEVNULL, timeout=120, check=False)
+    os.close(terminal)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(main_fd, 4096)
+        except OSError:  # the terminal's other end is closed: all read
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(main_fd)
+    lines = seen.decode().splitlines()
+    assert proc.returncode == 2 and lines[0].startswith("labprobe sweep: starting"), lines
+    piped = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert piped.returncode == 2 and len(piped.stderr.strip().splitlines()) == 1, piped.stderr
 
 
 def test_help_does_not_announce_a_start(capsys):
