@@ -10,8 +10,6 @@ from __future__ import annotations
 import importlib
 import sys
 
-from probes.result import InputError
-from runner.cli.options import OneLineParser
 from runner.log import say
 from runner.log import setup as setup_logging
 
@@ -62,11 +60,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if name == "sweep" and not {"-h", "--help"} & set(argv[1:]):  # its imports (Ray, the store) take seconds
         say("labprobe sweep: starting (loading Ray, the store and the probes)")
+    return _run(name, argv[1:])
+
+
+def _run(name: str, argv: list[str]) -> int:
+    # Imported here, after the first line: pydantic (probes.result) alone takes ~0.3 s
+    from probes.result import InputError
+    from runner.cli.options import OneLineParser
+
     module = importlib.import_module(COMMANDS[name][0])
     parser = OneLineParser(prog=f"labprobe {name}", description=COMMANDS[name][1])
     module.add_arguments(parser)
     try:
-        args = parser.parse_args(argv[1:])
+        args = parser.parse_args(argv)
         return int(module.main(args))
     except InputError as exc:
         print(f"labprobe {name}: error: {exc}", file=sys.stderr)
