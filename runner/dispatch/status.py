@@ -70,6 +70,6 @@ def render(status: Status, store_root) -> str:
     if status.last:
         last = status.last
         lines.append(
-            f"  last: {last['status']} {last['probe']} {last['checkpoint']} @ {last['host']} at {last['finished_at']}"
+            f"  last: {last['status']} {last['probe']} {last['checkpoint']} @ {last['host']} at {str(last['finished_at'])[:19]}"
         )
     return "\n".join(lines)
