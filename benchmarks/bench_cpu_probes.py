@@ -201,7 +201,7 @@ def run(args: argparse.Namespace, work: Path) -> tuple[list[tuple], dict]:
     pad_t = cli_seconds(["probe", "padding", "--lengths", str(lengths_file), "--vocab-size", "151936"], args.repeats)
     rows.append((f"padding, {n:,} samples from a lengths file (CLI process)", pad_t, 5.0))
     bucket_t = cli_seconds(
-        ["probe", "bucket", "--lengths", str(lengths_file), "--num-sizes", "10", "--seeds", "0", "1", "2", "3"],
+        ["probe", "bucket", "--lengths", str(lengths_file), "--num-sizes", "10", "--seed", "0", "1", "2", "3"],
         args.repeats,
     )
     rows.append((f"bucket sweep, 10 sizes x 4 seeds, {n:,} samples (CLI process)", bucket_t, 20.0))

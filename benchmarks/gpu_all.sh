@@ -7,7 +7,7 @@
 # Runs from a plain checkout with no install (PYTHONPATH=.). Results go to $OUT (default
 # benchmarks/results/out). Extra arguments go to bench_gpu.py (--quick: a smoke run; --profile-only: the 4B
 # profile alone, e.g. a re-check of the kernel table and padding penalty). Probe options use one spelling:
-# --seq-len (the production length), --seq-lens (the scaling list).
+# --seq-len (the production length), --fit-lens (the scaling list).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/results/out}

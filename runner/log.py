@@ -54,6 +54,13 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
+def say(message: str) -> None:
+    """A line for someone watching a terminal (what is happening during a quiet start); nothing in a
+    cron log or a pipe, where errors must stay one line and progress lines say enough."""
+    if _isatty(terminal_err()):
+        logger.info(message)
+
+
 def terminal_err() -> TextIO:
     """The user's stderr, also while `foreign_output_to` sends descriptor 2 to a log file."""
     return _terminal["err"] or sys.stderr

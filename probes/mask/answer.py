@@ -38,6 +38,7 @@ def figures(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> tup
     row = {
         "seq_len": config.get("seq_len"),
         "padding": config.get("padding"),
+        "use_cache": _use_cache(config) if config.get("padding") == "packed" else None,
         "layers": len(layers),
         "full_fast_path": f"{len(full) - len(slow)} of {len(full)}",
         "lose_fast_path": layer_ranges(slow),
@@ -50,4 +51,14 @@ def figures(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> tup
             f"padding {config['padding']}: the batch needs an explicit mask, so full layers lose "
             "the fast path by design"
         )
+    if leaks and config.get("use_cache") is not False:
+        notes.append(
+            "packed with use_cache=True: a cache turns packing detection off; use_cache=False keeps them apart"
+        )
     return [row], notes
+
+
+def _use_cache(config: dict) -> str:
+    """What the forward got: unset is the model config's default (True for the causal LMs here)."""
+    value = config.get("use_cache")
+    return "config default" if value is None else str(value)

@@ -10,6 +10,7 @@ timing: CUPTI lingers), the padding penalty's three cases, CE alone, and the ker
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import torch
 
@@ -18,6 +19,8 @@ from probes.profile.fit import ScalingRow
 from probes.step import harness as reference
 from probes.step import kernels, models
 from probes.step.timing import Timings, time_steps
+
+LOG = logging.getLogger(__name__)
 
 
 class Session:
@@ -34,6 +37,7 @@ class Session:
     def load(self) -> None:
         """Build the model and add LoRA (run under oom_guard: an OOM here is a result, not a crash)."""
         c = self.config
+        LOG.info("profile: building %s (%s weights) on %s", c.checkpoint.name, c.weights, self.device)
         model = models.build_model(c.checkpoint, weights=c.weights, device=self.device)
         self.model = models.with_lora(model, self.harness, rank=c.lora_rank, alpha=c.lora_alpha)
         self.vocab_size = self.model.config.vocab_size
@@ -59,8 +63,10 @@ class Session:
     def time(self, key: str, fn) -> tuple[Timings, int | None]:
         models.release(self.device)
         c = self.config
+        LOG.info("profile %s: timing %d warm-up and %d+ steps", key, c.warmup_steps, c.steps)
         t = time_steps(fn, device=self.device, warmup=c.warmup_steps, steps=c.steps, max_steps=c.max_steps)
         self.raw[key] = t.to_dict()
+        LOG.info("profile %s: median %.3f s a step over %d steps", key, t.median_s, t.num_steps)
         return t, models.peak_mem_bytes(self.device)
 
     def busy_frac(self, fn, step_s: float) -> float:

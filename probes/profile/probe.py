@@ -1,7 +1,7 @@
 """`profile`: where a LoRA training step's time goes, measured through the lab's own harness.
 
 Tables (times in seconds, medians of timed steps after warm-up; probes.step.timing):
-- `scaling`: step time at each `--seq-lens` length at a fixed batch, with spread, IQR, peak memory
+- `scaling`: step time at each `--fit-lens` length at a fixed batch, with spread, IQR, peak memory
   and `gpu_busy_frac` (kernel time over step time). A point whose GPU idles more than 10% of the step
   is `launch_bound` (the host sets its time) and is left out of the fit; the row says so, with the
   fitted value and the error of predicting it from a fit of the other points (`heldout_err_pct`).
@@ -21,7 +21,7 @@ Tables (times in seconds, medians of timed steps after warm-up; probes.step.timi
   fast path on every layer (read by the `mask` probe through the model's own mask code).
 - `ce`: lm_head + cross-entropy alone, forward and backward, at the production shape, chunked and
   unchunked (full fp32 logits), with peak memory over the inputs and its share of the step (the
-  measured step at seq_len when it is one of --seq-lens, else the fitted one: summary
+  measured step at seq_len when it is one of --fit-lens, else the fitted one: summary
   `step_s_source`). Measured with the reference implementation (probes.step.harness); a lab harness's
   own CE is in its step times. An out-of-memory while building the model or adding LoRA is a result
   whose rows say "oom while loading", never a crash.

@@ -1,6 +1,6 @@
 """`replay`: does goodput's prediction hold? The corpus's real batch shapes, run through the harness.
 
-For each strategy (probes.corpus.batching), the first `--num-steps` batches of the epoch (further epochs
+For each strategy (probes.corpus.batching), the first `--steps` batches of the epoch (further epochs
 reshuffled with seed+1, seed+2, ... when one is shorter), in the order training feeds them: random
 token ids at exactly each batch's row lengths, right-padded to its width with an explicit attention
 mask where rows differ (as a collator pads), one optimizer step each through the harness's

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 import warnings
 from types import ModuleType
 from typing import Any
@@ -66,6 +68,7 @@ def load_harness(path: str) -> ModuleType:
     """Import the harness module; InputError naming the path or the missing function."""
     if not path or not path.strip():
         raise InputError("--harness is empty: give an import path such as probes.step.harness")
+    _cwd_on_path()
     try:
         module = importlib.import_module(path)
     except Exception as exc:  # a SyntaxError or any error at import is the harness's, not ours
@@ -75,6 +78,16 @@ def load_harness(path: str) -> ModuleType:
     if missing:
         raise InputError(f"--harness {path!r} lacks {', '.join(missing)} (a harness provides {' and '.join(REQUIRED)})")
     return module
+
+
+def _cwd_on_path() -> None:
+    """Resolve a harness from the current directory, as `python -m` would: the `labprobe` script puts
+    its own folder first on sys.path, not the cwd, so a lab's `mytrainer.train` would not import. The
+    worker processes get this sys.path (probes/step/processes.py), so they resolve it the same way."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+        importlib.invalidate_caches()
 
 
 def loss_fn(harness: ModuleType, chunk_tokens: int):

@@ -33,6 +33,7 @@ def run(spec: Spec, timeout_s: float = TIMEOUT_S) -> dict:
     """The worker's result dict, or {"status": "failed: ..."} naming what went wrong. Logged as it
     ends (logger probes.step.processes): a line at INFO, the whole result as JSON at DEBUG."""
     begin = time.perf_counter()
+    LOG.info("%s %s: measuring in a fresh process", Path(spec.checkpoint).name, spec.variant)
     result = _run(spec, timeout_s)
     result["process_wall_s"] = time.perf_counter() - begin
     LOG.info(

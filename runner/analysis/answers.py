@@ -212,7 +212,31 @@ def _figures(probe: str, job: pd.Series, rows_of: RowsOf) -> tuple[list[dict], l
     return rows, notes
 
 
+ONE_ROW_PER_TOKENIZER = ("padding", "bucket")
+"""Probes whose answer depends on the checkpoint only through its tokenizer."""
+
+
+def _one_row_per_tokenizer(found: list[Answer]) -> list[Answer]:
+    """Checkpoints of one host whose padding (bucket) figures are identical tokenize the corpus alike
+    (one tokenizer: Qwen3's sizes, the demo's four): one row, naming them all and saying why."""
+    groups: dict[tuple, list[Answer]] = {}
+    for a in found:
+        same = json.dumps(a.figures, sort_keys=True, default=str) if a.figures else a.checkpoint
+        groups.setdefault((a.host, a.outcome, a.earlier, same), []).append(a)
+    out = []
+    for group in groups.values():
+        first = group[0]
+        if len(group) > 1:
+            names = sorted(a.checkpoint for a in group)
+            first = dataclasses.replace(first, checkpoint=", ".join(names))
+            first.notes = [*first.notes, f"one row: the {len(names)} checkpoints share a tokenizer (identical figures)"]
+        out.append(first)
+    return out
+
+
 def _section(probe: str, found: list[Answer], host_order: list[str]) -> ProbeAnswers:
+    if probe in ONE_ROW_PER_TOKENIZER:
+        found = _one_row_per_tokenizer(found)
     present = {a.host for a in found if a.figures}
     hosts = [h for h in host_order if h in present] + sorted(present - set(host_order))
     ratio_of = figs.RATIO_OF.get(probe)
@@ -299,14 +323,17 @@ def single_earlier_run(section: ProbeAnswers) -> str | None:
 
 def section_notes(section: ProbeAnswers) -> list[str]:
     """Notes, changes since the previous run, and work with no ok value at all (with the reason)."""
-    lines = []
+    lines, unanswered = [], {}
     for a in section.answers:
         where = f"{a.checkpoint} @ {a.host}"
-        if not a.figures:
+        if not a.figures:  # one line per cause, naming its work: 28 same-cause failures are one line
             what = a.outcome if a.outcome != "stored" else "never done ok"
-            lines.append(f"{what}: {where}{': ' + a.reason if a.reason else ''}")
+            unanswered.setdefault((what, a.reason), []).append(where)
             continue
         lines += [f"{where}: {n}" for n in a.notes + a.changes]
+    for (what, reason), places in unanswered.items():
+        shown = ", ".join(places[:3]) + (f" and {len(places) - 3} more" if len(places) > 3 else "")
+        lines.append(f"{what}: {shown}{': ' + reason if reason else ''}")
     return lines
 
 

@@ -155,6 +155,13 @@ def _choose(store: Store, probe: str, table: str | None, metric: str | None) -> 
         for cand_table, cand_metric in DEFAULT_METRICS.get(probe, []):
             if cand_table == SUMMARY or f"{probe}.{cand_table}" in names:
                 return cand_table, metric or cand_metric
+        # A metric of the probe's tables, none stored (its jobs skipped or failed): say that, not "no column"
+        if DEFAULT_METRICS.get(probe) and metric is not None and metric not in store.columns("jobs"):
+            wanted = ", ".join(f"{probe}.{t}" for t, _ in DEFAULT_METRICS[probe] if t != SUMMARY)
+            raise InputError(
+                f"{store.root}: no {probe} results stored ({wanted}: none; its jobs were skipped or failed, "
+                "e.g. no GPU): run it on a GPU host, or `labprobe demo load-sample` for recorded H200 results"
+            )
         return "jobs", metric or "wall_s"
     if table not in ("jobs", SUMMARY) and f"{probe}.{table}" not in names:
         stored = sorted(n.split(".", 1)[1] for n in names if n.startswith(probe + "."))

@@ -10,8 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from probes.result import InputError
-from runner.cli.options import OneLineParser
+from runner.log import say
 from runner.log import setup as setup_logging
 
 # name -> (module, one-line help)
@@ -19,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("runner.cli.probe", "run one probe inline on this machine"),
     "goodput": ("runner.cli.goodput", "goodput and budget hours of a corpus from a host's stored profile"),
     "sweep": ("runner.cli.sweep", "run a plan of probes over the lab's hosts with Ray"),
+    "status": ("runner.cli.status", "what is running on the store: the sweep, its plan, its jobs done and left"),
     "validate": ("runner.cli.validate", "check cluster.yaml and expand every plan, running nothing"),
     "compare": ("runner.cli.compare", "compare hosts on the same work from the store"),
     "host-command": ("runner.cli.host_command", "print the `ray start` line for one host"),
@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schedule": ("runner.cli.schedule", "install, remove, show or run the overnight sweep's crontab entry"),
     "history": ("runner.cli.history", "a metric over past runs, with drift alerts"),
     "purge": ("runner.cli.purge", "safely purge intermediate checkpoints across hosts"),
+    "demo": ("runner.cli.demo", "load the demo's recorded sample of real H200 results into the store"),
     "store": ("runner.cli.store", "check, compact, vacuum or migrate the store's Delta tables"),
 }
 
@@ -67,11 +68,21 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"labprobe: error: unknown command {name!r} (known: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
+    if name == "sweep" and not {"-h", "--help"} & set(argv[1:]):  # its imports (Ray, the store) take seconds
+        say("labprobe sweep: starting (loading Ray, the store and the probes)")
+    return _run(name, argv[1:])
+
+
+def _run(name: str, argv: list[str]) -> int:
+    # Imported here, after the first line: pydantic (probes.result) alone takes ~0.3 s
+    from probes.result import InputError
+    from runner.cli.options import OneLineParser
+
     module = importlib.import_module(COMMANDS[name][0])
     parser = OneLineParser(prog=f"labprobe {name}", description=COMMANDS[name][1])
     module.add_arguments(parser)
     try:
-        args = parser.parse_args(argv[1:])
+        args = parser.parse_args(argv)
         return int(module.main(args))
     except InputError as exc:
         print(f"labprobe {name}: error: {exc}", file=sys.stderr)

@@ -10,7 +10,6 @@ import tempfile
 from pathlib import Path
 
 import probes
-from probes.result import InputError
 from runner.analysis.stored_profile import profile_from_store
 from runner.cli.options import add_config_options, build_config, options_named
 from runner.cli.probe import show
@@ -30,12 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--store", type=Path, default=None, help="the store root (default: cluster.yaml's)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    add_config_options(parser, probes.get("goodput").Config)
+    add_config_options(parser, probes.get("goodput").Config, exclude=("profile",))  # the profile comes from the store
 
 
 def main(args: argparse.Namespace) -> int:
-    if hasattr(args, "profile"):
-        raise InputError("--profile: here the profile comes from the store (a file: `labprobe probe goodput`)")
     path = args.cluster or Path("cluster.yaml")
     cluster = load_cluster(path) if args.cluster is not None or path.is_file() else None
     store = Store(args.store or (cluster.store_root() if cluster else Path("results")))

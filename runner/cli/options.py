@@ -17,22 +17,76 @@ from typing import Any
 
 from probes.result import FieldError, InputError, field_docs, make_config
 
+METAVARS = {
+    "--cluster": "FILE",
+    "--crontab-file": "FILE",
+    "--plot": "FILE",
+    "--store": "DIR",
+    "--address": "ADDRESS",
+    "--plan": "PLAN",
+    "--host": "HOST",
+    "--baseline": "HOST",
+    "--probe": "PROBE",
+    "--table": "TABLE",
+    "--metric": "COLUMN",
+    "--variant": "NAME",
+    "--run": "RUN",
+    "--by": "COLUMN",
+    "--profile-checkpoint": "NAME",
+}
+SHORT = {"C": "NAME", "S": "SECONDS", "H": "HOST", "D": "DIR", "F": "FILE", "A": "ADDRESS", "P": "PLAN"}
+"""Single-letter placeholders some commands wrote, read as their kind."""
+"""One placeholder per kind of value, whatever a command's module wrote (`--cluster F` and `--cluster
+CLUSTER` both read `--cluster FILE`); options not named here: SECONDS for a float `-s` option, N for an int."""
+
+RENAMED = {"seq_lens": "fit_lens", "num_steps": "steps", "seeds": "seed"}
+"""One name per idea across probes (a Config field -> the option it is spelled as): the lengths of a
+step-time fit (profile's seq_lens, replay's fit_lens), a count of steps (carrier's and profile's steps,
+replay's num_steps), seeds (one or several, as `--checkpoint` takes one or several). The field's own
+spelling stays accepted, hidden from --help, so older command lines still run."""
+
 
 class OneLineParser(argparse.ArgumentParser):
-    """Bad CLI values get one line naming the problem, exit 2 (argparse prints usage too)."""
+    """Bad CLI values get one line naming the problem, exit 2 (argparse prints usage too); placeholders
+    come from METAVARS, so every command shows the same one for the same kind of value."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # `goodput --profile X` must not read as --profile-checkpoint X
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}\n")
 
+    def add_argument(self, *names, **kwargs):  # type: ignore[override]
+        return super().add_argument(*names, **_placeholder(names, kwargs))
+
+
+def _placeholder(names: tuple, kwargs: dict) -> dict:
+    if not names or not str(names[0]).startswith("--") or kwargs.get("help") == argparse.SUPPRESS:
+        return kwargs
+    if kwargs.get("action") not in (None, "append", "extend"):  # flags take no value
+        return kwargs
+    name = names[0]
+    if name in METAVARS:
+        return {**kwargs, "metavar": METAVARS[name]}
+    if kwargs.get("metavar") in SHORT:
+        return {**kwargs, "metavar": SHORT[kwargs["metavar"]]}
+    if "metavar" not in kwargs and kwargs.get("type") is float and name.endswith("-s"):
+        return {**kwargs, "metavar": "SECONDS"}
+    if "metavar" not in kwargs and kwargs.get("type") is int:
+        return {**kwargs, "metavar": "N"}
+    return kwargs
+
 
 def option_name(field_name: str) -> str:
-    return "--" + field_name.replace("_", "-")
+    return "--" + RENAMED.get(field_name, field_name).replace("_", "-")
 
 
-def add_config_options(parser: argparse.ArgumentParser, config_cls: type) -> None:
+def add_config_options(parser: argparse.ArgumentParser, config_cls: type, *, exclude: tuple[str, ...] = ()) -> None:
+    """One option per Config field but the `exclude`d ones (a command that sets them itself)."""
     hints = typing.get_type_hints(config_cls)
     docs = field_docs(config_cls)
-    for field in dataclasses.fields(config_cls):
+    for field in (f for f in dataclasses.fields(config_cls) if f.name not in exclude):
         kwargs = _argparse_kwargs(hints[field.name])
         required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
         default = None if required else _default(field)
@@ -40,14 +94,23 @@ def add_config_options(parser: argparse.ArgumentParser, config_cls: type) -> Non
         if not required and default is not None and kwargs.get("action") is not argparse.BooleanOptionalAction:
             help_text += f" (default: {_show(default)})"
         # argparse %-formats help strings (for %(default)s): a literal % in a field doc must be doubled
+        name = option_name(field.name)
         parser.add_argument(
-            option_name(field.name),
+            name,
             dest=field.name,
             required=required,
             default=argparse.SUPPRESS,
             help=help_text.replace("%", "%%"),
             **kwargs,
         )
+        if field.name in RENAMED:  # the field's own spelling, still accepted, not shown
+            parser.add_argument(
+                "--" + field.name.replace("_", "-"),
+                dest=field.name,
+                default=argparse.SUPPRESS,
+                help=argparse.SUPPRESS,
+                **kwargs,
+            )
 
 
 def _default(field: dataclasses.Field) -> Any:
@@ -79,7 +142,7 @@ def _argparse_kwargs(hint: Any) -> dict[str, Any]:
 
 def _metavar(hint: Any) -> str:
     assert hint in (Path, int, float, str), f"unsupported Config annotation {hint}"
-    return {Path: "PATH", int: "INT", float: "FLOAT", str: "TEXT"}[hint]
+    return {Path: "PATH", int: "N", float: "NUMBER", str: "TEXT"}[hint]
 
 
 def build_config(config_cls: type, namespace: argparse.Namespace) -> Any:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import socket
 import sys
+from pathlib import Path
 
 import probes
 from runner.cli.options import (
@@ -54,6 +56,12 @@ def main(args: argparse.Namespace) -> int:
     parser, module = probe_parser(args.name)
     options = parser.parse_args(args.options)
     config = build_config(module.Config, options)
+    warning = slow_on_cpu(args.name, config)
+    if warning:  # say so before minutes of silence, and show each timed point or process as it ends
+        print(f"labprobe probe {args.name}: {warning}", file=sys.stderr, flush=True)
+        progress = logging.getLogger("probes")
+        progress.addHandler(logging.StreamHandler(sys.stderr))
+        progress.setLevel(logging.INFO)
     if hasattr(options, "no_idle_check") and not options.no_idle_check:
         refusal = check_direct(socket.gethostname(), config.device, runs_dir=options.runs_dir)
         if refusal is not None:
@@ -65,6 +73,38 @@ def main(args: argparse.Namespace) -> int:
     with options_named():
         result = module.run(config)
     return show(result, as_json=options.json)
+
+
+SLOW_ON_CPU = ("profile", "carrier", "replay")
+TINY_PARAMS = 50_000_000
+"""Above this, a LoRA step on a CPU takes seconds to minutes (a 0.6B model's 4,096-token step: ~1 min)."""
+
+
+def slow_on_cpu(name: str, config) -> str | None:
+    """Why this run will be slow here (a model that is not tiny, timed on the CPU), or None."""
+    if name not in SLOW_ON_CPU or getattr(config, "steps", 1) == 0 or config.device not in ("auto", "cpu"):
+        return None
+    import torch
+
+    if config.device == "auto" and torch.cuda.is_available():
+        return None
+    found = config.checkpoint if isinstance(config.checkpoint, tuple) else (config.checkpoint,)
+    big = {Path(c).name: n for c in found if (n := approx_params(Path(c))) > TINY_PARAMS}
+    if not big:
+        return None
+    sizes = ", ".join(f"{k} (about {n / 1e9:.1f}B parameters)" for k, n in big.items())
+    return f"no GPU here: timing {sizes} on the CPU takes minutes or more; progress follows (Ctrl-C stops)"
+
+
+def approx_params(checkpoint: Path) -> int:
+    """Embedding plus attention and MLP weights from config.json (0 when unreadable: no warning)."""
+    try:
+        cfg = json.loads((checkpoint / "config.json").read_text())
+        cfg = cfg.get("text_config", cfg)
+        h, i, n = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+        return int(cfg["vocab_size"] * h + n * (4 * h * h + 3 * h * i))
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
 
 
 def show(result: probes.ProbeResult, *, as_json: bool) -> int:
@@ -80,7 +120,7 @@ def show(result: probes.ProbeResult, *, as_json: bool) -> int:
 def render(result: probes.ProbeResult) -> str:
     parts = []
     for name in result.tables:
-        parts.append(format_table(result.records(name), title=f"== {result.probe}.{name}"))
+        parts.append(format_table(_without_empty_columns(result.records(name)), title=f"== {result.probe}.{name}"))
     if result.summary:
         parts.append("== summary\n" + "\n".join(_summary_line(k, v) for k, v in result.summary.items()))
     if result.checks:
@@ -88,6 +128,12 @@ def render(result: probes.ProbeResult) -> str:
             "== checks\n" + "\n".join(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}" for c in result.checks)
         )
     return "\n\n".join(parts)
+
+
+def _without_empty_columns(records: list[dict]) -> list[dict]:
+    """Columns with no value in any row left out (`carrier --steps 0` measures no time: 23 of them)."""
+    keep = [k for k in dict.fromkeys(k for r in records for k in r) if any(r.get(k) not in (None, "") for r in records)]
+    return [{k: r.get(k) for k in keep} for r in records]
 
 
 def _summary_line(key: str, value) -> str:

@@ -28,6 +28,7 @@ from runner.clock import new_run_id
 from runner.gpu.idle import Thresholds
 from runner.hosts.nodes import connect, warn_embedded
 from runner.lab.cluster import load_cluster
+from runner.log import foreign_output_to, log_path
 from runner.store.store import Store
 from runner.tables import format_table
 
@@ -144,7 +145,8 @@ def main(args: argparse.Namespace) -> int:
     with store_lock(store.root, store.local, run_id, what):
         plan = _chosen_plan(args, cluster, store) if args.yes else None
         out = _json_stream() if args.json else sys.stdout
-        _start_ray(args.address or cluster.spec.ray.address, set(plan.roots if plan else roots))
+        with foreign_output_to(log_path(store.root, "ray-purge.log")):  # Ray's banners off the terminal, as sweep
+            _start_ray(args.address or cluster.spec.ray.address, set(plan.roots if plan else roots))
         if args.recover:
             report = recover_all(roots, timeout_s=args.timeout_s, run_id=run_id)
         else:
@@ -255,6 +257,6 @@ def _show(report: Report, store: Store, as_json: bool, out: TextIO) -> None:
     if encoding != "utf8" and hasattr(out, "reconfigure"):  # a forced-ASCII locale: é as \xe9, never a crash
         out.reconfigure(errors="backslashreplace")
     print(render(report), file=out)
-    print(f"\nstored: {store.root}/purge.actions (run_id {report.run_id})", file=out)
+    print(f"\nstored: {store.table_uri('purge.actions')} (run_id {report.run_id})", file=out)  # the Delta table's folder
     if report.mode == "dry-run":
         print(f"plan id: {report.run_id}  (`labprobe purge --yes --plan {report.run_id}` deletes exactly this plan)")

@@ -31,17 +31,27 @@ ACTIONS = ("check", "compact", "vacuum", "migrate")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=ACTIONS, help="what to do")
-    parser.add_argument("--store", help="store root, a directory or URL (default: the cluster file's, else ./results)")
-    parser.add_argument("--cluster", default="cluster.yaml", help="cluster file (default: ./cluster.yaml, if present)")
-    parser.add_argument(
-        "--retention-days",
-        type=float,
-        metavar="N",
-        help="vacuum: keep N days of time travel (default: the cluster file's "
-        f"store.vacuum_retention_days, else {maintain.DEFAULT_RETENTION_DAYS:g})",
-    )
-    parser.add_argument("--dry-run", action="store_true", help="vacuum: list what would be deleted, delete nothing")
+    helps = {
+        "check": "tables, versions, files, rows and anything unreadable or stray",
+        "compact": "fewer, larger files and a log checkpoint per table (what each sweep does at its end)",
+        "vacuum": "delete files no version of the retention window needs",
+        "migrate": "turn the older Parquet-per-job layout into Delta tables",
+    }
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for action in ACTIONS:  # each action's --help shows its own options only
+        sub = actions.add_parser(action, help=helps.get(action, ""), description=helps.get(action, ""))
+        sub.add_argument("--store", help="store root, a directory or URL (default: the cluster file's, else ./results)")
+        sub.add_argument("--cluster", default="cluster.yaml", help="cluster file (default: ./cluster.yaml, if present)")
+        sub.set_defaults(retention_days=None, dry_run=False)
+        if action == "vacuum":
+            sub.add_argument(
+                "--retention-days",
+                type=float,
+                metavar="N",
+                help="keep N days of time travel (default: the cluster file's "
+                f"store.vacuum_retention_days, else {maintain.DEFAULT_RETENTION_DAYS:g})",
+            )
+            sub.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -53,7 +53,7 @@ from runner.hosts.nodes import (
 from runner.hosts.reach import DEFAULT_CONNECT_TIMEOUT_S
 from runner.lab.cluster import load_cluster
 from runner.lab.plan import DEFAULT_PLAN, Job, expand
-from runner.log import foreign_output_to, log_path
+from runner.log import foreign_output_to, log_path, say
 from runner.log import setup as setup_logging
 from runner.store.store import Store
 
@@ -124,11 +124,12 @@ def _main(args: argparse.Namespace) -> int:
     setup_logging()
     hosts = list(cluster.hosts)
     with (
-        SweepLock(store.root, run_id=run_id, plan=args.plan),
+        SweepLock(store.root, run_id=run_id, plan=args.plan) as lock,
         foreign_output_to(log_path(store.root, f"ray-{run_id}.log")) as (out, _),
     ):
         if args.inline is None:
             address = args.address or cluster.spec.ray.address
+            say(f"labprobe sweep: run {run_id}, plan {args.plan!r}, {len(jobs)} job(s); connecting to Ray")
             connect_or_one_line(address, args.connect_timeout_s)
             warn_embedded(
                 "sweep",
@@ -154,6 +155,7 @@ def _main(args: argparse.Namespace) -> int:
             gpu_wait_s=args.gpu_wait_s,
             inline=args.inline is not None,
             on_head_lost=None if args.inline is not None else head_lost,
+            lock=lock,
         )
         store.compact()  # the night's small files into few, and a log checkpoint: reads stay fast
     _print_end(args, store, jobs, counts, run_id, hosts, sys.stdout)
@@ -188,13 +190,8 @@ def print_end(
         f"{counts.already_done} already done (store {store.root})",
         file=out,
     )
-    for job, reason in counts.failures[:MAX_FAILURES_SHOWN]:
-        print(f"  failed: {job.probe} {job.checkpoint} @ {job.host}: {reason}", file=out)
-    if len(counts.failures) > MAX_FAILURES_SHOWN:
-        print(
-            f"  ... and {len(counts.failures) - MAX_FAILURES_SHOWN} more failed (the store's jobs table has all)",
-            file=out,
-        )
+    for line in failure_lines(counts.failures):
+        print(line, file=out)
     unread = [(j, r) for j, status, r in counts.outcomes if status == "skipped" and gpu_skip_kind(r) == "unreadable"]
     for job, reason in unread[:MAX_FAILURES_SHOWN]:
         print(f"  not run, host unreadable: {job.probe} {job.checkpoint} @ {job.host}: {reason}", file=out)
@@ -209,6 +206,25 @@ def print_end(
     if text:
         print(file=out)
         print(text, file=out)
+
+
+def failure_lines(failures: list[tuple[Job, str]], *, named: int = 3) -> list[str]:
+    """Failures grouped by their reason: one line per cause (28 jobs on a host no node carries are one
+    line), naming a few of its jobs; at most MAX_FAILURES_SHOWN causes."""
+    by_reason: dict[str, list[Job]] = {}
+    for job, reason in failures:
+        by_reason.setdefault(reason, []).append(job)
+    lines = []
+    for reason, jobs in list(by_reason.items())[:MAX_FAILURES_SHOWN]:
+        which = ", ".join(f"{j.probe} {j.checkpoint} @ {j.host}" for j in jobs[:named])
+        if len(jobs) == 1:
+            lines.append(f"  failed: {which}: {reason}")
+        else:
+            more = f" and {len(jobs) - named} more" if len(jobs) > named else ""
+            lines.append(f"  failed, {len(jobs)} jobs: {reason} ({which}{more})")
+    if len(by_reason) > MAX_FAILURES_SHOWN:
+        lines.append(f"  ... and {len(by_reason) - MAX_FAILURES_SHOWN} more causes (the store's jobs table has all)")
+    return lines
 
 
 def end_answers(store: Store, jobs: list[Job], run_id: str, host_order: list[str]) -> str:

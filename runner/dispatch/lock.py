@@ -61,6 +61,19 @@ class SweepLock:
             ) from None
         self._fd = fd
 
+    def update(self, **info) -> None:
+        """Add to the holder info (the plan's job counts once known) for `labprobe status`; a write
+        that fails leaves the older info, which only `status` reads."""
+        if self._fd is None:
+            return
+        self.info.update(info)
+        data = json.dumps(self.info).encode()
+        try:
+            os.pwrite(self._fd, data, 0)
+            os.ftruncate(self._fd, len(data))
+        except OSError:
+            pass
+
     def release(self) -> None:
         if self._fd is None:
             return

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from runner.dispatch.launch import InlineLauncher, RayLauncher
+from runner.dispatch.lock import SweepLock
 from runner.dispatch.loop import Counts, Dispatch
 from runner.hosts.nodes import (
     HostFailure,
@@ -18,7 +19,7 @@ from runner.hosts.nodes import (
 )
 from runner.hosts.reach import HeadWatch
 from runner.lab.plan import Job, checkpoints_by_host
-from runner.log import logger, terminal_err
+from runner.log import logger, say, terminal_err
 from runner.store.fingerprint import Unreadable, fingerprints, host_fingerprints
 from runner.store.store import Store
 
@@ -41,18 +42,19 @@ def run_sweep(
     gpu_backoff_s: tuple[float, ...] | None = None,
     inline: bool = False,
     on_head_lost: Callable[[Counts], None] | None = None,
+    lock: SweepLock | None = None,
 ) -> Counts:
-    """Fingerprint, skip what is done, dispatch the rest. -> dispatch.Counts.
-
-    Ray must be connected, unless `inline`: then every job runs here, in this process, as if this
-    machine were the jobs' host (fingerprints and GPU readings taken here too). `on_head_lost`: called
-    from a watch thread with the counts once the Ray head is gone and the run's unfinished jobs are
-    stored failed; it must end the process (the main thread is blocked inside Ray by then).
-    """
+    """Fingerprint, skip what is done, dispatch the rest. -> dispatch.Counts. Ray must be connected,
+    unless `inline`: then every job runs here, in this process, as if this machine were the jobs' host
+    (fingerprints and GPU readings taken here too). `on_head_lost`: called from a watch thread with the
+    counts once the Ray head is gone and the run's unfinished jobs are stored failed; it must end the
+    process (the main thread is blocked inside Ray by then). `lock`: told the plan's counts (status)."""
 
     ready, unreachable = fingerprint_jobs(jobs, here=inline)
     done = set() if force else store.done_job_ids(among=[j.job_id for j in ready])  # tonight's plan only
     todo = [j for j in ready if j.job_id not in done]
+    if lock is not None:  # what `labprobe status` shows: this run's jobs, done and left
+        lock.update(num_jobs=len(todo) + len(unreachable), already_done=len(ready) - len(todo))
     bar = Progress(todo + [j for j, _ in unreachable], enabled=progress, stream=terminal_err())
     hosts = {j.host for j in jobs}
     dispatch = Dispatch(
@@ -119,6 +121,9 @@ class Progress:
         self.enabled, self.num_done, self.t0 = enabled, 0, time.monotonic()
         self.bar = None
         stream = stream or sys.stderr
+        if enabled:
+            hosts = ", ".join(f"{n} on {h}" for h, n in self.total.items()) or "none"
+            say(f"labprobe sweep: {len(jobs)} job(s) to run ({hosts})")
         if enabled and stream.isatty() and jobs:
             from tqdm import tqdm
 

@@ -178,7 +178,7 @@ def test_negative_seed_is_one_line_exit_2(tmp_path, capsys):
     path = write_lengths(tmp_path / "l.parquet", SMALL)
     assert main(["probe", "bucket", "--lengths", str(path), "--seeds", "-1"]) == 2
     err = capsys.readouterr().err
-    assert "--seeds must all be >= 0" in err and len(err.strip().splitlines()) == 1
+    assert "--seed must all be >= 0" in err and len(err.strip().splitlines()) == 1
 
 
 def test_bucket_sizes_must_be_multiples_of_the_batch(tmp_path, capsys):

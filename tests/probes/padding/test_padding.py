@@ -284,7 +284,7 @@ def test_bad_cli_values_exit_2(tmp_path, capsys):
         (["--max-length", "-1"], "--max-length"),
         (["--ce-budget-gib", "0"], "--ce-budget-gib"),
         (["--vocab-size", "0"], "--vocab-size"),
-        (["--seeds", "0", "-1"], "--seeds must all be >= 0"),
+        (["--seeds", "0", "-1"], "--seed must all be >= 0"),
     ):
         assert main(["probe", "padding", "--lengths", str(path), *args]) == 2
         err = capsys.readouterr().err

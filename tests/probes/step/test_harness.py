@@ -122,3 +122,40 @@ def test_compute_loss_is_the_models_own_next_token_loss(tiny):
     for chunk in (0, 7):
         got = harness.compute_loss(model, batch, chunk_tokens=chunk)
         torch.testing.assert_close(got, expected.to(got.dtype), rtol=1e-5, atol=1e-6)  # HF: fp32 loss
+
+
+def test_a_harness_resolves_from_the_current_directory_as_python_m_would(tiny, tmp_path):
+    """The `labprobe` script's folder, not the cwd, heads sys.path: `--harness mytrainer.train` in the lab's
+    repo must still import there, and in the worker processes that measure (their calls are counted)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    lab = tmp_path / "lab"
+    (lab / "mytrainer").mkdir(parents=True)
+    (lab / "mytrainer" / "__init__.py").write_text("")
+    shutil.copy(Path(__file__).parents[1] / "data" / "harness_custom.py", lab / "mytrainer" / "train.py")
+    calls = tmp_path / "calls.txt"
+    script = Path(sys.executable).with_name("labprobe")
+    env = {**os.environ, "HARNESS_CALLS_FILE": str(calls)}
+    argv = [str(script), "probe", "carrier", "--checkpoint", str(tiny), "--harness", "mytrainer.train"]
+    argv += [
+        "--weights",
+        "random",
+        "--seq-len",
+        "16",
+        "--steps",
+        "2",
+        "--max-steps",
+        "2",
+        "--warmup-steps",
+        "1",
+        "--processes",
+        "1",
+    ]
+    proc = subprocess.run(argv, cwd=lab, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert "does not import" not in proc.stderr, proc.stderr
+    assert proc.returncode in (0, 1), proc.stderr  # 1: a CPU step's spread may fail rows_trustworthy
+    assert "loss" in calls.read_text().split(), "the worker process did not run the lab's harness"

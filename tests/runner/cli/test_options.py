@@ -9,7 +9,7 @@ import pytest
 
 import probes
 from runner.cli import main
-from runner.cli.options import add_config_options
+from runner.cli.options import add_config_options, option_name
 
 
 @pytest.mark.parametrize("name", sorted(probes.REGISTRY))
@@ -17,7 +17,7 @@ def test_help_of_every_probe_exits_0_and_lists_its_options(name, capsys):
     assert main(["probe", name, "--help"]) == 0
     out = capsys.readouterr().out
     for field in dataclasses.fields(probes.get(name).Config):
-        assert "--" + field.name.replace("_", "-") in out
+        assert option_name(field.name) + " " in out
 
 
 def test_a_percent_sign_in_a_field_doc_is_shown_as_written(capsys):
