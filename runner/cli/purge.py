@@ -257,6 +257,8 @@ def _show(report: Report, store: Store, as_json: bool, out: TextIO) -> None:
     if encoding != "utf8" and hasattr(out, "reconfigure"):  # a forced-ASCII locale: é as \xe9, never a crash
         out.reconfigure(errors="backslashreplace")
     print(render(report), file=out)
-    print(f"\nstored: {store.table_uri('purge.actions')} (run_id {report.run_id})", file=out)  # the Delta table's folder
+    print(
+        f"\nstored: {store.table_uri('purge.actions')} (run_id {report.run_id})", file=out
+    )  # the Delta table's folder
     if report.mode == "dry-run":
         print(f"plan id: {report.run_id}  (`labprobe purge --yes --plan {report.run_id}` deletes exactly this plan)")

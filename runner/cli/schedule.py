@@ -30,7 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     install = actions.add_parser("install", help="add or replace the sweep's entry (and its entry file)")
     remove = actions.add_parser("remove", help="delete the sweep's entry (one plan, or all of a cluster file)")
-    show = actions.add_parser("show", help="list labprobe's entries (nothing is changed); flag lines in its block it did not write")
+    show = actions.add_parser(
+        "show", help="list labprobe's entries (nothing is changed); flag lines in its block it did not write"
+    )
     run = actions.add_parser("run", help="what cron runs: the sweep of entry ID, output appended to its log")
     run.add_argument("id", metavar="ID", help="the entry's id (16 hex digits), as the crontab line names it")
     for sub in (install, remove, show, run):
