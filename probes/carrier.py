@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from probes import contract, flops, kernels, models, processes, variants, whatif
+from probes import contract, flops, kernels, lora_targets, models, params, processes, variants, whatif
 from probes import harness as reference
 from probes.mask import load_text_config
 from probes.result import Check, ProbeResult, require
@@ -98,6 +98,9 @@ class CarrierRow:
     params_total: int | None
     params_trainable: int | None
     tokens_per_step: int
+    params_active: int | None = None
+    """Parameters one token uses: experts at top_k / num_experts, all else whole (probes/params.py);
+    the step's FLOPs are charged on these."""
     warmup_steps: int | None = None
     steps: int | None = None
     processes: int | None = None
@@ -125,14 +128,17 @@ def _name(checkpoint: Path) -> str:
     return checkpoint.parent.name if checkpoint.name == "config.json" else checkpoint.name
 
 
-def _counts_only(config: Config, checkpoint: Path, harness) -> CarrierRow:
+def _counts_only(config: Config, checkpoint: Path, harness, targets: dict) -> CarrierRow:
+    """The row of `--steps 0`, built on the meta device; what LoRA targeted goes into `targets`."""
     model = models.build_model(checkpoint, weights="random", device=torch.device("meta"))
     model = models.with_lora(model, harness, rank=config.lora_rank, alpha=config.lora_alpha)
     total, trainable = models.count_params(model)
+    targets[_name(checkpoint)] = lora_targets.describe(model)
     return CarrierRow(
         model=_name(checkpoint),
         params_total=total,
         params_trainable=trainable,
+        params_active=round(params.count(model).params_active),
         tokens_per_step=config.batch_size * config.seq_len,
         status="counts only",
     )
@@ -145,6 +151,7 @@ def _row(config: Config, name: str, r: dict, peaks: tuple[float | None, float | 
         variant=r["variant"],
         params_total=r.get("params_total"),
         params_trainable=r.get("params_trainable"),
+        params_active=r.get("params_active"),
         tokens_per_step=tokens,
         caveat=r.get("caveat", ""),
     )
@@ -225,6 +232,7 @@ def _family(config: Config, names: tuple[str, ...], peaks, evidence: dict) -> tu
         harness_info = harness_info or {
             k: baseline[k] for k in ("harness_step", "harness_fallbacks", "harness_env") if k in baseline
         }
+        harness_info.setdefault("lora_targets", {})[name] = baseline.get("lora_targets")
     return rows, whatifs, advice, harness_info
 
 
@@ -242,7 +250,9 @@ def run(config: Config) -> ProbeResult:
         "harness_env": contract.fingerprint(harness),
     }
     if config.steps == 0:
-        rows, whatifs, advice = [_counts_only(config, c, harness) for c in config.checkpoint], [], []
+        info["lora_targets"] = {}
+        rows = [_counts_only(config, c, harness, info["lora_targets"]) for c in config.checkpoint]
+        whatifs, advice = [], []
         peak_note = "not measured (--steps 0)"
     else:
         peaks, peak_note = _peaks(config, device)

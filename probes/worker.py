@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from probes import attribution, contract, flops, kernels, microbench, models, variants
+from probes import attribution, contract, flops, kernels, lora_targets, microbench, models, params, variants
 from probes import harness as reference
 from probes.result import InputError
 from probes.timing import time_steps
@@ -90,10 +90,14 @@ def _prepare(model, variant: variants.Variant, pieces: contract.Contract) -> Non
 def _build(spec: Spec, pieces: contract.Contract, variant: variants.Variant, device: torch.device):
     torch.manual_seed(spec.seed)
     model = models.build_model(Path(spec.checkpoint), weights=spec.weights, device=device)
-    targets = list(pieces.harness.discover_target_modules(model))
-    if not targets:
-        raise InputError(f"{spec.harness}.discover_target_modules found no target modules")
-    model = pieces.apply_lora(model, rank=spec.lora_rank, alpha=spec.lora_alpha, targets=targets)
+    model = lora_targets.apply(
+        pieces.harness,
+        pieces.apply_lora,
+        reference.discover_target_parameters,
+        model,
+        rank=spec.lora_rank,
+        alpha=spec.lora_alpha,
+    )
     _prepare(model, variant, pieces)
     return model
 
@@ -209,6 +213,8 @@ def measure(spec: Spec) -> dict:
         model = _build(spec, pieces, variant, device)
         clock("build")
         out["params_total"], out["params_trainable"] = models.count_params(model)
+        out["params_active"] = round(params.count(model).params_active)
+        out["lora_targets"] = lora_targets.describe(model)
         shape = flops.model_shape(model)
         out["step_flops"] = flops.step_flops(shape, batch_size=spec.batch_size, seq_len=spec.seq_len)
         step = _step(spec, model, pieces, chunk, device)
