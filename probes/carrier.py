@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from probes import contract, flops, kernels, lora_targets, models, params, processes, variants, whatif
+from probes import contract, flops, kernel_watch, kernels, lora_targets, models, params, processes, variants, whatif
 from probes import harness as reference
 from probes.mask import load_text_config
 from probes.result import Check, ProbeResult, require
@@ -119,6 +119,9 @@ class CarrierRow:
     trustworthy: bool | None = None
     launch_bound: bool | None = None
     attention_backends: str | None = None
+    kernel_fallbacks: str | None = None
+    """Kernels that fell back to transformers' reference PyTorch implementation in the timed process,
+    `function (package)` (probes/kernel_watch.py); None: every kernel took its fast path."""
     compile_s: float | None = None
     caveat: str = ""
     status: str = "ok"
@@ -154,6 +157,7 @@ def _row(config: Config, name: str, r: dict, peaks: tuple[float | None, float | 
         params_active=r.get("params_active"),
         tokens_per_step=tokens,
         caveat=r.get("caveat", ""),
+        kernel_fallbacks=", ".join(r.get("kernel_fallbacks") or []) or None,
     )
     if r.get("status") != "ok":
         return CarrierRow(**base, status=r.get("status", "failed"))
@@ -306,7 +310,22 @@ def _checks(config: Config, rows: list[CarrierRow]) -> list[Check]:
                 else "every measured row GPU-bound with spreads <= 2%",
             )
         )
+        checks.append(_fast_kernels(rows))
     return checks
+
+
+def _fast_kernels(rows: list[CarrierRow]) -> Check:
+    """Fails when a timed process ran a reference fallback: its numbers time the slow path."""
+    slow = [r for r in rows if r.kernel_fallbacks]
+    if not slow:
+        return Check(name="fast_kernels", ok=True, detail="no kernel fell back to a reference implementation")
+    seen = sorted({f.strip() for r in slow for f in r.kernel_fallbacks.split(", ")})
+    return Check(
+        name="fast_kernels",
+        ok=False,
+        detail=f"{', '.join(f'{r.model}/{r.variant}' for r in slow)} ran reference fallbacks ({', '.join(seen)}): "
+        f"these rows time the slow path. Install: {kernel_watch.advice(seen)}",
+    )
 
 
 def _device_name(device: torch.device) -> str:

@@ -22,7 +22,18 @@ from pathlib import Path
 
 import torch
 
-from probes import attribution, contract, flops, kernels, lora_targets, microbench, models, params, variants
+from probes import (
+    attribution,
+    contract,
+    flops,
+    kernel_watch,
+    kernels,
+    lora_targets,
+    microbench,
+    models,
+    params,
+    variants,
+)
 from probes import harness as reference
 from probes.result import InputError
 from probes.timing import time_steps
@@ -208,32 +219,41 @@ def measure(spec: Spec) -> dict:
     chunk = spec.ce_chunk if variant.ce_chunk is None else variant.ce_chunk
     if variant.ce_chunk is not None and "chunk_tokens" not in _loss_params(harness):
         return {**out, "status": f"not applicable: {spec.harness}.compute_loss takes no chunk_tokens"}
-    stage, clock = "loading", _Stages(out)
+    stage, clock, logged = ["loading"], _Stages(out), []
+    out["kernel_packages"] = kernel_watch.installed()
     try:
-        model = _build(spec, pieces, variant, device)
-        clock("build")
-        out["params_total"], out["params_trainable"] = models.count_params(model)
-        out["params_active"] = round(params.count(model).params_active)
-        out["lora_targets"] = lora_targets.describe(model)
-        shape = flops.model_shape(model)
-        out["step_flops"] = flops.step_flops(shape, batch_size=spec.batch_size, seq_len=spec.seq_len)
-        step = _step(spec, model, pieces, chunk, device)
-        stage = "timing"
-        _timed(spec, model, step, device, out)
-        stage = clock("timing") or "profiling"
-        _profiled(spec, model, step, device, out)
-        clock("profiling")
-        if spec.predict:
-            stage = "micro-benchmarks"
-            del step
-            models.release(device)
-            out["microbench"] = microbench.run(model, pieces, spec, device, chunk)
-            clock("micro-benchmarks")
+        with kernel_watch.watch(logged):  # the reference fallbacks transformers logs in this process
+            _measured(spec, pieces, variant, device, chunk, out, clock, stage)
     except Exception as exc:
         if not models.is_oom(exc):
             raise
-        out["status"] = f"oom while {stage}: {str(exc).splitlines()[0][:100]}"
+        out["status"] = f"oom while {stage[0]}: {str(exc).splitlines()[0][:100]}"
+    out["kernel_fallbacks"] = kernel_watch.fallbacks(logged)
     return out
+
+
+def _measured(spec: Spec, pieces, variant, device: torch.device, chunk: int, out: dict, clock, stage: list) -> None:
+    """Build, time, profile (and with `predict` run the micro-benchmarks) into `out`; `stage[0]` says
+    how far it got (an OOM's status names it)."""
+    model = _build(spec, pieces, variant, device)
+    clock("build")
+    out["params_total"], out["params_trainable"] = models.count_params(model)
+    out["params_active"] = round(params.count(model).params_active)
+    out["lora_targets"] = lora_targets.describe(model)
+    shape = flops.model_shape(model)
+    out["step_flops"] = flops.step_flops(shape, batch_size=spec.batch_size, seq_len=spec.seq_len)
+    step = _step(spec, model, pieces, chunk, device)
+    stage[0] = "timing"
+    _timed(spec, model, step, device, out)
+    stage[0] = clock("timing") or "profiling"
+    _profiled(spec, model, step, device, out)
+    clock("profiling")
+    if spec.predict:
+        stage[0] = "micro-benchmarks"
+        del step
+        models.release(device)
+        out["microbench"] = microbench.run(model, pieces, spec, device, chunk)
+        clock("micro-benchmarks")
 
 
 class _Stages:
