@@ -47,13 +47,17 @@ def watch(out: list[str]):
     """Append to `out` every warning transformers logs (and Python warns) inside the block."""
     logger = logging.getLogger("transformers")
     handler = _Catch(out)
+    level = logger.level
     logger.addHandler(handler)
+    # TRANSFORMERS_VERBOSITY=error would silence the very warnings this is for
+    logger.setLevel(min(level or logging.WARNING, logging.WARNING))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             yield
         finally:
             logger.removeHandler(handler)
+            logger.setLevel(level)
             out.extend(str(w.message) for w in caught)
 
 

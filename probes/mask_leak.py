@@ -106,7 +106,8 @@ def layer_leaks(text_config, batch: Batch, *, attn_implementation: str, use_cach
     model.train()  # as in training; dropout is 0 in these configs
     layers = _decoder_layers(model)
     packed_in, packed_out = [None] * len(layers), [None] * len(layers)
-    row = {k: v[:1] for k, v in batch.kwargs.items()}
+    # the first row; other keywords (a varlen kernel's cu_seq_lens) pass as they are
+    row = {k: v[:1] if isinstance(v, torch.Tensor) and v.dim() == 2 else v for k, v in batch.kwargs.items()}
     hooks = _capture(layers, packed_in, packed_out)
     with torch.no_grad():
         model.get_decoder()(**row, use_cache=use_cache)
