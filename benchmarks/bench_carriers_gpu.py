@@ -1,20 +1,21 @@
 """The lab's other carriers on one GPU: dense Qwen3-4B-Base against the hybrid Qwen3.5-0.8B (with and without
 flash-linear-attention), and the mixture of experts Qwen3-30B-A3B-Base with LoRA on attention.
 
-Run on an H200 from a plain checkout (PYTHONPATH=. , no install):
+Run on an H200 from a plain checkout (PYTHONPATH=. , no install; about 7 minutes):
     PYTHONPATH=. python3 benchmarks/bench_carriers_gpu.py --out $OUT [--fla-path DIR]
 Random weights, real-size configs (demo/checkpoints), the carrier probe's reference step (bf16 autocast,
 PEFT LoRA rank 32, fused AdamW), one sequence of 4,096 tokens a step, each measurement in its own fresh
-process (probes/processes.py). Parts, in order:
-1. `hybrid_no_fla`: Qwen3.5-0.8B with transformers' reference PyTorch kernels (flash-linear-attention not on
-   the path): the carrier's `fast_kernels` check must fail and name what to install.
-2. `dense_vs_hybrid`: Qwen3-4B-Base and Qwen3.5-0.8B with flash-linear-attention on the path (`--fla-path`,
+process (probes/processes.py). Parts, in order (the slow reference path last: on the H200 it took 197 s
+of a first run's 350, profiling 26,000 element-wise launches a step):
+1. `dense_vs_hybrid`: Qwen3-4B-Base and Qwen3.5-0.8B with flash-linear-attention on the path (`--fla-path`,
    appended to sys.path, which the worker processes inherit). causal-conv1d is not installed: no wheel on
    the registry, it compiles a CUDA extension (nvcc + torch headers), so `causal_conv1d_fn` still falls back.
-3. `moe`: Qwen3-30B-A3B-Base, LoRA on q/k/v/o only (benchmarks/harness_attention_lora.py: 61 GB of bf16
+2. `moe`: Qwen3-30B-A3B-Base, LoRA on q/k/v/o only (benchmarks/harness_attention_lora.py: 61 GB of bf16
    weights fit; expert LoRA through target_parameters would materialise each layer's expert deltas).
-4. `packed_varlen`: the reduced Qwen3.5 on the GPU, each packed sequence against itself alone per layer
+3. `packed_varlen`: the reduced Qwen3.5 on the GPU, each packed sequence against itself alone per layer
    (probes/mask_leak.py), with position_ids only and with cu_seq_lens passed (the varlen path of fla).
+4. `hybrid_no_fla`: Qwen3.5-0.8B with transformers' reference PyTorch kernels (flash-linear-attention taken
+   off the path again): the carrier's `fast_kernels` check must fail and name what to install.
 Each part's carrier rows, checks, summary and the top kernels of each baseline go to $OUT/carriers.json,
 rewritten after every part (a part that fails is recorded with its error; the next still runs).
 BENCH_QUICK=1 with BENCH_CHECKPOINTS=dense,hybrid,moe (config dirs) runs the same parts tiny on the CPU.
@@ -117,13 +118,15 @@ def main() -> int:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict = {"environment": environment(), "parts": {}}
-    with_fla = [lambda: sys.path.append(args.fla_path)] if args.fla_path else []
+    # the worker processes inherit sys.path when they start: fla is on it for the first parts, off for the last
+    fla = [args.fla_path] if args.fla_path else []
     parts = [
-        ("hybrid_no_fla", lambda: carrier_part([HYBRID])),
-        *[("fla_on_path", step) for step in with_fla],
+        ("fla_on_path", lambda: sys.path.extend(fla)),
         ("dense_vs_hybrid", lambda: carrier_part([DENSE, HYBRID])),
         ("moe", lambda: carrier_part([MOE], harness="benchmarks.harness_attention_lora")),
         ("packed_varlen", lambda: packed_varlen(HYBRID)),
+        ("fla_off_path", lambda: [sys.path.remove(p) for p in fla] and None),
+        ("hybrid_no_fla", lambda: carrier_part([HYBRID])),
     ]
     for name, run in parts:
         begin = time.perf_counter()
