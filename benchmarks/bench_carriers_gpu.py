@@ -88,7 +88,7 @@ def carrier_part(checkpoints: list[Path], harness: str = "probes.harness") -> di
         "checks": [c.__dict__ for c in result.checks],
         "summary": {k: v for k, v in result.summary.items() if k != "advice"},
         "top_kernels": {name: (e["baseline"].get("kernel_table") or [])[:15] for name, e in evidence.items()},
-        "stage_s": {name: e["baseline"].get("timings", {}).get("num_steps") for name, e in evidence.items()},
+        "num_steps": {name: (e["baseline"].get("timings") or {}).get("num_steps") for name, e in evidence.items()},
     }
 
 

@@ -300,7 +300,7 @@ def _leak_hint(config: Config, rows: list[LayerRow]) -> str:
             "do not reach them. Only the kernel's varlen path keeps sequences apart: cu_seq_lens_q/k in the "
             "forward's kwargs (DataCollatorWithFlattening(return_flash_attn_kwargs=True)) with "
             "flash-linear-attention on a CUDA device (without it transformers refuses them); even then the "
-            "causal conv1d ignores the boundaries in transformers 5.25, so the first kernel-1 tokens of each "
+            "causal conv1d ignores the boundaries in transformers 5.25, so the first linear_conv_kernel_dim - 1 tokens of each "
             "sequence still see the previous one. Otherwise do not pack this model: pad, or bucket by length"
         )
     if other:
