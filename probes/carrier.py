@@ -3,7 +3,8 @@
 For every `--checkpoint` (repeatable: a family) and every `--variant` (repeatable; probes/variants.py),
 one row of table `carriers`, named by `model` (the checkpoint directory's name; not `checkpoint`,
 which is the store's job key) and `variant`: `params_total` (the base plus LoRA, a tied embedding
-once) and `params_trainable` (LoRA), `tokens_per_step`, `warmup_steps` and `steps` (the timed window
+once), `params_active` (what one token uses: experts at top_k / num_experts; probes/params.py) and
+`params_trainable` (LoRA), `tokens_per_step`, `warmup_steps` and `steps` (the timed window
 the statistics use), `step_s` (median), `tok_per_s`, `spread_pct` ((max-min)/median over the window
 the statistics use), `spread_all_pct` (over every timed step after warm-up: the window is chosen for
 being quiet, so spread_pct is biased low), `iqr_pct` (interquartile range / median),
@@ -13,7 +14,8 @@ torch.profiler over step time), MFU named by its peak (probes/flops.py states th
 `mfu_vs_measured_peak` (a bf16 matmul on this GPU, or --peak-tflops) and `mfu_vs_datasheet_peak`
 (989 TFLOP/s dense bf16 for an H100/H200 SXM; None for a device not listed), projected hours for
 `--token-budget` tokens per job (`hours_per_job`) and for `--num-arms` x `--num-seeds` jobs
-(`hours_sweep`), `attention_backends` (read from the kernels that ran), `caveat` (what the variant
+(`hours_sweep`), `attention_backends` (read from the kernels that ran), `kernel_fallbacks` (kernels that fell back to
+transformers' reference PyTorch code in the timed process: probes/kernel_watch.py), `caveat` (what the variant
 may change besides speed) and `compile_s`.
 
 Every measurement runs in its own fresh process with the same seed and data (probes/processes.py):
@@ -22,7 +24,9 @@ the baseline in `--processes` of them (>= 2 by default), each other variant in o
 by more than 2% or the processes do. A row whose GPU idles more than 10% of the step
 (`gpu_busy_frac` < 0.9) is `launch_bound`: its number measures the host's CPU as much as its GPU.
 Such rows and untrustworthy ones fail the check `rows_trustworthy` (exit 1) and their status says
-their MFU and hours are not trustworthy. On the CPU (CI), gpu_busy_frac, launch_bound and MFU are
+their MFU and hours are not trustworthy. A row that ran a reference fallback fails `fast_kernels`,
+which names what to install. The summary's `lora_targets` lists, per model, the decoder weights LoRA
+adapted and those it did not (routers never; fused experts through PEFT's target_parameters). On the CPU (CI), gpu_busy_frac, launch_bound and MFU are
 None: there is no device timeline to read. `--steps 0` reports parameter counts only, built on the
 meta device in this process: no weights, no GPU. A CUDA out-of-memory (building the model, timing,
 profiling) or a process that dies is a row with its reason, never a crash of the family.

@@ -5,10 +5,15 @@ types, sliding window and attention implementation; random weights; CPU), throug
 attention function registered in both `AttentionInterface` and `AttentionMaskInterface`. So it
 sees exactly what this transformers version builds for these inputs and keyword arguments.
 
-Settles, per layer (table `layers`): whether the attention call gets no mask (SDPA `is_causal`
-fast path) or an explicit tensor, whether it is flash-eligible by torch's SDPA rules, the
-expected SDPA backend, the sliding band (keys a real query can see, `keys_min`/`keys_max`,
-against `window`), and whether a query sees a key of another packed sequence.
+Settles, per layer (table `layers`, a row for every decoder layer whatever its type): whether the
+attention call gets no mask (SDPA `is_causal` fast path) or an explicit tensor, whether it is
+flash-eligible by torch's SDPA rules at that layer's own head_dim (Gemma-4: 512 on full layers), the
+expected SDPA backend, the sliding band (keys a real query can see, `keys_min`/`keys_max`, against
+`window`), and whether a query sees a key of another packed sequence. Linear-attention layers
+(Qwen3.5's Gated DeltaNet) make no attention call: their row says so (a recurrent state, no mask);
+other layer types are named, never dropped (probes/layer_types.py). With --padding packed, every
+layer's output on each packed sequence is also compared with the same sequence alone
+(probes/mask_leak.py, `packed_rel_diff`): a linear layer's state crossing a boundary shows there.
 
 Checks: `band_matches_window` (sliding layers: each real query at in-sequence position p sees
 exactly min(window, p + 1) keys), `no_cross_sequence`, `fast_path_kept` (with no padding, every
