@@ -23,6 +23,9 @@ mkdir -p "$OUT"
   rc=$?
   python3 benchmarks/bench_goodput_gpu.py --out "$OUT" || rc=$?   # issue 16: CE memory model, replay vs goodput
   echo "[gpu_all.sh: bench_gpu.py exit $rc after $(( $(date +%s) - begin )) s]"
+  # issue 26: dense Qwen3-4B vs hybrid Qwen3.5-0.8B with and without flash-linear-attention, and Qwen3-30B-A3B
+  # (FLA_PATH: a folder holding flash-linear-attention, fla-core and einops, kept off the path until part 2)
+  python3 benchmarks/bench_carriers_gpu.py --out "$OUT" ${FLA_PATH:+--fla-path "$FLA_PATH"} || rc=$?
   # issue 15: every variant of the step on the 4B at 1 x 4,096 and the 1.7B at 4 x 4,096, predicted then measured
   begin=$(date +%s)
   python3 benchmarks/bench_variants.py --out "$OUT" $([[ " $* " == *" --quick "* ]] && echo --quick)

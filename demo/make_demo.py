@@ -224,11 +224,113 @@ def gemma3_4b() -> dict:
     }
 
 
+def qwen3_5(
+    hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int, value_heads: int, tied: bool
+) -> dict:
+    """Qwen3.5 (hybrid: three Gated DeltaNet `linear_attention` layers, then one `full_attention`, as the class's
+    default `full_attention_interval` 4 gives). The remaining fields are Qwen3_5TextConfig's defaults (head_dim 256,
+    linear key heads 16 of 128, conv kernel 4, vocab 248,320); sizes from the published Qwen/Qwen3.5-0.8B and
+    Qwen/Qwen3.5-27B configs (text part only: the vision tower does not train in a text LoRA run)."""
+    return {
+        "architectures": ["Qwen3_5ForCausalLM"],
+        "model_type": "qwen3_5_text",
+        "hidden_size": hidden,
+        "intermediate_size": intermediate,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": 256,
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": value_heads,
+        "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)],
+        "max_position_embeddings": 262144,
+        "rms_norm_eps": 1e-06,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+        "tie_word_embeddings": tied,
+        "vocab_size": 248320,
+        "eos_token_id": 248044,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+    }
+
+
+def qwen3_30b_a3b() -> dict:
+    """Qwen3-30B-A3B-Base: Qwen3MoeConfig's fields (its class defaults are a 24-layer 15B-A2B: 128 experts of
+    768, 8 per token, as here) at the published 48 layers and 40,960 positions, norm_topk_prob true."""
+    return {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "moe_intermediate_size": 768,
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "norm_topk_prob": True,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "num_hidden_layers": 48,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "max_position_embeddings": 40960,
+        "rms_norm_eps": 1e-06,
+        "rope_theta": 1000000.0,
+        "tie_word_embeddings": False,
+        "vocab_size": 151936,
+        "bos_token_id": 151643,
+        "eos_token_id": 151643,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+    }
+
+
+def gemma4_26b_a4b() -> dict:
+    """Gemma-4 26B-A4B's text part (Gemma4TextConfig fields; sizes as published for google/gemma-4-26B-A4B):
+    30 layers, five sliding (window 1,024, head_dim 256, 8 kv heads) to one full (global_head_dim 512, 2 kv
+    heads, keys = values), each with a dense MLP of 2,112 beside 128 experts of 704, 8 per token."""
+    layers = 30
+    return {
+        "architectures": ["Gemma4ForCausalLM"],
+        "model_type": "gemma4_text",
+        "hidden_size": 2816,
+        "intermediate_size": 2112,
+        "moe_intermediate_size": 704,
+        "enable_moe_block": True,
+        "num_experts": 128,
+        "top_k_experts": 8,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "num_global_key_value_heads": 2,
+        "head_dim": 256,
+        "global_head_dim": 512,
+        "attention_k_eq_v": True,
+        "layer_types": ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(layers)],
+        "sliding_window": 1024,
+        "hidden_size_per_layer_input": 0,
+        "num_kv_shared_layers": 0,
+        "final_logit_softcapping": 30.0,
+        "max_position_embeddings": 262144,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": True,
+        "vocab_size": 262144,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+    }
+
+
 CHECKPOINTS = {
     "qwen3-0.6b-base": qwen3(1024, 3072, 28, 16),
     "qwen3-1.7b-base": qwen3(2048, 6144, 28, 16),
     "qwen3-4b-base": qwen3(2560, 9728, 36, 32),
     "gemma-3-4b": gemma3_4b(),
+    "qwen3.5-0.8b": qwen3_5(1024, 3584, 24, 8, 2, 16, tied=True),
+    "qwen3.5-27b": qwen3_5(5120, 17408, 64, 24, 4, 48, tied=False),
+    "qwen3-30b-a3b-base": qwen3_30b_a3b(),
+    "gemma-4-26b-a4b": gemma4_26b_a4b(),
 }
 
 

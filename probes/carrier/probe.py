@@ -3,7 +3,8 @@
 For every `--checkpoint` (repeatable: a family) and every `--variant` (repeatable; probes.step.variants),
 one row of table `carriers`, named by `model` (the checkpoint directory's name; not `checkpoint`,
 which is the store's job key) and `variant`: `params_total` (the base plus LoRA, a tied embedding
-once) and `params_trainable` (LoRA), `tokens_per_step`, `warmup_steps` and `steps` (the timed window
+once), `params_active` (what one token uses: experts at top_k / num_experts; probes/step/params.py) and
+`params_trainable` (LoRA), `tokens_per_step`, `warmup_steps` and `steps` (the timed window
 the statistics use), `step_s` (median), `tok_per_s`, `spread_pct` ((max-min)/median over the window
 the statistics use), `spread_all_pct` (over every timed step after warm-up: the window is chosen for
 being quiet, so spread_pct is biased low), `iqr_pct` (interquartile range / median),
@@ -13,7 +14,8 @@ torch.profiler over step time), MFU named by its peak (probes.step.flops states 
 `mfu_vs_measured_peak` (a bf16 matmul on this GPU, or --peak-tflops) and `mfu_vs_datasheet_peak`
 (989 TFLOP/s dense bf16 for an H100/H200 SXM; None for a device not listed), projected hours for
 `--token-budget` tokens per job (`hours_per_job`) and for `--num-arms` x `--num-seeds` jobs
-(`hours_sweep`), `attention_backends` (read from the kernels that ran), `caveat` (what the variant
+(`hours_sweep`), `attention_backends` (read from the kernels that ran), `kernel_fallbacks` (kernels that fell back to
+transformers' reference PyTorch code in the timed process: probes/step/kernel_watch.py), `caveat` (what the variant
 may change besides speed) and `compile_s`.
 
 Every measurement runs in its own fresh process with the same seed and data (probes.step.processes):
@@ -22,7 +24,9 @@ the baseline in `--processes` of them (>= 2 by default), each other variant in o
 by more than 2% or the processes do. A row whose GPU idles more than 10% of the step
 (`gpu_busy_frac` < 0.9) is `launch_bound`: its number measures the host's CPU as much as its GPU.
 Such rows and untrustworthy ones fail the check `rows_trustworthy` (exit 1) and their status says
-their MFU and hours are not trustworthy. On the CPU (CI), gpu_busy_frac, launch_bound and MFU are
+their MFU and hours are not trustworthy. A row that ran a reference fallback fails `fast_kernels`,
+which names what to install. The summary's `lora_targets` lists, per model, the decoder weights LoRA
+adapted and those it did not (routers never; fused experts through PEFT's target_parameters). On the CPU (CI), gpu_busy_frac, launch_bound and MFU are
 None: there is no device timeline to read. `--steps 0` reports parameter counts only, built on the
 meta device in this process: no weights, no GPU. A CUDA out-of-memory (building the model, timing,
 profiling) or a process that dies is a row with its reason, never a crash of the family.
@@ -50,7 +54,19 @@ import torch
 from probes.carrier import stack_report
 from probes.carrier.config import Config
 from probes.result import Check, ProbeResult
-from probes.step import contract, flops, kernels, models, peaks, stacks, variants, whatif
+from probes.step import (
+    contract,
+    flops,
+    kernel_watch,
+    kernels,
+    lora_targets,
+    models,
+    params,
+    peaks,
+    stacks,
+    variants,
+    whatif,
+)
 from probes.step import harness as reference
 from probes.step.checkpoint import load_text_config
 from probes.step.timing import MAX_SPREAD
@@ -63,6 +79,9 @@ class CarrierRow:
     params_total: int | None
     params_trainable: int | None
     tokens_per_step: int
+    params_active: int | None = None
+    """Parameters one token uses: experts at top_k / num_experts, all else whole (probes/step/params.py);
+    the step's FLOPs are charged on these."""
     warmup_steps: int | None = None
     steps: int | None = None
     processes: int | None = None
@@ -81,6 +100,9 @@ class CarrierRow:
     trustworthy: bool | None = None
     launch_bound: bool | None = None
     attention_backends: str | None = None
+    kernel_fallbacks: str | None = None
+    """Kernels that fell back to transformers' reference PyTorch implementation in the timed process,
+    `function (package)` (probes/step/kernel_watch.py); None: every kernel took its fast path."""
     compile_s: float | None = None
     caveat: str = ""
     status: str = "ok"
@@ -90,14 +112,17 @@ def _name(checkpoint: Path) -> str:
     return checkpoint.parent.name if checkpoint.name == "config.json" else checkpoint.name
 
 
-def _counts_only(config: Config, checkpoint: Path, harness) -> CarrierRow:
+def _counts_only(config: Config, checkpoint: Path, harness, targets: dict) -> CarrierRow:
+    """The row of `--steps 0`, built on the meta device; what LoRA targeted goes into `targets`."""
     model = models.build_model(checkpoint, weights="random", device=torch.device("meta"))
     model = models.with_lora(model, harness, rank=config.lora_rank, alpha=config.lora_alpha)
     total, trainable = models.count_params(model)
+    targets[_name(checkpoint)] = lora_targets.describe(model)
     return CarrierRow(
         model=_name(checkpoint),
         params_total=total,
         params_trainable=trainable,
+        params_active=round(params.count(model).params_active),
         tokens_per_step=config.batch_size * config.seq_len,
         status="counts only",
     )
@@ -110,8 +135,10 @@ def _row(config: Config, name: str, r: dict, peaks: tuple[float | None, float | 
         variant=r["variant"],
         params_total=r.get("params_total"),
         params_trainable=r.get("params_trainable"),
+        params_active=r.get("params_active"),
         tokens_per_step=tokens,
         caveat=r.get("caveat", ""),
+        kernel_fallbacks=", ".join(r.get("kernel_fallbacks") or []) or None,
     )
     if r.get("status") != "ok":
         return CarrierRow(**base, status=r.get("status", "failed"))
@@ -194,6 +221,7 @@ def _family(
         harness_info = harness_info or {
             k: baseline[k] for k in ("harness_step", "harness_fallbacks", "harness_env") if k in baseline
         }
+        harness_info.setdefault("lora_targets", {})[name] = baseline.get("lora_targets")
     return rows, whatifs, advice, harness_info
 
 
@@ -211,7 +239,9 @@ def run(config: Config) -> ProbeResult:
         "harness_env": contract.fingerprint(harness),
     }
     if config.steps == 0:
-        rows, whatifs, advice = [_counts_only(config, c, harness) for c in config.checkpoint], [], []
+        info["lora_targets"] = {}
+        rows = [_counts_only(config, c, harness, info["lora_targets"]) for c in config.checkpoint]
+        whatifs, advice = [], []
         peak_note = "not measured (--steps 0)"
     else:
         peaks, peak_note = _peaks(config, device)
@@ -268,7 +298,22 @@ def _checks(config: Config, rows: list[CarrierRow]) -> list[Check]:
                 else "every measured row GPU-bound with spreads <= 2%",
             )
         )
+        checks.append(_fast_kernels(rows))
     return checks
+
+
+def _fast_kernels(rows: list[CarrierRow]) -> Check:
+    """Fails when a timed process ran a reference fallback: its numbers time the slow path."""
+    slow = [r for r in rows if r.kernel_fallbacks]
+    if not slow:
+        return Check(name="fast_kernels", ok=True, detail="no kernel fell back to a reference implementation")
+    seen = sorted({f.strip() for r in slow for f in r.kernel_fallbacks.split(", ")})
+    return Check(
+        name="fast_kernels",
+        ok=False,
+        detail=f"{', '.join(f'{r.model}/{r.variant}' for r in slow)} ran reference fallbacks ({', '.join(seen)}): "
+        f"these rows time the slow path. Install: {kernel_watch.advice(seen)}",
+    )
 
 
 def _device_name(device: torch.device) -> str:

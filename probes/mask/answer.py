@@ -32,7 +32,9 @@ def figures(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> tup
     if layers.empty:
         return [{"layers": summary.get("num_layers")}], []
     sliding = layers["window"].notna() if "window" in layers else pd.Series(False, index=layers.index)
-    full, slide = layers[~sliding], layers[sliding]
+    # linear-attention and other layers have no mask: neither full nor sliding
+    softmax = layers["kind"].fillna("softmax") == "softmax" if "kind" in layers else pd.Series(True, index=layers.index)
+    full, slide = layers[~sliding & softmax], layers[sliding]
     slow = full[~_flag(full, "fast_path")]["layer"].tolist()
     leaks = layers[_flag(layers, "cross_sequence")]["layer"].tolist()
     row = {

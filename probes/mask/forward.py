@@ -10,16 +10,8 @@ from typing import Any
 import torch
 
 from probes.mask.config import Config
+from probes.step.layer_types import tiny_config
 
-# Reduced width: masks do not depend on widths, only on layer types, window and inputs.
-_TINY = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "head_dim": 16,
-    "vocab_size": 256,
-}
 _RECORDER = "labprobe_record"
 
 
@@ -108,7 +100,8 @@ def _recorder(calls: list[Call], inner):
         # Run the real attention once per distinct mask (proof that it accepts what it gets);
         # later layers reuse its output: values never feed back into the masks, which are built
         # once per forward, and skipping 30 quadratic CPU attentions keeps the probe at seconds.
-        cache_key = (id(attention_mask), q_len, kv_len, query.shape[1])
+        # head_dim too: Gemma-4's full layers have twice the sliding layers' width
+        cache_key = (id(attention_mask), q_len, kv_len, query.shape[1], query.shape[-1])
         if cache_key not in checked:
             checked[cache_key] = (attention_mask, inner(module, query, key, value, attention_mask, **kwargs)[0])
         return checked[cache_key][1], None
@@ -130,19 +123,29 @@ def record_forward(config: Config, text_config) -> tuple[list[Call], Batch]:
     AttentionInterface.register(_RECORDER, _recorder(calls, inner))
     # Without this second registration, padding masks silently arrive as None (docs/measurement.md).
     AttentionMaskInterface.register(_RECORDER, ALL_MASK_ATTENTION_FUNCTIONS[impl])
-    # Special tokens inside the reduced vocabulary, or transformers warns about every one.
-    tiny = text_config.__class__(
-        **{**text_config.to_dict(), **_TINY, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
-    )
+    # Reduced width: masks do not depend on widths, only on layer types, window and inputs.
+    tiny = tiny_config(text_config)
     tiny._attn_implementation = _RECORDER
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(tiny, attn_implementation=_RECORDER)
     model.train()  # as in training; the mask code also looks at the cache, not at the mode
+    _skip_linear_mixers(model)
     batch = build_batch(config, tiny.vocab_size)
     use_cache = config.use_cache if config.use_cache is not None else bool(text_config.use_cache)
     with torch.no_grad():
         model(**batch.kwargs, use_cache=use_cache)
     return calls, batch
+
+
+def _skip_linear_mixers(model) -> None:
+    """Linear-attention mixers (Qwen3.5/Qwen3-Next `linear_attn`) make no attention call and no mask is
+    built for them, and their torch reference kernel is a Python loop over 64-token chunks (about a
+    second a layer at 4,096 tokens even at this width): the recording forward replaces their output by
+    zeros. What they do to packed sequences is measured by a real forward (probes/mask/leak.py)."""
+    for layer in model.get_decoder().layers:
+        mixer = getattr(layer, "linear_attn", None)
+        if mixer is not None:
+            mixer.forward = lambda hidden_states, *args, **kwargs: torch.zeros_like(hidden_states)
 
 
 def _eager_of(text_config):

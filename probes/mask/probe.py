@@ -5,10 +5,15 @@ types, sliding window and attention implementation; random weights; CPU), throug
 attention function registered in both `AttentionInterface` and `AttentionMaskInterface`. So it
 sees exactly what this transformers version builds for these inputs and keyword arguments.
 
-Settles, per layer (table `layers`): whether the attention call gets no mask (SDPA `is_causal`
-fast path) or an explicit tensor, whether it is flash-eligible by torch's SDPA rules, the
-expected SDPA backend, the sliding band (keys a real query can see, `keys_min`/`keys_max`,
-against `window`), and whether a query sees a key of another packed sequence.
+Settles, per layer (table `layers`, a row for every decoder layer whatever its type): whether the
+attention call gets no mask (SDPA `is_causal` fast path) or an explicit tensor, whether it is
+flash-eligible by torch's SDPA rules at that layer's own head_dim (Gemma-4: 512 on full layers), the
+expected SDPA backend, the sliding band (keys a real query can see, `keys_min`/`keys_max`, against
+`window`), and whether a query sees a key of another packed sequence. Linear-attention layers
+(Qwen3.5's Gated DeltaNet) make no attention call: their row says so (a recurrent state, no mask);
+other layer types are named, never dropped (probes/step/layer_types.py). With --padding packed, every
+layer's output on each packed sequence is also compared with the same sequence alone
+(probes/mask/leak.py, `packed_rel_diff`): a linear layer's state crossing a boundary shows there.
 
 Checks: `band_matches_window` (sliding layers: each real query at in-sequence position p sees
 exactly min(window, p + 1) keys), `no_cross_sequence`, `fast_path_kept` (with no padding, every
@@ -20,15 +25,18 @@ batch and the recorded forward in probes.mask.forward.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from probes.mask import leak as mask_leak
 from probes.mask.config import Config
 from probes.mask.forward import Batch, Call, allowed_matrix, record_forward
 from probes.result import Check, InputError, ProbeResult, require
+from probes.step import layer_types
 
 # load_text_config: models and carrier import it from here too
 from probes.step.checkpoint import load_text_config
@@ -46,17 +54,28 @@ _FIXED_BYTES = 1 << 30
 class LayerRow:
     layer: int
     layer_type: str
+    kind: str
+    """softmax (full or sliding attention: a mask), linear (linear attention: a recurrent state, no mask),
+    or other (a layer type this probe does not analyse: named, never dropped)."""
+    head_dim: int | None
+    """This layer's real head_dim (Gemma-4: 512 on full layers, 256 on sliding ones); flash needs <= 256."""
     mask: str
     is_causal: bool
     fast_path: bool
     expected_backend: str
     """The SDPA backend torch's selection rules give for this call (no kernel runs here: expected, not
-    observed; carrier and profile read the backend from the kernels that ran)."""
+    observed; carrier and profile read the backend from the kernels that ran). Linear layers: the
+    flash-linear-attention kernel where installed (carrier's `kernel_fallbacks` says which ran)."""
     window: int | None
-    keys_min: int
-    keys_max: int
+    keys_min: int | None
+    keys_max: int | None
     band_ok: bool
     cross_sequence: bool
+    """A query sees another packed sequence: by the mask (softmax layers) or, with --padding packed, by the
+    numbers (`packed_rel_diff` over LEAK_REL, every layer: a linear layer's state crossing a boundary)."""
+    packed_rel_diff: float | None = None
+    """--padding packed: max |packed - alone| / max |alone| of this layer's output on each sequence
+    (probes/mask/leak.py); None otherwise."""
 
 
 def check_lengths(config: Config, text_config) -> None:
@@ -150,22 +169,28 @@ def expected_backend(call: Call, config: Config, fast_path: bool) -> str:
 
 
 def layer_rows(config: Config, text_config, calls: list[Call], batch: Batch) -> list[LayerRow]:
-    layer_types = getattr(text_config, "layer_types", None)
-    head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
-    num_kv = getattr(text_config, "num_key_value_heads", None) or text_config.num_attention_heads
+    """A row per decoder layer: the recorded attention call of a softmax layer, what a linear or other
+    layer gets instead (no attention call is made there)."""
+    by_layer = {call.layer: call for call in calls}
     seen_cache: dict[tuple, tuple[Any, Seen]] = {}
     rows = []
-    for call in calls:
+    for spec in layer_types.layer_specs(text_config):
+        call = by_layer.get(spec.layer)
+        if call is None:
+            rows.append(_maskless_row(spec))
+            continue
         # Layers of one type share one mask object: analyse each distinct mask once.
         key = (id(call.mask), call.is_causal, call.window)
         if key not in seen_cache:
             seen_cache[key] = (call.mask, analyse(allowed_matrix(call), batch, call.window))
         seen = seen_cache[key][1]
-        fast = flash_eligible(call, config, head_dim, text_config.num_attention_heads, num_kv)
+        fast = flash_eligible(call, config, spec.head_dim, spec.num_heads, spec.num_kv_heads)
         rows.append(
             LayerRow(
                 layer=call.layer,
-                layer_type=layer_types[call.layer] if layer_types else "full_attention",
+                layer_type=spec.layer_type,
+                kind=spec.kind,
+                head_dim=spec.head_dim,
                 mask="none" if call.mask is None else "tensor",
                 is_causal=call.is_causal,
                 fast_path=fast,
@@ -180,11 +205,40 @@ def layer_rows(config: Config, text_config, calls: list[Call], batch: Batch) -> 
     return rows
 
 
+def _maskless_row(spec: layer_types.LayerSpec) -> LayerRow:
+    linear = spec.kind == "linear"
+    return LayerRow(
+        layer=spec.layer,
+        layer_type=spec.layer_type,
+        kind=spec.kind if linear else "other",
+        head_dim=spec.linear_value_dim if linear else None,
+        mask="none (recurrent state)" if linear else "none (no attention call)",
+        is_causal=linear,
+        fast_path=False,
+        expected_backend="fla chunk_gated_delta_rule (torch reference without flash-linear-attention)"
+        if linear
+        else "not analysed",
+        window=None,
+        keys_min=None,
+        keys_max=None,
+        band_ok=True,
+        cross_sequence=False,
+    )
+
+
+def with_leaks(rows: list[LayerRow], leaks: list[float]) -> list[LayerRow]:
+    """The packed comparison's verdict on each layer (probes/mask/leak.py)."""
+    return [
+        dataclasses.replace(r, packed_rel_diff=d, cross_sequence=r.cross_sequence or d > mask_leak.LEAK_REL)
+        for r, d in zip(rows, leaks, strict=True)
+    ]
+
+
 def checks(config: Config, rows: list[LayerRow]) -> list[Check]:
     sliding = [r for r in rows if r.window is not None]
     bad_band = [r.layer for r in sliding if not r.band_ok]
     leaks = [r.layer for r in rows if r.cross_sequence]
-    full = [r for r in rows if r.window is None]
+    full = [r for r in rows if r.kind == "softmax" and r.window is None]
     slow = [r.layer for r in full if not r.fast_path]
     out = [
         Check(
@@ -202,7 +256,7 @@ def checks(config: Config, rows: list[LayerRow]) -> list[Check]:
             name="no_cross_sequence",
             ok=not leaks,
             detail=(
-                f"layers {leaks} attend across packed sequences" + _leak_hint(config)
+                f"layers {leaks} attend across packed sequences" + _leak_hint(config, rows)
                 if leaks
                 else "no query sees another sequence's keys"
             ),
@@ -234,13 +288,30 @@ def checks(config: Config, rows: list[LayerRow]) -> list[Check]:
     return out
 
 
-def _leak_hint(config: Config) -> str:
+def _leak_hint(config: Config, rows: list[LayerRow]) -> str:
     if config.padding != "packed":
         return ""
-    return (
-        " (packing is detected only with no attention_mask and no cache: "
-        "pass use_cache=False and no all-ones attention_mask)"
-    )
+    hints = []
+    linear = [r.layer for r in rows if r.cross_sequence and r.kind == "linear"]
+    softmax = [r.layer for r in rows if r.cross_sequence and r.kind == "softmax"]
+    other = [r.layer for r in rows if r.cross_sequence and r.kind == "other"]
+    if softmax:
+        hints.append(
+            f"softmax layers {softmax}: packing is detected only with no attention_mask and no cache: "
+            "pass use_cache=False and no all-ones attention_mask"
+        )
+    if linear:
+        hints.append(
+            f"linear-attention layers {linear} carry their recurrent state into the next sequence: position_ids "
+            "do not reach them. Only the kernel's varlen path keeps sequences apart: cu_seq_lens_q/k in the "
+            "forward's kwargs (DataCollatorWithFlattening(return_flash_attn_kwargs=True)) with "
+            "flash-linear-attention on a CUDA device (without it transformers refuses them); even then the "
+            "causal conv1d ignores the boundaries in transformers 5.25, so the first linear_conv_kernel_dim - 1 tokens of each "
+            "sequence still see the previous one. Otherwise do not pack this model: pad, or bucket by length"
+        )
+    if other:
+        hints.append(f"layers {other} of a type this probe does not analyse mix packed sequences")
+    return " (" + "; ".join(hints) + ")"
 
 
 def run(config: Config) -> ProbeResult:
@@ -253,9 +324,16 @@ def run(config: Config) -> ProbeResult:
         raise InputError(f"{config.checkpoint}: the model made no attention call")
     rows = layer_rows(config, text_config, calls, batch)
     use_cache = config.use_cache if config.use_cache is not None else bool(text_config.use_cache)
+    if config.padding == "packed":
+        leaks = mask_leak.layer_leaks(
+            text_config, batch, attn_implementation=config.attn_implementation, use_cache=use_cache
+        )
+        rows = with_leaks(rows, leaks)
     summary = {
         "model_type": text_config.model_type,
         "num_layers": len(rows),
+        "layer_types": dict(collections.Counter(r.layer_type for r in rows)),
+        "layers_not_analysed": [r.layer for r in rows if r.kind == "other"],
         "layers_fast_path": sum(r.fast_path for r in rows),
         "layers_tensor_mask": sum(r.mask == "tensor" for r in rows),
         "layers_cross_sequence": sum(r.cross_sequence for r in rows),

@@ -19,6 +19,9 @@ class ScalingRow:
     seq_len: int
     batch_size: int
     tokens: int
+    params_total: int | None = None
+    params_active: int | None = None
+    """Parameters one token uses (experts at top_k / num_experts; probes/step/params.py)."""
     step_s: float | None = None
     spread_pct: float | None = None
     spread_all_pct: float | None = None

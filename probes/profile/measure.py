@@ -17,7 +17,7 @@ import torch
 from probes.profile.config import Config
 from probes.profile.fit import ScalingRow
 from probes.step import harness as reference
-from probes.step import kernels, models
+from probes.step import kernels, models, params
 from probes.step.timing import Timings, time_steps
 
 LOG = logging.getLogger(__name__)
@@ -41,6 +41,7 @@ class Session:
         model = models.build_model(c.checkpoint, weights=c.weights, device=self.device)
         self.model = models.with_lora(model, self.harness, rank=c.lora_rank, alpha=c.lora_alpha)
         self.vocab_size = self.model.config.vocab_size
+        self.counts = params.count(self.model)
 
     def step(self, batch_size: int, seq_len: int, real_lengths=None) -> models.TrainStep:
         batch = models.make_batch(
@@ -89,6 +90,8 @@ def oom_guard(session: Session, what, on_oom):
 def scaling_point(session: Session, seq_len: int) -> ScalingRow:
     b = session.config.batch_size
     base = dict(seq_len=seq_len, batch_size=b, tokens=b * seq_len)
+    if session.model is not None:
+        base.update(params_total=session.counts.params_total, params_active=round(session.counts.params_active))
 
     def measure() -> ScalingRow:
         t, peak = session.time(f"scaling/{seq_len}", session.step(b, seq_len))

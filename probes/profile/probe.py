@@ -135,6 +135,8 @@ def _summarise(
         "fitted_lens": fitted,
         "launch_bound_lens": [r.seq_len for r in scaling if r.launch_bound],
         "max_heldout_err_pct": max(errors) if errors else None,
+        "params_total": session.counts.params_total,
+        "params_active": round(session.counts.params_active),
     }
     summary.update({f"{f.term}_share_pct": f.share_at_production_pct for f in result.tables["fit"]})
     if "half_padded" in padding:

@@ -99,16 +99,32 @@ def loss_fn(harness: ModuleType, chunk_tokens: int):
 
 
 def discover_target_modules(model: nn.Module) -> list[str]:
-    """Suffixes of every nn.Linear inside the decoder's layers (not lm_head, not a vision tower)."""
+    """Suffixes of every nn.Linear inside the decoder's layers (not lm_head, not a vision tower), routers
+    excluded (probes/step/lora_targets.py): a suffix that also names a router (Gemma-4's `router.proj`) is
+    left out whole, since PEFT matches suffixes."""
+    from probes.step import lora_targets
+
     layers = _decoder_layers(model)
-    names = {
-        name.rsplit(".", 1)[-1]
-        for layer in layers
-        for name, module in layer.named_modules()
-        if isinstance(module, nn.Linear)
-    }
+    moe = lora_targets.num_experts(model)
+    linears = [(name, m) for layer in layers for name, m in layer.named_modules() if isinstance(m, nn.Linear)]
+    routers = {name.rsplit(".", 1)[-1] for name, m in linears if lora_targets.is_router(name, m, moe)}
+    names = {name.rsplit(".", 1)[-1] for name, _ in linears} - routers
     order = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     return sorted(names, key=lambda n: (order.index(n) if n in order else len(order), n))
+
+
+def discover_target_parameters(model: nn.Module) -> list[str]:
+    """The fused experts of an MoE decoder (3-D parameters of an `experts` module, e.g.
+    `experts.gate_up_proj`), which PEFT adapts through `target_parameters`; [] for a dense model."""
+    layers = _decoder_layers(model)
+    return sorted(
+        {
+            ".".join(name.split(".")[-2:])
+            for layer in layers
+            for name, p in layer.named_parameters()
+            if p.ndim == 3 and name.split(".")[-2] == "experts"
+        }
+    )
 
 
 def _decoder_layers(model: nn.Module) -> nn.ModuleList:
@@ -120,12 +136,21 @@ def _decoder_layers(model: nn.Module) -> nn.ModuleList:
     return layers
 
 
-def apply_lora(model: nn.Module, *, rank: int, alpha: float, targets: list[str]) -> nn.Module:
-    """PEFT LoRA with its defaults (adapter weights kept in fp32 over a bf16 base)."""
+def apply_lora(
+    model: nn.Module, *, rank: int, alpha: float, targets: list[str], target_parameters: list[str] | None = None
+) -> nn.Module:
+    """PEFT LoRA with its defaults (adapter weights kept in fp32 over a bf16 base); `target_parameters`:
+    parameters that are no nn.Linear (fused experts), adapted through PEFT's ParamWrapper."""
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
-        r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0, bias="none", task_type="CAUSAL_LM"
+        r=rank,
+        lora_alpha=alpha,
+        target_modules=list(targets),
+        target_parameters=list(target_parameters) if target_parameters else None,
+        lora_dropout=0.0,
+        bias="none",
+        task_type="CAUSAL_LM",
     )
     with warnings.catch_warnings():
         # PEFT asks transformers 5.x a deprecated question on every call; it is PEFT's to fix.

@@ -61,11 +61,10 @@ def build_model(
 
 def with_lora(model: nn.Module, harness: ModuleType, *, rank: int, alpha: float) -> nn.Module:
     """LoRA by the harness's apply_lora, or the reference's (probes.step.contract names the fallback)."""
-    targets = list(harness.discover_target_modules(model))
-    if not targets:
-        raise InputError(f"{harness.__name__}.discover_target_modules found no target modules")
+    from probes.step import lora_targets
+
     apply = getattr(harness, "apply_lora", reference.apply_lora)
-    return apply(model, rank=rank, alpha=alpha, targets=targets)
+    return lora_targets.apply(harness, apply, reference.discover_target_parameters, model, rank=rank, alpha=alpha)
 
 
 def count_params(model: nn.Module) -> tuple[int, int]:

@@ -28,11 +28,14 @@ from probes.step import (
     attribution,
     contract,
     flops,
+    kernel_watch,
     kernels,
     libvariants,
+    lora_targets,
     microbench,
     models,
     numerics,
+    params,
     stacks,
     variants,
 )
@@ -110,10 +113,14 @@ def _build(spec: Spec, pieces: contract.Contract, variant: variants.Variant, dev
     torch.manual_seed(spec.seed)
     model = models.build_model(Path(spec.checkpoint), weights=spec.weights, device=device)
     libvariants.prepare_base(model, variant)
-    targets = list(pieces.harness.discover_target_modules(model))
-    if not targets:
-        raise InputError(f"{spec.harness}.discover_target_modules found no target modules")
-    model = pieces.apply_lora(model, rank=spec.lora_rank, alpha=spec.lora_alpha, targets=targets)
+    model = lora_targets.apply(
+        pieces.harness,
+        pieces.apply_lora,
+        reference.discover_target_parameters,
+        model,
+        rank=spec.lora_rank,
+        alpha=spec.lora_alpha,
+    )
     _prepare(model, variant, pieces)
     return model
 
@@ -227,34 +234,16 @@ def measure(spec: Spec) -> dict:
     model_type = load_text_config(Path(spec.checkpoint)).model_type
     if (why := libvariants.not_applicable(variant, device, model_type)) is not None:
         return {**out, "status": why}
-    stage, clock = "loading", _Stages(out)
+    stage, clock, logged = ["loading"], _Stages(out), []
+    out["kernel_packages"] = kernel_watch.installed()
     try:
-        model = _build(spec, pieces, variant, device)
-        built = [p.detach().to("cpu", copy=True) for p in model.parameters() if p.requires_grad]
-        clock("build")
-        out["params_total"], out["params_trainable"] = models.count_params(model)
-        shape = flops.model_shape(model)
-        out["step_flops"] = flops.step_flops(shape, batch_size=spec.batch_size, seq_len=spec.seq_len)
-        step = _step(spec, model, pieces, chunk, device)
-        stage = "timing"
-        _timed(spec, model, step, device, out)
-        stage = clock("timing") or "profiling"
-        _profiled(spec, model, step, device, out)
-        clock("profiling")
-        if spec.numerics_steps:
-            stage = "numerics"
-            out["numerics"] = _numerics(spec, model, built, pieces, chunk, device)
-            clock("numerics")
-        if spec.predict:
-            stage = "micro-benchmarks"
-            del step
-            models.release(device)
-            out["microbench"] = microbench.run(model, pieces, spec, device, chunk)
-            clock("micro-benchmarks")
+        with kernel_watch.watch(logged):  # the reference fallbacks transformers logs in this process
+            _measured(spec, pieces, variant, device, chunk, out, clock, stage)
     except Exception as exc:
         if not models.is_oom(exc):
             raise
-        out["status"] = f"oom while {stage}: {str(exc).splitlines()[0][:100]}"
+        out["status"] = f"oom while {stage[0]}: {str(exc).splitlines()[0][:100]}"
+    out["kernel_fallbacks"] = kernel_watch.fallbacks(logged)
     return out
 
 
@@ -272,6 +261,35 @@ def _numerics(spec: Spec, model, built: list, pieces: contract.Contract, chunk: 
         reference=None if folder is None or is_baseline else folder / "baseline_grad.pt",
         save=folder / "baseline_grad.pt" if folder is not None and is_baseline and spec.predict else None,
     )
+
+
+def _measured(spec: Spec, pieces, variant, device: torch.device, chunk: int, out: dict, clock, stage: list) -> None:
+    """Build, time, profile (then the numerics price, and with `predict` the micro-benchmarks) into
+    `out`; `stage[0]` says how far it got (an OOM's status names it)."""
+    model = _build(spec, pieces, variant, device)
+    built = [p.detach().to("cpu", copy=True) for p in model.parameters() if p.requires_grad]
+    clock("build")
+    out["params_total"], out["params_trainable"] = models.count_params(model)
+    out["params_active"] = round(params.count(model).params_active)
+    out["lora_targets"] = lora_targets.describe(model)
+    shape = flops.model_shape(model)
+    out["step_flops"] = flops.step_flops(shape, batch_size=spec.batch_size, seq_len=spec.seq_len)
+    step = _step(spec, model, pieces, chunk, device)
+    stage[0] = "timing"
+    _timed(spec, model, step, device, out)
+    stage[0] = clock("timing") or "profiling"
+    _profiled(spec, model, step, device, out)
+    clock("profiling")
+    if spec.numerics_steps:
+        stage[0] = "numerics"
+        out["numerics"] = _numerics(spec, model, built, pieces, chunk, device)
+        clock("numerics")
+    if spec.predict:
+        stage[0] = "micro-benchmarks"
+        del step
+        models.release(device)
+        out["microbench"] = microbench.run(model, pieces, spec, device, chunk)
+        clock("micro-benchmarks")
 
 
 class _Stages:

@@ -84,3 +84,80 @@ def demo_json(tmp_path, capsys):
         return out
 
     return run
+
+
+# Tiny configs of the other families (layer types, head_dims and experts as the real ones, widths of a
+# few dozen): hybrid linear attention (Qwen3.5), mixture of experts (Qwen3-MoE, Gemma-4).
+TINY_FAMILIES = {
+    "qwen3_5_text": dict(
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        vocab_size=128,
+        tie_word_embeddings=True,
+    ),
+    "qwen3_moe": dict(
+        hidden_size=32,
+        intermediate_size=48,
+        moe_intermediate_size=16,
+        num_experts=4,
+        num_experts_per_tok=2,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        vocab_size=128,
+        tie_word_embeddings=False,
+    ),
+    "gemma4_text": dict(
+        hidden_size=32,
+        intermediate_size=48,
+        moe_intermediate_size=16,
+        enable_moe_block=True,
+        num_experts=4,
+        top_k_experts=2,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=16,
+        global_head_dim=32,
+        num_global_key_value_heads=1,
+        attention_k_eq_v=True,
+        sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"],
+        hidden_size_per_layer_input=0,
+        vocab_size=128,
+        tie_word_embeddings=True,
+    ),
+}
+
+
+def write_family(path: Path, model_type: str) -> Path:
+    from transformers import AutoConfig
+
+    AutoConfig.for_model(model_type, **TINY_FAMILIES[model_type]).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def hybrid(tmp_path_factory) -> Path:
+    """Qwen3.5 text: linear, linear, linear, full attention."""
+    return write_family(tmp_path_factory.mktemp("hybrid"), "qwen3_5_text")
+
+
+@pytest.fixture(scope="module")
+def qwen3_moe(tmp_path_factory) -> Path:
+    return write_family(tmp_path_factory.mktemp("qwen3moe"), "qwen3_moe")
+
+
+@pytest.fixture(scope="module")
+def gemma4_moe(tmp_path_factory) -> Path:
+    """Gemma-4 text: a sliding layer (head_dim 16) and a full one (head_dim 32, keys = values), MoE."""
+    return write_family(tmp_path_factory.mktemp("gemma4"), "gemma4_text")

@@ -1,0 +1,130 @@
+"""The lab's other carriers through mask, carrier and profile on the CPU: hybrid linear attention (Qwen3.5)
+and mixture of experts (Qwen3-MoE, Gemma-4), tiny configs of each (tests/probes/conftest.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from probes.carrier import probe as carrier
+from probes.mask import probe as mask
+from probes.profile import probe as profile
+
+
+def probe_mask(checkpoint, **kw):
+    return mask.run(mask.Config(checkpoint=checkpoint, **{"seq_len": 40, **kw}))
+
+
+@pytest.mark.parametrize("name", ["hybrid", "qwen3_moe", "gemma4_moe"])
+def test_mask_lists_every_layer_with_its_own_type(name, request):
+    checkpoint = request.getfixturevalue(name)
+    result = probe_mask(checkpoint)
+    rows = result.tables["layers"]
+    expected = {
+        "hybrid": ["linear_attention"] * 3 + ["full_attention"],
+        "qwen3_moe": ["full_attention"] * 2,
+        "gemma4_moe": ["sliding_attention", "full_attention"],
+    }[name]
+    assert [r.layer_type for r in rows] == expected
+    assert [r.layer for r in rows] == list(range(len(expected)))
+    assert result.summary["num_layers"] == len(expected)
+    assert all(c.ok for c in result.checks)
+
+
+def test_linear_layers_get_a_recurrent_state_and_no_mask(hybrid):
+    rows = probe_mask(hybrid).tables["layers"]
+    linear = [r for r in rows if r.kind == "linear"]
+    assert len(linear) == 3 and all(r.mask.startswith("none") and r.keys_min is None for r in linear)
+    assert [r.head_dim for r in rows] == [8, 8, 8, 16]  # linear value head 8, full attention 16
+
+
+def test_gemma4_flash_eligibility_is_judged_per_layer(tmp_path):
+    """Gemma-4's real widths: full layers of head_dim 512 cannot use flash (<= 256), sliding ones of 256 can."""
+    from conftest import TINY_FAMILIES
+    from transformers import AutoConfig
+
+    AutoConfig.for_model(
+        "gemma4_text", **{**TINY_FAMILIES["gemma4_text"], "head_dim": 256, "global_head_dim": 512}
+    ).save_pretrained(tmp_path)
+    result = probe_mask(tmp_path, seq_len=4)  # rows shorter than the window: the sliding layer keeps no mask
+    sliding, full = result.tables["layers"]
+    assert (sliding.head_dim, full.head_dim) == (256, 512)
+    assert sliding.fast_path and not full.fast_path
+    assert not {c.name: c.ok for c in result.checks}["fast_path_kept"]
+
+
+def test_the_packed_leak_is_caught_on_the_hybrid_and_names_its_layers(hybrid):
+    result = probe_mask(hybrid, padding="packed", use_cache=False)
+    rows = result.tables["layers"]
+    assert [r.cross_sequence for r in rows] == [True, True, True, False]
+    assert all(r.packed_rel_diff > 1e-3 for r in rows[:3]) and rows[3].packed_rel_diff < 1e-5
+    check = {c.name: c for c in result.checks}["no_cross_sequence"]
+    assert not check.ok and "layers [0, 1, 2]" in check.detail and "cu_seq_lens" in check.detail
+
+
+@pytest.mark.parametrize("name", ["qwen3_moe", "gemma4_moe"])
+def test_packed_moe_stays_apart_without_cache(name, request):
+    rows = probe_mask(request.getfixturevalue(name), padding="packed", use_cache=False).tables["layers"]
+    assert not any(r.cross_sequence for r in rows) and max(r.packed_rel_diff for r in rows) < 1e-5
+
+
+def test_carrier_counts_only_states_lora_targets(qwen3_moe, gemma4_moe, hybrid):
+    result = carrier.run(carrier.Config(checkpoint=(qwen3_moe, gemma4_moe, hybrid), steps=0, lora_rank=4))
+    rows = {r.model: r for r in result.tables["carriers"]}
+    assert all(r.params_active is not None for r in rows.values())
+    targets = result.summary["lora_targets"]
+    moe, gemma, hyb = (targets[p.name] for p in (qwen3_moe, gemma4_moe, hybrid))
+    assert "mlp.gate.weight (router)" in moe["not_targeted"] and "mlp.experts.gate_up_proj" in moe["targeted"]
+    assert "router.proj.weight (router)" in gemma["not_targeted"] and "experts.down_proj" in gemma["targeted"]
+    assert not any("router" in t for t in gemma["targeted"])
+    assert hyb["not_targeted"] == ["linear_attn.conv1d.weight"]
+
+
+@pytest.fixture(scope="module")
+def timed(qwen3_moe, gemma4_moe, hybrid):
+    config = carrier.Config(
+        checkpoint=(qwen3_moe, gemma4_moe, hybrid),
+        weights="random",
+        lora_rank=4,
+        seq_len=16,
+        warmup_steps=1,
+        steps=1,
+        max_steps=1,
+        device="cpu",
+        processes=1,
+    )
+    return carrier.run(config)
+
+
+def test_a_tiny_timed_run_of_each_family(timed, hybrid):
+    rows = {r.model: r for r in timed.tables["carriers"]}
+    assert all(r.step_s > 0 and r.params_active <= r.params_total for r in rows.values())
+    moe = [r for name, r in rows.items() if name != hybrid.name]
+    assert all(r.params_active < r.params_total for r in moe)
+
+
+def test_fast_kernels_fails_when_the_hybrid_ran_the_reference_kernels(timed, hybrid):
+    rows = {r.model: r for r in timed.tables["carriers"]}
+    assert "chunk_gated_delta_rule (flash-linear-attention)" in rows[hybrid.name].kernel_fallbacks
+    assert all(r.kernel_fallbacks is None for name, r in rows.items() if name != hybrid.name)
+    check = {c.name: c for c in timed.checks}["fast_kernels"]
+    assert not check.ok and "pip install flash-linear-attention" in check.detail and hybrid.name in check.detail
+
+
+def test_profile_runs_on_a_hybrid_and_reports_params(hybrid):
+    result = profile.run(
+        profile.Config(
+            checkpoint=hybrid,
+            weights="random",
+            lora_rank=4,
+            seq_lens=(8, 16, 24),
+            seq_len=16,
+            warmup_steps=0,
+            steps=1,
+            max_steps=1,
+            ce_chunk=8,
+            profile_steps=1,
+            device="cpu",
+        )
+    )
+    rows = result.tables["scaling"]
+    assert all(r.params_total == r.params_active == result.summary["params_total"] for r in rows)
