@@ -4,10 +4,13 @@
     labprobe store compact [--store D] [--cluster F]    fewer, larger files + a log checkpoint per table
     labprobe store vacuum  [--store D] [--cluster F] [--retention-days N] [--dry-run]
     labprobe store migrate [--store D] [--cluster F]    the older Parquet-per-job layout into Delta tables
+    labprobe store export DIR [--store D] [--cluster F] every table's current rows as DIR/<table>.parquet
 
 The store is the cluster file's `store:` (root, storage_options, vacuum_retention_days), or --store.
 compact, vacuum and migrate take the sweep's lock on a local store, so they never run beside a
-sweep. Exit 0 done, 1 `check` found unreadable files, 2 bad input.
+sweep. export writes plain Parquet for readers that glob a folder (DuckDB's read_parquet, pandas,
+pyarrow.dataset), which would also count the files compaction replaced (runner/store/export.py).
+Exit 0 done, 1 `check` found unreadable files, 2 bad input.
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ from runner.store.migrate import legacy_tables, migrate
 from runner.store.store import Store
 from runner.tables import format_table
 
-ACTIONS = ("check", "compact", "vacuum", "migrate")
+ACTIONS = ("check", "compact", "vacuum", "migrate", "export")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=ACTIONS, help="what to do")
+    parser.add_argument("folder", nargs="?", type=Path, metavar="DIR", help="export: the folder to write into")
     parser.add_argument("--store", help="store root, a directory or URL (default: the cluster file's, else ./results)")
     parser.add_argument("--cluster", default="cluster.yaml", help="cluster file (default: ./cluster.yaml, if present)")
     parser.add_argument(
@@ -46,6 +50,8 @@ def main(args: argparse.Namespace) -> int:
         if not args.retention_days >= 0:
             raise InputError(f"--retention-days: expected a number of days >= 0, got {args.retention_days:g}")
         retention = args.retention_days
+    if args.action == "export" or args.folder is not None:
+        return _export(store, args.action, args.folder)
     if args.action == "check":
         return _check(store)
     with _locked(store, args.action):
@@ -158,3 +164,16 @@ def _migrate(store: Store) -> None:
     for path, why in report.skipped:
         print(f"skipped: {path}: {why}")
     print("the older files are left in place; remove them when you no longer need them")
+
+
+def _export(store: Store, action: str, folder: Path | None) -> int:
+    if action != "export":
+        raise InputError(f"{folder}: only `store export` takes a folder")
+    if folder is None:
+        raise InputError("export: name the folder to write into (labprobe store export DIR)")
+    from runner.store.export import export
+
+    done = export(store, folder)
+    rows = [{"table": e.name, "version": e.version, "rows": e.rows, "file": e.path.name} for e in done]
+    print(format_table(rows, title=f"store {store.uri}: exported into {folder}"))
+    return 0

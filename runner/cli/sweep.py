@@ -155,6 +155,7 @@ def main(args: argparse.Namespace) -> int:
             on_head_lost=None if args.inline is not None else head_lost,
         )
         store.compact()  # the night's small files into few, and a log checkpoint: reads stay fast
+        store.vacuum(cluster.spec.store.vacuum_retention_days)  # files replaced longer ago than that
     _print_end(args, store, jobs, counts, run_id, hosts, sys.stdout)
     if args.report and counts.store_failure is None:
         _report(store, run_id)
