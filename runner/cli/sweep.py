@@ -40,6 +40,7 @@ from typing import Any, TextIO
 from probes.result import InputError
 from runner.analysis.answers import answers_text
 from runner.analysis.report import write_report
+from runner.analysis.report_runs import write_run
 from runner.clock import new_run_id, parse_deadline
 from runner.dispatch.launch import InlineLauncher, RayLauncher
 from runner.dispatch.lock import SweepLock
@@ -120,12 +121,14 @@ def main(args: argparse.Namespace) -> int:
             raise InputError(f"--inline: plan {args.plan!r} has no job on host {args.inline!r}")
     run_id = new_run_id()
     check_writable(store.root)  # before Ray starts or any job runs: a full disk is one line, exit 2
+    work = [(j.probe, j.host, j.checkpoint, j.config_hash) for j in jobs]
     setup_logging()
     hosts = list(cluster.hosts)
     with (
         SweepLock(store.root, run_id=run_id, plan=args.plan),
         foreign_output_to(log_path(store.root, f"ray-{run_id}.log")) as (out, _),
     ):
+        write_run(store, run_id, plan=args.plan, work=work)  # what `labprobe report --run` shows for it
         if args.inline is None:
             address = args.address or cluster.spec.ray.address
             connect(address, timeout_s=args.connect_timeout_s)
@@ -158,7 +161,7 @@ def main(args: argparse.Namespace) -> int:
         store.vacuum(cluster.spec.store.vacuum_retention_days)  # files replaced longer ago than that
     _print_end(args, store, jobs, counts, run_id, hosts, sys.stdout)
     if args.report and counts.store_failure is None:
-        _report(store, run_id)
+        _report(store, run_id, work)
     return 1 if counts.failed or counts.store_failure else 0
 
 
@@ -355,8 +358,8 @@ def end_json(store: Store, counts: Counts, run_id: str) -> dict[str, Any]:
     }
 
 
-def _report(store: Store, run_id: str) -> None:
-
-    path, text = write_report(store, run_id)
+def _report(store: Store, run_id: str, work: list[tuple[str, str, str, str]]) -> None:
+    """The same report as `labprobe report --run ID` (runner/cli/report.py)."""
+    path, text = write_report(store, run_id, work=work)
     print(text)
     print(f"report: {path}")
