@@ -13,6 +13,7 @@ sweep, and a resumed one); the report is the last one's, which shows the others'
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from datetime import date, datetime, time, timedelta, timezone
@@ -29,16 +30,21 @@ Work = tuple[str, str, str, str]
 
 
 def write_run(store, run_id: str, *, plan: str, work: list[Work]) -> Path | None:
-    """Record a sweep's plan and work (local stores only; -> the file, or None)."""
+    """Record a sweep's plan and work (local stores only; -> the file, or None). A record that cannot
+    be written is a warning: the sweep's results matter more than its report."""
     if not store.local:
         return None
     folder = Path(store.root) / RUNS
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{run_id}.json"
     tmp = folder / f".{path.name}.tmp-{os.getpid()}"
     record = {"run_id": run_id, "plan": plan, "work": [list(w) for w in dict.fromkeys(work)]}
-    tmp.write_text(json.dumps(record) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(record) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        logging.getLogger("labprobe").warning(f"{path}: run record not written ({exc}); its report shows its own jobs")
+        return None
     return path
 
 

@@ -128,7 +128,6 @@ def main(args: argparse.Namespace) -> int:
         SweepLock(store.root, run_id=run_id, plan=args.plan),
         foreign_output_to(log_path(store.root, f"ray-{run_id}.log")) as (out, _),
     ):
-        write_run(store, run_id, plan=args.plan, work=work)  # what `labprobe report --run` shows for it
         if args.inline is None:
             address = args.address or cluster.spec.ray.address
             connect(address, timeout_s=args.connect_timeout_s)
@@ -144,6 +143,7 @@ def main(args: argparse.Namespace) -> int:
             out.flush()
             os._exit(1)
 
+        write_run(store, run_id, plan=args.plan, work=work)  # what `labprobe report --run` shows for it
         counts = run_sweep(
             cluster=cluster,
             store=store,
