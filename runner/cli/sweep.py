@@ -7,7 +7,10 @@
 Expands the plan into jobs (runner/lab/plan.py), fingerprints each host's checkpoints on that host,
 skips jobs already stored ok (unless --force), dispatches the rest as pinned Ray tasks
 (runner/dispatch/loop.py), writes each result as it arrives, shows progress per host, and ends with the
-per-host comparison (`--json`: one JSON object instead). Exit 0 when every job ran (skipped GPU or
+per-host comparison (`--json`: one JSON object instead). It records its plan's work in
+`<store>/runs/<run id>.json` (what `labprobe report --run` shows for it, even when every job was
+already done) and ends by compacting the store and vacuuming what compaction replaced more than the
+cluster file's `store.vacuum_retention_days` ago. Exit 0 when every job ran (skipped GPU or
 deadline jobs included), 1 when some failed or the store stopped taking results, 2 on bad input, when
 another sweep holds the store's lock, when the store cannot be written (checked before any job runs)
 and when no usable Ray head answers at the address within --connect-timeout-s.
