@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("runner.cli.history", "a metric over past runs, with drift alerts"),
     "report": ("runner.cli.report", "the HTML morning report of any run (default: the newest)"),
     "purge": ("runner.cli.purge", "safely purge intermediate checkpoints across hosts"),
-    "store": ("runner.cli.store", "check, compact, vacuum or migrate the store's Delta tables"),
+    "store": ("runner.cli.store", "check, compact, vacuum, migrate or export (plain Parquet) the store's Delta tables"),
 }
 
 
