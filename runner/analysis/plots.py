@@ -129,3 +129,53 @@ def history_lines(drift: pd.DataFrame, metric: str, *, label_columns: list[str],
     ax.legend(fontsize=7)
     fig.autofmt_xdate()
     return fig
+
+
+def grouped_bars(
+    frame: pd.DataFrame, *, panel: str, group: str, value: str, colors: dict[str, str], title: str
+) -> Figure:
+    """One panel per `panel` value (checkpoint), in it one group of bars per `group` value (strategy)
+    and one bar per host: the report's host comparison of a probe's answer (medians of a host's rows)."""
+    panels = sorted(frame[panel].astype(str).unique())
+    hosts = sorted(frame["host"].astype(str).unique())
+    fig = Figure(figsize=(min(11.0, 1.0 + 3.0 * len(panels)), 3.2), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
+    width = 0.8 / len(hosts)
+    for ax, name in zip(axes, panels):
+        table = frame[frame[panel].astype(str) == name].pivot_table(
+            index=group, columns="host", values=value, aggfunc="median"
+        )
+        for k, host in enumerate(hosts):
+            xs = [i + (k - (len(hosts) - 1) / 2) * width for i in range(len(table))]
+            ys = table[host].astype(float) if host in table else [float("nan")] * len(table)
+            ax.bar(xs, ys, width * 0.92, color=colors.get(host, "C7"), label=host)
+        ax.set_xticks(range(len(table)), [str(i) for i in table.index], fontsize=8)
+        ax.set_title(name.replace(" = ", " =\n"), fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel(value)
+    axes[-1].legend(fontsize=8, title="host", title_fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def sweep_lines(frame: pd.DataFrame, *, x: str, y: str, series: list[str], title: str) -> Figure:
+    """`y` against `x`, one line per distinct `series` values (host and checkpoint)."""
+    fig = Figure(figsize=(6.0, 3.3), layout="constrained")
+    ax = fig.subplots()
+    for i, (key, rows) in enumerate(frame.groupby(series, sort=True)):
+        key = key if isinstance(key, tuple) else (key,)
+        rows = rows.sort_values(x)
+        ax.plot(
+            rows[x],
+            pd.to_numeric(rows[y], errors="coerce"),
+            marker=".",
+            color=f"C{i % 10}",
+            label=" ".join(map(str, key)),
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return fig

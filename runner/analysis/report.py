@@ -1,13 +1,16 @@
 """The morning report: one self-contained HTML page per sweep run, and a few lines for stdout.
 
-`write_report(store, run_id)` writes `<store>/reports/<run_id>.html`. It opens with what the run
+`write_report(store, run_id)` writes `<store>/reports/<run_id>.html` (`labprobe report` and
+`sweep --report` both come here, for any run the store knows). It opens with what the run
 found (runner.analysis.findings): each probe's answer per host and checkpoint with a one-line
 headline, what changed since the last run (drift alerts, answers that differ), what failed or was
 skipped and why. The raw tables follow, collapsed in one <details>: jobs per host, a table and bar
 charts per carrier (`carrier.carriers`), step-time scaling curves (`profile.scaling`),
 kernel-category breakdowns (`profile.kernels`), each probe's job summaries, and any other table the
 run wrote. Images are embedded as base64 PNG data URIs and the page loads nothing else, so it can
-be mailed or opened from a laptop. A table the run did not write is simply left out.
+be mailed or opened from a laptop. A table none of the shown jobs wrote is simply left out. Where
+the run did not do a job ok (a rerun found it done, or it failed), the answer, its rows and its plots
+are the newest ok earlier run's, marked with that run's id (runner/analysis/report_data.py).
 
 Drift is watched on every table of the run whose headline metric has a spread column (timings):
 runner.analysis.drift's rule against the same host's earlier runs of the same work.
@@ -24,15 +27,23 @@ from runner.analysis.drift import SPREAD_LIMIT_PCT
 from runner.analysis.findings import gpu_host_findings
 from runner.analysis.report_data import RunData, collect, problems
 from runner.analysis.report_html import render_html
+from runner.analysis.report_runs import Work
 from runner.store.store import Store
 
 
 def write_report(
-    store: Store, run_id: str, *, threshold_pct: float = 3.0, max_spread_pct: float = SPREAD_LIMIT_PCT
+    store: Store,
+    run_id: str,
+    *,
+    threshold_pct: float = 3.0,
+    max_spread_pct: float = SPREAD_LIMIT_PCT,
+    work: list[Work] | None = None,
+    path: Path | None = None,
 ) -> tuple[Path, str]:
-    """Write the run's HTML report; return its path and a short text summary for stdout."""
-    data = collect(store, run_id, threshold_pct=threshold_pct, max_spread_pct=max_spread_pct)
-    path = store.root / "reports" / f"{run_id}.html"
+    """Write the run's HTML report (to `path`, default `<store>/reports/<run_id>.html`); return its
+    path and a short text summary for stdout. `work`: the run's planned work (report_data.collect)."""
+    data = collect(store, run_id, threshold_pct=threshold_pct, max_spread_pct=max_spread_pct, work=work)
+    path = path if path is not None else store.root / "reports" / f"{run_id}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     tmp.write_text(render_html(data), encoding="utf-8")
@@ -42,13 +53,18 @@ def write_report(
 
 def summary_text(data: RunData, path: Path) -> str:
     """A few lines for stdout (the sweep prints the report's path itself)."""
+    earlier = sorted(set(data.shown["run_id"].astype(str)) - {data.run_id}) if not data.shown.empty else []
+    reused = f"; answers of earlier runs shown: {', '.join(earlier)}" if earlier else ""
     if data.jobs.empty:
-        return f"run {data.run_id}: no jobs of this run in the store (nothing left to do, or an unknown run)"
+        if not data.answers:
+            return f"run {data.run_id}: no jobs of this run in the store, and no record of its plan"
+        return f"run {data.run_id}: ran no job (all already stored){reused}"
     counts = data.jobs["status"].value_counts()
     hosts = sorted(data.jobs["host"].astype(str).unique())
     lines = [
         f"run {data.run_id}: {len(data.jobs)} job(s) on {len(hosts)} host(s) ({', '.join(hosts)}): "
         + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "failed", "skipped"))
+        + reused
     ]
     lines += [f"  {text}" for _, text in gpu_host_findings(problems(data.jobs))]
     for _, job in problems(data.jobs).iterrows():

@@ -11,6 +11,7 @@ from probes.result import InputError
 from runner.analysis import answers, plots
 from runner.analysis.answers import ProbeAnswers
 from runner.analysis.drift import default_metric, describe_alert, drift_table, spread_column
+from runner.analysis.report_runs import Work, run_work
 from runner.store.store import JOB, Store, latest
 
 
@@ -18,44 +19,81 @@ from runner.store.store import JOB, Store, latest
 class RunData:
     run_id: str
     jobs: pd.DataFrame
-    """This run's job rows, the newest per job_id."""
+    """This run's job rows, the newest per job_id (none for a rerun that found everything done)."""
     tables: dict[str, pd.DataFrame]
-    """Every probe table's rows written by this run."""
+    """Every probe table's rows of the jobs the answers show: this run's, or, for work this run did
+    not do ok (done before, failed, skipped), the newest ok earlier run's (their `run_id` says which)."""
     alerts: list[str]
     watched: list[str]
     """`table: metric` pairs drift was checked on."""
     answers: list[ProbeAnswers] = dataclasses.field(default_factory=list)
     """Each probe's answer per host x checkpoint (runner.analysis.answers)."""
+    shown: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    """The job rows whose figures the answers show (this run's and earlier runs'), oldest first."""
 
     @property
     def colors(self) -> dict[str, str]:
-        return plots.host_colors(self.jobs["host"].astype(str).unique().tolist())
+        hosts = [*self.jobs.get("host", []), *self.shown.get("host", [])]
+        return plots.host_colors(sorted({str(h) for h in hosts}))
 
 
-def collect(store: Store, run_id: str, *, threshold_pct: float, max_spread_pct: float) -> RunData:
-    """This run's jobs and rows, and the drift alerts its rows raise. A run with no jobs (a resumed
-    sweep that found everything stored) gives an empty report that says so."""
+def collect(
+    store: Store, run_id: str, *, threshold_pct: float, max_spread_pct: float, work: list[Work] | None = None
+) -> RunData:
+    """This run's jobs, the rows of the jobs its answers show, and the drift alerts its rows raise.
+    `work`: what the run planned (the sweep's jobs); by default the run's record, else its own jobs.
+    A rerun that found everything stored shows the stored answers it relied on, each with its run."""
     all_jobs = store.jobs()  # first: every table read after it holds these jobs' rows
     jobs = latest(all_jobs[all_jobs["run_id"] == run_id], JOB)
+    work = work if work is not None else run_work(store, run_id)
     tables, alerts, watched, histories = {}, [], [], {}
-    for name in store.table_names():
-        if name == "jobs":
-            continue
-        history = histories[name] = store.read(name, jobs=all_jobs)
-        rows = history[history["run_id"] == run_id]
+    names = [n for n in store.table_names() if n != "jobs"]
+    for name in names:
+        histories[name] = store.read(name, jobs=all_jobs)
+    found = answers.build(all_jobs, lambda name, runs: histories.get(name, pd.DataFrame()), run_id, work=work)
+    shown = _shown_jobs(all_jobs, found)
+    for name in names:
+        history = histories[name]
+        rows = _rows_of(history, shown)
         if rows.empty:
             continue
-        tables[name] = rows.reset_index(drop=True)
-        metric = _watched_metric(rows)
+        tables[name] = rows
+        mine = history[history["run_id"] == run_id]
+        metric = _watched_metric(mine) if not mine.empty else None
         if metric is None:
             continue
         watched.append(f"{name}: {metric}")
         drift = drift_table(history, metric, threshold_pct=threshold_pct, max_spread_pct=max_spread_pct)
         for _, row in drift[(drift["run_id"] == run_id) & drift["alert"]].iterrows():
             alerts.append(describe_alert(row, metric, drift.attrs["by"]))
-    found = answers.build(all_jobs, lambda name, runs: histories.get(name, pd.DataFrame()), run_id)
     return RunData(
-        run_id=run_id, jobs=jobs.reset_index(drop=True), tables=tables, alerts=alerts, watched=watched, answers=found
+        run_id=run_id,
+        jobs=jobs.reset_index(drop=True),
+        tables=tables,
+        alerts=alerts,
+        watched=watched,
+        answers=found,
+        shown=shown,
+    )
+
+
+def _shown_jobs(jobs: pd.DataFrame, found: list[ProbeAnswers]) -> pd.DataFrame:
+    """The ok job row behind each answer shown: (work, run) as the answer names it, the newest."""
+    wanted = {(a.probe, a.host, a.checkpoint, a.config_hash, a.run_id) for s in found for a in s.answers if a.run_id}
+    if jobs.empty or not wanted:
+        return jobs.iloc[0:0]
+    ok = jobs[jobs["status"] == "ok"]
+    keys = pd.MultiIndex.from_frame(ok[[*answers.WORK_KEY, "run_id"]].astype(str))
+    picked = ok[keys.isin(list(wanted))]
+    return latest(picked, answers.WORK_KEY).reset_index(drop=True)
+
+
+def _rows_of(history: pd.DataFrame, shown: pd.DataFrame) -> pd.DataFrame:
+    if history.empty or shown.empty:
+        return history.iloc[0:0]
+    pairs = pd.MultiIndex.from_frame(shown[["job_id", "run_id"]].astype(str))
+    return history[pd.MultiIndex.from_frame(history[["job_id", "run_id"]].astype(str)).isin(pairs)].reset_index(
+        drop=True
     )
 
 

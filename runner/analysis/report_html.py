@@ -1,6 +1,7 @@
-"""The report's HTML page: what the run found first (runner.analysis.findings), then the raw tables
-collapsed: jobs per host, carriers with their bar charts, scaling curves, kernel categories, job
-summaries and every other table. Images are embedded as base64 PNG data URIs."""
+"""The report's HTML page: what the run found first (runner.analysis.findings), then the plots
+(host comparisons of the CPU probes' answers, carriers with their bar charts, scaling curves with
+the fit, kernel categories), then the raw tables collapsed: jobs per host, job summaries and every
+other table. Images are embedded as base64 PNG data URIs."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from runner.analysis.drift import SPREAD_LIMIT_PCT, above_spread_limit, default_
 from runner.analysis.findings import findings_html
 from runner.analysis.html_table import CSS, SPAN, html_table
 from runner.analysis.report_data import RunData, problems
+from runner.analysis.report_plots import comparisons_html, marked, runs_note
 from runner.store.store import KEY_COLUMNS
 from runner.tables import format_value
 
@@ -36,29 +38,25 @@ SCALING_X = ("seq_len", "num_tokens", "tokens_per_step", "length")
 
 
 def render_html(data: RunData) -> str:
-    if data.jobs.empty:
+    if data.jobs.empty and not data.answers:
         sections = [
             (
-                f'<h1>labprobe sweep {html.escape(data.run_id)}</h1><p class="ok">This run ran no '
-                "jobs: everything its plan asks for was already stored (or the run id is unknown).</p>"
+                f'<h1>labprobe sweep {html.escape(data.run_id)}</h1><p class="ok">This run stored no '
+                "jobs, and the store has no record of its plan (or the run id is unknown).</p>"
             )
         ]
     else:
-        # What the run found first (and the measured changes to the step); the raw tables follow, collapsed.
-        raw = [
-            _per_host(data),
-            _carriers(data),
-            _scaling(data),
-            _kernels(data),
-            _job_summaries(data),
-            _other_tables(data),
-        ]
+        # What the run found first (and the measured changes to the step), then the plots; the raw
+        # tables follow, collapsed.
+        raw = [_per_host(data), _job_summaries(data), _other_tables(data)]
+        plotted = [comparisons_html(data, _img), _carriers(data), _scaling(data), _kernels(data)]
         sections = [
             _title(data),
             findings_html(data.answers, alerts=data.alerts, watched=data.watched, problems=problems(data.jobs)),
             _advice(data),
-            '<details id="raw"><summary>Raw tables: jobs per host, carriers, scaling curves, kernels, '
-            "job summaries, every table of the run</summary>" + "".join(s for s in raw if s) + "</details>",
+            runs_note(data) + "".join(s for s in plotted if s),
+            '<details id="raw"><summary>Raw tables: jobs per host, job summaries, every table the answers '
+            "come from</summary>" + "".join(s for s in raw if s) + "</details>",
         ]
     title = f"labprobe sweep {html.escape(data.run_id)}"
     return (
@@ -100,6 +98,12 @@ def _own_columns(frame: pd.DataFrame, *, drop: tuple[str, ...] = ()) -> list[str
 # -- sections -----------------------------------------------------------------------------------
 def _title(data: RunData) -> str:
     jobs = data.jobs
+    if jobs.empty:  # a rerun that found everything stored: what it relied on
+        return (
+            f"<h1>labprobe sweep {html.escape(data.run_id)}</h1>"
+            f'<p class="muted">ran no job: all {len(data.shown)} answered jobs of its plan were already '
+            "stored; their answers follow, each with its run</p>"
+        )
     started, finished = jobs["started_at"].min(), jobs["finished_at"].max()
     plans = ", ".join(sorted(p for p in jobs.get("plan", pd.Series(dtype=str)).astype(str).unique() if p))
     return (
@@ -111,6 +115,8 @@ def _title(data: RunData) -> str:
 
 
 def _per_host(data: RunData) -> str:
+    if data.jobs.empty:
+        return ""
     per_host = []
     for host, rows in data.jobs.groupby("host", sort=True):
         counts = rows["status"].value_counts()
@@ -130,7 +136,7 @@ def _per_host(data: RunData) -> str:
 def _carriers(data: RunData) -> str:
     parts = []
     for name in [n for n in data.tables if n.startswith("carrier.")]:
-        frame = data.tables[name]
+        frame = marked(data.tables[name], data.run_id)
         for checkpoint, rows in frame.groupby("checkpoint", sort=True):
             rows = rows.sort_values("host")
             parts.append(f'<h3>{html.escape(str(checkpoint))} <span class="muted">({html.escape(name)})</span></h3>')
@@ -219,6 +225,7 @@ def _scaling(data: RunData) -> str:
                 )
             )
         else:
+            rows = marked(rows, data.run_id)
             parts.append(html_table(_records(rows.sort_values("host"), ["host"] + _own_columns(rows))))
     return "".join(parts)
 
@@ -256,7 +263,7 @@ def _kernels(data: RunData) -> str:
 
 def _advice(data: RunData) -> str:
     """Each carrier/profile job's `advice` (the measured variants ranked by speed-up), per host."""
-    ok = data.jobs[data.jobs["status"] == "ok"]
+    ok = data.shown
     items = []
     for _, job in ok.sort_values(["host", "checkpoint"]).iterrows():
         advice = json.loads(job["summary_json"] or "{}").get("advice") or []
@@ -268,7 +275,7 @@ def _advice(data: RunData) -> str:
 
 def _job_summaries(data: RunData) -> str:
     """Each probe's headline numbers, one column per job (host and checkpoint), one row per figure."""
-    ok = data.jobs[data.jobs["status"] == "ok"]
+    ok = data.shown
     parts = []
     for probe, rows in ok.groupby("probe", sort=True):
         columns: dict[str, dict[str, Any]] = {}
@@ -276,6 +283,8 @@ def _job_summaries(data: RunData) -> str:
             summary = json.loads(job["summary_json"] or "{}")
             scalars = {k: v for k, v in summary.items() if not isinstance(v, (dict, list))}
             scalars.update(wall_s=float(job["wall_s"]), note=job["reason"] or None)
+            if job["run_id"] != data.run_id:
+                scalars["run"] = f"earlier: {job['run_id']}"
             name = str(job["host"]) if rows["checkpoint"].nunique() == 1 else f"{job['host']} · {job['checkpoint']}"
             columns[name] = scalars
         keys = [
@@ -297,7 +306,7 @@ def _other_tables(data: RunData) -> str:
     for name, frame in data.tables.items():
         if name in shown:
             continue
-        frame = frame.sort_values(["checkpoint", "host"], kind="stable")
+        frame = marked(frame, data.run_id).sort_values(["checkpoint", "host"], kind="stable")
         more = f' <span class="muted">(first {MAX_ROWS} of {len(frame)})</span>' if len(frame) > MAX_ROWS else ""
         parts.append(
             f"<h3>{html.escape(name)}{more}</h3>"

@@ -25,9 +25,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "idle": ("runner.cli.idle", "read every GPU of the lab through NVML: idle or busy, and why"),
     "schedule": ("runner.cli.schedule", "install, remove, show or run the overnight sweep's crontab entry"),
     "history": ("runner.cli.history", "a metric over past runs, with drift alerts"),
+    "report": ("runner.cli.report", "the HTML morning report of any run (default: the newest)"),
     "purge": ("runner.cli.purge", "safely purge intermediate checkpoints across hosts"),
     "demo": ("runner.cli.demo", "load the demo's recorded sample of real H200 results into the store"),
-    "store": ("runner.cli.store", "check, compact, vacuum or migrate the store's Delta tables"),
+    "store": ("runner.cli.store", "check, compact, vacuum, migrate or export (plain Parquet) the store's Delta tables"),
 }
 
 

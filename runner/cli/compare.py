@@ -61,7 +61,7 @@ def main(args: argparse.Namespace) -> int:
 def _store_and_order(store: Path | None, cluster_file: str) -> tuple[Store, list[str]]:
     order: list[str] = []
     if Path(cluster_file).is_file():
-        cluster = load_cluster(cluster_file)
+        cluster = load_cluster(cluster_file, configs=False)  # plans are not run here: no probe imports
         order = list(cluster.hosts)
         store = store if store is not None else cluster.store_root()
     return Store(store if store is not None else Path("results")), order

@@ -103,5 +103,5 @@ def resolve_store(store: Path | None, cluster: Path) -> Path:
     if store is not None:
         return store
     if cluster.is_file():
-        return load_cluster(cluster).store_root()
+        return load_cluster(cluster, configs=False).store_root()
     return Path("results")

@@ -4,6 +4,7 @@
     labprobe store compact [--store D] [--cluster F]    fewer, larger files + a log checkpoint per table
     labprobe store vacuum  [--store D] [--cluster F] [--retention-days N] [--dry-run]
     labprobe store migrate [--store D] [--cluster F]    the older Parquet-per-job layout into Delta tables
+    labprobe store export DIR [--store D] [--cluster F] every table's current rows as DIR/<table>.parquet
 
 The store is the cluster file's `store:` (root, storage_options, vacuum_retention_days), or --store.
 compact, vacuum and migrate take the store's lock (the sweep's) on a local store, so they never run
@@ -12,6 +13,8 @@ than an hour (runner/store/maintain.py), so a writer without the lock loses noth
 check lists every table, a broken one too, with every unreadable data file and every commit file
 that lost actions. Exit 0 done, 1 `check` found unreadable files, 2 bad input (a store path that is
 missing or not a store, a data file compact cannot read, a retention that is not a finite number).
+export writes plain Parquet for readers that glob a folder (DuckDB's read_parquet, pandas,
+pyarrow.dataset), which would also count the files compaction replaced (runner.store.export).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from runner.store.migrate import legacy_tables, migrate
 from runner.store.store import Store
 from runner.tables import format_table
 
-ACTIONS = ("check", "compact", "vacuum", "migrate")
+ACTIONS = ("check", "compact", "vacuum", "migrate", "export")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "compact": "fewer, larger files and a log checkpoint per table (what each sweep does at its end)",
         "vacuum": "delete files no version of the retention window needs",
         "migrate": "turn the older Parquet-per-job layout into Delta tables",
+        "export": "write every table's current rows as plain Parquet, DIR/<table>.parquet",
     }
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     for action in ACTIONS:  # each action's --help shows its own options only
@@ -43,6 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         sub.add_argument("--store", help="store root, a directory or URL (default: the cluster file's, else ./results)")
         sub.add_argument("--cluster", default="cluster.yaml", help="cluster file (default: ./cluster.yaml, if present)")
         sub.set_defaults(retention_days=None, dry_run=False)
+        if action == "export":
+            sub.add_argument(
+                "folder", type=Path, metavar="DIR", help="the folder to write into: new, empty or an earlier export"
+            )
+        else:
+            sub.set_defaults(folder=None)
         if action == "vacuum":
             sub.add_argument(
                 "--retention-days",
@@ -58,6 +68,8 @@ def main(args: argparse.Namespace) -> int:
     store, retention = open_store(args.store, args.cluster)
     if args.retention_days is not None:
         retention = args.retention_days
+    if args.action == "export":
+        return _export(store, args.action, args.folder)
     if args.action == "vacuum":
         where = "--retention-days" if args.retention_days is not None else "store.vacuum_retention_days"
         maintain.retention_hours(retention, where)  # inf, nan, negative: one line before anything
@@ -175,3 +187,16 @@ def _migrate(store: Store) -> None:
     for path, why in report.skipped:
         print(f"skipped: {path}: {why}")
     print("the older files are left in place; remove them when you no longer need them")
+
+
+def _export(store: Store, action: str, folder: Path | None) -> int:
+    if action != "export":
+        raise InputError(f"{folder}: only `store export` takes a folder")
+    if folder is None:
+        raise InputError("export: name the folder to write into (labprobe store export DIR)")
+    from runner.store.export import export
+
+    done = export(store, folder)
+    rows = [{"table": e.name, "version": e.version, "rows": e.rows, "file": e.path.name} for e in done]
+    print(format_table(rows, title=f"store {store.uri}: exported into {folder}"))
+    return 0

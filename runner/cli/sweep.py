@@ -7,7 +7,10 @@
 Expands the plan into jobs (runner.lab.plan), fingerprints each host's checkpoints on that host,
 skips jobs already stored ok (unless --force), dispatches the rest as pinned Ray tasks
 (runner.dispatch.loop), writes each result as it arrives, shows progress per host, and ends with the
-per-host comparison (`--json`: one JSON object instead). Exit 0 when every job ran (GPU jobs skipped
+per-host comparison (`--json`: one JSON object instead). It records its plan's work in
+`<store>/runs/<run id>.json` (what `labprobe report --run` shows for it, even when every job was
+already done) and ends by compacting the store and vacuuming what compaction replaced more than the
+cluster file's `store.vacuum_retention_days` ago. Exit 0 when every job ran (GPU jobs skipped
 because their GPU stayed busy, and deadline skips, included: the report names them), 1 when some
 failed, when a GPU job was skipped because its host's GPUs could not be read (unreadable is not
 busy), or when the store stopped taking results, 2 on bad input, when
@@ -40,6 +43,7 @@ from typing import Any, TextIO
 from probes.result import InputError
 from runner.analysis.answers import answers_text
 from runner.analysis.report import write_report
+from runner.analysis.report_runs import write_run
 from runner.clock import new_run_id, parse_deadline
 from runner.dispatch.interrupt import connect_or_one_line, interrupted_once
 from runner.dispatch.lock import SweepLock
@@ -121,6 +125,7 @@ def _main(args: argparse.Namespace) -> int:
             raise InputError(f"--inline: plan {args.plan!r} has no job on host {args.inline!r}")
     run_id = new_run_id()
     check_writable(store.root)  # before Ray starts or any job runs: a full disk is one line, exit 2
+    work = [(j.probe, j.host, j.checkpoint, j.config_hash) for j in jobs]
     setup_logging()
     hosts = list(cluster.hosts)
     with (
@@ -143,6 +148,7 @@ def _main(args: argparse.Namespace) -> int:
             out.flush()
             os._exit(1)
 
+        write_run(store, run_id, plan=args.plan, work=work)  # what `labprobe report --run` shows for it
         counts = run_sweep(
             cluster=cluster,
             store=store,
@@ -158,9 +164,10 @@ def _main(args: argparse.Namespace) -> int:
             lock=lock,
         )
         store.compact()  # the night's small files into few, and a log checkpoint: reads stay fast
+        store.vacuum(cluster.spec.store.vacuum_retention_days)  # files replaced longer ago than that
     _print_end(args, store, jobs, counts, run_id, hosts, sys.stdout)
     if args.report and counts.store_failure is None:
-        _report(store, run_id)
+        _report(store, run_id, work)
     return 1 if counts.failed or counts.unreadable or counts.store_failure else 0
 
 
@@ -257,8 +264,8 @@ def end_json(store: Store, counts: Counts, run_id: str) -> dict[str, Any]:
     }
 
 
-def _report(store: Store, run_id: str) -> None:
-
-    path, text = write_report(store, run_id)
+def _report(store: Store, run_id: str, work: list[tuple[str, str, str, str]]) -> None:
+    """The same report as `labprobe report --run ID` (runner/cli/report.py)."""
+    path, text = write_report(store, run_id, work=work)
     print(text)
     print(f"report: {path}")

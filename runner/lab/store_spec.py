@@ -21,8 +21,9 @@ class StoreSpec(BaseModel):
     or `aws_conditional_put: etag` for safe concurrent commits on S3). Options not given here come
     from the environment (AWS_*, GOOGLE_*, AZURE_* variables), as delta-rs reads them."""
     vacuum_retention_days: float = Field(7.0, ge=0)
-    """`labprobe store vacuum` keeps every file a table version of the last N days needs: N days of
-    time travel, and of safety for a reader that opened an older version."""
+    """Every sweep ends by vacuuming (after its compaction), as `labprobe store vacuum` does: files
+    replaced longer ago than N days are deleted; every file a table version of the last N days needs
+    is kept: N days of time travel, and of safety for a reader that opened an older version."""
 
     def location(self, base: Path) -> Path | str:
         """The root: a URL as written, a path resolved against `base` (the cluster file's directory)."""

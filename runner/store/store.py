@@ -319,6 +319,20 @@ class Store:
             )
             return {}
 
+    def vacuum(self, retention_days: float) -> int:
+        """After compact: delete the files no table version of the last `retention_days` needs (the
+        ones compaction replaced, once they are that old); -> how many. Without it a year of nightly
+        compaction keeps every replaced file (benchmarks/RESULTS.md). A failure is a warning."""
+        from runner.store.maintain import vacuum
+
+        try:
+            return sum(map(len, vacuum(self, retention_days).values()))
+        except (StoreError, OSError, DeltaError) as exc:
+            delta.log.warning(
+                f"store {self.uri}: vacuum failed ({delta._short(exc)}); run `labprobe store vacuum` later"
+            )
+            return 0
+
     def _warn(self, what: str, message: str) -> None:
         if what not in self._warned:
             self._warned.add(what)

@@ -279,8 +279,11 @@ def test_report_lands_under_the_store_and_embeds_real_pngs(lab):
     assert path == store.root / "reports" / f"{LAST_RUN}.html"
     page = _parse(path)
     assert page.external == []  # self-contained: nothing fetched from anywhere
-    # one bar chart per carrier, one scaling plot and one kernel plot for the profiled checkpoint
-    assert len(page.images) == len(CARRIERS) + 2
+    # one bar chart per carrier, one scaling plot and one kernel plot for the profiled checkpoint, the
+    # host comparison of padding's strategies and bucket's sweep
+    alts = [img["alt"] for img in page.images]
+    assert len(alts) == len(CARRIERS) + 4, alts
+    assert any(a.startswith("padding:") for a in alts) and any(a.startswith("bucket:") for a in alts)
     for img in page.images:
         prefix = "data:image/png;base64,"
         assert img["src"].startswith(prefix) and img.get("alt")
@@ -350,9 +353,9 @@ def test_report_of_a_run_with_only_a_failed_job_and_no_tables(tmp_path):
 def test_a_run_with_no_jobs_gets_a_report_that_says_so(lab):
     """A resumed sweep that found everything stored ran no jobs: its report must not fail the sweep."""
     path, text = write_report(lab[0], "resumed-with-nothing-left")
-    assert "no jobs of this run" in text
+    assert "no jobs of this run" in text and "no record of its plan" in text
     page = _parse(path)
-    assert page.images == [] and "ran no jobs" in " ".join(page.text)
+    assert page.images == [] and "stored no jobs" in " ".join(page.text)
 
 
 def _findings(path: Path) -> tuple[str, str]:
@@ -368,16 +371,25 @@ def _text(fragment: str) -> str:
     return " ".join(page.text)
 
 
-def test_the_report_opens_with_the_findings_and_collapses_the_raw_tables(lab):
+def test_the_report_opens_with_the_findings_then_the_plots_and_collapses_the_raw_tables(lab):
     _, path, _ = lab
     findings, raw = _findings(path)
-    order = [
-        findings.index(h) for h in ("What this run found", "What changed since the last run", "Failed and skipped jobs")
-    ]
+    headings = (
+        "What this run found",
+        "What changed since the last run",
+        "Failed and skipped jobs",
+        "Host comparison",
+        "Carriers: per-host comparison",
+        "Step-time scaling",
+        "Kernel time by category",
+    )
+    order = [findings.index(h) for h in headings]
     assert order == sorted(order)
-    # Every plot and raw table is inside the one collapsed <details>, none before it.
-    assert "<img" not in path.read_text(encoding="utf-8").split("<details", 1)[0]
-    for heading in ("Jobs per host", "Carriers: per-host comparison", "Kernel time by category", "profile.fit"):
+    page = path.read_text(encoding="utf-8")
+    head = page.split("<details", 1)[0]
+    assert "<img" not in head.split("Host comparison", 1)[0]  # no plot before the findings end
+    assert "<img" not in raw  # every plot shown, only raw tables collapsed
+    for heading in ("Jobs per host", "Job summaries", "profile.fit"):
         assert heading in _text(raw)
 
 

@@ -235,9 +235,9 @@ def test_report_loads_with_every_image_and_no_errors(browser, report):
     assert [u for u in seen["requests"] if not u.startswith("data:")] == [report.as_uri()]
 
 
-def test_the_findings_come_first_and_the_raw_tables_are_collapsed(browser, report):
+def test_the_findings_come_first_then_the_plots_and_the_raw_tables_are_collapsed(browser, report):
     """As a reader sees it: the first heading under the title is the findings, the first table is an
-    answer, and the plots sit in a closed <details> (loaded, but not taking the screen)."""
+    answer, every plot is shown below the findings, and the raw tables sit in a closed <details>."""
     browser.load(report.as_uri())
     layout = browser.page(
         "Runtime.evaluate",
@@ -247,6 +247,9 @@ def test_the_findings_come_first_and_the_raw_tables_are_collapsed(browser, repor
             "    .map(h => [h.textContent, h.getBoundingClientRect().top]),"
             "  details: Array.from(document.querySelectorAll('details')).map(d => d.open),"
             "  visibleImages: Array.from(document.images).filter(i => i.checkVisibility()).length,"
+            "  images: document.images.length,"
+            "  firstImageTop: Array.from(document.images).map(i => i.getBoundingClientRect().top)"
+            "    .reduce((a, b) => Math.min(a, b), 1e9),"
             "  firstTable: document.querySelector('table').closest('details') === null})"
         ),
     )["result"]["value"]
@@ -254,7 +257,10 @@ def test_the_findings_come_first_and_the_raw_tables_are_collapsed(browser, repor
     assert titles[0] == "What this run found", titles
     assert titles[1].startswith("What changed since the last run") and titles[2].startswith("Failed and skipped")
     assert [top for _, top in layout["h2"]] == sorted(top for _, top in layout["h2"])
-    assert layout["details"] == [False] and layout["visibleImages"] == 0 and layout["firstTable"]
+    assert titles[3] == "Host comparison", titles
+    assert layout["details"] == [False] and layout["firstTable"]
+    assert layout["visibleImages"] == layout["images"] >= 6
+    assert layout["firstImageTop"] > layout["h2"][3][1]  # below the findings, under the plots' heading
 
 
 def test_report_screenshot_shows_a_rendered_page(browser, report, tmp_path):

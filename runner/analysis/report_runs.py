@@ -1,0 +1,101 @@
+"""Which runs a report can be drawn for, and what work each relied on.
+
+A sweep stores a job row only for what it ran: a rerun whose jobs were all done stores none, yet its
+answers are the stored ones it skipped to. So every sweep also leaves `<store>/runs/<run_id>.json`:
+its plan and its work (probe, host, checkpoint, config hash per planned job). `labprobe report --run
+ID` takes the work from there; for a run without that record (an older store, an object store: the
+record is written on a local store only) the work is the run's own jobs.
+
+`--night DATE`: the runs started from noon of DATE to noon of the next day, local time (a night's
+sweep, and a resumed one); the report is the last one's, which shows the others' answers as stored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from datetime import date, datetime, time, timedelta, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from probes.result import InputError
+
+RUNS = "runs"
+_RUN_ID = re.compile(r"^(\d{8}T\d{6}Z)-[0-9a-z]+$")
+Work = tuple[str, str, str, str]
+"""(probe, host, checkpoint, config_hash): what answers.WORK_KEY names."""
+
+
+def write_run(store, run_id: str, *, plan: str, work: list[Work]) -> Path | None:
+    """Record a sweep's plan and work (local stores only; -> the file, or None). A record that cannot
+    be written is a warning: the sweep's results matter more than its report."""
+    if not store.local:
+        return None
+    folder = Path(store.root) / RUNS
+    path = folder / f"{run_id}.json"
+    tmp = folder / f".{path.name}.tmp-{os.getpid()}"
+    record = {"run_id": run_id, "plan": plan, "work": [list(w) for w in dict.fromkeys(work)]}
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(record) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        logging.getLogger("labprobe").warning(f"{path}: run record not written ({exc}); its report shows its own jobs")
+        return None
+    return path
+
+
+def run_work(store, run_id: str) -> list[Work] | None:
+    """The work a sweep recorded for `run_id`; None when it left no record."""
+    if not store.local:
+        return None
+    path = Path(store.root) / RUNS / f"{run_id}.json"
+    try:
+        return [tuple(w) for w in json.loads(path.read_text(encoding="utf-8"))["work"]]
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{path}: not a run record ({exc})") from None
+
+
+def known_runs(store, jobs: pd.DataFrame) -> list[str]:
+    """Every run id the store knows (job rows and run records), oldest first."""
+    ids = set(jobs["run_id"].astype(str)) if not jobs.empty else set()
+    if store.local and (Path(store.root) / RUNS).is_dir():
+        ids |= {p.stem for p in (Path(store.root) / RUNS).glob("*.json")}
+    return sorted(ids)
+
+
+def started_at(run_id: str) -> datetime | None:
+    match = _RUN_ID.match(run_id)
+    return datetime.strptime(match.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc) if match else None
+
+
+def pick_run(store, jobs: pd.DataFrame, *, run: str | None, night: str | None) -> str:
+    """The run a report is for: `run`, the last run of `night` (YYYY-MM-DD), or the newest run."""
+    runs = known_runs(store, jobs)
+    if run is not None:
+        if run not in runs:
+            raise InputError(f"--run: no run {run!r} in store {store.uri} (newest: {', '.join(runs[-3:]) or 'none'})")
+        return run
+    if night is not None:
+        that = _night_window(night)
+        inside = [r for r in runs if (s := started_at(r)) is not None and that[0] <= s < that[1]]
+        if not inside:
+            raise InputError(f"--night: no run started in the night of {night} (noon to noon, local time)")
+        return inside[-1]
+    if not runs:
+        raise InputError(f"store {store.uri}: no runs stored yet (run `labprobe sweep` first)")
+    return runs[-1]
+
+
+def _night_window(text: str) -> tuple[datetime, datetime]:
+    try:
+        day = date.fromisoformat(text)
+    except ValueError:
+        raise InputError(f"--night: expected a date YYYY-MM-DD, got {text!r}") from None
+    local = datetime.combine(day, time(12)).astimezone()  # noon, this machine's zone: the schedule's clock
+    return local.astimezone(timezone.utc), (local + timedelta(days=1)).astimezone(timezone.utc)

@@ -1,0 +1,45 @@
+"""`labprobe report`: the morning report of any run the store knows, as `sweep --report` writes it.
+
+    labprobe report [--run ID | --night YYYY-MM-DD] [--out FILE] [--store D] [--cluster F]
+
+No --run or --night: the newest run. --night: the last run started from noon of that date to noon of
+the next day (local time). Writes `<store>/reports/<run_id>.html` (or --out) and prints a few lines
+and the path. A rerun whose jobs were all done shows the stored answers it relied on, each marked
+with its run (runner/analysis/report_data.py). Exit 0, 2 on bad input (an unknown run, a bad date).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from runner.analysis.report import write_report
+from runner.analysis.report_runs import pick_run
+from runner.cli.history import resolve_store
+from runner.store.store import Store
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--run", metavar="ID", help="the run's id (as the sweep printed it; default: the newest run)")
+    which.add_argument("--night", metavar="DATE", help="the last run of the night of DATE (YYYY-MM-DD, local time)")
+    parser.add_argument("--out", type=Path, metavar="FILE", help="write here (default: <store>/reports/<run id>.html)")
+    parser.add_argument(
+        "--store", type=Path, metavar="D", help="the store (default: the cluster file's, else ./results)"
+    )
+    parser.add_argument(
+        "--cluster",
+        type=Path,
+        default=Path("cluster.yaml"),
+        metavar="F",
+        help="the cluster file naming the store (default: ./cluster.yaml, if present)",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    store = Store(resolve_store(args.store, args.cluster))
+    run_id = pick_run(store, store.jobs(columns=["run_id"]), run=args.run, night=args.night)
+    path, text = write_report(store, run_id, path=args.out)
+    print(text)
+    print(f"report: {path}")
+    return 0
