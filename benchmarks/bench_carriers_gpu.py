@@ -116,6 +116,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "out")
     parser.add_argument("--fla-path", default=None, help="a folder holding flash-linear-attention (+ fla-core, einops)")
+    parser.add_argument("--skip", nargs="*", default=[], help="parts to leave out (e.g. hybrid_no_fla once measured)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict = {"environment": environment(), "parts": {}}
@@ -130,6 +131,8 @@ def main() -> int:
         ("hybrid_no_fla", lambda: carrier_part([HYBRID])),
     ]
     for name, run in parts:
+        if name in args.skip:
+            continue
         begin = time.perf_counter()
         try:
             report["parts"][name] = run() or {}
