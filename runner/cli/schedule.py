@@ -42,13 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             metavar="DIR",
             help="the entry files' folder (default: $LABPROBE_SCHEDULE_DIR, else ~/.local/state/labprobe/schedule)",
         )
-    for sub in (install, remove, show):
-        sub.add_argument(
-            "--crontab-file",
-            type=Path,
-            metavar="FILE",
-            help="use this file instead of the user's crontab: install and remove edit it (install creates it), show only reads it",
-        )
+    for sub, says in (
+        (install, "edit this file instead of the user's crontab (created if absent)"),
+        (remove, "edit this file instead of the user's crontab"),
+        (show, "read this file instead of the user's crontab (nothing is changed)"),
+    ):
+        sub.add_argument("--crontab-file", type=Path, metavar="FILE", help=says)
     for sub in (install, remove):
         sub.add_argument(
             "--cluster",

@@ -136,7 +136,7 @@ def test_a_harness_resolves_from_the_current_directory_as_python_m_would(tiny, t
     lab = tmp_path / "lab"
     (lab / "mytrainer").mkdir(parents=True)
     (lab / "mytrainer" / "__init__.py").write_text("")
-    shutil.copy(Path(__file__).parents[1] / "data" / "harness_custom.py", lab / "mytrainer" / "train.py")
+    shutil.copy(Path(__file__).parents[2] / "data" / "harness_custom.py", lab / "mytrainer" / "train.py")
     calls = tmp_path / "calls.txt"
     script = Path(sys.executable).with_name("labprobe")
     env = {**os.environ, "HARNESS_CALLS_FILE": str(calls)}

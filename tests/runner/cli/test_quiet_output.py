@@ -52,5 +52,13 @@ def test_carrier_steps_0_leaves_out_columns_without_values(tmp_path, capsys):
     assert main(["probe", "carrier", "--checkpoint", str(ck), "--weights", "random", "--steps", "0"]) == 0
     table = capsys.readouterr().out.split("\n\n")[0]
     header = table.splitlines()[1].split()
-    assert header == ["model", "variant", "params_total", "params_trainable", "tokens_per_step", "status"]
+    assert header == [
+        "model",
+        "variant",
+        "params_total",
+        "params_trainable",
+        "tokens_per_step",
+        "params_active",
+        "status",
+    ]
     assert "None" not in table

@@ -61,7 +61,8 @@ def test_embedded_sweep_json_is_one_object_and_ray_banner_stays_off_the_terminal
     jobs = Store(tmp_path / "store").jobs()
     assert answer["run_id"] == jobs["run_id"].iloc[0] and answer["store"] == str(tmp_path / "store")
     assert (
-        answer["counts"] == {"ok": int((jobs["status"] == "ok").sum()), "failed": 0, "skipped": 0, "already_done": 0}
+        answer["counts"]
+        == {"ok": int((jobs["status"] == "ok").sum()), "failed": 0, "skipped": 0, "unreadable": 0, "already_done": 0}
         and answer["counts"]["ok"] == 2
     )
     assert {(j["job_id"], j["status"]) for j in answer["jobs"]} == set(zip(jobs["job_id"], jobs["status"]))
