@@ -118,3 +118,22 @@ def test_sweep_report_of_a_rerun_shows_the_stored_answers_and_plots(tmp_path, ca
     # `labprobe report --run` of that rerun is the same page
     rerun = out.split("run ", 1)[1].split(":", 1)[0]
     assert labprobe(["report", "--run", rerun, "--cluster", str(tmp_path / "cluster.yaml")]) == 0
+
+
+def test_the_newest_run_is_the_last_finished_not_the_last_id_in_sort_order():
+    """A recorded sample's run ids (`recorded-...`) sort after every sweep's ids; the newest run is the one
+    whose jobs finished last (a run known only by its record: the start its id names)."""
+    import types
+
+    import pandas as pd
+
+    from runner.analysis.report_runs import known_runs
+
+    jobs = pd.DataFrame(
+        {
+            "run_id": ["recorded-20261204T1357Z", "20261204T202645Z-14be", "20261203T070000Z-aaaa"],
+            "finished_at": ["2026-12-04T13:57:00+00:00", "2026-12-04T20:27:03+00:00", "2026-12-03T07:05:00+00:00"],
+        }
+    )
+    runs = known_runs(types.SimpleNamespace(local=False), jobs)
+    assert runs == ["20261203T070000Z-aaaa", "recorded-20261204T1357Z", "20261204T202645Z-14be"]
