@@ -60,6 +60,9 @@ class Answer:
     """The exact figures that differ from `previous_run`'s (timings are drift's business)."""
     previous_run: str | None = None
     """The ok run before the one shown, that `changes` compares with; None when there was none."""
+    merged: tuple[tuple[str, str], ...] = ()
+    """(checkpoint, config_hash) of each work one row stands for (padding and bucket checkpoints sharing
+    a tokenizer); empty for a row of its own work."""
 
 
 @dataclasses.dataclass
@@ -228,7 +231,8 @@ def _one_row_per_tokenizer(found: list[Answer]) -> list[Answer]:
         first = group[0]
         if len(group) > 1:
             names = sorted(a.checkpoint for a in group)
-            first = dataclasses.replace(first, checkpoint=", ".join(names))
+            merged = tuple((a.checkpoint, a.config_hash) for a in group)
+            first = dataclasses.replace(first, checkpoint=", ".join(names), merged=merged)
             first.notes = [*first.notes, f"one row: the {len(names)} checkpoints share a tokenizer (identical figures)"]
         out.append(first)
     return out

@@ -79,7 +79,13 @@ def collect(
 
 def _shown_jobs(jobs: pd.DataFrame, found: list[ProbeAnswers]) -> pd.DataFrame:
     """The ok job row behind each answer shown: (work, run) as the answer names it, the newest."""
-    wanted = {(a.probe, a.host, a.checkpoint, a.config_hash, a.run_id) for s in found for a in s.answers if a.run_id}
+    wanted = {
+        (a.probe, a.host, checkpoint, config_hash, a.run_id)
+        for s in found
+        for a in s.answers
+        if a.run_id
+        for checkpoint, config_hash in (a.merged or ((a.checkpoint, a.config_hash),))
+    }
     if jobs.empty or not wanted:
         return jobs.iloc[0:0]
     ok = jobs[jobs["status"] == "ok"]

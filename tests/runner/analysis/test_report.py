@@ -420,3 +420,24 @@ def test_the_findings_show_each_probes_answer_from_the_stored_rows(lab):
     slow_carrier, slow_host = SLOW
     assert f"carrier {slow_host}/{slow_carrier}" in findings and "(1 drift alert(s), 1 changed answer(s))" in findings
     assert f"padding {slow_carrier} @ {CHECK_FAILED_HOST}: since run night-3: checks ok -> failed" in findings
+
+
+def test_checkpoints_sharing_a_tokenizer_are_one_answer_row_and_their_rows_still_reach_the_plots(tmp_path):
+    """Padding figures that are identical over two checkpoints (one tokenizer) are one answer row naming
+    both; the report still finds the rows behind that row, so its padding plot is drawn."""
+    from runner.analysis import report_data, report_plots
+
+    store = Store(tmp_path / "results")
+    rows = [
+        {"strategy": s, "batch_size": 8, "max_length": 4096, "pad_fraction": f}
+        for s, f in (("fixed", 0.929), ("longest", 0.693), ("sorted", 0.0312), ("packed", 0.0104))
+    ]
+    for minute, checkpoint in enumerate(("qwen3-0.6b", "qwen3-4b")):
+        key = _key(1, "padding", "local", checkpoint, minute)
+        store.write_table(key, "strategies", rows)
+        _job(store, key)
+    data = report_data.collect(store, "night-1", threshold_pct=5.0, max_spread_pct=2.0)
+    (section,) = [s for s in data.answers if s.probe == "padding"]
+    assert [a.checkpoint for a in section.answers] == ["qwen3-0.6b, qwen3-4b"]
+    assert len(data.tables["padding.strategies"]) == 8
+    assert "<img" in report_plots.comparisons_html(data, lambda fig, alt: "<img>")
