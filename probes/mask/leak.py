@@ -48,26 +48,15 @@ def _with_hidden(args, kwargs, value):
 
 
 def _capture(layers, inputs: list, outputs: list) -> list:
+    """Hooks that keep each layer's input and output."""
+
     def pre(i):
         def hook(module, args, kwargs):
             inputs[i] = _hidden(args, kwargs).detach()
 
         return hook
 
-    def post(i):
-        def hook(module, args, kwargs, output):
-            outputs[i] = (output[0] if isinstance(output, tuple) else output).detach()
-
-        return hook
-
-    return [
-        h
-        for i, layer in enumerate(layers)
-        for h in (
-            layer.register_forward_pre_hook(pre(i), with_kwargs=True),
-            layer.register_forward_hook(post(i), with_kwargs=True),
-        )
-    ]
+    return _hooks(layers, pre, outputs)
 
 
 def _feed(layers, inputs: list, start: int, length: int, outputs: list) -> list:
@@ -78,6 +67,12 @@ def _feed(layers, inputs: list, start: int, length: int, outputs: list) -> list:
             return _with_hidden(args, kwargs, inputs[i][:1, start : start + length])
 
         return hook
+
+    return _hooks(layers, pre, outputs)
+
+
+def _hooks(layers, pre, outputs: list) -> list:
+    """`pre(i)` before layer i, and a hook keeping layer i's output in outputs[i]."""
 
     def post(i):
         def hook(module, args, kwargs, output):

@@ -15,7 +15,7 @@ from runner.analysis.drift import (
     drift_table,
 )
 from runner.analysis.history import choose_table, newest_drifted, render, select_rows
-from runner.cli.options import plot_file
+from runner.cli.options import add_store_options, plot_file
 from runner.lab.cluster import load_cluster
 from runner.store.store import Store
 
@@ -48,16 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--plot", type=plot_file, metavar="FILE", help="also draw the metric over time into this PNG")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    parser.add_argument(
-        "--store", type=Path, metavar="D", help="the store (default: the cluster file's, else ./results)"
-    )
-    parser.add_argument(
-        "--cluster",
-        type=Path,
-        default=Path("cluster.yaml"),
-        metavar="F",
-        help="the cluster file naming the store (default: ./cluster.yaml, if present)",
-    )
+    add_store_options(parser)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -170,3 +170,14 @@ def plot_file(text: str) -> Path:
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a folder: give a file name")
     return path
+
+
+def add_store_options(parser: argparse.ArgumentParser) -> None:
+    """--store and --cluster as the commands that read the store (history, report) take them."""
+    parser.add_argument("--store", type=Path, help="the store (default: the cluster file's, else ./results)")
+    parser.add_argument(
+        "--cluster",
+        type=Path,
+        default=Path("cluster.yaml"),
+        help="the cluster file naming the store (default: ./cluster.yaml, if present)",
+    )

@@ -16,6 +16,7 @@ from pathlib import Path
 from runner.analysis.report import write_report
 from runner.analysis.report_runs import pick_run
 from runner.cli.history import resolve_store
+from runner.cli.options import add_store_options
 from runner.store.store import Store
 
 
@@ -24,16 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     which.add_argument("--run", metavar="ID", help="the run's id (as the sweep printed it; default: the newest run)")
     which.add_argument("--night", metavar="DATE", help="the last run of the night of DATE (YYYY-MM-DD, local time)")
     parser.add_argument("--out", type=Path, metavar="FILE", help="write here (default: <store>/reports/<run id>.html)")
-    parser.add_argument(
-        "--store", type=Path, metavar="D", help="the store (default: the cluster file's, else ./results)"
-    )
-    parser.add_argument(
-        "--cluster",
-        type=Path,
-        default=Path("cluster.yaml"),
-        metavar="F",
-        help="the cluster file naming the store (default: ./cluster.yaml, if present)",
-    )
+    add_store_options(parser)
 
 
 def main(args: argparse.Namespace) -> int:
