@@ -60,6 +60,8 @@ class Answer:
     """The exact figures that differ from `previous_run`'s (timings are drift's business)."""
     previous_run: str | None = None
     """The ok run before the one shown, that `changes` compares with; None when there was none."""
+    members: list[Answer] = dataclasses.field(default_factory=list)
+    """The per-checkpoint answers one row stands for (padding, bucket: one tokenizer); empty when it is one."""
 
 
 @dataclasses.dataclass
@@ -228,7 +230,7 @@ def _one_row_per_tokenizer(found: list[Answer]) -> list[Answer]:
         first = group[0]
         if len(group) > 1:
             names = sorted(a.checkpoint for a in group)
-            first = dataclasses.replace(first, checkpoint=", ".join(names))
+            first = dataclasses.replace(first, checkpoint=", ".join(names), members=group)
             first.notes = [*first.notes, f"one row: the {len(names)} checkpoints share a tokenizer (identical figures)"]
         out.append(first)
     return out

@@ -79,7 +79,9 @@ def collect(
 
 def _shown_jobs(jobs: pd.DataFrame, found: list[ProbeAnswers]) -> pd.DataFrame:
     """The ok job row behind each answer shown: (work, run) as the answer names it, the newest."""
-    wanted = {(a.probe, a.host, a.checkpoint, a.config_hash, a.run_id) for s in found for a in s.answers if a.run_id}
+    # A row that stands for several checkpoints (one tokenizer) names each one's job through its members.
+    each = [m for s in found for a in s.answers for m in (a.members or [a])]
+    wanted = {(a.probe, a.host, a.checkpoint, a.config_hash, a.run_id) for a in each if a.run_id}
     if jobs.empty or not wanted:
         return jobs.iloc[0:0]
     ok = jobs[jobs["status"] == "ok"]
