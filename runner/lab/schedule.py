@@ -197,7 +197,7 @@ def new_entry(cluster: Cluster, *, plan: str | None, cron: str | None, deadline:
     defaults = cluster.spec.schedule
     plan = plan or (defaults.plan if defaults else None)
     cron = cron or (defaults.cron if defaults else None)
-    deadline = deadline or (defaults.deadline if defaults else None)
+    deadline = deadline if deadline is not None else (defaults.deadline if defaults else None)
     if plan is None or cron is None:
         missing = "--plan" if plan is None else "--cron"
         raise InputError(f"{missing}: not given, and {cluster.path.name} has no schedule section to default from")

@@ -8,12 +8,12 @@ exactly what a plain reading of "24-hour HH:MM" accepts: a place drifting looser
 from __future__ import annotations
 
 import re
+import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 import yaml
-from crontab import CronTab
 
 from probes.result import InputError
 from runner.clock import new_run_id, parse_deadline, parse_hh_mm
@@ -88,16 +88,25 @@ def cluster_accepts(root: Path, text: str) -> bool:
 
 def schedule_accepts(root: Path, text: str) -> bool:
     # '@daily' has no single start time, so only the HH:MM form is checked, not the 12 h window.
-    tab = CronTab(tab="")
+    folder = Path(tempfile.mkdtemp(dir=root))  # a fresh entries folder: a refusal must leave it empty
     try:
-        schedule.install(
-            tab, load_cluster(root / "cluster.yaml"), plan="night", cron="@daily", deadline=text, log=root / "sweep.log"
+        crontab, entry = schedule.install(
+            "",
+            load_cluster(root / "cluster.yaml"),
+            folder,
+            plan="night",
+            cron="@daily",
+            deadline=text,
+            log=root / "sweep.log",
         )
     except InputError as exc:
-        assert str(exc).startswith("--deadline: expected HH:MM"), exc
-        assert not schedule.labprobe_entries(tab)
+        # a control character is refused before the HH:MM reading, by the rule for every schedule input
+        assert str(exc).startswith(("--deadline: expected HH:MM", "--deadline: holds control characters")), exc
+        assert not any(folder.iterdir())
         return False
-    return f"--deadline {text}" in schedule.labprobe_entries(tab)[0].command
+    shown, problems = schedule.show(crontab, folder)
+    assert not problems and [e.id for e in shown] == [entry.id]
+    return entry.deadline == text and entry.argv[-2:] == ["--deadline", text]
 
 
 def sweep_accepts(text: str) -> bool:

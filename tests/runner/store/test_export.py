@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import re
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -182,8 +183,20 @@ def test_a_sweep_vacuums_the_files_its_compaction_replaced(tmp_path):
     lab["plans"]["padding"] = [{"probe": "padding", "hosts": ["local"], "corpus": "demo"}]
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(lab, sort_keys=False))
     sweep = ["sweep", "--inline", "local", "--plan", "padding", "--cluster", str(tmp_path / "cluster.yaml")]
-    assert labprobe(sweep) == 0 and labprobe([*sweep, "--force"]) == 0
+    assert labprobe(sweep) == 0
+    # Vacuum never deletes a file younger than an hour (a writer may be about to commit it): age the
+    # first sweep's files, so the second sweep's compaction replaces old files its vacuum may delete.
+    hours_ago = time.time() - 2 * 3600
+    aged = {}
+    for folder in (tmp_path / "store" / "tables").iterdir():
+        aged[folder.name] = {p.name for p in folder.glob("*.parquet")}
+        for path in folder.glob("*.parquet"):
+            os.utime(path, (hours_ago, hours_ago))
+    assert labprobe([*sweep, "--force"]) == 0
     for folder in (tmp_path / "store" / "tables").iterdir():
         on_disk = {p.name for p in folder.glob("*.parquet")}
         live = {Path(u).name for u in DeltaTable(str(folder)).file_uris()}
-        assert on_disk == live, folder.name  # compaction's replaced files are gone: a glob reads right
+        replaced = aged[folder.name] - live
+        assert replaced, folder.name  # the second compaction did replace the first sweep's files
+        assert not replaced & on_disk, folder.name  # and the sweep's vacuum deleted them
+        assert on_disk - live <= on_disk - aged[folder.name], folder.name  # only this sweep's young files stay
