@@ -256,7 +256,8 @@ def test_the_installed_command_runs_the_sweep_as_written(tmp_path, capsys):
     # cron's environment: almost nothing. Tests keep Ray's token auth off (conftest does the same).
     env = {"HOME": str(elsewhere), "SHELL": "/bin/sh", "PATH": "/usr/bin:/bin", "LOGNAME": "cron"}
     env["RAY_AUTH_MODE"] = "disabled"
-    env["PYTHONPATH"] = os.environ["PYTHONPATH"]  # the venv's editable install may point at another tree
+    # this tree, whatever tree the venv's editable install points at (CI sets no PYTHONPATH)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[3])
     command = text.split(" ", 5)[5]
     proc = subprocess.run(
         ["sh", "-c", command], check=False, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=240
