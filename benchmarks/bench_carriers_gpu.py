@@ -24,10 +24,8 @@ BENCH_QUICK=1 with BENCH_CHECKPOINTS=dense,hybrid,moe (config dirs) runs the sam
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import sys
 import time
 import traceback
@@ -37,6 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script, no install
 
+from benchmarks.bench_goodput_gpu import environment  # noqa: E402  (one record of the versions)
 from probes.carrier import probe as carrier  # noqa: E402
 from probes.mask import leak as mask_leak  # noqa: E402
 from probes.mask.config import Config as MaskConfig  # noqa: E402
@@ -52,22 +51,6 @@ DENSE, HYBRID, MOE = (
     if len(_given) == 3
     else [CKPT / "qwen3-4b-base", CKPT / "qwen3.5-0.8b", CKPT / "qwen3-30b-a3b-base"]
 )
-
-
-def environment() -> dict:
-    import peft
-    import transformers
-
-    cuda = torch.cuda.is_available()
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "gpu": torch.cuda.get_device_name(0) if cuda else "none",
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "transformers": transformers.__version__,
-        "peft": peft.__version__,
-        "python": platform.python_version(),
-    }
 
 
 def carrier_part(checkpoints: list[Path], harness: str = "probes.step.harness") -> dict:
