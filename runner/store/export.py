@@ -98,8 +98,15 @@ def _pairs(rows: pa.Table) -> pa.Array:
 
 def _write(folder: Path, name: str, version: int, rows: pa.Table) -> Exported:
     path = folder / f"{name}.parquet"
-    _replace(path, lambda tmp: pq.write_table(rows, tmp))
+    _replace(path, lambda tmp: _write_parquet(rows, tmp))
     return Exported(name=name, version=version, rows=rows.num_rows, path=path)
+
+
+def _write_parquet(rows: pa.Table, tmp: Path) -> None:
+    # Through an open file, not the path: pyarrow turns a path into a UTF-8 URI, and a folder whose
+    # name is not UTF-8 (bytes kept as surrogates) would raise UnicodeEncodeError there.
+    with open(tmp, "wb") as sink:
+        pq.write_table(rows, sink)
 
 
 def _replace(path: Path, write) -> None:

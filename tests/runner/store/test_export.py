@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from deltalake import DeltaTable
@@ -200,3 +201,15 @@ def test_a_sweep_vacuums_the_files_its_compaction_replaced(tmp_path):
         assert replaced, folder.name  # the second compaction did replace the first sweep's files
         assert not replaced & on_disk, folder.name  # and the sweep's vacuum deleted them
         assert on_disk - live <= on_disk - aged[folder.name], folder.name  # only this sweep's young files stay
+
+
+def test_export_into_a_folder_whose_name_is_not_utf8(demo, tmp_path):
+    """A folder named in bytes that are not UTF-8 (kept as surrogates): the same files as a plain one."""
+    store = str(demo / "results")
+    folder, plain = Path(os.fsdecode(bytes(tmp_path) + b"/ex\xff")), tmp_path / "plain"
+    assert labprobe(["store", "export", str(folder), "--store", store]) == 0
+    assert labprobe(["store", "export", str(plain), "--store", store]) == 0
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in plain.iterdir())
+    for name in Store(store).table_names():
+        with open(folder / f"{name}.parquet", "rb") as odd, open(plain / f"{name}.parquet", "rb") as ok:
+            assert pq.read_table(odd).equals(pq.read_table(ok))
