@@ -69,6 +69,7 @@ def main(args: argparse.Namespace) -> int:
     if args.retention_days is not None:
         retention = args.retention_days
     if args.action == "export":
+        maintain.require_store(store)  # a file or a missing path is no store: one line, no empty export
         return _export(store, args.action, args.folder)
     if args.action == "vacuum":
         where = "--retention-days" if args.retention_days is not None else "store.vacuum_retention_days"

@@ -213,3 +213,12 @@ def test_export_into_a_folder_whose_name_is_not_utf8(demo, tmp_path):
     for name in Store(store).table_names():
         with open(folder / f"{name}.parquet", "rb") as odd, open(plain / f"{name}.parquet", "rb") as ok:
             assert pq.read_table(odd).equals(pq.read_table(ok))
+
+
+def test_export_from_a_path_that_is_not_a_store_is_one_line_and_writes_nothing(tmp_path, capsys):
+    (tmp_path / "a-file").write_text("not a store")
+    for store in (tmp_path / "a-file", tmp_path / "missing"):
+        assert labprobe(["store", "export", str(tmp_path / "out"), "--store", str(store)]) == 2
+        err = capsys.readouterr().err
+        assert str(store) in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists() and not (tmp_path / "missing").exists()
