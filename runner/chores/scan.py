@@ -246,15 +246,7 @@ def _checkpoints_reasons(
     if tree.symlinks:
         links = [f"{rel} -> {target}" for rel, target in tree.symlinks]
         reasons.append(f"symlink inside checkpoints/ (never followed): {_listed(links)}")
-    # A bind mount of the same filesystem has the same st_dev: only the mount table shows it.
-    points = sorted(
-        set(tree.mounts)
-        | {
-            CHECKPOINTS + "/" + os.path.relpath(m, real) if m != real else CHECKPOINTS + "/"
-            for m in index.mounts
-            if is_inside(m, real)
-        }
-    )
+    points = _mount_points(tree, index, real, CHECKPOINTS)
     if points:
         reasons.append(f"a mount point inside checkpoints/ (what is mounted lives elsewhere): {_listed(points)}")
     also = [
@@ -265,6 +257,15 @@ def _checkpoints_reasons(
     if also:
         reasons.append(f"a folder of checkpoints/ is also mounted at {_listed(also)}")
     return reasons + tree.errors[:_MAX_LISTED]
+
+
+def _mount_points(tree: Tree, index: RootIndex, real: str, label: str) -> list[str]:
+    """Mount points inside `real` (shown under `label`): those the walk met, and, since a bind mount of the
+    same filesystem has the same st_dev, those only the mount table shows."""
+    inside = {
+        label + "/" + os.path.relpath(m, real) if m != real else label + "/" for m in index.mounts if is_inside(m, real)
+    }
+    return sorted(set(tree.mounts) | inside)
 
 
 def _resting_on(run: str, ckpt: str, tree: Tree, index: RootIndex) -> list[str]:
@@ -341,14 +342,7 @@ def _adapter_reasons(root: str, run_path: str, ckpt: str, ckpt_tree: Tree, index
     ]
     if shared:
         reasons.append(f"hard link between adapter and checkpoints: {_listed(shared)}")
-    points = sorted(
-        set(tree.mounts)
-        | {
-            ADAPTER + "/" + os.path.relpath(m, real) if m != real else ADAPTER + "/"
-            for m in index.mounts
-            if is_inside(m, real)
-        }
-    )
+    points = _mount_points(tree, index, real, ADAPTER)
     if points:
         reasons.append(f"a mount point inside adapter/: {_listed(points)}")
     if tree.num_files and not tree.specials:
