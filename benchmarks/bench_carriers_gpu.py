@@ -32,7 +32,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -138,6 +140,32 @@ def fla_check() -> dict:
     return out
 
 
+def fla_also(folder: str, main_fla: str | None, time_it: bool) -> dict:
+    """Another fla folder (e.g. .whl-fla/0.6.0-dsT, the #640 kernel rewritten to avoid the miscompiled
+    transpose): its fla_check in a fresh process, and, with `time_it`, the hybrid timed with it in place of
+    `main_fla`, only if the check found no wrong output or gradient (nothing else is worth timing)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = [folder, *(p for p in sys.path if p and p != main_fla)]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+        cmd = [sys.executable, str(ROOT / "benchmarks" / "fla_check.py"), "--out", tmp]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        found = Path(tmp) / "fla_check.json"
+        if not found.exists():
+            return {"check": f"exit {proc.returncode}: {proc.stderr[-1500:]}"}
+        out = {"check": json.loads(found.read_text())}
+    part = out["check"]["parts"].get("chunk_gated_delta_rule", {})
+    right = "error" not in part and not any(v.get("wrong") for v in part.values() if isinstance(v, dict))
+    out["timed"] = bool(time_it and right)
+    if out["timed"]:
+        saved = list(sys.path)
+        sys.path[:] = path  # the carrier's workers take sys.path as their PYTHONPATH
+        try:
+            out["hybrid"] = carrier_part([HYBRID])
+        finally:
+            sys.path[:] = saved
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "out")
@@ -148,6 +176,8 @@ def main() -> int:
     parser.add_argument(
         "--lift-fla-640", action="store_true", help="LABPROBE_LIFT_FLA_640=1 (a copy of fla patched for it)"
     )
+    parser.add_argument("--fla-also", default=None, help="a second fla folder: its fla_check, in a fresh process")
+    parser.add_argument("--time-also", action="store_true", help="time the hybrid with --fla-also if it checks right")
     parser.add_argument("--skip", nargs="*", default=[], help="parts to leave out (e.g. hybrid_no_fla once measured)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -162,6 +192,7 @@ def main() -> int:
         ("fla_check", fla_check),
         ("dense_vs_hybrid", lambda: carrier_part([DENSE, HYBRID])),
         ("packed_varlen", lambda: packed_varlen(HYBRID)),
+        ("fla_also", lambda: fla_also(args.fla_also, args.fla_path, args.time_also) if args.fla_also else None),
         ("moe", lambda: carrier_part([MOE], harness="benchmarks.harness_attention_lora")),
         ("fla_off_path", lambda: [sys.path.remove(p) for p in fla] and None),
         ("hybrid_no_fla", lambda: carrier_part([HYBRID])),

@@ -25,8 +25,11 @@ if [ "${1:-}" = "--next" ]; then
     nvidia-smi --query-gpu=name,driver_version,memory.used,utilization.gpu,clocks.sm --format=csv
     python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
     if [ "$which" != 27 ]; then  # issue 26: fla checked, dense vs hybrid with fla + conv shim, packed varlen (~4 min)
-      timeout 270 python3 benchmarks/bench_carriers_gpu.py --out "$OUT" --fla-path "$FLA_PATH" --conv-shim \
-        --lift-fla-640 --skip moe hybrid_no_fla || rc=$?
+      # FLA_ALSO: the #640 kernel rewritten (ds^T accumulated, no transposed MMA result): checked in ~40 s; timed
+      # too when it checks right and the call is issue 26's alone
+      timeout 300 python3 benchmarks/bench_carriers_gpu.py --out "$OUT" --fla-path "$FLA_PATH" --conv-shim \
+        --lift-fla-640 --fla-also "${FLA_ALSO:-../.whl-fla/0.6.0-dsT}" $([ "$which" = 26 ] && echo --time-also) \
+        --skip moe hybrid_no_fla || rc=$?
       echo "[gpu_all.sh --next: carriers exit $rc at $(( $(date +%s) - start )) s]"
     fi
     if [ "$which" != 26 ]; then  # issue 27: the periodic bump, each suspect off in turn (~2.5 min)
