@@ -52,7 +52,9 @@ def _run(fn, inputs: dict, device: str, grad_out: torch.Tensor, **kw) -> dict[st
     """Output and the gradient of <output, grad_out> for every input."""
     xs = {k: v.to(device).float().requires_grad_() if device == "cpu" else v.to(device).requires_grad_()
           for k, v in inputs.items()}  # fmt: skip
-    out, _ = fn(**xs, use_qk_l2norm_in_kernel=True, **kw)
+    # query, key, value positional as transformers passes them: fla names them q, k, v, and transformers
+    # drops keywords the implementation does not name
+    out, _ = fn(xs["query"], xs["key"], xs["value"], g=xs["g"], beta=xs["beta"], use_qk_l2norm_in_kernel=True, **kw)
     (out.float() * grad_out.to(out.device)).sum().backward()
     return {"output": out, **{f"d_{k}": v.grad for k, v in xs.items()}}
 
