@@ -98,7 +98,10 @@ def phased_step(step, clock: Clock) -> None:
     clock.mark()
 
 
-def _nvml_poller(stop: threading.Event) -> threading.Thread:
+def _nvml_poller(stop: threading.Event, trace: list) -> threading.Thread:
+    """Poll NVML every 50 ms, keeping (time, SM clock MHz, utilization %, clock-event reasons bitmask):
+    a clock dip or a power/thermal reason at the bump steps would show here."""
+
     def poll() -> None:
         try:
             import pynvml
@@ -107,10 +110,14 @@ def _nvml_poller(stop: threading.Event) -> threading.Thread:
             handle = pynvml.nvmlDeviceGetHandleByIndex(0)
         except Exception:  # noqa: BLE001 - no NVML: the segment runs without a poller, and says so
             return
+        reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", lambda h: -1
+        )
         while not stop.wait(0.05):
-            pynvml.nvmlDeviceGetUtilizationRates(handle)
+            util = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
             pynvml.nvmlDeviceGetMemoryInfo(handle)
-            pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+            clock = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+            trace.append((time.perf_counter(), clock, util, int(reasons(handle))))
 
     thread = threading.Thread(target=poll, daemon=True)
     thread.start()
@@ -119,8 +126,8 @@ def _nvml_poller(stop: threading.Event) -> threading.Thread:
 
 def run_segment(name: str, step, steps: int, cuda: bool) -> list[dict]:
     """`steps` steps under segment `name`'s condition; one record per step."""
-    stop = threading.Event()
-    poller = _nvml_poller(stop) if name == "nvml_thread" else None
+    stop, trace = threading.Event(), []
+    poller = _nvml_poller(stop, trace) if name == "nvml_thread" else None
     frozen = name != "gc_live"
     gc.collect()
     if frozen:
@@ -152,8 +159,8 @@ def run_segment(name: str, step, steps: int, cuda: bool) -> list[dict]:
     for record, clock in zip(records, clocks):
         record["phase_ms"] = clock.phases_ms()
         record["step_ms"] = sum(record["phase_ms"])
-    if poller is not None:
-        records[0]["nvml_poller"] = poller.is_alive() or "NVML not available: no poller ran"
+    if poller is not None:  # samples as (seconds from the segment's start, SM MHz, util %, reasons)
+        records[0]["nvml_trace"] = [(round(t - origin, 3), c, u, r) for t, c, u, r in trace] or "NVML not available"
     return records
 
 
