@@ -4,6 +4,7 @@
 # no-regression check of NVML and `probe carrier`'s idle check (benchmarks/gpu_idle_regress.py), issue 15's
 # variants, predicted then measured (benchmarks/bench_variants.py, about 6 minutes a shape), and issue 27's
 # search for the fastest stack (benchmarks/bench_stacks.py).
+# `gpu_all.sh --next [26|27]`: only what issues 26 and 27 still lack, in one call (see below).
 # Runs from a plain checkout with no install (PYTHONPATH=.). Results go to $OUT (default
 # benchmarks/results/out). Extra arguments go to bench_gpu.py (--quick: a smoke run; --profile-only: the 4B
 # profile alone, e.g. a re-check of the kernel table and padding penalty). Probe options use one spelling:
@@ -13,6 +14,43 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/results/out}
 export PYTHONPATH=. PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error PYTHONWARNINGS=ignore::FutureWarning
 mkdir -p "$OUT"
+if [ "${1:-}" = "--next" ]; then
+  # The next device call (benchmarks/RESULTS.md, "The next GPU call"): what issues 26 and 27 still lack, within
+  # 590 s of wall. `--next 26` or `--next 27` runs one issue's part alone (two calls, more search budget).
+  # FLA_PATH: fla 0.6.0 with the #640 guard readable (benchmarks/fla_check.py says why), carried as .whl-fla.
+  which=${2:-all}; start=$(date +%s); rc=0
+  FLA_PATH=${FLA_PATH:-../.whl-fla/0.6.0-no640guard}
+  left() { echo $(( 590 - ($(date +%s) - start) )); }
+  {
+    nvidia-smi --query-gpu=name,driver_version,memory.used,utilization.gpu,clocks.sm --format=csv
+    python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+    if [ "$which" != 27 ]; then  # issue 26: fla checked, dense vs hybrid with fla + conv shim, packed varlen (~4 min)
+      # FLA_ALSO: the #640 kernel rewritten (ds^T accumulated, no transposed MMA result): checked in ~40 s; timed
+      # too when it checks right and the call is issue 26's alone
+      timeout 300 python3 benchmarks/bench_carriers_gpu.py --out "$OUT" --fla-path "$FLA_PATH" --conv-shim \
+        --lift-fla-640 --fla-also "${FLA_ALSO:-../.whl-fla/0.6.0-dsT}" $([ "$which" = 26 ] && echo --time-also) \
+        --skip moe hybrid_no_fla || rc=$?
+      echo "[gpu_all.sh --next: carriers exit $rc at $(( $(date +%s) - start )) s]"
+    fi
+    if [ "$which" != 26 ]; then  # issue 27: the periodic bump, each suspect off in turn (~2.5 min)
+      timeout $(( $(left) < 180 ? $(left) : 180 )) python3 benchmarks/spread_diag.py --out "$OUT" --steps 30
+      rc_diag=$?; [ "$rc" -eq 0 ] && rc=$rc_diag
+      echo "[gpu_all.sh --next: spread_diag exit $rc_diag at $(( $(date +%s) - start )) s]"
+      # the 1.7B search with fused-adamw as a third candidate, in whatever time is left (the search stops
+      # within its budget and says what it did not try); 40 s kept for the last process and the summary
+      budget=$(( $(left) - 40 ))
+      if [ "$budget" -gt 90 ]; then
+        timeout $(( $(left) - 5 )) python3 benchmarks/bench_stacks.py --out "$OUT" --shape 1.7b_4x4096 \
+          --candidates bf16-adapters compile fused-adamw --budget-s "$budget" --numerics-steps 5 || rc=$?
+      else
+        echo "[gpu_all.sh --next: no time left for the 1.7B search ($budget s)]"
+      fi
+    fi
+    echo "[gpu_all.sh --next: done, exit $rc after $(( $(date +%s) - start )) s]"
+    exit $rc
+  } 2>&1 | tee "$OUT/gpu_log.txt"
+  exit "${PIPESTATUS[0]}"
+fi
 {
   nvidia-smi --query-gpu=name,driver_version,memory.used,utilization.gpu,clocks.sm --format=csv
   if [ -f benchmarks/gpu_idle_check.py ]; then python3 benchmarks/gpu_idle_check.py --out "$OUT/idle.json"; fi

@@ -1,0 +1,277 @@
+"""Why do the compiled rows' step times spread 2.4-5.7%? Issue 27's diagnosis, one GPU call.
+
+On the H200 the compiled stacks (compile + bf16-adapters + fused-adamw, Qwen3-4B-Base 1 x 4,096) showed a
+bump of 15-20 ms on every fifth step (every third on the 1.7B at 4 x 4,096), at the same positions in every
+process; the collector was ruled out. Both periods are about one second of wall clock (5 x 0.2 s,
+3 x 0.37 s), and the same positions in every process point at something deterministic. This script
+times the same step with each suspect switched off or changed in turn and records, per step: the GPU time
+of each phase (forward + loss, backward, optimizer) from CUDA events, the host's wall time to launch the
+step and the whole step's wall time, the allocator's counters (cudaMalloc/cudaFree calls, alloc retries:
+a retry frees the cache, which synchronises) and the collector's. Segments, each `--steps` steps after
+warm-up, in one process (the model and its compiled graphs are shared):
+  probe_like   as the probe times it: events around the step, waited on every step, collector frozen
+  no_sync      no wait per step (the host runs ahead; one sync at the end): a host-side bump vanishes
+  sleep_50ms   50 ms of host sleep after each step: a bump that follows wall clock moves in step count
+  nvml_thread  a thread polling NVML every 50 ms (what a gpu_busy sampler would do) during the steps
+  gc_live      the collector not frozen (as a training loop that never freezes)
+  empty_cache  torch.cuda.empty_cache() after every step: every step re-allocates from the driver
+and in a second fresh process, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (set before CUDA starts),
+the probe_like and no_sync segments. Writes $OUT/spread_diag.json: the raw per-step records and, per
+segment, median, spread (all steps and the worst window of 5, the probe's window), the bump steps
+(> 3% over the median), their period in steps and seconds, which phase carries the excess, and whether
+the allocator or collector moved at the bumps.
+
+    PYTHONPATH=. python3 benchmarks/spread_diag.py --out DIR                 # H200, about 2.5 minutes
+    PYTHONPATH=. python3 benchmarks/spread_diag.py --out DIR --tiny --steps 12   # CPU dry run
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script, no install
+
+ROOT = Path(__file__).resolve().parents[1]
+SEGMENTS = ("probe_like", "no_sync", "sleep_50ms", "nvml_thread", "gc_live", "empty_cache")
+ALLOC_SEGMENTS = ("probe_like", "no_sync")
+BUMP = 1.03
+WINDOW = 5
+
+
+class Clock:
+    """Marks within a step: CUDA events on a GPU (read after the segment), perf_counter on the CPU."""
+
+    def __init__(self, cuda: bool):
+        self.cuda, self.marks = cuda, []
+
+    def mark(self) -> None:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def phases_ms(self) -> list[float]:
+        pairs = zip(self.marks, self.marks[1:])
+        return [a.elapsed_time(b) if self.cuda else 1e3 * (b - a) for a, b in pairs]
+
+
+def _alloc_counts(cuda: bool) -> dict[str, int]:
+    out = {"gc": sum(s["collections"] for s in gc.get_stats())}
+    if cuda:
+        stats = torch.cuda.memory_stats()
+        for key in ("num_device_alloc", "num_device_free", "num_alloc_retries", "num_sync_all_streams"):
+            out[key] = int(stats.get(key, 0))
+    return out
+
+
+def phased_step(step, clock: Clock) -> None:
+    """One TrainStep (probes/step/models.py) with a mark between its phases: forward + loss, backward,
+    optimizer (step and zero_grad). A harness with its own train_step is one phase."""
+    clock.mark()
+    if step.harness_step is not None:
+        step()
+        clock.mark()
+        return
+    for b, scale in zip(step._batches, step._scales):
+        with step._precision():
+            loss = step.loss_fn(step.model, b)
+            loss = loss if scale is None else loss * scale
+        clock.mark()
+        loss.backward()
+        clock.mark()
+    step.optimizer.step()
+    step.optimizer.zero_grad(set_to_none=True)
+    clock.mark()
+
+
+def _nvml_poller(stop: threading.Event, trace: list) -> threading.Thread:
+    """Poll NVML every 50 ms, keeping (time, SM clock MHz, utilization %, clock-event reasons bitmask):
+    a clock dip or a power/thermal reason at the bump steps would show here."""
+
+    def poll() -> None:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception:  # noqa: BLE001 - no NVML: the segment runs without a poller, and says so
+            return
+        reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", lambda h: -1
+        )
+        while not stop.wait(0.05):
+            util = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
+            pynvml.nvmlDeviceGetMemoryInfo(handle)
+            clock = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+            trace.append((time.perf_counter(), clock, util, int(reasons(handle))))
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    return thread
+
+
+def run_segment(name: str, step, steps: int, cuda: bool) -> list[dict]:
+    """`steps` steps under segment `name`'s condition; one record per step."""
+    stop, trace = threading.Event(), []
+    poller = _nvml_poller(stop, trace) if name == "nvml_thread" else None
+    frozen = name != "gc_live"
+    gc.collect()
+    if frozen:
+        gc.freeze()
+    records, clocks, origin = [], [], time.perf_counter()
+    try:
+        for _ in range(steps):
+            clock, before = Clock(cuda), _alloc_counts(cuda)
+            begin = time.perf_counter()
+            phased_step(step, clock)
+            launched = time.perf_counter()
+            if cuda and name != "no_sync":
+                clock.marks[-1].synchronize()
+            done = time.perf_counter()
+            if name == "empty_cache" and cuda:
+                torch.cuda.empty_cache()
+            after = _alloc_counts(cuda)
+            records.append({"t_s": begin - origin, "launch_ms": 1e3 * (launched - begin), "wall_ms": 1e3 * (done - begin),
+                            "delta": {k: after[k] - before[k] for k in after}})  # fmt: skip
+            clocks.append(clock)
+            if name == "sleep_50ms":
+                time.sleep(0.05)
+        if cuda:
+            torch.cuda.synchronize()
+    finally:
+        stop.set()
+        if frozen:
+            gc.unfreeze()
+    for record, clock in zip(records, clocks):
+        record["phase_ms"] = clock.phases_ms()
+        record["step_ms"] = sum(record["phase_ms"])
+    if poller is not None:  # samples as (seconds from the segment's start, SM MHz, util %, reasons)
+        records[0]["nvml_trace"] = [(round(t - origin, 3), c, u, r) for t, c, u, r in trace] or "NVML not available"
+    return records
+
+
+def _spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def summarize(records: list[dict]) -> dict:
+    """Median, spreads, the bump steps and what moved with them."""
+    times = [r["step_ms"] for r in records]
+    median = statistics.median(times)
+    bumps = [i for i, t in enumerate(times) if t > BUMP * median]
+    calm = [i for i in range(len(times)) if i not in bumps] or list(range(len(times)))
+    phases = len(records[0]["phase_ms"])
+
+    def mean_at(idx, fn):
+        return statistics.fmean(fn(records[i]) for i in idx) if idx else None
+
+    windows = [_spread(times[i : i + WINDOW]) for i in range(max(1, len(times) - WINDOW + 1))]
+    return {
+        "steps": len(times),
+        "median_ms": median,
+        "spread_all_pct": 100 * _spread(times),
+        "spread_window_pct": {"best": 100 * min(windows), "worst": 100 * max(windows)},
+        "bump_steps": bumps,
+        "bump_excess_ms": [times[i] - median for i in bumps],
+        "bump_period_steps": sorted({b - a for a, b in zip(bumps, bumps[1:])}),
+        "bump_period_s": [round(records[b]["t_s"] - records[a]["t_s"], 3) for a, b in zip(bumps, bumps[1:])],
+        "excess_by_phase_ms": [
+            (mean_at(bumps, lambda r, p=p: r["phase_ms"][p]) or 0) - mean_at(calm, lambda r, p=p: r["phase_ms"][p])
+            for p in range(phases)
+        ],
+        "launch_ms": {"calm": mean_at(calm, lambda r: r["launch_ms"]), "bumps": mean_at(bumps, lambda r: r["launch_ms"])},
+        "counters_at_bumps": {k: sum(records[i]["delta"][k] for i in bumps) for k in records[0]["delta"]},
+        "counters_elsewhere": {k: sum(records[i]["delta"][k] for i in calm) for k in records[0]["delta"]},
+    }  # fmt: skip
+
+
+def _tiny_checkpoint() -> Path:
+    """A two-layer Qwen3 config (random weights are built from it) for a CPU dry run."""
+    config = json.loads((ROOT / "demo" / "checkpoints" / "qwen3-0.6b-base" / "config.json").read_text())
+    config.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                  num_key_value_heads=1, head_dim=32, vocab_size=512, max_position_embeddings=512)  # fmt: skip
+    config.pop("layer_types", None)
+    folder = Path(tempfile.mkdtemp(prefix="spread_diag_"))
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def worker(args: argparse.Namespace) -> dict:
+    from probes.step import contract, stacks
+    from probes.step import harness as reference
+    from probes.step import worker as step_worker
+
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
+    spec = step_worker.Spec(
+        checkpoint=str(_tiny_checkpoint() if args.tiny else args.checkpoint), weights="random",
+        harness="benchmarks.harness_plain", lora_rank=32, lora_alpha=64.0, batch_size=args.batch,
+        seq_len=args.seq_len, warmup_steps=3, steps=args.steps, max_steps=args.steps, ce_chunk=1024,
+        device=device.type, variant=args.variant,
+    )  # fmt: skip
+    variant = stacks.get(spec.variant)
+    pieces = variant.contract(contract.resolve(reference.load_harness(spec.harness)))
+    model = step_worker._build(spec, pieces, variant, device)
+    step = step_worker._step(spec, model, pieces, spec.ce_chunk, device)
+    begin = time.perf_counter()
+    for _ in range(args.warmup):  # compiles at the first; the allocator and autotuner settle after
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    out = {"device": device.type, "variant": variant.name, "warmup_s": time.perf_counter() - begin, "segments": {}}
+    for name in args.segments:
+        records = run_segment(name, step, args.steps, device.type == "cuda")
+        out["segments"][name] = {"summary": summarize(records), "records": records}
+        print(f"[spread_diag] {args.alloc or 'default'} {name}: " + json.dumps(out["segments"][name]["summary"])[:400], flush=True)  # fmt: skip
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--checkpoint", type=Path, default=ROOT / "demo" / "checkpoints" / "qwen3-4b-base")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--seq-len", type=int, default=4096)
+    parser.add_argument("--variant", default="bf16-adapters+compile+fused-adamw")
+    parser.add_argument("--steps", type=int, default=40, help="steps per segment")
+    parser.add_argument("--warmup", type=int, default=4)
+    parser.add_argument("--tiny", action="store_true", help="a two-layer Qwen3 on the CPU (a dry run)")
+    parser.add_argument("--segments", nargs="+", default=list(SEGMENTS), choices=SEGMENTS)
+    parser.add_argument("--alloc", default=None, help="(worker) PYTORCH_CUDA_ALLOC_CONF of this process")
+    parser.add_argument("--worker-json", type=Path, default=None, help="(internal) run one process's segments")
+    args = parser.parse_args()
+    if args.worker_json:
+        args.worker_json.write_text(json.dumps(worker(args)))
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = {"argv": sys.argv[1:], "processes": {}}
+    for alloc, segments in ((None, args.segments), ("expandable_segments:True", ALLOC_SEGMENTS)):
+        env = dict(os.environ, **({"PYTORCH_CUDA_ALLOC_CONF": alloc} if alloc else {}))
+        target = args.out / f"spread_diag_{'default' if alloc is None else 'expandable'}.part.json"
+        cmd = [sys.executable, __file__, *sys.argv[1:], "--segments", *segments, "--worker-json", str(target)]
+        cmd += ["--alloc", alloc] if alloc else []
+        begin = time.perf_counter()
+        rc = subprocess.run(cmd, env=env).returncode  # a fresh process: the allocator reads its conf at start
+        key = alloc or "default"
+        report["processes"][key] = json.loads(target.read_text()) if rc == 0 and target.exists() else {"exit": rc}
+        report["processes"][key]["process_wall_s"] = time.perf_counter() - begin
+        target.unlink(missing_ok=True)
+        (args.out / "spread_diag.json").write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
