@@ -38,7 +38,6 @@ KNOWN_CROSSINGS = {
     # batching finds goodput's bucket size with the bucket probe's sweep; profile reads the fast path through
     # the mask probe; replay is built on profile's session and fit and on goodput's step model. The cure is
     # moving those pieces into the kits (as the padded-token arithmetic went to probes.corpus.padded).
-    ("probes.corpus.batching", "bucket"),
     ("probes.profile.measure", "mask"),
     ("probes.replay.model", "goodput"),
     ("probes.replay.model", "profile"),
