@@ -11,7 +11,7 @@ loss does) after `--warmup-steps` untimed steps of the widest batches (the alloc
 The prediction is goodput's step model (probes.goodput.probe), either read from `--profile` or measured
 in the same session first: `scaling` times a padded batch of `--batch-size` rows at each of
 `--fit-lens` widths (one row half padding, so the mask is the replay's) and `fit` fits them as the
-profile probe does (probes.profile.fit), launch-bound points (GPU busy < 90%, profiled after every
+profile probe does (probes.step.fit), launch-bound points (GPU busy < 90%, profiled after every
 timing) left out of the fit and interpolated below it. A fit point's `step_s` here is the MEAN of
 its timed steps, not the median: a replay sums steps, and a launch-bound point's jitter is skewed.
 The first step at a batch shape the process has not run yet costs more (on an H200, ~0.2 s: kernel
@@ -40,13 +40,11 @@ import torch
 from probes.corpus import batching
 from probes.corpus import lengths as corpus_mod
 from probes.goodput import probe as goodput
-from probes.profile import measure
-from probes.profile import probe as profile
 from probes.replay import model as replay_model
 from probes.replay.config import Config
 from probes.result import Check, ProbeResult, require
 from probes.step import contract, models
-from probes.step.config import StepConfig
+from probes.step.session import Session, oom_guard
 from probes.step.timing import time_steps
 
 LIMIT_PCT = 5.0
@@ -81,21 +79,10 @@ class StepRow:
     measured_s: float
 
 
-def _session(config: Config) -> measure.Session:
-    """The profile probe's session (model, LoRA, harness), built for this replay's shapes."""
-    widths = config.widths()
-    step = {f.name: getattr(config, f.name) for f in dataclasses.fields(StepConfig)}
-    return measure.Session(
-        profile.Config(
-            **step,
-            seq_lens=widths,
-            batch_size=config.batch_size,
-            seq_len=max(widths),
-            warmup_steps=2,
-            steps=config.fit_steps,
-            max_steps=3 * config.fit_steps,
-        )
-    )
+def _session(config: Config) -> Session:
+    """The model session (model, LoRA, harness) the profile probe measures through: each fit point two
+    warm-up steps, then --fit-steps timed ones (up to 3x while the spread is high)."""
+    return Session(config, warmup_steps=2, steps=config.fit_steps, max_steps=3 * config.fit_steps)
 
 
 def shapes(config: Config, lengths: np.ndarray, strategy: str, bucket_size: int | None) -> list[np.ndarray]:
@@ -121,7 +108,7 @@ def warm_indices(batches: list[np.ndarray], warmup: int) -> np.ndarray:
     return np.argsort([-len(r) * int(r.max()) for r in batches], kind="stable")[:warmup]
 
 
-def time_replay(session: measure.Session, batches: list[np.ndarray], warmup: int) -> list[float]:
+def time_replay(session: Session, batches: list[np.ndarray], warmup: int) -> list[float]:
     """Each batch as one optimizer step, timed alone, after warm-up steps of the widest batches."""
     c, device, model = session.config, session.device, session.model
     built = [
@@ -254,7 +241,7 @@ def run(config: Config) -> ProbeResult:
     given = replay_model.given_model(config.profile)
     session = _session(config)
     result = ProbeResult(probe="replay", config=config)
-    failed = measure.oom_guard(session, session.load, lambda msg: msg.replace("oom:", "oom while loading:", 1))
+    failed = oom_guard(session, session.load, lambda msg: msg.replace("oom:", "oom while loading:", 1))
     if failed:
         return _failed(result, "model_loaded", failed)
     result.summary["device"] = torch.cuda.get_device_name(session.device) if session.device.type == "cuda" else "cpu"
@@ -264,7 +251,7 @@ def run(config: Config) -> ProbeResult:
     points = sorted(widest_first, key=lambda r: r.seq_len)
     plans = {s: shapes(config, data.length, s, size) for s in config.strategies}
     measured = {
-        s: measure.oom_guard(session, lambda b=b: time_replay(session, b, config.warmup_steps), lambda msg: msg)
+        s: oom_guard(session, lambda b=b: time_replay(session, b, config.warmup_steps), lambda msg: msg)
         for s, b in plans.items()
     }
     model = given

@@ -40,9 +40,7 @@ KNOWN_CROSSINGS = {
     # moving those pieces into the kits (as the padded-token arithmetic went to probes.corpus.padded).
     ("probes.profile.measure", "mask"),
     ("probes.replay.model", "goodput"),
-    ("probes.replay.model", "profile"),
     ("probes.replay.probe", "goodput"),
-    ("probes.replay.probe", "profile"),
 }
 
 

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import yaml
 
 from probes.profile import probe as profile
-from probes.profile.fit import FitRow, ScalingRow
 from probes.result import ProbeResult
+from probes.step.fit import FitRow, ScalingRow
 from runner.cli import main
 from runner.store.store import JobKey, Store
 
