@@ -1,19 +1,18 @@
-"""The `replay` probe's step model: goodput's (probes.goodput.probe), read from a profile's JSON or fitted
-here on padded batches of the replay's own session (probes.replay.probe documents both)."""
+"""The `replay` probe's step model (probes.step.steptime, the one goodput prices with), read from a
+profile's JSON or fitted here on padded batches of the replay's own session (probes.replay.probe
+documents both)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
 
-from probes.goodput import probe as goodput
-from probes.result import InputError
-from probes.step import kernels
+from probes.step import kernels, steptime
 from probes.step.fit import ScalingRow, fit_scaling
 from probes.step.session import Session, oom_guard
+from probes.step.steptime import StepModel
 
 
 def _padded_rows(batch_size: int, width: int) -> list[int] | None:
@@ -77,7 +76,7 @@ def model_here(session: Session, rows: list[ScalingRow]):
     return (
         scaling,
         fit,
-        goodput.StepModel(
+        StepModel(
             quadratic_s=float(coef[0]),
             linear_s=float(coef[1]),
             fixed_s=float(coef[2]),
@@ -92,13 +91,6 @@ def model_here(session: Session, rows: list[ScalingRow]):
     )
 
 
-def given_model(profile: Path | None) -> goodput.StepModel | None:
+def given_model(profile: Path | None) -> StepModel | None:
     """The step model of a `labprobe probe profile --json` file; None without one."""
-    if profile is None:
-        return None
-    try:
-        return goodput.model_from_profile(json.loads(profile.read_text()), source=str(profile))
-    except (OSError, ValueError) as exc:
-        if isinstance(exc, InputError):
-            raise
-        raise InputError(f"{profile}: unreadable profile JSON: {exc}") from None
+    return None if profile is None else steptime.from_profile_file(profile)

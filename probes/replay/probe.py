@@ -8,7 +8,7 @@ train step (probes.step.models, the profile's session; AdamW shared across the r
 Each step is timed alone (probes.step.timing: CUDA events, the end waited on, as a loop that logs its
 loss does) after `--warmup-steps` untimed steps of the widest batches (the allocator's peak reached).
 
-The prediction is goodput's step model (probes.goodput.probe), either read from `--profile` or measured
+The prediction is goodput's step model (probes.step.steptime), either read from `--profile` or measured
 in the same session first: `scaling` times a padded batch of `--batch-size` rows at each of
 `--fit-lens` widths (one row half padding, so the mask is the replay's) and `fit` fits them as the
 profile probe does (probes.step.fit), launch-bound points (GPU busy < 90%, profiled after every
@@ -39,12 +39,12 @@ import torch
 
 from probes.corpus import batching
 from probes.corpus import lengths as corpus_mod
-from probes.goodput import probe as goodput
 from probes.replay import model as replay_model
 from probes.replay.config import Config
 from probes.result import Check, ProbeResult, require
 from probes.step import contract, models
 from probes.step.session import Session, oom_guard
+from probes.step.steptime import StepModel
 from probes.step.timing import time_steps
 
 LIMIT_PCT = 5.0
@@ -144,7 +144,7 @@ def _rows(
     size: int | None,
     batches: list[np.ndarray],
     measured: list[float],
-    model: goodput.StepModel,
+    model: StepModel,
     seen: set[tuple[int, int]],
 ) -> tuple[ReplayRow, list[StepRow]]:
     """`seen`: shapes the process has run (updated): a step at a new one pays model.new_shape_s."""
@@ -184,7 +184,7 @@ def _rows(
 
 
 def _tables(
-    config: Config, plans: dict, measured: dict, model: goodput.StepModel, size: int | None, seen: set[tuple[int, int]]
+    config: Config, plans: dict, measured: dict, model: StepModel, size: int | None, seen: set[tuple[int, int]]
 ) -> tuple[list[ReplayRow], list[StepRow]]:
     """Rows of every strategy, in the order they ran (shapes run before count as seen)."""
     replay_rows, step_rows = [], []

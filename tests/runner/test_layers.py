@@ -39,8 +39,6 @@ KNOWN_CROSSINGS = {
     # the mask probe; replay is built on profile's session and fit and on goodput's step model. The cure is
     # moving those pieces into the kits (as the padded-token arithmetic went to probes.corpus.padded).
     ("probes.profile.measure", "mask"),
-    ("probes.replay.model", "goodput"),
-    ("probes.replay.probe", "goodput"),
 }
 
 
