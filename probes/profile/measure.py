@@ -14,8 +14,9 @@ import dataclasses
 import torch
 
 from probes.profile.config import Config
+from probes.step import fast_path, kernels, models
 from probes.step import harness as reference
-from probes.step import kernels, models
+from probes.step.attention_calls import ForwardConfig
 from probes.step.fit import ScalingRow
 from probes.step.session import Session, oom_guard
 
@@ -73,17 +74,11 @@ class PaddingRow:
 
 
 def _fast_path(config: Config, padding: str) -> bool | None:
-    """Whether every layer keeps SDPA's maskless path, read through the mask probe (config only).
-    An architecture the mask probe cannot build gives None (unknown), not a failure here."""
-    from probes.mask import probe as mask
-
-    try:
-        result = mask.run(
-            mask.Config(checkpoint=config.checkpoint, seq_len=config.seq_len, batch_size=2, padding=padding)
-        )
-    except Exception:
-        return None
-    return all(row.fast_path for row in result.tables["layers"])
+    """Whether every layer keeps SDPA's maskless path, read by the recorded forward (config only, as the
+    mask probe reads it). An architecture it cannot build gives None (unknown), not a failure here."""
+    return fast_path.all_layers(
+        ForwardConfig(checkpoint=config.checkpoint, seq_len=config.seq_len, batch_size=2, padding=padding)
+    )
 
 
 def padding_penalty(session: Session) -> list[PaddingRow]:
