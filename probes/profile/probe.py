@@ -18,7 +18,8 @@ Tables (times in seconds, medians of timed steps after warm-up; probes.step.timi
   step). The second is what padding costs; a packed row of 1.5 x seq_len would not do, since the
   model's mask code then builds a block-diagonal mask and loses the fast path itself (docs/measurement.md).
   In seconds and percent against both, and whether each case keeps SDPA's maskless `is_causal`
-  fast path on every layer (read by the `mask` probe through the model's own mask code).
+  fast path on every layer (read as the `mask` probe reads it, through the model's own mask code:
+  probes.step.fast_path).
 - `ce`: lm_head + cross-entropy alone, forward and backward, at the production shape, chunked and
   unchunked (full fp32 logits), with peak memory over the inputs and its share of the step (the
   measured step at seq_len when it is one of --fit-lens, else the fitted one: summary
