@@ -24,6 +24,7 @@ import numpy as np
 from probes.corpus import buckets
 from probes.corpus import lengths as corpus
 from probes.corpus.padded import optimum_batches
+from probes.result import require
 
 STRATEGIES = ("fixed", "longest", "sorted", "bucket", "packed")
 
@@ -104,6 +105,20 @@ def make(
         starts = np.arange(0, num_rows, b)
         return Batches(strategy, rows, starts, np.full(starts.size, max_length), packed=True)
     raise ValueError(f"unknown strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
+
+
+def bucket_size_for(config, data: corpus.Lengths) -> int | None:
+    """A goodput or replay Config's bucket size: its `bucket_size`, or the bucket probe's 90%-gain size
+    when `bucket` is among its strategies without one (refused when the corpus is a single batch)."""
+    if "bucket" not in config.strategies or config.bucket_size is not None:
+        return config.bucket_size
+    require(
+        data.num_samples > config.batch_size,
+        "batch_size",
+        f"{config.lengths or config.corpus}: "
+        f"{data.num_samples} samples, bucketing needs more than `batch_size` {config.batch_size}",
+    )
+    return bucket_size_90pct(data.length, batch_size=config.batch_size, max_length=config.max_length)
 
 
 def bucket_size_90pct(

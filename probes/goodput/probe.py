@@ -32,8 +32,8 @@ import numpy as np
 
 from probes.corpus import batching
 from probes.goodput.config import Config
-from probes.result import Check, InputError, ProbeResult, require
-from probes.step import steptime
+from probes.result import Check, InputError, ProbeResult
+from probes.step import stack_step, steptime
 from probes.step.steptime import StepModel
 
 OUTSIDE_FIT_LIMIT_PCT = 5.0
@@ -157,32 +157,39 @@ def price(
     )
 
 
-def run(config: Config) -> ProbeResult:
-    data = config.load_lengths()
-    model = step_model(config)
-    clipped = np.minimum(data.length, config.max_length)
-    budget = Budget(config.token_budget or int(clipped.sum()), config.num_arms, config.num_seeds)
-    size = config.bucket_size
-    if "bucket" in config.strategies and size is None:
-        require(
-            data.num_samples > config.batch_size,
-            "batch_size",
-            f"{config.lengths or config.corpus}: "
-            f"{data.num_samples} samples, bucketing needs more than `batch_size` {config.batch_size}",
-        )
-        size = batching.bucket_size_90pct(data.length, batch_size=config.batch_size, max_length=config.max_length)
-    epochs = -(-budget.tokens_per_job // int(clipped.sum()))
+def price_all(config: Config, lengths: np.ndarray, model: StepModel, budget: Budget, size: int | None) -> list:
+    """A GoodputRow per strategy of config.strategies, priced under `model`."""
+    epochs = -(-budget.tokens_per_job // int(np.minimum(lengths, config.max_length).sum()))
     kw = dict(batch_size=config.batch_size, max_length=config.max_length, seed=config.seed)
-    rows = [
+    return [
         price(
-            batching.make(s, data.length, bucket_size=size, **kw),
+            batching.make(s, lengths, bucket_size=size, **kw),
             model,
             budget,
             size if s == "bucket" else None,
-            job_shapes(data.length, s, bucket_size=size, num_epochs=epochs, **kw) if model.new_shape_s else None,
+            job_shapes(lengths, s, bucket_size=size, num_epochs=epochs, **kw) if model.new_shape_s else None,
         )
         for s in config.strategies
     ]
+
+
+def with_stack(config: Config, model: StepModel) -> tuple[StepModel, stack_step.StackStep | None]:
+    """The step model scaled by --stack-json's stack (the model as it is without one)."""
+    if config.stack_json is None:
+        return model, None
+    prefer = config.checkpoint.name if config.checkpoint else None
+    stack = stack_step.read(config.stack_json, config.stack, prefer_model=prefer)
+    return model.scaled(stack.factor, f"{model.source}; {stack.describe()}"), stack
+
+
+def run(config: Config) -> ProbeResult:
+    data = config.load_lengths()
+    plain = step_model(config)
+    model, stack = with_stack(config, plain)
+    clipped = np.minimum(data.length, config.max_length)
+    budget = Budget(config.token_budget or int(clipped.sum()), config.num_arms, config.num_seeds)
+    size = batching.bucket_size_for(config, data)
+    rows = price_all(config, data.length, model, budget, size)
     best = max(rows, key=lambda r: r.goodput_tok_per_s)
     summary = {
         "num_samples": data.num_samples,
@@ -198,9 +205,44 @@ def run(config: Config) -> ProbeResult:
         "best_strategy": best.strategy,
         "best_goodput_tok_per_s": best.goodput_tok_per_s,
         "best_hours_per_job": best.hours_per_job,
+        "best_hours_sweep": best.hours_sweep,
+        "stack": stack.stack if stack else None,
+        "priced_with": f"{best.strategy} batching, " + (f"stack {stack.stack}" if stack else "the harness as it is"),
     }
-    return ProbeResult(
-        probe="goodput", config=config, tables={"goodput": rows}, summary=summary, checks=checks(rows, model)
+    found = checks(rows, model)
+    if stack:
+        baseline = next(r for r in price_all(config, data.length, plain, budget, size) if r.strategy == best.strategy)
+        summary |= _stack_summary(stack, baseline)
+        found.append(_stack_check(stack))
+    return ProbeResult(probe="goodput", config=config, tables={"goodput": rows}, summary=summary, checks=found)
+
+
+def _stack_summary(stack: stack_step.StackStep, baseline: GoodputRow) -> dict:
+    """What the stack changes: its factor, its provenance, and the best strategy's hours without it."""
+    return {
+        "stack_step_factor": stack.factor,
+        "stack_step_s": stack.step_s,
+        "stack_baseline_step_s": stack.baseline_step_s,
+        "stack_tokens_per_step": stack.tokens_per_step,
+        "stack_model": stack.model,
+        "stack_from": stack.source,
+        "stack_within_tolerance": stack.within_tolerance,
+        "baseline_hours_per_job": baseline.hours_per_job,
+        "baseline_hours_sweep": baseline.hours_sweep,
+    }
+
+
+def _stack_check(stack: stack_step.StackStep) -> Check:
+    numerics = {None: "numerics not measured", True: "numerics within tolerance", False: "numerics OUTSIDE tolerance"}
+    return Check(
+        name="stack_trustworthy",
+        ok=stack.trustworthy,
+        detail=(
+            f"{stack.stack} and the baseline measured GPU-bound within 2% spreads"
+            if stack.trustworthy
+            else f"{stack.stack} or the baseline not trustworthy in {stack.source} (launch-bound or spread above 2%)"
+        )
+        + f"; {numerics[stack.within_tolerance]}",
     )
 
 

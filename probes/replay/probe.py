@@ -41,8 +41,9 @@ from probes.corpus import batching
 from probes.corpus import lengths as corpus_mod
 from probes.replay import model as replay_model
 from probes.replay.config import Config
-from probes.result import Check, ProbeResult, require
-from probes.step import contract, models
+from probes.result import Check, ProbeResult
+from probes.step import libvariants, models, stack_step, stacks
+from probes.step.checkpoint import load_text_config
 from probes.step.session import Session, oom_guard
 from probes.step.steptime import StepModel
 from probes.step.timing import time_steps
@@ -80,9 +81,19 @@ class StepRow:
 
 
 def _session(config: Config) -> Session:
-    """The model session (model, LoRA, harness) the profile probe measures through: each fit point two
-    warm-up steps, then --fit-steps timed ones (up to 3x while the spread is high)."""
-    return Session(config, warmup_steps=2, steps=config.fit_steps, max_steps=3 * config.fit_steps)
+    """The model session (model, LoRA, harness) the profile probe measures through, with --variant's changes:
+    each fit point two warm-up steps, then --fit-steps timed ones (up to 3x while the spread is high)."""
+    variant = None if config.variant is None else stacks.get(config.variant)
+    return Session(config, warmup_steps=2, steps=config.fit_steps, max_steps=3 * config.fit_steps, variant=variant)
+
+
+def _given(config: Config) -> tuple[StepModel | None, stack_step.StackStep | None]:
+    """--profile's step model, scaled by --stack-json's --variant step as goodput scales it (None: fit here)."""
+    given = replay_model.given_model(config.profile)
+    if config.stack_json is None:
+        return given, None
+    stack = stack_step.read(config.stack_json, stacks.get(config.variant).name, prefer_model=config.checkpoint.name)
+    return given.scaled(stack.factor, f"{given.source}; {stack.describe()}"), stack
 
 
 def shapes(config: Config, lengths: np.ndarray, strategy: str, bucket_size: int | None) -> list[np.ndarray]:
@@ -110,7 +121,7 @@ def warm_indices(batches: list[np.ndarray], warmup: int) -> np.ndarray:
 
 def time_replay(session: Session, batches: list[np.ndarray], warmup: int) -> list[float]:
     """Each batch as one optimizer step, timed alone, after warm-up steps of the widest batches."""
-    c, device, model = session.config, session.device, session.model
+    device, model = session.device, session.model
     built = [
         models.make_batch(
             vocab_size=session.vocab_size,
@@ -124,9 +135,9 @@ def time_replay(session: Session, batches: list[np.ndarray], warmup: int) -> lis
     ]
     # The step the fit measured (the harness's contract: precision, optimizer, its own train_step),
     # with one optimizer shared across the replay, as in training.
-    pieces = contract.resolve(session.harness)
+    pieces = session.pieces
     optimizer = pieces.make_optimizer([p for p in model.parameters() if p.requires_grad])
-    loss_fn = pieces.loss_fn(c.ce_chunk)
+    loss_fn = pieces.loss_fn(session.chunk)
     steps = [
         models.TrainStep(
             model, loss_fn, b, optimizer, autocast_dtype=pieces.autocast_dtype, harness_step=pieces.train_step
@@ -214,33 +225,28 @@ def _tables(
     return replay_rows, step_rows
 
 
+def _type(config: Config) -> str:
+    return load_text_config(config.checkpoint).model_type
+
+
 def _failed(result: ProbeResult, name: str, message: str) -> ProbeResult:
     result.summary["status"] = message
     result.checks.append(Check(name=name, ok=False, detail=message))
     return result
 
 
-def _bucket_size(config: Config, data: corpus_mod.Lengths) -> int | None:
-    """--bucket-size, or the bucket probe's 90%-gain size when `bucket` is replayed without one."""
-    if "bucket" not in config.strategies or config.bucket_size is not None:
-        return config.bucket_size
-    require(
-        data.num_samples > config.batch_size,
-        "batch_size",
-        f"{config.lengths or config.corpus}: "
-        f"{data.num_samples} samples, bucketing needs more than `batch_size` {config.batch_size}",
-    )
-    return batching.bucket_size_90pct(data.length, batch_size=config.batch_size, max_length=config.max_length)
-
-
 def run(config: Config) -> ProbeResult:
     data = corpus_mod.load(
         corpus=config.corpus, lengths=config.lengths, checkpoint=config.checkpoint, cache_dir=config.cache_dir
     )
-    size = _bucket_size(config, data)
-    given = replay_model.given_model(config.profile)
+    size = batching.bucket_size_for(config, data)
+    given, stack = _given(config)
     session = _session(config)
     result = ProbeResult(probe="replay", config=config)
+    if session.variant is not None and (
+        why := libvariants.not_applicable(session.variant, session.device, _type(config))
+    ):
+        return _failed(result, "variant_applicable", why)
     failed = oom_guard(session, session.load, lambda msg: msg.replace("oom:", "oom while loading:", 1))
     if failed:
         return _failed(result, "model_loaded", failed)
@@ -264,6 +270,8 @@ def run(config: Config) -> ProbeResult:
     replay_rows, step_rows = _tables(config, plans, measured, model, size, seen)
     result.tables.update(replay=replay_rows, replay_steps=step_rows)
     result.summary.update(
+        variant=config.variant,
+        stack_step_factor=stack.factor if stack else None,
         step_model=model.source,
         fit_lens=[model.min_len, model.max_len],
         new_shape_s=model.new_shape_s,

@@ -1,16 +1,20 @@
 """A model session: the model with LoRA built once through the harness, every timing and profile of a
 probe run through it (`profile` measures its scaling, padding and CE tables through one; `replay` its
-fit points and replayed steps). `oom_guard` turns an out-of-memory into a row (or a result) rather
-than a crash."""
+fit points and replayed steps). With a variant (a stack), the model and every step carry its changes
+as the worker applies them (probes.step.worker), so a step here is the one carrier measures.
+`oom_guard` turns an out-of-memory into a row (or a result) rather than a crash."""
 
 from __future__ import annotations
 
 import logging
 
+from probes.step import contract, kernels, libvariants, models, params, variants
 from probes.step import harness as reference
-from probes.step import kernels, models, params
 from probes.step.config import StepConfig
 from probes.step.timing import Timings, time_steps
+
+# The worker's own changes to a built model, so a stack here is the one carrier and profile measure.
+from probes.step.worker import _prepare as prepare_variant
 
 LOG = logging.getLogger(__name__)
 
@@ -20,11 +24,25 @@ class Session:
     probe's own (a StepConfig; the probe's measurements read its other fields); each timing runs
     warmup_steps untimed steps, then steps timed ones, extended up to max_steps while the spread is high."""
 
-    def __init__(self, config: StepConfig, *, warmup_steps: int, steps: int, max_steps: int):
+    def __init__(
+        self,
+        config: StepConfig,
+        *,
+        warmup_steps: int,
+        steps: int,
+        max_steps: int,
+        variant: variants.Variant | None = None,
+    ):
         self.config = config
         self.warmup_steps, self.steps, self.max_steps = warmup_steps, steps, max_steps
         self.device = models.pick_device(config.device)
         self.harness = reference.load_harness(config.harness)
+        self.variant = variant
+        self.pieces = contract.resolve(self.harness)
+        self.chunk = config.ce_chunk
+        if variant is not None:
+            self.pieces = variant.contract(self.pieces)
+            self.chunk = config.ce_chunk if variant.ce_chunk is None else variant.ce_chunk
         models.load_text_config(config.checkpoint)  # a bad config.json is an InputError, before any build
         self.model = None
         self.raw: dict[str, dict] = {}
@@ -34,7 +52,11 @@ class Session:
         c = self.config
         LOG.info("building %s (%s weights) on %s", c.checkpoint.name, c.weights, self.device)
         model = models.build_model(c.checkpoint, weights=c.weights, device=self.device)
+        if self.variant is not None:
+            libvariants.prepare_base(model, self.variant)
         self.model = models.with_lora(model, self.harness, rank=c.lora_rank, alpha=c.lora_alpha)
+        if self.variant is not None:
+            prepare_variant(self.model, self.variant, self.pieces)
         self.vocab_size = self.model.config.vocab_size
         self.counts = params.count(self.model)
 
@@ -46,7 +68,7 @@ class Session:
             device=self.device,
             real_lengths=real_lengths,
         )
-        return models.train_step(self.model, self.harness, batch, chunk_tokens=self.config.ce_chunk)
+        return models.train_step(self.model, self.harness, batch, chunk_tokens=self.chunk, contract=self.pieces)
 
     def micro_step(self, seq_lens: list[int]) -> models.TrainStep:
         """One step over several maskless batch-1 micro-batches (gradient accumulation)."""
@@ -54,7 +76,7 @@ class Session:
             models.make_batch(vocab_size=self.vocab_size, batch_size=1, seq_len=n, device=self.device, seed=i)
             for i, n in enumerate(seq_lens)
         ]
-        return models.train_step(self.model, self.harness, batches, chunk_tokens=self.config.ce_chunk)
+        return models.train_step(self.model, self.harness, batches, chunk_tokens=self.chunk, contract=self.pieces)
 
     def time(self, key: str, fn) -> tuple[Timings, int | None]:
         models.release(self.device)

@@ -59,6 +59,19 @@ class StepModel:
         low = self.min_len if not self.launch_points else 0
         return (widths < low) | (widths > self.max_len)
 
+    def scaled(self, factor: float, source: str) -> StepModel:
+        """Every step time `factor` times as long (a stack's measured step over the baseline's): the fit's
+        terms and the launch-bound points. The mask penalty is relative and stays; so does new_shape_s, a
+        one-off of the process, not of the step (a compiled stack's recompiles are replay's to measure)."""
+        return dataclasses.replace(
+            self,
+            quadratic_s=self.quadratic_s * factor,
+            linear_s=self.linear_s * factor,
+            fixed_s=self.fixed_s * factor,
+            launch_points=tuple((tokens, s * factor) for tokens, s in self.launch_points),
+            source=source,
+        )
+
 
 def model_from_profile(profile: dict, source: str = "profile") -> StepModel:
     """The step model of a `labprobe probe profile --json` result (or the same tables from the store)."""
