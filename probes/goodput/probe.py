@@ -21,6 +21,14 @@ covered by a measured launch-bound point), `hours_per_job` (the budget's tokens 
 `hours_sweep` (x arms x seeds: every arm priced as this model; goodput.sweep_hours sums arms
 that are different models). Checks: `within_fitted_range` (no strategy takes more than 5% of its
 time outside the fit) and `fit_gpu_bound` (the fit was built from GPU-bound points only).
+
+With a stack (`--stack-json`: a `carrier --json` or `profile --variant ... --json` output, `--stack`: one of
+its rows, unset: its fastest measured ok), every step time of the model is scaled by that stack's measured
+step over the baseline's from the same run (probes.step.stack_step): the hours are those of training with
+the stack. The summary says what priced them (`priced_with`: the best batching and the stack), the factor
+and where it was measured, and the best strategy's hours without the stack (`baseline_hours_per_job`);
+check `stack_trustworthy` says whether both rows were GPU-bound within 2% spreads, and the numerics
+verdict. `replay --variant` checks such a price on the GPU.
 """
 
 from __future__ import annotations

@@ -26,6 +26,11 @@ Tables: `replay`, one row per strategy: `num_steps`, `real_tokens`, `padded_toke
 Check `replay_within_5pct`: |error_pct| <= 5 for every strategy (a GPU criterion: on the CPU, the
 tests' tiny models time in milliseconds and the figure is not a promise).
 
+With `--variant` (a variant or a stack), the model and every fitted and replayed step carry its changes as
+carrier's worker applies them (probes.step.session). With `--profile` and `--stack-json` too, the
+prediction is the profile's model scaled by the stack's measured step over the baseline's, exactly as
+goodput prices hours with that stack: the replay checks that price (summary `stack_step_factor`).
+
 The fit measured here and the step model read from --profile are in probes.replay.model.
 """
 
