@@ -47,7 +47,7 @@ from benchmarks.bench_goodput_gpu import environment  # noqa: E402  (one record 
 from probes.carrier import probe as carrier  # noqa: E402
 from probes.mask import leak as mask_leak  # noqa: E402
 from probes.mask.config import Config as MaskConfig  # noqa: E402
-from probes.mask.forward import build_batch  # noqa: E402
+from probes.step.attention_calls import build_batch  # noqa: E402
 from probes.step.checkpoint import load_text_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

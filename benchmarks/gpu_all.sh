@@ -3,7 +3,8 @@
 # tokens a step (benchmarks/bench_gpu.py), the teammate's NVML idleness check if present, issue 24's
 # no-regression check of NVML and `probe carrier`'s idle check (benchmarks/gpu_idle_regress.py), issue 15's
 # variants, predicted then measured (benchmarks/bench_variants.py, about 6 minutes a shape), and issue 27's
-# search for the fastest stack (benchmarks/bench_stacks.py).
+# search for the fastest stack (benchmarks/bench_stacks.py) and the hours priced and replayed with it
+# (benchmarks/bench_stack_hours_gpu.py).
 # `gpu_all.sh --next [26|27]`: only what issues 26 and 27 still lack, in one call (see below).
 # Runs from a plain checkout with no install (PYTHONPATH=.). Results go to $OUT (default
 # benchmarks/results/out). Extra arguments go to bench_gpu.py (--quick: a smoke run; --profile-only: the 4B
@@ -78,6 +79,14 @@ fi
     echo "[gpu_all.sh: bench_stacks.py --shape $shape exit $rc_stacks after $(( $(date +%s) - begin )) s]"
     [ "$rc" -eq 0 ] && rc=$rc_stacks
   done
+  # issue 27 item 6: the ruling's 4B voice priced with the best stack (carrier --search at 6 x 2,048) and the best
+  # batching on the demo corpus, then replayed with that stack (benchmarks/bench_stack_hours_gpu.py; in two device
+  # calls: --phase carrier, then --phase rest, with the same --out)
+  begin=$(date +%s)
+  python3 benchmarks/bench_stack_hours_gpu.py --out "$OUT/stack_hours"
+  rc_hours=$?
+  echo "[gpu_all.sh: bench_stack_hours_gpu.py exit $rc_hours after $(( $(date +%s) - begin )) s]"
+  [ "$rc" -eq 0 ] && rc=$rc_hours
   exit $rc
 } 2>&1 | tee "$OUT/gpu_log.txt"
 exit "${PIPESTATUS[0]}"

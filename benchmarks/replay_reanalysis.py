@@ -22,8 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_goodput_gpu import FIT_LENS, LENGTHS, replay_config  # noqa: E402
 from probes.corpus import lengths as corpus  # noqa: E402
-from probes.goodput import probe as goodput  # noqa: E402
+from probes.replay import model as replay_model  # noqa: E402
 from probes.replay import probe as replay  # noqa: E402
+from probes.step import steptime  # noqa: E402
 
 
 def main() -> int:
@@ -35,8 +36,8 @@ def main() -> int:
     config = replay_config()
     lengths = corpus.read_lengths_file(LENGTHS).length
     model = dataclasses.replace(
-        goodput.model_from_profile(recorded, source="the recorded H200 fit"),
-        new_shape_s=replay.new_shape_s(raw, f"fit/{max(FIT_LENS)}"),
+        steptime.model_from_profile(recorded, source="the recorded H200 fit"),
+        new_shape_s=replay_model.new_shape_s(raw, f"fit/{max(FIT_LENS)}"),
     )
     steps = recorded["tables"]["replay_steps"]
     size = next(r["bucket_size"] for r in recorded["tables"]["replay"] if r["strategy"] == "bucket")

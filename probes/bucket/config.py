@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from probes.corpus import buckets
 from probes.corpus.config import CorpusConfig
 from probes.result import require
 
@@ -13,7 +14,7 @@ class Config(CorpusConfig):
     bucket_sizes: tuple[int, ...] = ()
     """Bucket sizes to sweep, multiples of --batch-size; unset: --num-sizes sizes spaced geometrically
     from the batch size to the whole corpus. The batch size and the whole corpus are always swept."""
-    num_sizes: int = 10
+    num_sizes: int = buckets.NUM_SIZES
     """Bucket sizes in the default sweep."""
     seeds: tuple[int, ...] = (0, 1, 2, 3)
     """Seeds of the random permutations (mean and std over them)."""

@@ -1,7 +1,8 @@
 """A corpus's batches under each batching strategy, in the order training feeds them.
 
 Shared by `goodput` (the predicted time of an epoch) and `replay` (the same batches run through the
-harness), and built from the `padding` and `bucket` probes' own batching, so the three agree.
+harness), and built from the batching the `padding` and `bucket` probes measure (probes.corpus.padded,
+probes.corpus.buckets), so the three agree.
 Samples are truncated to max_length first; seed s shuffles with `numpy.random.default_rng(s)
 .permutation` (the shuffle `padding` and `bucket` use).
 
@@ -17,13 +18,13 @@ Samples are truncated to max_length first; seed s shuffles with `numpy.random.de
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 
-from probes.bucket import probe as bucket
+from probes.corpus import buckets
 from probes.corpus import lengths as corpus
 from probes.corpus.padded import optimum_batches
+from probes.result import require
 
 STRATEGIES = ("fixed", "longest", "sorted", "bucket", "packed")
 
@@ -93,8 +94,8 @@ def make(
     if strategy == "bucket":
         assert bucket_size is not None, "bucket needs a bucket_size"
         size = min(bucket_size, n)
-        ordered, _ = bucket.bucketed(clipped, np.zeros(n, dtype=np.int32), perm, size)
-        ids = bucket.batch_ids(n, size, b)
+        ordered, _ = buckets.bucketed(clipped, np.zeros(n, dtype=np.int32), perm, size)
+        ids = buckets.batch_ids(n, size, b)
         return _cut(strategy, ordered, np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]))
     if strategy == "packed":
         real = int(clipped.sum())
@@ -104,6 +105,20 @@ def make(
         starts = np.arange(0, num_rows, b)
         return Batches(strategy, rows, starts, np.full(starts.size, max_length), packed=True)
     raise ValueError(f"unknown strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
+
+
+def bucket_size_for(config, data: corpus.Lengths) -> int | None:
+    """A goodput or replay Config's bucket size: its `bucket_size`, or the bucket probe's 90%-gain size
+    when `bucket` is among its strategies without one (refused when the corpus is a single batch)."""
+    if "bucket" not in config.strategies or config.bucket_size is not None:
+        return config.bucket_size
+    require(
+        data.num_samples > config.batch_size,
+        "batch_size",
+        f"{config.lengths or config.corpus}: "
+        f"{data.num_samples} samples, bucketing needs more than `batch_size` {config.batch_size}",
+    )
+    return bucket_size_90pct(data.length, batch_size=config.batch_size, max_length=config.max_length)
 
 
 def bucket_size_90pct(
@@ -116,6 +131,6 @@ def bucket_size_90pct(
         sources=("all",),
         origin="given",
     )
-    config = bucket.Config(lengths=Path("-"), batch_size=batch_size, max_length=max_length, seeds=seeds)
-    rows, _, random = bucket.sweep(data, config)
-    return bucket.summary(rows, random, data)["bucket_size_90pct_gain"]
+    sizes = buckets.bucket_sizes(batch_size, data.num_samples)
+    rows, _, random = buckets.sweep(data, batch_size=batch_size, max_length=max_length, seeds=seeds, sizes=sizes)
+    return buckets.pick_90pct(rows, random).bucket_size

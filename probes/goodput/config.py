@@ -42,6 +42,13 @@ class Config(CorpusConfig):
     """Given fit: extra percent a padded or packed (masked) batch takes over a maskless one."""
     fit_launch_bound: bool = False
     """Given fit: it was built from launch-bound points (its numbers measure the host's CPU)."""
+    stack_json: Path | None = None
+    """A `labprobe probe carrier --json` (or `profile --variant ... --json`) output that measured a stack of
+    variants beside the baseline: every step time of the model is scaled by the stack's step_s over the
+    baseline's, so the hours are those of training with the stack (probes.step.stack_step)."""
+    stack: str | None = None
+    """The stack of --stack-json to price with (a --variant value, e.g. bf16-adapters+compile+fused-adamw);
+    unset: its fastest row measured ok. Of --checkpoint's model when the file holds several."""
     new_shape_s: float = 0.0
     """One-off seconds of the first step at each batch shape new to the process (with --profile: replaces
     the profile's own figure, if any)."""
@@ -78,3 +85,6 @@ class Config(CorpusConfig):
             "`quadratic_s`/`linear_s`/`fixed_s`/`floor_s` must be >= 0",
         )
         require(self.token_budget is None or self.token_budget >= 1, "token_budget", "must be >= 1")
+        require(
+            self.stack is None or self.stack_json is not None, "stack", "needs `stack_json`, the run that measured it"
+        )

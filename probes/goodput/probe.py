@@ -6,12 +6,12 @@ its `--json` output or the store, or terms given here), the predicted time of an
 (real, non-padding tokens per second) and the projected hours for the lab's budget (tokens a job,
 arms, seeds: cluster.yaml's `budget`, the default of every projection).
 
-The step-time model is the profile's: step_s = quadratic * rows * width^2 + linear * rows * width +
-fixed, over a batch of `rows` sequences padded to `width` tokens. Below the fit's lengths a step is
-launch-bound (the host's launch time sets it, not a polynomial): there the profile's measured
-launch-bound points are interpolated in tokens a step, and a step below all of them takes the
-smallest one's time. A padded or packed batch carries an explicit attention mask; when the fit was
-measured on maskless batches, such a batch is charged the profile's same-shape padding penalty.
+The step-time model (probes.step.steptime) is the profile's: step_s = quadratic * rows * width^2 +
+linear * rows * width + fixed, over a batch of `rows` sequences padded to `width` tokens. Below the
+fit's lengths a step is launch-bound (the host's launch time sets it, not a polynomial): there the
+profile's measured launch-bound points are interpolated in tokens a step, and a step below all of
+them takes the smallest one's time. A padded or packed batch carries an explicit attention mask; when
+the fit was measured on maskless batches, such a batch is charged the profile's same-shape padding penalty.
 
 Table `goodput`, one row per strategy: `num_batches`, `real_tokens`, `padded_tokens`,
 `pad_fraction`, `epoch_s` (predicted, steady state), `goodput_tok_per_s` (real tokens over epoch_s),
@@ -21,104 +21,32 @@ covered by a measured launch-bound point), `hours_per_job` (the budget's tokens 
 `hours_sweep` (x arms x seeds: every arm priced as this model; goodput.sweep_hours sums arms
 that are different models). Checks: `within_fitted_range` (no strategy takes more than 5% of its
 time outside the fit) and `fit_gpu_bound` (the fit was built from GPU-bound points only).
+
+With a stack (`--stack-json`: a `carrier --json` or `profile --variant ... --json` output, `--stack`: one of
+its rows, unset: its fastest measured ok), every step time of the model is scaled by that stack's measured
+step over the baseline's from the same run (probes.step.stack_step): the hours are those of training with
+the stack. The summary says what priced them (`priced_with`: the best batching and the stack), the factor
+and where it was measured, and the best strategy's hours without the stack (`baseline_hours_per_job`);
+check `stack_trustworthy` says whether both rows were GPU-bound within 2% spreads, and the numerics
+verdict. `replay --variant` checks such a price on the GPU.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 
 import numpy as np
 
 from probes.corpus import batching
 from probes.goodput.config import Config
-from probes.result import Check, InputError, ProbeResult, require
+from probes.result import Check, InputError, ProbeResult
+from probes.step import stack_step, steptime
+from probes.step.steptime import StepModel
 
 OUTSIDE_FIT_LIMIT_PCT = 5.0
 MAX_SHAPE_EPOCHS = 32
 """Epochs of a job enumerated for its distinct batch shapes (beyond, few shapes are new)."""
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class StepModel:
-    """A host x checkpoint's step time as a function of the batch shape."""
-
-    quadratic_s: float
-    linear_s: float
-    fixed_s: float
-    min_len: int
-    max_len: int
-    fit_batch_size: int = 1
-    launch_points: tuple[tuple[int, float], ...] = ()
-    """(tokens a step, step_s) of measured launch-bound points below the fit."""
-    mask_penalty_pct: float = 0.0
-    """Extra time of a masked batch over a maskless one of the same shape (0 when the fit is masked)."""
-    launch_bound_in_fit: bool | None = False
-    """True: the fit includes launch-bound points; None: not known (a CPU profile)."""
-    new_shape_s: float = 0.0
-    """One-off cost of the first step at a batch shape (rows, width) the process has not run before
-    (kernel plans, allocator growth), paid once per shape per job (measured by `replay`)."""
-    source: str = "given"
-
-    def poly(self, rows, widths) -> np.ndarray:
-        rows, widths = np.asarray(rows, float), np.asarray(widths, float)
-        return self.quadratic_s * rows * widths**2 + self.linear_s * rows * widths + self.fixed_s
-
-    def predict(self, rows, widths, masked) -> np.ndarray:
-        """Predicted step_s of each batch."""
-        rows, widths = np.asarray(rows, float), np.asarray(widths, float)
-        out = self.poly(rows, widths)
-        if self.launch_points:
-            edge = self.fit_batch_size * self.min_len
-            xs = [t for t, _ in self.launch_points] + [edge]
-            ys = [s for _, s in self.launch_points] + [float(self.poly(self.fit_batch_size, self.min_len))]
-            tokens = rows * widths
-            below = tokens < edge
-            out = np.where(below, np.maximum(out, np.interp(tokens, xs, ys)), out)
-        return out * np.where(np.asarray(masked, bool), 1 + self.mask_penalty_pct / 100, 1.0)
-
-    def outside(self, rows, widths) -> np.ndarray:
-        """Batches priced outside the fitted lengths and not covered by a measured launch point."""
-        widths = np.asarray(widths)
-        low = self.min_len if not self.launch_points else 0
-        return (widths < low) | (widths > self.max_len)
-
-
-def model_from_profile(profile: dict, source: str = "profile") -> StepModel:
-    """The step model of a `labprobe probe profile --json` result (or the same tables from the store)."""
-    tables = profile.get("tables", {})
-    coef = {r["term"]: r["coef"] for r in tables.get("fit", [])}
-    if set(coef) != {"quadratic", "linear", "fixed"}:
-        raise InputError(f"{source}: no fit (table 'fit' needs the quadratic, linear and fixed terms)")
-    scaling = [r for r in tables.get("scaling", []) if r.get("status", "ok") == "ok"]
-    fitted = [r for r in scaling if r.get("in_fit")]
-    if not fitted:
-        raise InputError(f"{source}: no fitted point (table 'scaling' needs rows with in_fit true)")
-    launch = sorted(
-        (r["tokens"], r["step_s"])
-        for r in scaling
-        if r.get("launch_bound") and r["seq_len"] < min(f["seq_len"] for f in fitted)
-    )
-    penalty = next(
-        (r.get("penalty_same_shape_pct") for r in tables.get("padding_penalty", []) if r.get("case") == "half_padded"),
-        None,
-    )
-    unknown = any(r.get("launch_bound") is None for r in fitted)
-    new_shape_s = (profile.get("summary") or {}).get("new_shape_s") or 0.0
-    return StepModel(
-        quadratic_s=coef["quadratic"],
-        linear_s=coef["linear"],
-        fixed_s=coef["fixed"],
-        min_len=min(r["seq_len"] for r in fitted),
-        max_len=max(r["seq_len"] for r in fitted),
-        fit_batch_size=fitted[0]["batch_size"],
-        launch_points=tuple(launch),
-        mask_penalty_pct=penalty or 0.0,
-        launch_bound_in_fit=None if unknown else False,
-        new_shape_s=new_shape_s,
-        source=source,
-    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,11 +75,7 @@ def sweep_hours(arm_hours: Sequence[float], budget: Budget) -> float:
 
 def step_model(config: Config) -> StepModel:
     if config.profile is not None:
-        try:
-            profile = json.loads(config.profile.read_text())
-        except (OSError, ValueError) as exc:
-            raise InputError(f"{config.profile}: unreadable profile JSON: {exc}") from None
-        model = model_from_profile(profile, source=str(config.profile))
+        model = steptime.from_profile_file(config.profile)
         return dataclasses.replace(model, new_shape_s=config.new_shape_s) if config.new_shape_s else model
     floor = () if config.floor_s is None else ((0, config.floor_s),)
     return StepModel(
@@ -241,32 +165,39 @@ def price(
     )
 
 
-def run(config: Config) -> ProbeResult:
-    data = config.load_lengths()
-    model = step_model(config)
-    clipped = np.minimum(data.length, config.max_length)
-    budget = Budget(config.token_budget or int(clipped.sum()), config.num_arms, config.num_seeds)
-    size = config.bucket_size
-    if "bucket" in config.strategies and size is None:
-        require(
-            data.num_samples > config.batch_size,
-            "batch_size",
-            f"{config.lengths or config.corpus}: "
-            f"{data.num_samples} samples, bucketing needs more than `batch_size` {config.batch_size}",
-        )
-        size = batching.bucket_size_90pct(data.length, batch_size=config.batch_size, max_length=config.max_length)
-    epochs = -(-budget.tokens_per_job // int(clipped.sum()))
+def price_all(config: Config, lengths: np.ndarray, model: StepModel, budget: Budget, size: int | None) -> list:
+    """A GoodputRow per strategy of config.strategies, priced under `model`."""
+    epochs = -(-budget.tokens_per_job // int(np.minimum(lengths, config.max_length).sum()))
     kw = dict(batch_size=config.batch_size, max_length=config.max_length, seed=config.seed)
-    rows = [
+    return [
         price(
-            batching.make(s, data.length, bucket_size=size, **kw),
+            batching.make(s, lengths, bucket_size=size, **kw),
             model,
             budget,
             size if s == "bucket" else None,
-            job_shapes(data.length, s, bucket_size=size, num_epochs=epochs, **kw) if model.new_shape_s else None,
+            job_shapes(lengths, s, bucket_size=size, num_epochs=epochs, **kw) if model.new_shape_s else None,
         )
         for s in config.strategies
     ]
+
+
+def with_stack(config: Config, model: StepModel) -> tuple[StepModel, stack_step.StackStep | None]:
+    """The step model scaled by --stack-json's stack (the model as it is without one)."""
+    if config.stack_json is None:
+        return model, None
+    prefer = config.checkpoint.name if config.checkpoint else None
+    stack = stack_step.read(config.stack_json, config.stack, prefer_model=prefer)
+    return model.scaled(stack.factor, f"{model.source}; {stack.describe()}"), stack
+
+
+def run(config: Config) -> ProbeResult:
+    data = config.load_lengths()
+    plain = step_model(config)
+    model, stack = with_stack(config, plain)
+    clipped = np.minimum(data.length, config.max_length)
+    budget = Budget(config.token_budget or int(clipped.sum()), config.num_arms, config.num_seeds)
+    size = batching.bucket_size_for(config, data)
+    rows = price_all(config, data.length, model, budget, size)
     best = max(rows, key=lambda r: r.goodput_tok_per_s)
     summary = {
         "num_samples": data.num_samples,
@@ -282,9 +213,44 @@ def run(config: Config) -> ProbeResult:
         "best_strategy": best.strategy,
         "best_goodput_tok_per_s": best.goodput_tok_per_s,
         "best_hours_per_job": best.hours_per_job,
+        "best_hours_sweep": best.hours_sweep,
+        "stack": stack.stack if stack else None,
+        "priced_with": f"{best.strategy} batching, " + (f"stack {stack.stack}" if stack else "the harness as it is"),
     }
-    return ProbeResult(
-        probe="goodput", config=config, tables={"goodput": rows}, summary=summary, checks=checks(rows, model)
+    found = checks(rows, model)
+    if stack:
+        baseline = next(r for r in price_all(config, data.length, plain, budget, size) if r.strategy == best.strategy)
+        summary |= _stack_summary(stack, baseline)
+        found.append(_stack_check(stack))
+    return ProbeResult(probe="goodput", config=config, tables={"goodput": rows}, summary=summary, checks=found)
+
+
+def _stack_summary(stack: stack_step.StackStep, baseline: GoodputRow) -> dict:
+    """What the stack changes: its factor, its provenance, and the best strategy's hours without it."""
+    return {
+        "stack_step_factor": stack.factor,
+        "stack_step_s": stack.step_s,
+        "stack_baseline_step_s": stack.baseline_step_s,
+        "stack_tokens_per_step": stack.tokens_per_step,
+        "stack_model": stack.model,
+        "stack_from": stack.source,
+        "stack_within_tolerance": stack.within_tolerance,
+        "baseline_hours_per_job": baseline.hours_per_job,
+        "baseline_hours_sweep": baseline.hours_sweep,
+    }
+
+
+def _stack_check(stack: stack_step.StackStep) -> Check:
+    numerics = {None: "numerics not measured", True: "numerics within tolerance", False: "numerics OUTSIDE tolerance"}
+    return Check(
+        name="stack_trustworthy",
+        ok=stack.trustworthy,
+        detail=(
+            f"{stack.stack} and the baseline measured GPU-bound within 2% spreads"
+            if stack.trustworthy
+            else f"{stack.stack} or the baseline not trustworthy in {stack.source} (launch-bound or spread above 2%)"
+        )
+        + f"; {numerics[stack.within_tolerance]}",
     )
 
 

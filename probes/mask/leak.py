@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from probes.mask.forward import Batch
+from probes.step.attention_calls import Batch
 from probes.step.layer_types import tiny_config
 
 LEAK_REL = 1e-4

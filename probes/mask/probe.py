@@ -19,35 +19,26 @@ Checks: `band_matches_window` (sliding layers: each real query at in-sequence po
 exactly min(window, p + 1) keys), `no_cross_sequence`, `fast_path_kept` (with no padding, every
 full-attention layer keeps the maskless fast path). Exit 1 when one fails: a pre-flight check.
 
-This module reads the calls and holds the checks; the Config is in probes.mask.config, the probe
-batch and the recorded forward in probes.mask.forward.
+This module reads the calls and holds the checks; the probe batch and the recorded forward are the
+step kit's (probes.step.attention_calls), as are the fast path's rules (probes.step.fast_path), which
+`profile` reads too.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from probes.mask import leak as mask_leak
 from probes.mask.config import Config
-from probes.mask.forward import Batch, Call, allowed_matrix, record_forward
-from probes.result import Check, InputError, ProbeResult, require
+from probes.result import Check, InputError, ProbeResult
 from probes.step import layer_types
-
-# load_text_config: models and carrier import it from here too
+from probes.step.attention_calls import Batch, Call, allowed_matrix, check_lengths, record_forward
 from probes.step.checkpoint import load_text_config
-
-_HALF = {"bfloat16", "float16"}
-_BYTES_PER_CELL = {"sdpa": 16, "eager": 32}
-"""Peak memory per (row, query, key) cell of the probe batch: masks, the reduced model's attention
-weights and the analysis all hold one or more of them. Measured on CPU (benchmarks/bench_mask_memory.py):
-10-11 bytes with sdpa, 22 with eager, going from 4,096 to 8,192 tokens; rounded up for headroom."""
-_FIXED_BYTES = 1 << 30
-"""The reduced model, torch and transformers: about 0.2-0.3 GiB measured; rounded up."""
+from probes.step.fast_path import HALF_DTYPES, flash_eligible
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -78,44 +69,6 @@ class LayerRow:
     (probes/mask/leak.py); None otherwise."""
 
 
-def check_lengths(config: Config, text_config) -> None:
-    """Refuse a batch the model cannot take or this machine cannot hold, before allocating any of it."""
-    limit = getattr(text_config, "max_position_embeddings", None)
-    require(
-        limit is None or config.seq_len <= limit,
-        "seq_len",
-        f"`seq_len` {config.seq_len} is over the model's max_position_embeddings {limit} ({config.checkpoint})",
-    )
-    cells = config.batch_size * config.seq_len * config.seq_len
-    need = cells * _BYTES_PER_CELL[config.attn_implementation] + _FIXED_BYTES
-    free = available_bytes()
-    require(
-        free is None or need <= free,
-        "seq_len",
-        f"`seq_len` {config.seq_len} x `batch_size` {config.batch_size} needs about {need / 2**30:.1f} GiB "
-        f"(the probe holds (row, query, key) masks); {(free or 0) / 2**30:.1f} GiB is available here",
-    )
-
-
-def available_bytes() -> int | None:
-    """Memory this process can still take: MemAvailable, within the cgroup's limit; None if unknown."""
-    free = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                free = int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
-        if limit != "max" and free is not None:
-            free = min(free, int(limit) - used)
-    except (OSError, ValueError):
-        pass
-    return free
-
-
 @dataclasses.dataclass(frozen=True)
 class Seen:
     keys_min: int
@@ -142,30 +95,12 @@ def analyse(allowed: torch.Tensor, batch: Batch, window: int | None) -> Seen:
     )
 
 
-def flash_eligible(call: Call, config: Config, head_dim: int, num_heads: int, num_kv: int) -> bool:
-    """Flash-eligible by torch's SDPA rules at the real widths; torch's own check where CUDA exists."""
-    if config.attn_implementation != "sdpa" or call.mask is not None or not call.is_causal:
-        return False
-    if torch.cuda.is_available():
-        return _torch_flash_check(config.dtype, head_dim, num_heads, num_kv)
-    # sdp_utils.cpp: no explicit mask, fp16/bf16, head_dim <= 256, is_causal only with q == kv.
-    return config.dtype in _HALF and head_dim <= 256 and call.q_len == call.kv_len
-
-
-def _torch_flash_check(dtype: str, head_dim: int, num_heads: int, num_kv: int) -> bool:
-    dt = getattr(torch, dtype)
-    q = torch.empty(1, num_heads, 128, head_dim, device="cuda", dtype=dt)
-    kv = torch.empty(1, num_kv, 128, head_dim, device="cuda", dtype=dt)
-    params = torch.backends.cuda.SDPAParams(q, kv, kv, None, 0.0, True, num_heads != num_kv)
-    return bool(torch.backends.cuda.can_use_flash_attention(params, False))
-
-
 def expected_backend(call: Call, config: Config, fast_path: bool) -> str:
     if config.attn_implementation == "eager":
         return "eager"
     if fast_path:
         return "flash"  # on sm90 with a recent cuDNN, cuDNN's flash kernel may be picked first
-    return "efficient" if call.mask is not None or config.dtype not in _HALF else "math"
+    return "efficient" if call.mask is not None or config.dtype not in HALF_DTYPES else "math"
 
 
 def layer_rows(config: Config, text_config, calls: list[Call], batch: Batch) -> list[LayerRow]:

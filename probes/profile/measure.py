@@ -1,90 +1,24 @@
-"""The `profile` probe's measurements, all through one model session (probes.profile.probe orders them
-and documents the tables and units).
+"""The `profile` probe's measurements, all through one model session (probes.step.session; probes.profile.probe
+orders them and documents the tables and units).
 
-`Session` builds the model with LoRA once; `oom_guard` turns an out-of-memory into a row (or a
-result) rather than a crash. Each measurement here times steps through the session (probes.step.timing)
-or profiles them (probes.step.kernels): a scaling point, its gpu_busy_frac (profiled AFTER every
-timing: CUPTI lingers), the padding penalty's three cases, CE alone, and the kernel profile.
+Each measurement here times steps through the session (probes.step.timing) or profiles them
+(probes.step.kernels), an out-of-memory becoming a row rather than a crash (`oom_guard`): a scaling
+point, its gpu_busy_frac (profiled AFTER every timing: CUPTI lingers), the padding penalty's three
+cases, CE alone, and the kernel profile.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 
 import torch
 
 from probes.profile.config import Config
-from probes.profile.fit import ScalingRow
+from probes.step import fast_path, kernels, models
 from probes.step import harness as reference
-from probes.step import kernels, models, params
-from probes.step.timing import Timings, time_steps
-
-LOG = logging.getLogger(__name__)
-
-
-class Session:
-    """The model with LoRA, built once; every measurement of the probe runs through it."""
-
-    def __init__(self, config: Config):
-        self.config = config
-        self.device = models.pick_device(config.device)
-        self.harness = reference.load_harness(config.harness)
-        models.load_text_config(config.checkpoint)  # a bad config.json is an InputError, before any build
-        self.model = None
-        self.raw: dict[str, dict] = {}
-
-    def load(self) -> None:
-        """Build the model and add LoRA (run under oom_guard: an OOM here is a result, not a crash)."""
-        c = self.config
-        LOG.info("profile: building %s (%s weights) on %s", c.checkpoint.name, c.weights, self.device)
-        model = models.build_model(c.checkpoint, weights=c.weights, device=self.device)
-        self.model = models.with_lora(model, self.harness, rank=c.lora_rank, alpha=c.lora_alpha)
-        self.vocab_size = self.model.config.vocab_size
-        self.counts = params.count(self.model)
-
-    def step(self, batch_size: int, seq_len: int, real_lengths=None) -> models.TrainStep:
-        batch = models.make_batch(
-            vocab_size=self.vocab_size,
-            batch_size=batch_size,
-            seq_len=seq_len,
-            device=self.device,
-            real_lengths=real_lengths,
-        )
-        return models.train_step(self.model, self.harness, batch, chunk_tokens=self.config.ce_chunk)
-
-    def micro_step(self, seq_lens: list[int]) -> models.TrainStep:
-        """One step over several maskless batch-1 micro-batches (gradient accumulation)."""
-        batches = [
-            models.make_batch(vocab_size=self.vocab_size, batch_size=1, seq_len=n, device=self.device, seed=i)
-            for i, n in enumerate(seq_lens)
-        ]
-        return models.train_step(self.model, self.harness, batches, chunk_tokens=self.config.ce_chunk)
-
-    def time(self, key: str, fn) -> tuple[Timings, int | None]:
-        models.release(self.device)
-        c = self.config
-        LOG.info("profile %s: timing %d warm-up and %d+ steps", key, c.warmup_steps, c.steps)
-        t = time_steps(fn, device=self.device, warmup=c.warmup_steps, steps=c.steps, max_steps=c.max_steps)
-        self.raw[key] = t.to_dict()
-        LOG.info("profile %s: median %.3f s a step over %d steps", key, t.median_s, t.num_steps)
-        return t, models.peak_mem_bytes(self.device)
-
-    def busy_frac(self, fn, step_s: float) -> float:
-        return kernels.busy_frac(fn, device=self.device, step_s=step_s)
-
-
-def oom_guard(session: Session, what, on_oom):
-    """Run what(); an out-of-memory returns on_oom(message) instead of ending the probe."""
-    try:
-        return what()
-    except Exception as exc:
-        if not models.is_oom(exc):
-            raise
-        if session.model is not None:
-            session.model.zero_grad(set_to_none=True)
-        models.release(session.device)
-        return on_oom(f"oom: {str(exc).splitlines()[0][:120]}")
+from probes.step.attention_calls import ForwardConfig
+from probes.step.fit import ScalingRow
+from probes.step.session import Session, oom_guard
 
 
 def scaling_point(session: Session, seq_len: int) -> ScalingRow:
@@ -140,17 +74,11 @@ class PaddingRow:
 
 
 def _fast_path(config: Config, padding: str) -> bool | None:
-    """Whether every layer keeps SDPA's maskless path, read through the mask probe (config only).
-    An architecture the mask probe cannot build gives None (unknown), not a failure here."""
-    from probes.mask import probe as mask
-
-    try:
-        result = mask.run(
-            mask.Config(checkpoint=config.checkpoint, seq_len=config.seq_len, batch_size=2, padding=padding)
-        )
-    except Exception:
-        return None
-    return all(row.fast_path for row in result.tables["layers"])
+    """Whether every layer keeps SDPA's maskless path, read by the recorded forward (config only, as the
+    mask probe reads it). An architecture it cannot build gives None (unknown), not a failure here."""
+    return fast_path.all_layers(
+        ForwardConfig(checkpoint=config.checkpoint, seq_len=config.seq_len, batch_size=2, padding=padding)
+    )
 
 
 def padding_penalty(session: Session) -> list[PaddingRow]:

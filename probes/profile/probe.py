@@ -18,7 +18,8 @@ Tables (times in seconds, medians of timed steps after warm-up; probes.step.timi
   step). The second is what padding costs; a packed row of 1.5 x seq_len would not do, since the
   model's mask code then builds a block-diagonal mask and loses the fast path itself (docs/measurement.md).
   In seconds and percent against both, and whether each case keeps SDPA's maskless `is_causal`
-  fast path on every layer (read by the `mask` probe through the model's own mask code).
+  fast path on every layer (read as the `mask` probe reads it, through the model's own mask code:
+  probes.step.fast_path).
 - `ce`: lm_head + cross-entropy alone, forward and backward, at the production shape, chunked and
   unchunked (full fp32 logits), with peak memory over the inputs and its share of the step (the
   measured step at seq_len when it is one of --fit-lens, else the fitted one: summary
@@ -36,7 +37,7 @@ Tables (times in seconds, medians of timed steps after warm-up; probes.step.timi
 
 This module holds the order of the measurements and the summary; the Config is in
 probes.profile.config, the measurements in probes.profile.measure and
-probes.profile.variants, the fit in probes.profile.fit.
+probes.profile.variants, the fit in probes.step.fit.
 """
 
 from __future__ import annotations
@@ -48,15 +49,16 @@ import torch
 from probes.profile import measure
 from probes.profile import variants as profile_variants
 from probes.profile.config import Config
-from probes.profile.fit import ScalingRow, fit_scaling, predict
 from probes.result import Check, ProbeResult
 from probes.step import kernels, models
+from probes.step.fit import ScalingRow, fit_scaling, predict
+from probes.step.session import Session, oom_guard
 
 
 def run(config: Config) -> ProbeResult:
-    session = measure.Session(config)
+    session = Session(config, warmup_steps=config.warmup_steps, steps=config.steps, max_steps=config.max_steps)
     result = ProbeResult(probe="profile", config=config)
-    failed = measure.oom_guard(session, session.load, lambda msg: msg.replace("oom:", "oom while loading:", 1))
+    failed = oom_guard(session, session.load, lambda msg: msg.replace("oom:", "oom while loading:", 1))
     if failed:
         return _not_loaded(result, session, failed)
     # Every timing first, every profiler run after: CUPTI stays attached once started (kernels.py).
@@ -103,7 +105,7 @@ def _production_step_s(config: Config, scaling: list[ScalingRow], coef) -> float
     return None if coef is None else predict(coef, config.seq_len, config.batch_size)
 
 
-def _not_loaded(result: ProbeResult, session: measure.Session, message: str) -> ProbeResult:
+def _not_loaded(result: ProbeResult, session: Session, message: str) -> ProbeResult:
     """The model (or its LoRA) did not fit: one row per length saying so, and a failed check."""
     b = session.config.batch_size
     result.tables["scaling"] = [
@@ -116,7 +118,7 @@ def _not_loaded(result: ProbeResult, session: measure.Session, message: str) -> 
 
 def _summarise(
     result: ProbeResult,
-    session: measure.Session,
+    session: Session,
     scaling: list[ScalingRow],
     step_s: float | None,
     prof: kernels.Profile | None,

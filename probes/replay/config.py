@@ -10,6 +10,7 @@ import numpy as np
 from probes.corpus import batching
 from probes.corpus import lengths as corpus_mod
 from probes.result import require
+from probes.step import stacks
 from probes.step.config import StepConfig
 
 
@@ -37,6 +38,12 @@ class Config(StepConfig):
     """Untimed steps of the widest batches before each strategy's replay."""
     profile: Path | None = None
     """A `labprobe probe profile --json` output to predict from; unset: a fit measured here first."""
+    variant: str | None = None
+    """A variant or stack (a --variant value of carrier and profile, e.g. bf16-adapters+fused-adamw) applied to
+    every fitted and replayed step as the worker applies it; unset: the harness as it is."""
+    stack_json: Path | None = None
+    """With --profile and --variant: the carrier or profile --variant --json output goodput priced the stack
+    with; the prediction is --profile's model scaled by its --variant step over its baseline's, as goodput's."""
     fit_lens: tuple[int, ...] = ()
     """Widths of the fit measured here (>= 3); unset: 8 widths spaced geometrically up to --max-length."""
     fit_steps: int = 5
@@ -61,6 +68,13 @@ class Config(StepConfig):
         )
         require(not self.fit_lens or len(set(self.fit_lens)) >= 3, "fit_lens", "needs >= 3 distinct widths")
         require(all(n >= 2 for n in self.fit_lens), "fit_lens", "must all be >= 2")
+        if self.variant is not None:
+            stacks.get(self.variant)  # an unknown name or a conflicting stack: its FieldError, before anything runs
+        require(
+            self.stack_json is None or (self.variant is not None and self.profile is not None),
+            "stack_json",
+            "needs `variant` (the stack to replay) and `profile` (the model it scales, as goodput does)",
+        )
 
     def widths(self) -> tuple[int, ...]:
         if self.fit_lens:

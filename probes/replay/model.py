@@ -1,19 +1,18 @@
-"""The `replay` probe's step model: goodput's (probes.goodput.probe), read from a profile's JSON or fitted
-here on padded batches of the replay's own session (probes.replay.probe documents both)."""
+"""The `replay` probe's step model (probes.step.steptime, the one goodput prices with), read from a
+profile's JSON or fitted here on padded batches of the replay's own session (probes.replay.probe
+documents both)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
 
-from probes.goodput import probe as goodput
-from probes.profile import measure
-from probes.profile.fit import ScalingRow, fit_scaling
-from probes.result import InputError
-from probes.step import kernels
+from probes.step import kernels, steptime
+from probes.step.fit import ScalingRow, fit_scaling
+from probes.step.session import Session, oom_guard
+from probes.step.steptime import StepModel
 
 
 def _padded_rows(batch_size: int, width: int) -> list[int] | None:
@@ -21,7 +20,7 @@ def _padded_rows(batch_size: int, width: int) -> list[int] | None:
     return None if batch_size == 1 else [width] * (batch_size - 1) + [max(1, width // 2)]
 
 
-def fit_point(session: measure.Session, width: int) -> ScalingRow:
+def fit_point(session: Session, width: int) -> ScalingRow:
     b = session.config.batch_size
     base = dict(seq_len=width, batch_size=b, tokens=b * width)
 
@@ -38,10 +37,10 @@ def fit_point(session: measure.Session, width: int) -> ScalingRow:
             peak_mem_bytes=peak,
         )
 
-    return measure.oom_guard(session, time_it, lambda msg: ScalingRow(**base, status=msg))
+    return oom_guard(session, time_it, lambda msg: ScalingRow(**base, status=msg))
 
 
-def with_busy(session: measure.Session, row: ScalingRow) -> ScalingRow:
+def with_busy(session: Session, row: ScalingRow) -> ScalingRow:
     """gpu_busy_frac of a fit point, profiled after every timing (CUPTI lingers: probes.step.kernels)."""
     if row.status != "ok" or session.device.type != "cuda":
         return row
@@ -51,7 +50,7 @@ def with_busy(session: measure.Session, row: ScalingRow) -> ScalingRow:
         busy = session.busy_frac(step, row.step_s)
         return dataclasses.replace(row, gpu_busy_frac=busy, launch_bound=busy < kernels.LAUNCH_BOUND_BELOW)
 
-    return measure.oom_guard(session, profile_it, lambda msg: dataclasses.replace(row, status=f"profiler {msg}"))
+    return oom_guard(session, profile_it, lambda msg: dataclasses.replace(row, status=f"profiler {msg}"))
 
 
 def new_shape_s(raw: dict[str, dict], first: str) -> float:
@@ -66,7 +65,7 @@ def new_shape_s(raw: dict[str, dict], first: str) -> float:
     return max(0.0, float(np.mean(extra))) if extra else 0.0
 
 
-def model_here(session: measure.Session, rows: list[ScalingRow]):
+def model_here(session: Session, rows: list[ScalingRow]):
     """(scaling rows, fit rows, StepModel or None) from the fit points measured in this session."""
     b = session.config.batch_size
     scaling, fit, coef = fit_scaling(rows, batch_size=b, seq_len=max(r.seq_len for r in rows))
@@ -77,7 +76,7 @@ def model_here(session: measure.Session, rows: list[ScalingRow]):
     return (
         scaling,
         fit,
-        goodput.StepModel(
+        StepModel(
             quadratic_s=float(coef[0]),
             linear_s=float(coef[1]),
             fixed_s=float(coef[2]),
@@ -92,13 +91,6 @@ def model_here(session: measure.Session, rows: list[ScalingRow]):
     )
 
 
-def given_model(profile: Path | None) -> goodput.StepModel | None:
+def given_model(profile: Path | None) -> StepModel | None:
     """The step model of a `labprobe probe profile --json` file; None without one."""
-    if profile is None:
-        return None
-    try:
-        return goodput.model_from_profile(json.loads(profile.read_text()), source=str(profile))
-    except (OSError, ValueError) as exc:
-        if isinstance(exc, InputError):
-            raise
-        raise InputError(f"{profile}: unreadable profile JSON: {exc}") from None
+    return None if profile is None else steptime.from_profile_file(profile)

@@ -8,10 +8,10 @@ train step (probes.step.models, the profile's session; AdamW shared across the r
 Each step is timed alone (probes.step.timing: CUDA events, the end waited on, as a loop that logs its
 loss does) after `--warmup-steps` untimed steps of the widest batches (the allocator's peak reached).
 
-The prediction is goodput's step model (probes.goodput.probe), either read from `--profile` or measured
+The prediction is goodput's step model (probes.step.steptime), either read from `--profile` or measured
 in the same session first: `scaling` times a padded batch of `--batch-size` rows at each of
 `--fit-lens` widths (one row half padding, so the mask is the replay's) and `fit` fits them as the
-profile probe does (probes.profile.fit), launch-bound points (GPU busy < 90%, profiled after every
+profile probe does (probes.step.fit), launch-bound points (GPU busy < 90%, profiled after every
 timing) left out of the fit and interpolated below it. A fit point's `step_s` here is the MEAN of
 its timed steps, not the median: a replay sums steps, and a launch-bound point's jitter is skewed.
 The first step at a batch shape the process has not run yet costs more (on an H200, ~0.2 s: kernel
@@ -26,6 +26,11 @@ Tables: `replay`, one row per strategy: `num_steps`, `real_tokens`, `padded_toke
 Check `replay_within_5pct`: |error_pct| <= 5 for every strategy (a GPU criterion: on the CPU, the
 tests' tiny models time in milliseconds and the figure is not a promise).
 
+With `--variant` (a variant or a stack), the model and every fitted and replayed step carry its changes as
+carrier's worker applies them (probes.step.session). With `--profile` and `--stack-json` too, the
+prediction is the profile's model scaled by the stack's measured step over the baseline's, exactly as
+goodput prices hours with that stack: the replay checks that price (summary `stack_step_factor`).
+
 The fit measured here and the step model read from --profile are in probes.replay.model.
 """
 
@@ -39,14 +44,13 @@ import torch
 
 from probes.corpus import batching
 from probes.corpus import lengths as corpus_mod
-from probes.goodput import probe as goodput
-from probes.profile import measure
-from probes.profile import probe as profile
 from probes.replay import model as replay_model
 from probes.replay.config import Config
-from probes.result import Check, ProbeResult, require
-from probes.step import contract, models
-from probes.step.config import StepConfig
+from probes.result import Check, ProbeResult
+from probes.step import libvariants, models, stack_step, stacks
+from probes.step.checkpoint import load_text_config
+from probes.step.session import Session, oom_guard
+from probes.step.steptime import StepModel
 from probes.step.timing import time_steps
 
 LIMIT_PCT = 5.0
@@ -81,21 +85,20 @@ class StepRow:
     measured_s: float
 
 
-def _session(config: Config) -> measure.Session:
-    """The profile probe's session (model, LoRA, harness), built for this replay's shapes."""
-    widths = config.widths()
-    step = {f.name: getattr(config, f.name) for f in dataclasses.fields(StepConfig)}
-    return measure.Session(
-        profile.Config(
-            **step,
-            seq_lens=widths,
-            batch_size=config.batch_size,
-            seq_len=max(widths),
-            warmup_steps=2,
-            steps=config.fit_steps,
-            max_steps=3 * config.fit_steps,
-        )
-    )
+def _session(config: Config) -> Session:
+    """The model session (model, LoRA, harness) the profile probe measures through, with --variant's changes:
+    each fit point two warm-up steps, then --fit-steps timed ones (up to 3x while the spread is high)."""
+    variant = None if config.variant is None else stacks.get(config.variant)
+    return Session(config, warmup_steps=2, steps=config.fit_steps, max_steps=3 * config.fit_steps, variant=variant)
+
+
+def _given(config: Config) -> tuple[StepModel | None, stack_step.StackStep | None]:
+    """--profile's step model, scaled by --stack-json's --variant step as goodput scales it (None: fit here)."""
+    given = replay_model.given_model(config.profile)
+    if config.stack_json is None:
+        return given, None
+    stack = stack_step.read(config.stack_json, stacks.get(config.variant).name, prefer_model=config.checkpoint.name)
+    return given.scaled(stack.factor, f"{given.source}; {stack.describe()}"), stack
 
 
 def shapes(config: Config, lengths: np.ndarray, strategy: str, bucket_size: int | None) -> list[np.ndarray]:
@@ -121,9 +124,9 @@ def warm_indices(batches: list[np.ndarray], warmup: int) -> np.ndarray:
     return np.argsort([-len(r) * int(r.max()) for r in batches], kind="stable")[:warmup]
 
 
-def time_replay(session: measure.Session, batches: list[np.ndarray], warmup: int) -> list[float]:
+def time_replay(session: Session, batches: list[np.ndarray], warmup: int) -> list[float]:
     """Each batch as one optimizer step, timed alone, after warm-up steps of the widest batches."""
-    c, device, model = session.config, session.device, session.model
+    device, model = session.device, session.model
     built = [
         models.make_batch(
             vocab_size=session.vocab_size,
@@ -137,9 +140,9 @@ def time_replay(session: measure.Session, batches: list[np.ndarray], warmup: int
     ]
     # The step the fit measured (the harness's contract: precision, optimizer, its own train_step),
     # with one optimizer shared across the replay, as in training.
-    pieces = contract.resolve(session.harness)
+    pieces = session.pieces
     optimizer = pieces.make_optimizer([p for p in model.parameters() if p.requires_grad])
-    loss_fn = pieces.loss_fn(c.ce_chunk)
+    loss_fn = pieces.loss_fn(session.chunk)
     steps = [
         models.TrainStep(
             model, loss_fn, b, optimizer, autocast_dtype=pieces.autocast_dtype, harness_step=pieces.train_step
@@ -157,7 +160,7 @@ def _rows(
     size: int | None,
     batches: list[np.ndarray],
     measured: list[float],
-    model: goodput.StepModel,
+    model: StepModel,
     seen: set[tuple[int, int]],
 ) -> tuple[ReplayRow, list[StepRow]]:
     """`seen`: shapes the process has run (updated): a step at a new one pays model.new_shape_s."""
@@ -197,7 +200,7 @@ def _rows(
 
 
 def _tables(
-    config: Config, plans: dict, measured: dict, model: goodput.StepModel, size: int | None, seen: set[tuple[int, int]]
+    config: Config, plans: dict, measured: dict, model: StepModel, size: int | None, seen: set[tuple[int, int]]
 ) -> tuple[list[ReplayRow], list[StepRow]]:
     """Rows of every strategy, in the order they ran (shapes run before count as seen)."""
     replay_rows, step_rows = [], []
@@ -227,34 +230,29 @@ def _tables(
     return replay_rows, step_rows
 
 
+def _type(config: Config) -> str:
+    return load_text_config(config.checkpoint).model_type
+
+
 def _failed(result: ProbeResult, name: str, message: str) -> ProbeResult:
     result.summary["status"] = message
     result.checks.append(Check(name=name, ok=False, detail=message))
     return result
 
 
-def _bucket_size(config: Config, data: corpus_mod.Lengths) -> int | None:
-    """--bucket-size, or the bucket probe's 90%-gain size when `bucket` is replayed without one."""
-    if "bucket" not in config.strategies or config.bucket_size is not None:
-        return config.bucket_size
-    require(
-        data.num_samples > config.batch_size,
-        "batch_size",
-        f"{config.lengths or config.corpus}: "
-        f"{data.num_samples} samples, bucketing needs more than `batch_size` {config.batch_size}",
-    )
-    return batching.bucket_size_90pct(data.length, batch_size=config.batch_size, max_length=config.max_length)
-
-
 def run(config: Config) -> ProbeResult:
     data = corpus_mod.load(
         corpus=config.corpus, lengths=config.lengths, checkpoint=config.checkpoint, cache_dir=config.cache_dir
     )
-    size = _bucket_size(config, data)
-    given = replay_model.given_model(config.profile)
+    size = batching.bucket_size_for(config, data)
+    given, stack = _given(config)
     session = _session(config)
     result = ProbeResult(probe="replay", config=config)
-    failed = measure.oom_guard(session, session.load, lambda msg: msg.replace("oom:", "oom while loading:", 1))
+    if session.variant is not None and (
+        why := libvariants.not_applicable(session.variant, session.device, _type(config))
+    ):
+        return _failed(result, "variant_applicable", why)
+    failed = oom_guard(session, session.load, lambda msg: msg.replace("oom:", "oom while loading:", 1))
     if failed:
         return _failed(result, "model_loaded", failed)
     result.summary["device"] = torch.cuda.get_device_name(session.device) if session.device.type == "cuda" else "cpu"
@@ -264,7 +262,7 @@ def run(config: Config) -> ProbeResult:
     points = sorted(widest_first, key=lambda r: r.seq_len)
     plans = {s: shapes(config, data.length, s, size) for s in config.strategies}
     measured = {
-        s: measure.oom_guard(session, lambda b=b: time_replay(session, b, config.warmup_steps), lambda msg: msg)
+        s: oom_guard(session, lambda b=b: time_replay(session, b, config.warmup_steps), lambda msg: msg)
         for s, b in plans.items()
     }
     model = given
@@ -277,6 +275,8 @@ def run(config: Config) -> ProbeResult:
     replay_rows, step_rows = _tables(config, plans, measured, model, size, seen)
     result.tables.update(replay=replay_rows, replay_steps=step_rows)
     result.summary.update(
+        variant=config.variant,
+        stack_step_factor=stack.factor if stack else None,
         step_model=model.source,
         fit_lens=[model.min_len, model.max_len],
         new_shape_s=model.new_shape_s,

@@ -1,4 +1,5 @@
-"""A host x checkpoint's step-time model from the store: the newest ok `profile` job's tables.
+"""A host x checkpoint's step-time model from the store: the newest ok `profile` job's tables (and, for
+hours with a stack, the newest ok `carrier` job's rows of its variants and stacks).
 
 `profile_from_store` returns the tables goodput's step model reads (`fit`, `scaling`,
 `padding_penalty`), in the shape of a `labprobe probe profile --json` result, so the probe sees
@@ -25,30 +26,46 @@ def _plain(value: Any) -> Any:
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
-def profile_from_store(store: Store, *, host: str, checkpoint: str) -> dict[str, Any]:
-    """{"source", "job_id", "tables": {...}} of the newest ok profile of `checkpoint` on `host`."""
+def _newest_job(store: Store, probe: str, host: str, checkpoint: str):
+    """The newest ok `probe` job of `checkpoint` on `host` (its row of the jobs table)."""
     jobs = store.latest_jobs()
     if not jobs.empty:
         jobs = jobs[
-            (jobs["probe"] == "profile")
+            (jobs["probe"] == probe)
             & (jobs["host"] == host)
             & (jobs["checkpoint"] == checkpoint)
             & (jobs["status"] == "ok")
         ]
     if jobs.empty:
         raise InputError(
-            f"{store.root}: no ok profile of checkpoint {checkpoint!r} on host {host!r} in the store "
-            f"(run `labprobe sweep` with a profile entry first)"
+            f"{store.root}: no ok {probe} of checkpoint {checkpoint!r} on host {host!r} in the store "
+            f"(run `labprobe sweep` with a {probe} entry first)"
         )
-    newest = jobs.sort_values("finished_at", kind="stable").iloc[-1]
+    return jobs.sort_values("finished_at", kind="stable").iloc[-1]
+
+
+def _stored(store: Store, probe: str, host: str, checkpoint: str, tables: tuple[str, ...]) -> dict[str, Any]:
+    """{"source", "job_id", "tables"} of the newest ok `probe` job, in the shape of its `--json` result."""
+    newest = _newest_job(store, probe, host, checkpoint)
     where = (ds.field("job_id") == newest["job_id"]) & (ds.field("run_id") == newest["run_id"])
-    tables = {}
-    for name in TABLES:
-        frame = store.read(f"profile.{name}", filters=where)
+    found = {}
+    for name in tables:
+        frame = store.read(f"{probe}.{name}", filters=where)
         rows = frame.drop(columns=[c for c in (*KEY_COLUMNS, "host", "checkpoint") if c in frame]).to_dict("records")
-        tables[name] = [{k: _plain(v) for k, v in row.items()} for row in rows]
+        found[name] = [{k: _plain(v) for k, v in row.items()} for row in rows]
     return {
-        "source": f"store {store.root}: profile job {newest['job_id']} ({host}, {checkpoint}, {newest['finished_at']})",
+        "source": f"store {store.root}: {probe} job {newest['job_id']} ({host}, {checkpoint}, {newest['finished_at']})",
         "job_id": newest["job_id"],
-        "tables": tables,
+        "tables": found,
     }
+
+
+def profile_from_store(store: Store, *, host: str, checkpoint: str) -> dict[str, Any]:
+    """{"source", "job_id", "tables": {...}} of the newest ok profile of `checkpoint` on `host`."""
+    return _stored(store, "profile", host, checkpoint, TABLES)
+
+
+def carrier_from_store(store: Store, *, host: str, checkpoint: str) -> dict[str, Any]:
+    """The newest ok carrier of `checkpoint` on `host`: its rows of every variant and stack (`carriers`) and
+    their numerics price (`numerics`), as goodput's --stack-json reads a `carrier --json` output."""
+    return _stored(store, "carrier", host, checkpoint, ("carriers", "numerics"))

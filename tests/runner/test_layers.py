@@ -33,18 +33,6 @@ LAYERS = {
 }
 MAX_LOOSE_MODULES = 3
 KITS = ("step", "corpus")
-KNOWN_CROSSINGS = {
-    # Debt from before the probes became packages (issue 25), to be removed, never added to: the corpus kit's
-    # batching finds goodput's bucket size with the bucket probe's sweep; profile reads the fast path through
-    # the mask probe; replay is built on profile's session and fit and on goodput's step model. The cure is
-    # moving those pieces into the kits (as the padded-token arithmetic went to probes.corpus.padded).
-    ("probes.corpus.batching", "bucket"),
-    ("probes.profile.measure", "mask"),
-    ("probes.replay.model", "goodput"),
-    ("probes.replay.model", "profile"),
-    ("probes.replay.probe", "goodput"),
-    ("probes.replay.probe", "profile"),
-}
 
 
 def module_name(path: Path) -> str:
@@ -105,7 +93,7 @@ def probe_names() -> set[str]:
     return {p.name for p in (ROOT / "probes").iterdir() if (p / "__init__.py").exists()} - set(KITS)
 
 
-def probe_violations(modules: dict[str, Path], probes: set[str], known: set = frozenset()) -> list[str]:
+def probe_violations(modules: dict[str, Path], probes: set[str]) -> list[str]:
     """Kits importing a probe, probes importing each other, the runner reaching past the door."""
     bad = []
     for name, path in modules.items():
@@ -114,8 +102,6 @@ def probe_violations(modules: dict[str, Path], probes: set[str], known: set = fr
             tparts = target.split(".")
             if tparts[0] != "probes" or len(tparts) < 2 or tparts[1] not in probes | set(KITS):
                 continue  # the door (probes, probes.result, a name the registry module exports)
-            if (name, tparts[1]) in known:
-                continue
             if parts[0] == "runner":
                 bad.append(f"{name} imports {target} past the door")
             elif parts[0] == "probes" and len(parts) > 1 and parts[1] in KITS and tparts[1] in probes:
@@ -134,13 +120,7 @@ def test_every_probe_is_a_package_with_config_probe_answer_and_the_registry_name
 
 
 def test_kits_never_import_a_probe_probes_never_each_other_runner_only_the_door():
-    assert probe_violations(project_modules(), probe_names(), KNOWN_CROSSINGS) == []
-
-
-def test_every_known_crossing_still_exists_so_the_list_only_shrinks():
-    modules = project_modules()
-    for name, probe in KNOWN_CROSSINGS:
-        assert any(t.split(".")[:2] == ["probes", probe] for t in imported(modules[name])), (name, probe)
+    assert probe_violations(project_modules(), probe_names()) == []
 
 
 def test_the_probe_rules_catch_a_cross_probe_import_a_kit_importing_a_probe_and_the_runner_past_the_door(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 from lengths_util import write_lengths
 
 from probes.bucket import probe as bucket
+from probes.corpus import buckets
 from runner.cli import main
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -98,7 +99,7 @@ def test_whole_corpus_bucket_that_the_batch_does_not_divide(tmp_path):
     assert whole.padded_tokens == 10 and whole.num_batches == 3
     assert result.ok, result.checks
     # batch_ids itself, bucket 6 with batch 4: each bucket ends with a batch of 2
-    assert bucket.batch_ids(12, 6, 4).tolist() == [0, 0, 0, 0, 1, 1, 2, 2, 2, 2, 3, 3]
+    assert buckets.batch_ids(12, 6, 4).tolist() == [0, 0, 0, 0, 1, 1, 2, 2, 2, 2, 3, 3]
 
 
 def test_whole_corpus_bucket_is_the_descending_sort_not_the_optimum(tmp_path):
@@ -112,7 +113,7 @@ def test_whole_corpus_bucket_is_the_descending_sort_not_the_optimum(tmp_path):
 
 def test_default_sweep_is_ten_sizes_from_batch_to_corpus():
     config = bucket.Config(lengths=Path("x.csv"), batch_size=8)
-    sizes = bucket.bucket_sizes(config, 1_000_000)
+    sizes = buckets.bucket_sizes(config.batch_size, 1_000_000, config.bucket_sizes, config.num_sizes)
     assert len(sizes) == 10 and sizes[0] == 8 and sizes[-1] == 1_000_000
     assert all(s % 8 == 0 for s in sizes[:-1]) and sizes == sorted(set(sizes))
 
@@ -144,15 +145,17 @@ def demo_lengths(tmp_path) -> Path:
 
 def test_a_sweep_that_always_sorts_globally_fails_its_checks(demo_lengths, monkeypatch):
     """The regression the design warns of: re-sorting everything makes every bucket size a global sort."""
-    real = bucket.bucketed
-    monkeypatch.setattr(bucket, "bucketed", lambda lengths, codes, perm, size: real(lengths, codes, perm, lengths.size))
+    real = buckets.bucketed
+    monkeypatch.setattr(
+        buckets, "bucketed", lambda lengths, codes, perm, size: real(lengths, codes, perm, lengths.size)
+    )
     result = bucket.run(bucket.Config(lengths=demo_lengths, batch_size=8))
     failed = {c.name for c in result.checks if not c.ok}
     assert failed == {"sweep_varies", "random_at_batch_size"}
 
 
 def test_a_sweep_that_never_sorts_fails_global_sort_at_all(demo_lengths, monkeypatch):
-    monkeypatch.setattr(bucket, "bucketed", lambda lengths, codes, perm, size: (lengths[perm], codes[perm]))
+    monkeypatch.setattr(buckets, "bucketed", lambda lengths, codes, perm, size: (lengths[perm], codes[perm]))
     result = bucket.run(bucket.Config(lengths=demo_lengths, batch_size=8))
     failed = {c.name for c in result.checks if not c.ok}
     assert "global_sort_at_all" in failed and "sweep_varies" in failed
@@ -201,9 +204,9 @@ def test_buckets_larger_than_the_batch_sorting_globally_fail_sweep_varies(monkey
     """The partial form of the bucketing bug: random batching stays right at bucket_size ==
     batch_size, but every larger bucket re-sorts the whole corpus, so the sweep reads [random, then
     the global sort at every size]. Two distinct outcomes used to pass sweep_varies."""
-    real = bucket.bucketed
+    real = buckets.bucketed
     monkeypatch.setattr(
-        bucket,
+        buckets,
         "bucketed",
         lambda lengths, codes, perm, size: real(lengths, codes, perm, size if size <= 8 else lengths.size),
     )
@@ -217,11 +220,11 @@ def test_buckets_larger_than_the_batch_sorting_globally_fail_sweep_varies(monkey
 @pytest.mark.parametrize("num_seeds", [1, 4])
 def test_a_sweep_whose_padding_rises_with_the_bucket_size_fails(demo_lengths, monkeypatch, num_seeds):
     """Buckets that grow worse with their size (here: the sizes' results in reverse) are broken too."""
-    real = bucket.bucketed
-    sizes = bucket.bucket_sizes(bucket.Config(lengths=demo_lengths, batch_size=8), 800)
+    real = buckets.bucketed
+    sizes = buckets.bucket_sizes(8, 800)
     mirror = dict(zip(sizes[1:-1], sizes[-2:0:-1]))
     monkeypatch.setattr(
-        bucket, "bucketed", lambda lengths, codes, perm, size: real(lengths, codes, perm, mirror.get(size, size))
+        buckets, "bucketed", lambda lengths, codes, perm, size: real(lengths, codes, perm, mirror.get(size, size))
     )
     result = bucket.run(bucket.Config(lengths=demo_lengths, batch_size=8, seeds=tuple(range(num_seeds))))
     detail = {c.name: c.detail for c in result.checks if not c.ok}

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from transformers import Gemma3Config, Gemma3TextConfig, Qwen3Config
 
-from probes.mask import forward as mask_calls
 from probes.mask import probe as mask
+from probes.step import attention_calls as mask_calls
 from runner.cli import main
 
 WINDOW = 8
@@ -223,7 +223,7 @@ def test_a_batch_larger_than_memory_is_refused_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("labprobe probe: error: --seq-len 1000000 x --batch-size 1 needs about ")
     assert "GiB is available here" in err and "\n" not in err
-    assert mask.available_bytes() is not None  # on Linux the bound is really checked
+    assert mask_calls.available_bytes() is not None  # on Linux the bound is really checked
 
 
 @pytest.mark.parametrize(

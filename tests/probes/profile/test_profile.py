@@ -1,17 +1,17 @@
 """profile: the whole probe on a tiny random Qwen3 on the CPU (every table, an OOM as a row or a
 result, the held-out check and the CE share), and the micro-batch reference of the padding penalty.
-The fit is tested in test_profile_fit.py, the kernel table in test_kernels.py."""
+The fit is tested in tests/probes/step/test_fit.py, the kernel table in test_kernels.py."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from probes.profile import measure as profile_measure
 from probes.profile import probe as profile
 from probes.result import InputError
 from probes.step import harness as reference
 from probes.step import models
+from probes.step import session as step_session
 
 
 @pytest.fixture(scope="module")
@@ -61,14 +61,14 @@ def test_the_probe_runs_on_the_cpu_with_every_table(result):
 
 
 def test_an_oom_at_one_length_is_a_row_not_a_crash(tiny, monkeypatch):
-    real_step = profile_measure.Session.step
+    real_step = step_session.Session.step
 
     def step(self, batch_size, seq_len, real_lengths=None):
         if seq_len == 24:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
         return real_step(self, batch_size, seq_len, real_lengths)
 
-    monkeypatch.setattr(profile_measure.Session, "step", step)
+    monkeypatch.setattr(step_session.Session, "step", step)
     out = profile.run(
         profile.Config(
             checkpoint=tiny,

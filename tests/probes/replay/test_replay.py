@@ -4,6 +4,7 @@ a GPU figure: benchmarks/bench_goodput_gpu.py, benchmarks/RESULTS.md.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,10 +12,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
+from stack_util import carrier_json
 
 from probes.corpus import batching
 from probes.replay import model as replay_model
 from probes.replay import probe as replay
+from probes.step import steptime
 from runner.cli import main
 
 
@@ -134,3 +138,104 @@ def test_new_shape_cost_is_the_mean_first_step_excess_without_the_first_point():
     }
     assert replay_model.new_shape_s(raw, "fit/64") == pytest.approx(0.3)
     assert replay_model.new_shape_s({"fit/64": raw["fit/64"]}, "fit/64") == 0.0
+
+
+def _replay_argv(tiny, lengths_file, *extra) -> list[str]:
+    return [
+        "probe",
+        "replay",
+        "--checkpoint",
+        str(tiny),
+        "--lengths",
+        str(lengths_file),
+        "--weights",
+        "random",
+        "--lora-rank",
+        "4",
+        "--batch-size",
+        "4",
+        "--max-length",
+        "48",
+        "--strategies",
+        "longest",
+        "--num-steps",
+        "6",
+        "--warmup-steps",
+        "1",
+        "--fit-lens",
+        "8",
+        "--fit-lens",
+        "16",
+        "--fit-lens",
+        "32",
+        "--fit-lens",
+        "48",
+        "--fit-steps",
+        "2",
+        "--device",
+        "cpu",
+        *extra,
+        "--json",
+    ]
+
+
+def test_a_stack_is_applied_to_the_session_as_the_worker_applies_it(tiny):
+    config = replay.Config(checkpoint=tiny, lengths=Path("x.csv"), weights="random", lora_rank=4, device="cpu")
+    plain, stacked = replay._session(config), replay._session(dataclasses.replace(config, variant="bf16-adapters"))
+    for session in (plain, stacked):
+        session.load()
+    dtypes = [{p.dtype for p in s.model.parameters() if p.requires_grad} for s in (plain, stacked)]
+    assert dtypes == [{torch.float32}, {torch.bfloat16}]
+    fused = replay._session(dataclasses.replace(config, variant="fused-adamw+ce-chunk=0"))
+    assert fused.chunk == 0 and plain.chunk == config.ce_chunk
+    fused.load()
+    optimizer = fused.pieces.make_optimizer([p for p in fused.model.parameters() if p.requires_grad])
+    assert optimizer.defaults["fused"] is True
+
+
+def test_replay_with_the_stack_goodput_priced_checks_that_price(tiny, lengths_file, tmp_path, capsys):
+    """A plain replay's own fit serves as the profile; the stacked replay predicts from it scaled by the
+    carrier's factor (as goodput prices the hours), measures its steps with the stack, and reports the error."""
+    assert main(_replay_argv(tiny, lengths_file)) in (0, 1)  # the 5% check is a GPU figure
+    profile = tmp_path / "replay.json"
+    profile.write_text(capsys.readouterr().out)
+    steps = {"baseline": 0.4, "bf16-adapters": 0.3, "bf16-adapters+fused-adamw": 0.2}
+    stack_file = carrier_json(tmp_path / "carrier.json", tiny.name, steps)
+    stacked = ["--variant", "fused-adamw+bf16-adapters", "--profile", str(profile), "--stack-json", str(stack_file)]
+    assert main(_replay_argv(tiny, lengths_file, *stacked)) in (0, 1)
+    out = json.loads(capsys.readouterr().out)
+    model = steptime.from_profile_file(profile)
+    assert out["summary"]["variant"] == "fused-adamw+bf16-adapters"
+    assert out["summary"]["stack_step_factor"] == pytest.approx(0.5) and "x0.5000" in out["summary"]["step_model"]
+    for s in out["tables"]["replay_steps"]:
+        unscaled = float(model.predict([s["rows"]], [s["width"]], [s["masked"]])[0])
+        assert s["predicted_s"] == pytest.approx(0.5 * unscaled + s["new_shape"] * model.new_shape_s)
+    (row,) = out["tables"]["replay"]
+    assert row["error_pct"] == pytest.approx(100 * (row["predicted_s"] - row["measured_s"]) / row["measured_s"])
+    assert "replay_within_5pct" in {c["name"] for c in out["checks"]}
+
+
+def test_bad_stack_inputs_of_replay_are_one_line_exit_2(tiny, lengths_file, tmp_path, capsys):
+    stack_file = carrier_json(tmp_path / "carrier.json", tiny.name, {"baseline": 0.4, "compile": 0.3})
+    profile = tmp_path / "p.json"
+    profile.write_text(json.dumps({"tables": {}}))
+    cases = [
+        (["--stack-json", str(stack_file), "--profile", str(profile)], "--stack-json needs --variant"),
+        (["--variant", "compile", "--stack-json", str(stack_file)], "--stack-json needs --variant"),
+        (["--variant", "bf16-autocast+bf16-adapters"], "--variant"),
+        (["--variant", "nope"], "'nope': unknown"),
+    ]
+    for extra, needle in cases:
+        assert main(_replay_argv(tiny, lengths_file, *extra)) == 2
+        err = capsys.readouterr().err.strip()
+        assert needle in err and len(err.splitlines()) == 1, err
+    fit = [{"term": t, "coef": c} for t, c in (("quadratic", 0.0), ("linear", 1e-5), ("fixed", 0.01))]
+    profile.write_text(
+        json.dumps({"tables": {"fit": fit, "scaling": [{"seq_len": 8, "batch_size": 1, "tokens": 8, "in_fit": True}]}})
+    )
+    missing = ["--variant", "bf16-adapters", "--profile", str(profile), "--stack-json", str(stack_file)]
+    assert main(_replay_argv(tiny, lengths_file, *missing)) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        "carrier.json: no row for 'bf16-adapters' (measured: baseline, compile)" in err and len(err.splitlines()) == 1
+    )

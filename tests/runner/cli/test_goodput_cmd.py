@@ -3,6 +3,7 @@ lab's budget from cluster.yaml as the projection's default."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -11,9 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from probes.carrier import config as carrier
 from probes.profile import probe as profile
-from probes.profile.fit import FitRow, ScalingRow
 from probes.result import ProbeResult
+from probes.step.fit import FitRow, ScalingRow
 from runner.cli import main
 from runner.store.store import JobKey, Store
 
@@ -121,3 +123,64 @@ def test_no_profile_in_the_store_is_one_line_exit_2(tmp_path, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "no ok profile of checkpoint 'gemma-3-4b' on host 'gx10'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_goodput_priced_with_the_newest_stored_carriers_stack(tmp_path, capsys):
+    store = store_with_profiles(tmp_path / "results")
+    rows = [
+        {
+            "model": "qwen3-4b-base",
+            "variant": v,
+            "step_s": s,
+            "tokens_per_step": 4096,
+            "trustworthy": True,
+            "status": "ok",
+        }
+        for v, s in (("baseline", 0.4), ("bf16-adapters", 0.3), ("bf16-adapters+compile", 0.2))
+    ]
+    key = JobKey(
+        run_id="rc",
+        job_id="jc",
+        probe="carrier",
+        host="gx10",
+        checkpoint="qwen3-4b-base",
+        checkpoint_fp="fp",
+        config_hash="c",
+        code_version="v",
+        finished_at=T0,
+    )
+    config = carrier.Config(checkpoint=(Path("qwen3-4b-base"),))
+    store.write_result(
+        key, ProbeResult(probe="carrier", config=config, tables={"carriers": rows}), started_at=T0, wall_s=1.0, env={}
+    )
+    lengths = tmp_path / "l.parquet"
+    pq.write_table(pa.table({"length": [512] * 40}), lengths)
+    argv = ["goodput", "--host", "gx10", "--profile-checkpoint", "qwen3-4b-base", "--store", str(store.root)]
+    argv += ["--lengths", str(lengths), "--batch-size", "1", "--max-length", "512", "--strategies", "longest", "--json"]
+    assert main(argv + ["--stack-from-store", "--stack", "bf16-adapters"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (row,) = out["tables"]["goodput"]
+    assert abs(row["epoch_s"] - 40 * (0.2 + 1e-4 * 512) * 0.75) < 1e-9  # the newest profile, x0.3/0.4
+    summary = out["summary"]
+    assert (
+        summary["priced_with"] == "longest batching, stack bf16-adapters" and "carrier job jc" in summary["stack_from"]
+    )
+    assert "profile job j1" in summary["step_model"] and "carrier job jc" in summary["step_model"]
+    assert main(argv + ["--stack-from-store"]) == 0  # unset: the fastest measured ok
+    assert json.loads(capsys.readouterr().out)["summary"]["stack"] == "bf16-adapters+compile"
+    assert main(argv + ["--stack-from-store", "--stack", "compile"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "carrier job jc" in err and "no row for 'compile'" in err and len(err.splitlines()) == 1
+    assert main(argv + ["--stack-from-store", "--stack-json", "x.json"]) == 2
+    assert "not both" in capsys.readouterr().err
+    other = [a if a != "qwen3-4b-base" else "gemma-3-4b" for a in argv]
+    store.write_result(
+        dataclasses.replace(key, job_id="jp", probe="profile", checkpoint="gemma-3-4b"),
+        profile_result(0.2),
+        started_at=T0,
+        wall_s=1.0,
+        env={},
+    )
+    assert main(other + ["--stack-from-store"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no ok carrier of checkpoint 'gemma-3-4b' on host 'gx10'" in err and len(err.splitlines()) == 1

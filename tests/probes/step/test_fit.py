@@ -1,4 +1,4 @@
-"""profile_fit: the fit against synthetic timings with known coefficients, the held-out error, and
+"""probes.step.fit: the fit against synthetic timings with known coefficients, the held-out error, and
 fit_scaling over rows (launch-bound and failed points left out, terms' shares at the production length)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from probes.profile import fit as profile_fit
+from probes.step import fit as profile_fit
 
 
 def test_fit_recovers_known_coefficients():

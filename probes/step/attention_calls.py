@@ -1,18 +1,102 @@
-"""The `mask` probe's evidence: the probe batch (full, right-padded or packed rows) and every attention
-call the model's own forward makes on it, recorded by an attention function registered in both
-`AttentionInterface` and `AttentionMaskInterface` (probes.mask.probe reads the calls)."""
+"""The recorded forward: a probe batch (full, right-padded or packed rows) and every attention call the
+model's own forward makes on it, built from the checkpoint's config at reduced width and recorded by
+an attention function registered in both `AttentionInterface` and `AttentionMaskInterface`. The
+`mask` probe reads the calls layer by layer; `profile` asks whether they keep the fast path
+(probes.step.fast_path)."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import torch
 
-from probes.mask.config import Config
+from probes.result import require
 from probes.step.layer_types import tiny_config
 
 _RECORDER = "labprobe_record"
+_BYTES_PER_CELL = {"sdpa": 16, "eager": 32}
+"""Peak memory per (row, query, key) cell of the probe batch: masks, the reduced model's attention
+weights and the analysis all hold one or more of them. Measured on CPU (benchmarks/bench_mask_memory.py):
+10-11 bytes with sdpa, 22 with eager, going from 4,096 to 8,192 tokens; rounded up for headroom."""
+_FIXED_BYTES = 1 << 30
+"""The reduced model, torch and transformers: about 0.2-0.3 GiB measured; rounded up."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ForwardConfig:
+    """What the recorded forward runs: the checkpoint's config, the probe batch (its shape, padding and
+    packing) and the attention settings the harness uses."""
+
+    checkpoint: Path
+    """Checkpoint directory holding config.json, or the config.json itself (no weights needed)."""
+    seq_len: int = 4096
+    """Tokens per row of the probe batch."""
+    batch_size: int = 1
+    """Rows in the probe batch."""
+    padding: Literal["none", "right", "packed"] = "none"
+    """none: every row full; right: rows shrink to half length, right-padded; packed: each row holds
+    several sequences with restarting position_ids, as DataCollatorWithFlattening produces."""
+    num_packed: int = 3
+    """Sequences per row when --padding packed (unequal lengths: 1/2, 1/3, 1/6 of the row, ...)."""
+    use_cache: bool | None = None
+    """The use_cache keyword the harness passes to the forward; unset: what the config says."""
+    attention_mask: bool | None = None
+    """Whether the harness passes a 2D attention_mask; unset: as the collator would (yes for none and
+    right, no for packed, whose collator returns position_ids only)."""
+    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+    """The attention implementation the training run uses."""
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    """Training dtype: flash attention needs fp16/bf16."""
+
+    def __post_init__(self) -> None:
+        require(self.seq_len >= 2, "seq_len", f"must be >= 2, got {self.seq_len}")
+        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        require(self.num_packed >= 1, "num_packed", f"must be >= 1, got {self.num_packed}")
+        require(
+            self.padding != "packed" or self.seq_len >= self.num_packed,
+            "seq_len",
+            f"`seq_len` {self.seq_len} cannot hold `num_packed` {self.num_packed} sequences",
+        )
+
+
+def check_lengths(config: ForwardConfig, text_config) -> None:
+    """Refuse a batch the model cannot take or this machine cannot hold, before allocating any of it."""
+    limit = getattr(text_config, "max_position_embeddings", None)
+    require(
+        limit is None or config.seq_len <= limit,
+        "seq_len",
+        f"`seq_len` {config.seq_len} is over the model's max_position_embeddings {limit} ({config.checkpoint})",
+    )
+    cells = config.batch_size * config.seq_len * config.seq_len
+    need = cells * _BYTES_PER_CELL[config.attn_implementation] + _FIXED_BYTES
+    free = available_bytes()
+    require(
+        free is None or need <= free,
+        "seq_len",
+        f"`seq_len` {config.seq_len} x `batch_size` {config.batch_size} needs about {need / 2**30:.1f} GiB "
+        f"(the probe holds (row, query, key) masks); {(free or 0) / 2**30:.1f} GiB is available here",
+    )
+
+
+def available_bytes() -> int | None:
+    """Memory this process can still take: MemAvailable, within the cgroup's limit; None if unknown."""
+    free = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                free = int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if limit != "max" and free is not None:
+            free = min(free, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return free
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +107,7 @@ class Batch:
     position: torch.Tensor  # (b, s) int: position within its own sequence
 
 
-def _row_lengths(config: Config) -> list[int]:
+def _row_lengths(config: ForwardConfig) -> list[int]:
     if config.padding != "right":
         return [config.seq_len] * config.batch_size
     half = config.seq_len // 2
@@ -43,7 +127,7 @@ def _packed_lengths(seq_len: int, num: int) -> list[int]:
     return parts + [left]
 
 
-def build_batch(config: Config, vocab_size: int) -> Batch:
+def build_batch(config: ForwardConfig, vocab_size: int) -> Batch:
     b, s = config.batch_size, config.seq_len
     generator = torch.Generator().manual_seed(0)
     input_ids = torch.randint(1, vocab_size, (b, s), generator=generator)
@@ -109,7 +193,7 @@ def _recorder(calls: list[Call], inner):
     return record
 
 
-def record_forward(config: Config, text_config) -> tuple[list[Call], Batch]:
+def record_forward(config: ForwardConfig, text_config) -> tuple[list[Call], Batch]:
     """Run the reduced-width model's own forward and return every attention call, in order."""
     from transformers import AttentionInterface, AutoModelForCausalLM
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface

@@ -1,4 +1,5 @@
-"""The `profile` probe's scaling fit (probes.profile.probe measures the points; this fits them).
+"""The scaling fit of step time against sequence length: `profile` measures its points (and `replay` its
+own, on padded batches), this fits them.
 
 step_s = a*batch*L^2 + b*batch*L + c by least squares over the GPU-bound points (>= 3): per point the
 fitted value and the error of predicting it from a fit of the other points (`heldout_err_pct`), and

@@ -1,0 +1,171 @@
+"""Issue 27's "hours with the best stack": the ruling's 4B voice (23.4M real tokens a job, 3 arms x 2 seeds)
+priced on the demo corpus with the best batching and the best stack, then replayed with that stack.
+
+Four labprobe commands, each written to $OUT/stack_hours_commands.sh before it runs and its --json kept:
+1. `probe carrier` on random-weight Qwen3-4B-Base at the replay's widest batch (6 x 2,048), rank-32 LoRA,
+   through --harness (default benchmarks.harness_plain, the step issue 27's stacks improve on): `--search`
+   for the fastest stack, or `--stack NAME` measured beside the baseline (faster: no search) -> carrier.json.
+2. `probe replay` of the baseline (the fit measured in its own session serves as the profile, as in
+   README's goodput example) on benchmarks/data/demo_lengths_qwen3.csv, batch 6, max length 2,048 ->
+   replay_baseline.json (or --baseline-profile FILE: an earlier one, measured through the same harness).
+3. `probe goodput` with --profile replay_baseline.json --stack-json carrier.json and the ruling's budget:
+   every strategy priced with the stack; summary `priced_with`, `best_hours_per_job`, `baseline_hours_per_job`
+   -> goodput_stack.json.
+4. `probe replay --variant STACK --profile replay_baseline.json --stack-json carrier.json`: the same batches
+   run with the stack, predicted as goodput priced them -> replay_stack.json.
+Verdict (stack_hours_summary.json, printed last): |error_pct| <= 5 for every replayed strategy (`packed`,
+often goodput's best, cannot be replayed: the summary says which strategies were).
+
+On an H200 one device call holds at most 600 s: run it in phases, `--phase carrier` (about 2 minutes with
+--stack, 5-6 with --search), then `--phase rest` (two replays of 3 strategies x --num-steps steps and the
+pricing), with the same --out. `--tiny` runs all four on the CPU with a tiny random Qwen3 in seconds a step
+(a dry run of the commands: its figures are no GPU result).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECKPOINT = ROOT / "demo" / "checkpoints" / "qwen3-4b-base"
+LENGTHS = ROOT / "benchmarks" / "data" / "demo_lengths_qwen3.csv"
+BUDGET = ["--token-budget", "23400000", "--num-arms", "3", "--num-seeds", "2"]
+STRATEGIES = ("longest", "sorted", "bucket")
+LIMIT_PCT = 5.0
+
+
+def tiny_checkpoint(out: Path) -> Path:
+    from transformers import Qwen3Config
+
+    path = out / "tiny-qwen3"
+    Qwen3Config(
+        hidden_size=32,
+        intermediate_size=48,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        vocab_size=128,
+        num_hidden_layers=2,
+        tie_word_embeddings=True,
+    ).save_pretrained(path)
+    return path
+
+
+def common(args) -> list[str]:
+    """The model and step options carrier and both replays share (like with like)."""
+    out = ["--checkpoint", str(args.checkpoint), "--weights", "random", "--harness", args.harness]
+    out += ["--lora-rank", "32", "--lora-alpha", "64", "--batch-size", "6"]
+    return out + (["--device", "cpu"] if args.tiny else [])
+
+
+def carrier_argv(args) -> list[str]:
+    argv = ["probe", "carrier", *common(args), "--seq-len", str(args.max_length)]
+    argv += (
+        ["--search", "--search-budget-s", str(args.search_budget_s)]
+        if args.stack is None
+        else ["--variant", args.stack]
+    )
+    if args.tiny:
+        argv += ["--steps", "3", "--warmup-steps", "1", "--max-steps", "3", "--numerics-steps", "2"]
+    return argv
+
+
+def replay_argv(args, *extra: str) -> list[str]:
+    argv = ["probe", "replay", *common(args), "--lengths", str(LENGTHS), "--max-length", str(args.max_length)]
+    for s in STRATEGIES:
+        argv += ["--strategies", s]
+    argv += ["--num-steps", str(args.num_steps), "--warmup-steps", "3"]
+    return (
+        argv
+        + (["--fit-lens", "16", "--fit-lens", "64", "--fit-lens", "256", "--fit-steps", "2"] if args.tiny else [])
+        + list(extra)
+    )
+
+
+def goodput_argv(args, baseline: Path, carrier: Path) -> list[str]:
+    argv = ["probe", "goodput", "--lengths", str(LENGTHS), "--profile", str(baseline), "--stack-json", str(carrier)]
+    argv += ["--batch-size", "6", "--max-length", str(args.max_length), *BUDGET]
+    return argv + (["--stack", args.stack] if args.stack else [])
+
+
+def labprobe(argv: list[str], out_file: Path, log: Path) -> dict:
+    """Run `python3 -m runner.cli ARGV --json` (no install, no Ray), keep its JSON; a refusal (exit 2) stops."""
+    command = [sys.executable, "-m", "runner.cli", *argv, "--json"]
+    with log.open("a") as f:
+        f.write(
+            " ".join(shlex.quote(c) for c in ["python3", "-m", "runner.cli", *argv, "--json"]) + f" > {out_file.name}\n"
+        )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    sys.stderr.write(done.stderr[-4000:])
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"{argv[1]} exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
+    out_file.write_text(done.stdout)
+    return json.loads(done.stdout)
+
+
+def verdict(priced: dict, replayed: dict) -> dict:
+    rows = replayed["tables"].get("replay", [])
+    errors = {r["strategy"]: r["error_pct"] for r in rows}
+    s = priced["summary"]
+    return {
+        "priced_with": s.get("priced_with"),
+        "best_hours_per_job": s.get("best_hours_per_job"),
+        "best_hours_sweep": s.get("best_hours_sweep"),
+        "baseline_hours_per_job": s.get("baseline_hours_per_job"),
+        "stack": s.get("stack"),
+        "stack_step_factor": s.get("stack_step_factor"),
+        "replayed": list(errors),
+        "best_strategy_replayed": s.get("best_strategy") in errors,
+        "error_pct": errors,
+        "ok": bool(errors) and all(e is not None and abs(e) <= LIMIT_PCT for e in errors.values()),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--phase", choices=("all", "carrier", "rest"), default="all")
+    parser.add_argument("--checkpoint", type=Path, default=CHECKPOINT)
+    parser.add_argument("--harness", default="benchmarks.harness_plain")
+    parser.add_argument("--stack", default=None, help="the stack to price and replay; unset: carrier --search")
+    parser.add_argument("--search-budget-s", type=float, default=900.0)
+    parser.add_argument("--baseline-profile", type=Path, default=None)
+    parser.add_argument("--num-steps", type=int, default=200)
+    parser.add_argument("--tiny", action="store_true", help="a CPU dry run with a tiny random Qwen3")
+    args = parser.parse_args()
+    args.out = args.out.resolve()
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.max_length = 256 if args.tiny else 2048
+    if args.tiny:  # no --search on the CPU: compile would build its C++ kernels there
+        args.checkpoint, args.num_steps = tiny_checkpoint(args.out), min(args.num_steps, 8)
+        args.stack = args.stack or "bf16-adapters+fused-adamw"
+    log, carrier = args.out / "stack_hours_commands.sh", args.out / "carrier.json"
+    if args.phase in ("all", "carrier"):
+        labprobe(carrier_argv(args), carrier, log)
+        if args.phase == "carrier":
+            return 0
+    baseline = args.baseline_profile or args.out / "replay_baseline.json"
+    if args.baseline_profile is None:
+        labprobe(replay_argv(args), baseline, log)
+    priced = labprobe(goodput_argv(args, baseline, carrier), args.out / "goodput_stack.json", log)
+    stack = priced["summary"]["stack"]
+    replayed = labprobe(
+        replay_argv(args, "--variant", stack, "--profile", str(baseline), "--stack-json", str(carrier)),
+        args.out / "replay_stack.json",
+        log,
+    )
+    summary = {"tiny_cpu_dry_run": args.tiny, **verdict(priced, replayed)}
+    (args.out / "stack_hours_summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary, indent=1))
+    return 0 if summary["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

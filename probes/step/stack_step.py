@@ -1,0 +1,116 @@
+"""A stack's measured step against the baseline's, read from a `labprobe probe carrier --json` output
+(table `carriers`, a row per model and variant) or a `labprobe probe profile --variant ... --json` one
+(table `variants`, one model): the factor `goodput` scales its step-time model by to price hours with
+the stack, and `replay` scales its prediction by to check that price.
+
+Both rows come from the same run, at the same shape (batch_size x seq_len), each in fresh processes
+(probes.step.processes): their ratio is the stack's saving at that shape, applied to every batch shape
+the step model prices. Whether it holds at the corpus's other shapes (narrow, launch-bound batches, a
+compiled model's recompiles at each new shape) is what `replay --variant` measures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from probes.result import InputError
+
+BASELINE = "baseline"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StackStep:
+    stack: str
+    model: str
+    step_s: float
+    baseline_step_s: float
+    tokens_per_step: int | None
+    trustworthy: bool
+    """Both rows measured GPU-bound with spreads within 2% (carrier's and profile's `trustworthy`)."""
+    within_tolerance: bool | None
+    """The stack's numerics price within tolerance (carrier's `numerics` table); None: not measured."""
+    source: str
+
+    @property
+    def factor(self) -> float:
+        """The stack's step time over the baseline's: below 1 is faster."""
+        return self.step_s / self.baseline_step_s
+
+    def describe(self) -> str:
+        shape = f" at {self.tokens_per_step:,} tokens a step" if self.tokens_per_step else ""
+        return (
+            f"stack {self.stack} x{self.factor:.4f} ({self.step_s:.4g} s vs baseline {self.baseline_step_s:.4g} s"
+            f"{shape}, {self.model}, {self.source})"
+        )
+
+
+def _rows(result: dict, source: str) -> list[dict]:
+    """Rows of (model, variant, step_s, tokens_per_step, trustworthy, status), carrier's or profile's."""
+    tables = result.get("tables") if isinstance(result, dict) else None
+    if not isinstance(tables, dict) or not (tables.get("carriers") or tables.get("variants")):
+        raise InputError(
+            f"{source}: no stack measured (needs table 'carriers' of carrier --json or 'variants' of profile --variant --json)"
+        )
+    if tables.get("carriers"):
+        return tables["carriers"]
+    checkpoint = (result.get("config") or {}).get("checkpoint") or "profile"
+    model = Path(checkpoint[0] if isinstance(checkpoint, list) else checkpoint).name
+    return [{**r, "model": model, "tokens_per_step": r.get("tokens")} for r in tables["variants"]]
+
+
+def _model_rows(rows: list[dict], prefer: str | None, source: str) -> tuple[str, dict[str, dict]]:
+    """The rows of one model, by variant: `prefer` if the file has it, else the file's only model."""
+    by_model: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        by_model.setdefault(str(r.get("model")), {})[str(r.get("variant"))] = r
+    if prefer in by_model:
+        return prefer, by_model[prefer]
+    if len(by_model) == 1:
+        return next(iter(by_model.items()))
+    which = f"none of them {prefer!r}" if prefer else "and no checkpoint named to choose one by"
+    raise InputError(f"{source}: rows of {len(by_model)} models ({', '.join(sorted(by_model))}), {which}")
+
+
+def _measured(row: dict | None, name: str, known: dict, source: str) -> float:
+    if row is None:
+        raise InputError(f"{source}: no row for {name!r} (measured: {', '.join(known)})")
+    if not isinstance(row.get("step_s"), (int, float)) or row["step_s"] <= 0:
+        raise InputError(f"{source}: {name!r} has no measured step_s (status: {row.get('status')})")
+    return float(row["step_s"])
+
+
+def read(path: Path, stack: str | None, prefer_model: str | None = None) -> StackStep:
+    """The stack's step and the baseline's from a carrier or profile `--json` file; `stack` None: the
+    fastest row whose status is ok (carrier's own choice of the fastest). InputError on a missing or
+    unreadable file, no baseline, or no measured row for the stack."""
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: unreadable carrier/profile JSON: {exc}") from None
+    model, rows = _model_rows(_rows(result, str(path)), prefer_model, str(path))
+    if stack is not None:  # carrier and profile store a stack under its members sorted (probes.step.stacks)
+        stack = "+".join(sorted(dict.fromkeys(p.strip() for p in stack.split("+"))))
+    else:
+        ok = [r for r in rows.values() if r.get("status") == "ok" and isinstance(r.get("step_s"), (int, float))]
+        if not ok:
+            raise InputError(f"{path}: no row of {model} measured ok to take the fastest from")
+        stack = str(min(ok, key=lambda r: r["step_s"])["variant"])
+    baseline_s = _measured(rows.get(BASELINE), BASELINE, rows, str(path))
+    stack_s = _measured(rows.get(stack), stack, rows, str(path))
+    numerics = [
+        r
+        for r in (result.get("tables") or {}).get("numerics", [])
+        if r.get("variant") == stack and r.get("model") == model
+    ]
+    return StackStep(
+        stack=stack,
+        model=model,
+        step_s=stack_s,
+        baseline_step_s=baseline_s,
+        tokens_per_step=rows[stack].get("tokens_per_step"),
+        trustworthy=rows[stack].get("trustworthy") is True and rows[BASELINE].get("trustworthy") is True,
+        within_tolerance=numerics[0].get("within_tolerance") if numerics else None,
+        source=str(path),
+    )

@@ -1,0 +1,118 @@
+"""A host x checkpoint's step time as a function of the batch shape (rows, padded width), read from a
+`labprobe probe profile --json` result or fitted by `replay`: `goodput` prices an epoch's batches with
+it, `replay` checks it against the same batches run through the harness. The `goodput` probe
+documents the model (the polynomial, launch-bound points below the fit, the mask penalty).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+
+from probes.result import InputError
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepModel:
+    """A host x checkpoint's step time as a function of the batch shape."""
+
+    quadratic_s: float
+    linear_s: float
+    fixed_s: float
+    min_len: int
+    max_len: int
+    fit_batch_size: int = 1
+    launch_points: tuple[tuple[int, float], ...] = ()
+    """(tokens a step, step_s) of measured launch-bound points below the fit."""
+    mask_penalty_pct: float = 0.0
+    """Extra time of a masked batch over a maskless one of the same shape (0 when the fit is masked)."""
+    launch_bound_in_fit: bool | None = False
+    """True: the fit includes launch-bound points; None: not known (a CPU profile)."""
+    new_shape_s: float = 0.0
+    """One-off cost of the first step at a batch shape (rows, width) the process has not run before
+    (kernel plans, allocator growth), paid once per shape per job (measured by `replay`)."""
+    source: str = "given"
+
+    def poly(self, rows, widths) -> np.ndarray:
+        rows, widths = np.asarray(rows, float), np.asarray(widths, float)
+        return self.quadratic_s * rows * widths**2 + self.linear_s * rows * widths + self.fixed_s
+
+    def predict(self, rows, widths, masked) -> np.ndarray:
+        """Predicted step_s of each batch."""
+        rows, widths = np.asarray(rows, float), np.asarray(widths, float)
+        out = self.poly(rows, widths)
+        if self.launch_points:
+            edge = self.fit_batch_size * self.min_len
+            xs = [t for t, _ in self.launch_points] + [edge]
+            ys = [s for _, s in self.launch_points] + [float(self.poly(self.fit_batch_size, self.min_len))]
+            tokens = rows * widths
+            below = tokens < edge
+            out = np.where(below, np.maximum(out, np.interp(tokens, xs, ys)), out)
+        return out * np.where(np.asarray(masked, bool), 1 + self.mask_penalty_pct / 100, 1.0)
+
+    def outside(self, rows, widths) -> np.ndarray:
+        """Batches priced outside the fitted lengths and not covered by a measured launch point."""
+        widths = np.asarray(widths)
+        low = self.min_len if not self.launch_points else 0
+        return (widths < low) | (widths > self.max_len)
+
+    def scaled(self, factor: float, source: str) -> StepModel:
+        """Every step time `factor` times as long (a stack's measured step over the baseline's): the fit's
+        terms and the launch-bound points. The mask penalty is relative and stays; so does new_shape_s, a
+        one-off of the process, not of the step (a compiled stack's recompiles are replay's to measure)."""
+        return dataclasses.replace(
+            self,
+            quadratic_s=self.quadratic_s * factor,
+            linear_s=self.linear_s * factor,
+            fixed_s=self.fixed_s * factor,
+            launch_points=tuple((tokens, s * factor) for tokens, s in self.launch_points),
+            source=source,
+        )
+
+
+def model_from_profile(profile: dict, source: str = "profile") -> StepModel:
+    """The step model of a `labprobe probe profile --json` result (or the same tables from the store)."""
+    tables = profile.get("tables", {})
+    coef = {r["term"]: r["coef"] for r in tables.get("fit", [])}
+    if set(coef) != {"quadratic", "linear", "fixed"}:
+        raise InputError(f"{source}: no fit (table 'fit' needs the quadratic, linear and fixed terms)")
+    scaling = [r for r in tables.get("scaling", []) if r.get("status", "ok") == "ok"]
+    fitted = [r for r in scaling if r.get("in_fit")]
+    if not fitted:
+        raise InputError(f"{source}: no fitted point (table 'scaling' needs rows with in_fit true)")
+    launch = sorted(
+        (r["tokens"], r["step_s"])
+        for r in scaling
+        if r.get("launch_bound") and r["seq_len"] < min(f["seq_len"] for f in fitted)
+    )
+    penalty = next(
+        (r.get("penalty_same_shape_pct") for r in tables.get("padding_penalty", []) if r.get("case") == "half_padded"),
+        None,
+    )
+    unknown = any(r.get("launch_bound") is None for r in fitted)
+    new_shape_s = (profile.get("summary") or {}).get("new_shape_s") or 0.0
+    return StepModel(
+        quadratic_s=coef["quadratic"],
+        linear_s=coef["linear"],
+        fixed_s=coef["fixed"],
+        min_len=min(r["seq_len"] for r in fitted),
+        max_len=max(r["seq_len"] for r in fitted),
+        fit_batch_size=fitted[0]["batch_size"],
+        launch_points=tuple(launch),
+        mask_penalty_pct=penalty or 0.0,
+        launch_bound_in_fit=None if unknown else False,
+        new_shape_s=new_shape_s,
+        source=source,
+    )
+
+
+def from_profile_file(path: Path) -> StepModel:
+    """The step model of a `labprobe probe profile --json` file (an unreadable one is an InputError)."""
+    try:
+        profile = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: unreadable profile JSON: {exc}") from None
+    return model_from_profile(profile, source=str(path))

@@ -1,0 +1,54 @@
+"""bench_stack_hours_gpu.py's commands and verdict on synthetic output: carrier, both replays and goodput share
+the model and step options, the stacked replay predicts from the baseline's fit scaled by the carrier's run,
+and the verdict fails on any strategy beyond 5% or none replayed. (`--tiny` runs the four commands for real
+on the CPU: about 2 minutes, so not here.)"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+
+SPEC = importlib.util.spec_from_file_location(
+    "bench_stack_hours_gpu", Path(__file__).resolve().parents[2] / "benchmarks" / "bench_stack_hours_gpu.py"
+)
+bench = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(bench)
+
+
+def _args(**kw) -> argparse.Namespace:
+    base = dict(
+        checkpoint=Path("ck/qwen3-4b-base"),
+        harness="benchmarks.harness_plain",
+        tiny=False,
+        max_length=2048,
+        stack=None,
+        search_budget_s=900.0,
+        num_steps=200,
+    )
+    return argparse.Namespace(**(base | kw))
+
+
+def test_the_commands_share_the_step_and_the_stacked_replay_is_priced_as_goodput_prices():
+    args = _args()
+    carrier = bench.carrier_argv(args)
+    assert carrier[:2] == ["probe", "carrier"] and "--search" in carrier and "--seq-len" in carrier
+    assert bench.carrier_argv(_args(stack="compile+fused-adamw"))[-2:] == ["--variant", "compile+fused-adamw"]
+    shared = bench.common(args)
+    stacked = bench.replay_argv(args, "--variant", "S", "--profile", "b.json", "--stack-json", "c.json")
+    assert carrier[2 : 2 + len(shared)] == shared and stacked[2 : 2 + len(shared)] == shared
+    priced = bench.goodput_argv(args, Path("b.json"), Path("c.json"))
+    assert priced[priced.index("--profile") + 1] == "b.json" and priced[priced.index("--stack-json") + 1] == "c.json"
+    assert "23400000" in priced and "--stack" not in priced
+
+
+def test_the_verdict_needs_every_replayed_strategy_within_5_percent():
+    priced = {"summary": {"priced_with": "packed batching, stack s", "best_strategy": "packed", "stack": "s"}}
+    replay = {
+        "tables": {"replay": [{"strategy": "sorted", "error_pct": -3.0}, {"strategy": "bucket", "error_pct": 4.9}]}
+    }
+    good = bench.verdict(priced, replay)
+    assert good["ok"] and good["replayed"] == ["sorted", "bucket"] and not good["best_strategy_replayed"]
+    replay["tables"]["replay"][1]["error_pct"] = 5.2
+    assert not bench.verdict(priced, replay)["ok"]
+    assert not bench.verdict(priced, {"tables": {}})["ok"]

@@ -1,0 +1,25 @@
+"""A carrier result as `labprobe probe carrier --json` writes it, with only what goodput and replay read
+from it (table `carriers`: model, variant, step_s, tokens_per_step, trustworthy, status; `numerics`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def carrier_json(path: Path, model: str, steps: dict[str, float], *, trustworthy: bool = True) -> Path:
+    """steps: variant name -> step_s (None: a row that did not measure, e.g. not applicable)."""
+    rows = [
+        {
+            "model": model,
+            "variant": name,
+            "step_s": step_s,
+            "tokens_per_step": 4096,
+            "trustworthy": trustworthy if step_s is not None else None,
+            "status": "ok" if step_s is not None else "not applicable: install liger-kernel",
+        }
+        for name, step_s in steps.items()
+    ]
+    numerics = [{"model": model, "variant": name, "within_tolerance": name != "bf16-adapters"} for name in steps]
+    path.write_text(json.dumps({"probe": "carrier", "tables": {"carriers": rows, "numerics": numerics}}))
+    return path

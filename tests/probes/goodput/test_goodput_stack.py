@@ -1,0 +1,104 @@
+"""goodput priced with a stack (--stack-json, --stack): every step time scaled by the stack's measured step over
+the baseline's, the hours of the best batching and the best stack said, and bad inputs one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from lengths_util import write_lengths
+from stack_util import carrier_json
+
+from probes.goodput import probe as goodput
+from runner.cli import main
+
+STEPS = {"baseline": 0.40, "bf16-adapters": 0.30, "bf16-adapters+compile+fused-adamw": 0.20, "liger": None}
+
+
+@pytest.fixture
+def lengths(tmp_path):
+    return write_lengths(tmp_path / "l.parquet", [100, 900, 300, 2000, 50, 700, 1200, 400] * 12)
+
+
+def _config(lengths, **kw) -> goodput.Config:
+    terms = dict(quadratic_s=1e-8, linear_s=2e-5, fixed_s=0.05, floor_s=0.06, fit_min_len=256, fit_max_len=2048)
+    return goodput.Config(lengths=lengths, batch_size=4, max_length=2048, token_budget=5_000_000, **terms, **kw)
+
+
+def test_a_faster_stack_prices_fewer_hours_by_its_measured_factor(lengths, tmp_path):
+    stack_file = carrier_json(tmp_path / "carrier.json", "qwen3-4b-base", STEPS)
+    plain = goodput.run(_config(lengths))
+    # asked in another order than carrier stores it: the same stack
+    stacked = goodput.run(_config(lengths, stack_json=stack_file, stack="fused-adamw+compile+bf16-adapters"))
+    by_strategy = {r.strategy: r for r in plain.tables["goodput"]}
+    for row in stacked.tables["goodput"]:
+        base = by_strategy[row.strategy]
+        assert row.epoch_s == pytest.approx(base.epoch_s * 0.5) and row.hours_per_job < base.hours_per_job
+        assert row.hours_per_job == pytest.approx(base.hours_per_job * 0.5)  # no one-off shape cost here
+    s = stacked.summary
+    best = min(plain.tables["goodput"], key=lambda r: r.epoch_s)
+    assert s["priced_with"] == f"{best.strategy} batching, stack bf16-adapters+compile+fused-adamw"
+    assert s["stack_step_factor"] == pytest.approx(0.5) and s["baseline_hours_per_job"] == best.hours_per_job
+    assert s["best_hours_per_job"] == pytest.approx(0.5 * best.hours_per_job) and s["stack_within_tolerance"]
+    assert "x0.5000" in s["step_model"] and {c.name: c.ok for c in stacked.checks}["stack_trustworthy"]
+    assert plain.summary["priced_with"] == f"{best.strategy} batching, the harness as it is"
+    assert plain.summary["stack"] is None and "stack_trustworthy" not in {c.name for c in plain.checks}
+
+
+def test_without_a_stack_named_the_fastest_ok_row_prices_and_a_slower_one_prices_more(lengths, tmp_path):
+    stack_file = carrier_json(tmp_path / "carrier.json", "qwen3-4b-base", STEPS | {"grad-ckpt": 0.52})
+    fastest = goodput.run(_config(lengths, stack_json=stack_file))
+    assert fastest.summary["stack"] == "bf16-adapters+compile+fused-adamw"  # not liger: it did not measure
+    slower = goodput.run(_config(lengths, stack_json=stack_file, stack="grad-ckpt"))
+    assert slower.summary["best_hours_per_job"] > slower.summary["baseline_hours_per_job"]
+    assert slower.summary["stack_step_factor"] == pytest.approx(1.3)
+
+
+def test_a_profiles_variants_table_serves_and_an_untrustworthy_row_fails_its_check(lengths, tmp_path):
+    rows = [
+        {"variant": "baseline", "tokens": 4096, "step_s": 0.4, "trustworthy": False, "status": "ok"},
+        {"variant": "compile", "tokens": 4096, "step_s": 0.3, "trustworthy": True, "status": "ok"},
+    ]
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({"config": {"checkpoint": "/m/qwen3-4b-base"}, "tables": {"variants": rows}}))
+    result = goodput.run(_config(lengths, stack_json=profile, stack="compile"))
+    assert (
+        result.summary["stack_step_factor"] == pytest.approx(0.75) and result.summary["stack_model"] == "qwen3-4b-base"
+    )
+    check = {c.name: c for c in result.checks}["stack_trustworthy"]
+    assert not check.ok and "numerics not measured" in check.detail
+
+
+def test_bad_stack_inputs_are_one_line_exit_2(lengths, tmp_path, capsys):
+    stack_file = carrier_json(tmp_path / "carrier.json", "qwen3-4b-base", STEPS)
+    base = [
+        "probe",
+        "goodput",
+        "--lengths",
+        str(lengths),
+        "--linear-s",
+        "1e-4",
+        "--quadratic-s",
+        "0",
+        "--fixed-s",
+        "0.1",
+    ]
+    cases = [
+        (["--stack-json", str(tmp_path / "missing.json")], "missing.json: unreadable carrier/profile JSON"),
+        (["--stack-json", str(stack_file), "--stack", "compile"], "no row for 'compile' (measured: baseline, bf16"),
+        (["--stack-json", str(stack_file), "--stack", "liger"], "'liger' has no measured step_s (status: not appl"),
+        (["--stack", "compile"], "--stack needs --stack-json"),
+    ]
+    for extra, needle in cases:
+        assert main(base + extra) == 2
+        err = capsys.readouterr().err.strip()
+        assert needle in err and len(err.splitlines()) == 1, err
+    (tmp_path / "other.json").write_text(json.dumps({"tables": {"goodput": []}}))
+    assert main(base + ["--stack-json", str(tmp_path / "other.json")]) == 2
+    assert "no stack measured" in capsys.readouterr().err
+    two = carrier_json(tmp_path / "two.json", "a", STEPS)
+    doc = json.loads(two.read_text())
+    doc["tables"]["carriers"] += [{**r, "model": "b"} for r in doc["tables"]["carriers"]]
+    two.write_text(json.dumps(doc))
+    assert main(base + ["--stack-json", str(two)]) == 2
+    assert "rows of 2 models (a, b), and no checkpoint named to choose one by" in capsys.readouterr().err
