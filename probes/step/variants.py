@@ -115,6 +115,8 @@ FIXED: dict[str, Variant] = {
         ),
     )
 }
+BASELINE_VARIANT = FIXED[BASELINE]
+"""No change: the Variant a Spec measures unless told otherwise."""
 CE_CHUNK = re.compile(r"ce-chunk=(\d+)")
 
 
