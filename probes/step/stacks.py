@@ -77,7 +77,7 @@ def compose(name: str) -> variants.Variant:
     setter: dict[str, str] = {}
     for part in parts:
         for piece in PIECES:
-            value, default = getattr(part, piece), getattr(variants.FIXED[variants.BASELINE], piece)
+            value, default = getattr(part, piece), getattr(variants.BASELINE_VARIANT, piece)
             if value is default or (piece != "autocast_dtype" and value is None):
                 continue
             if piece in fields and fields[piece] != value:

@@ -14,7 +14,7 @@ from torch.autograd import DeviceType
 
 from probes.carrier import probe as carrier
 from probes.result import InputError
-from probes.step import attribution, contract, flops, kernels, models, processes, variants, whatif
+from probes.step import attribution, contract, flops, kernels, models, processes, stacks, variants, whatif
 from probes.step import harness as reference
 from probes.step.measurement import Measurement
 from runner.cli import main
@@ -106,7 +106,9 @@ def test_an_unknown_variant_is_one_line_naming_the_known_ones_exit_2(tiny, capsy
 
 
 def test_variant_names_parse_baseline_first_and_once():
-    assert variants.parse(("compile", "baseline", "ce-chunk=512", "compile")) == ("baseline", "compile", "ce-chunk=512")
+    parsed = stacks.parse(("compile", "baseline", "ce-chunk=512", "compile"))
+    assert [v.name for v in parsed] == ["baseline", "compile", "ce-chunk=512"]
+    assert parsed == (variants.BASELINE_VARIANT, variants.get("compile"), variants.get("ce-chunk=512"))
     assert variants.get("ce-chunk=512").ce_chunk == 512
     with pytest.raises(InputError, match="ce-chunk=-1"):
         variants.get("ce-chunk=-1")
