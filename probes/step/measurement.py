@@ -93,13 +93,13 @@ class Measurement:
     """The variant's caveat as the child reported it (empty when it reported nothing)."""
     harness_step: dict | None = None
     """The harness contract's pieces (probes.step.contract.Contract.describe), the variant's swapped in."""
-    harness_fallbacks: list | None = None
-    harness_env: dict | None = None
-    kernel_packages: dict | None = None
+    harness_fallbacks: list[str] | None = None
+    harness_env: dict[str, str] | None = None
+    kernel_packages: dict[str, str | None] | None = None
     params_total: int | None = None
     params_trainable: int | None = None
     params_active: int | None = None
-    lora_targets: dict | None = None
+    lora_targets: dict[str, list[str]] | None = None
     step_flops: float | None = None
     timings: dict | None = None
     """probes.step.timing.Timing.to_dict of the timed steps."""
@@ -115,23 +115,23 @@ class Measurement:
     compile_s: float | None = None
     """A compiled variant's first step less its median step."""
     gc_during_timing: dict | None = None
-    attention_backends: list | None = None
+    attention_backends: list[str] | None = None
     kernel_s_per_step: float | None = None
     gpu_busy_frac: float | None = None
     """Kernel time over step time; None on the CPU (no device timeline)."""
-    kernel_table: list | None = None
-    attributed_s: dict | None = None
+    kernel_table: list[dict] | None = None
+    attributed_s: dict[str, float] | None = None
     """Kernel seconds per step by scope/phase/kind (probes.step.attribution), with `predict` only."""
     numerics: dict | None = None
     """probes.step.numerics.measure's record, with `numerics_steps` only."""
     microbench: dict | None = None
-    stage_s: dict | None = None
-    kernel_fallbacks: list | None = None
+    stage_s: dict[str, float] | None = None
+    kernel_fallbacks: list[str] | None = None
     process_wall_s: float | None = None
     """The whole child process, start to answer read (set by the parent)."""
     processes: int = 1
     """Processes merged into this result."""
-    process_step_s: list | None = None
+    process_step_s: list[float] | None = None
     """The merged processes' median steps."""
     spread_across_pct: float | None = None
     """(max-min)/median of the merged processes' medians; None for one process."""
@@ -171,12 +171,13 @@ class Measurement:
 
 
 _TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool, "dict": dict, "list": list}
-"""The JSON types a Measurement field's annotation (its first part, before `| None`) accepts."""
+"""The JSON types a Measurement field's annotation accepts (its outer type: `dict[str, float] | None` is a dict;
+what a dict or list holds is the reader's to read)."""
 
 
 def _wrong(data: dict, variant: variants.Variant) -> str | None:
     """What makes `data` no answer for `variant`: an unknown key, a value of the wrong type, another name."""
-    fields = {f.name: f.type.split(" |")[0] for f in dataclasses.fields(Measurement)}
+    fields = {f.name: f.type.split(" |")[0].split("[")[0] for f in dataclasses.fields(Measurement)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
         return f"unknown key(s) {', '.join(unknown)}"

@@ -89,11 +89,7 @@ class _Search:
             return None
         base_s = self.out.baseline.step_s
         members = stacks.members(stack.name)
-        added = (
-            [m for m in members if m not in stacks.members(parent.name)]
-            if parent.name != variants.BASELINE
-            else members
-        )
+        added = [m for m in members if m not in stacks.members(parent.name)]  # the baseline's members: itself
         ratio = [self.singles.get(m) for m in added]
         predicted = parent_s * math.prod(r / base_s for r in ratio) if None not in ratio else None
         singles = [self.singles.get(m) for m in members]
