@@ -177,14 +177,16 @@ what a dict or list holds is the reader's to read)."""
 
 def _wrong(data: dict, variant: variants.Variant) -> str | None:
     """What makes `data` no answer for `variant`: an unknown key, a value of the wrong type, another name."""
-    fields = {f.name: f.type.split(" |")[0].split("[")[0] for f in dataclasses.fields(Measurement)}
-    unknown = sorted(set(data) - set(fields))
+    types = {f.name: f.type for f in dataclasses.fields(Measurement)}
+    unknown = sorted(set(data) - set(types))
     if unknown:
         return f"unknown key(s) {', '.join(unknown)}"
     if data.get("variant") != variant.name:
         return f"it names variant {data.get('variant')!r}, not {variant.name!r}"
     for key, value in data.items():
-        expected = _TYPES.get(fields[key])
-        if expected is not None and value is not None and not isinstance(value, expected):
-            return f"{key} is a {type(value).__name__}, not a {fields[key]}"
+        outer = types[key].split(" |")[0].split("[")[0]
+        if value is None and not types[key].endswith("| None"):
+            return f"{key} is null"
+        if value is not None and not isinstance(value, _TYPES.get(outer, object)):
+            return f"{key} is a {type(value).__name__}, not a {outer}"
     return None

@@ -72,6 +72,8 @@ def test_the_workers_answer_reads_back_as_a_measurement_of_the_same_variant(tiny
         ("[1, 2]", "unreadable answer: a JSON list, not an object"),
         ('{"variant": "compile", "step_s": 0.5, "tok_per_s": 9}', "unreadable answer: unknown key(s) tok_per_s"),
         ('{"variant": "compile", "step_s": "fast"}', "unreadable answer: step_s is a str, not a float"),
+        ('{"variant": "compile", "status": null}', "unreadable answer: status is null"),
+        ('{"variant": "compile", "timings": [0.5]}', "unreadable answer: timings is a list, not a dict"),
     ],
 )
 def test_an_answer_that_does_not_read_is_a_failed_measurement(text, why):
