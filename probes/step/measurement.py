@@ -146,9 +146,9 @@ class Measurement:
         return {k: v for k, v in vars(self).items() if v is not None and v != defaults[k]}
 
     def to_dict(self) -> dict:
-        """The JSON-able form: the variant by its name, fields not measured left out."""
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "variant"}
-        return {"variant": self.variant.name, **{k: v for k, v in values.items() if v is not None}}
+        """The JSON-able form: the variant by its name, its status, and what was reported (`given`)."""
+        given = {k: v for k, v in self.given().items() if k not in ("variant", "status")}
+        return {"variant": self.variant.name, "status": self.status, **given}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
