@@ -15,11 +15,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script,
 import torch
 from torch.autograd import DeviceType
 
-from probes.step import attribution, contract, kernels, variants, worker
+from probes.step import attribution, contract, kernels, worker
 from probes.step import harness as reference
+from probes.step.measurement import Spec
 
 ckpt, batch, seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-spec = worker.Spec(
+spec = Spec(
     checkpoint=ckpt,
     weights="random",
     harness="benchmarks.harness_plain",
@@ -35,7 +36,7 @@ spec = worker.Spec(
 )
 device = torch.device("cuda")
 pieces = contract.resolve(reference.load_harness(spec.harness))
-model = worker._build(spec, pieces, variants.get("baseline"), device)
+model = worker._build(spec, pieces, spec.variant, device)
 step = worker._step(spec, model, pieces, 1024, device)
 for _ in range(3):
     step()

@@ -6,12 +6,12 @@ import dataclasses
 from pathlib import Path
 
 from probes.result import require
-from probes.step import stacks, variants
-from probes.step.config import StepConfig
+from probes.step import variants
+from probes.step.config import StepConfig, VariantChoice
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(StepConfig):
+class Config(StepConfig, VariantChoice):
     checkpoint: tuple[Path, ...]
     """Checkpoint directories of the family (repeat --checkpoint), each with config.json."""
     seq_len: int = 4096
@@ -58,4 +58,4 @@ class Config(StepConfig):
         require(self.peak_tflops is None or self.peak_tflops > 0, "peak_tflops", "must be > 0")
         require(self.search_budget_s > 0, "search_budget_s", "must be > 0")
         require(self.numerics_steps >= 0, "numerics_steps", "must be >= 0")
-        stacks.parse(self.variant)
+        self.resolved_variants  # noqa: B018 - resolved here, once: a bad name is this Config's FieldError

@@ -63,12 +63,12 @@ from probes.step import (
     models,
     params,
     peaks,
-    stacks,
     variants,
     whatif,
 )
 from probes.step import harness as reference
 from probes.step.checkpoint import load_text_config
+from probes.step.measurement import Measurement
 from probes.step.timing import MAX_SPREAD
 
 
@@ -128,38 +128,38 @@ def _counts_only(config: Config, checkpoint: Path, harness, targets: dict) -> Ca
     )
 
 
-def _row(config: Config, name: str, r: dict, peaks: tuple[float | None, float | None]) -> CarrierRow:
+def _row(config: Config, name: str, r: Measurement, peaks: tuple[float | None, float | None]) -> CarrierRow:
     tokens = config.batch_size * config.seq_len
     base = dict(
         model=name,
-        variant=r["variant"],
-        params_total=r.get("params_total"),
-        params_trainable=r.get("params_trainable"),
-        params_active=r.get("params_active"),
+        variant=r.variant.name,
+        params_total=r.params_total,
+        params_trainable=r.params_trainable,
+        params_active=r.params_active,
         tokens_per_step=tokens,
-        caveat=r.get("caveat", ""),
-        kernel_fallbacks=", ".join(r.get("kernel_fallbacks") or []) or None,
+        caveat=r.caveat,
+        kernel_fallbacks=", ".join(r.kernel_fallbacks or []) or None,
     )
-    if r.get("status") != "ok":
-        return CarrierRow(**base, status=r.get("status", "failed"))
-    step_s, busy = r["step_s"], r.get("gpu_busy_frac")
+    if r.status != "ok":
+        return CarrierRow(**base, status=r.status)
+    step_s, busy = r.step_s, r.gpu_busy_frac
     hours = config.token_budget * step_s / tokens / 3600.0
     launch_bound = None if busy is None else busy < kernels.LAUNCH_BOUND_BELOW
-    across = r.get("spread_across_pct")
-    trustworthy = r["trustworthy"] and (across is None or across <= 100 * MAX_SPREAD)
-    mfu = [None if p is None else r["step_flops"] / step_s / p for p in peaks]
+    across = r.spread_across_pct
+    trustworthy = r.trustworthy and (across is None or across <= 100 * MAX_SPREAD)
+    mfu = [None if p is None else r.step_flops / step_s / p for p in peaks]
     return CarrierRow(
         **base,
-        warmup_steps=r["warmup_steps"],
-        steps=r["steps"],
-        processes=r.get("processes", 1),
+        warmup_steps=r.warmup_steps,
+        steps=r.steps,
+        processes=r.processes,
         step_s=step_s,
         tok_per_s=tokens / step_s,
-        spread_pct=r["spread_pct"],
-        spread_all_pct=r["spread_all_pct"],
-        iqr_pct=r["iqr_pct"],
+        spread_pct=r.spread_pct,
+        spread_all_pct=r.spread_all_pct,
+        iqr_pct=r.iqr_pct,
         spread_across_pct=across,
-        peak_mem_bytes=r.get("peak_mem_bytes"),
+        peak_mem_bytes=r.peak_mem_bytes,
         gpu_busy_frac=busy,
         mfu_vs_measured_peak=mfu[0],
         mfu_vs_datasheet_peak=mfu[1],
@@ -167,8 +167,8 @@ def _row(config: Config, name: str, r: dict, peaks: tuple[float | None, float | 
         hours_sweep=hours * config.num_arms * config.num_seeds,
         trustworthy=trustworthy,
         launch_bound=launch_bound,
-        attention_backends=",".join(r.get("attention_backends", [])) or None,
-        compile_s=r.get("compile_s"),
+        attention_backends=",".join(r.attention_backends or []) or None,
+        compile_s=r.compile_s,
         status=_status(trustworthy, launch_bound),
     )
 
@@ -198,36 +198,35 @@ def _peaks(config: Config, device: torch.device) -> tuple[tuple[float | None, fl
 
 
 EVIDENCE = ("process_step_s", "attributed_s", "microbench", "kernel_table", "timings")
+HARNESS_INFO = ("harness_step", "harness_fallbacks", "harness_env")
+"""What the measured baseline says of the harness (the contract with its variant's pieces, as it ran)."""
 
 
-def _family(
-    config: Config, names: tuple[str, ...], peaks, evidence: dict, extra: dict
-) -> tuple[list, list, list, dict]:
+def _family(config: Config, peaks, evidence: dict, extra: dict) -> tuple[list, list, list, dict]:
     rows, whatifs, advice, harness_info = [], [], [], {}
+    tokens = config.batch_size * config.seq_len
     for checkpoint in config.checkpoint:
         name = _name(checkpoint)
-        measured = stack_report.measure(config, checkpoint, names, name)
+        measured = stack_report.measure(config, checkpoint, name)
         baseline, others = measured.baseline, measured.others
         stack_report.collect(measured, extra)
         evidence[name] = {
-            "baseline": {k: baseline.get(k) for k in EVIDENCE},
-            **{r["variant"]: {"timings": r.get("timings"), "status": r.get("status")} for r in others},
+            "baseline": {k: getattr(baseline, k) for k in EVIDENCE},
+            **{r.variant.name: {"timings": r.timings, "status": r.status} for r in others},
         }
         rows += [_row(config, name, r, peaks) for r in (baseline, *others)]
-        baseline["tokens_per_step"] = config.batch_size * config.seq_len
         whatifs += whatif.table(name, baseline, others)
         numerics = {r.variant: r for r in measured.numerics_rows}
-        advice += whatif.advice(name, baseline, others, baseline.get("spread_across_pct"), numerics)
+        advice += whatif.advice(name, baseline, others, baseline.spread_across_pct, tokens, numerics)
         harness_info = harness_info or {
-            k: baseline[k] for k in ("harness_step", "harness_fallbacks", "harness_env") if k in baseline
+            k: getattr(baseline, k) for k in HARNESS_INFO if getattr(baseline, k) is not None
         }
-        harness_info.setdefault("lora_targets", {})[name] = baseline.get("lora_targets")
+        harness_info.setdefault("lora_targets", {})[name] = baseline.lora_targets
     return rows, whatifs, advice, harness_info
 
 
 def run(config: Config) -> ProbeResult:
     harness = reference.load_harness(config.harness)
-    names = stacks.parse(config.variant)
     for checkpoint in config.checkpoint:  # every config.json readable before anything runs
         load_text_config(checkpoint)
     device = models.pick_device(config.device)
@@ -246,7 +245,7 @@ def run(config: Config) -> ProbeResult:
     else:
         peaks, peak_note = _peaks(config, device)
         evidence, extra = {}, {}
-        rows, whatifs, advice, measured_info = _family(config, names, peaks, evidence, extra)
+        rows, whatifs, advice, measured_info = _family(config, peaks, evidence, extra)
         result.artifacts["evidence.json"] = json.dumps(evidence, indent=1)
         info.update(measured_info)
     result.tables["carriers"] = rows
@@ -261,7 +260,7 @@ def run(config: Config) -> ProbeResult:
         "harness": config.harness,
         **info,
         "tokens_per_step": config.batch_size * config.seq_len,
-        "variants": list(names),
+        "variants": [v.name for v in config.resolved_variants],
         "num_launch_bound": sum(bool(r.launch_bound) for r in rows),
         "num_untrustworthy": sum(r.trustworthy is False for r in rows),
     }

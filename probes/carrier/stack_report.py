@@ -10,47 +10,49 @@ import dataclasses
 from pathlib import Path
 
 from probes.step import numerics, processes, search, settings, variants
-from probes.step.worker import Spec
+from probes.step.measurement import Measurement, Spec
 
 
 @dataclasses.dataclass
 class Measured:
-    baseline: dict
-    others: list[dict]
+    baseline: Measurement
+    others: list[Measurement]
     search_rows: list[search.SearchRow] = dataclasses.field(default_factory=list)
     numerics_rows: list[numerics.NumericsRow] = dataclasses.field(default_factory=list)
     notes: dict = dataclasses.field(default_factory=dict)
 
 
-def _numerics_steps(config, names: tuple[str, ...]) -> int:
+def _numerics_steps(config, chosen: tuple[variants.Variant, ...]) -> int:
     """Numerics only where something is compared with the baseline."""
-    return config.numerics_steps if (config.search or len(names) > 1) else 0
+    return config.numerics_steps if (config.search or len(chosen) > 1) else 0
 
 
-def measure(config, checkpoint: Path, names: tuple[str, ...], model: str) -> Measured:
-    spec = Spec.of(config, checkpoint, numerics_steps=_numerics_steps(config, names))
+def measure(config, checkpoint: Path, model: str) -> Measured:
+    """The config's resolved variants (or the search over them) on one checkpoint."""
+    chosen = config.resolved_variants
+    spec = Spec.of(config, checkpoint, numerics_steps=_numerics_steps(config, chosen))
     if config.search:
-        candidates = tuple(n for n in names if n != variants.BASELINE) or search.CANDIDATES
+        candidates = tuple(v for v in chosen if v.name != variants.BASELINE) or search.CANDIDATES
         outcome = search.run(spec, candidates, config.processes, config.search_budget_s, model)
         out = Measured(outcome.baseline, outcome.results, search_rows=outcome.rows)
         out.notes = {"search_best": outcome.best, "search_stop": outcome.stop, "not_tried": outcome.not_tried}
     else:
-        out = Measured(*processes.measure_set(spec, names, config.processes))
+        out = Measured(*processes.measure_set(spec, chosen, config.processes))
     if spec.numerics_steps:
         out.numerics_rows = [numerics.compare(model, out.baseline, r) for r in (out.baseline, *out.others)]
     out.notes["settings"] = _settings(config, checkpoint, out)
     return out
 
 
-def fastest(out: Measured) -> dict:
-    ok = [r for r in (out.baseline, *out.others) if r.get("status") == "ok"]
-    return min(ok, key=lambda r: r["step_s"]) if ok else out.baseline
+def fastest(out: Measured) -> Measurement:
+    ok = [r for r in (out.baseline, *out.others) if r.status == "ok"]
+    return min(ok, key=lambda r: r.step_s) if ok else out.baseline
 
 
 def _settings(config, checkpoint: Path, out: Measured) -> list[str]:
     """The fastest measured stack as the change to make, its numerics verdict and the command."""
     best = fastest(out)
-    name = best.get("variant", variants.BASELINE)
+    name = best.variant.name
     verdict = next((r for r in out.numerics_rows if r.variant == name), None)
     mark = (
         ""
@@ -61,7 +63,7 @@ def _settings(config, checkpoint: Path, out: Measured) -> list[str]:
             else f" (numerics OUTSIDE tolerance: {verdict.basis})"
         )
     )
-    speed = out.baseline["step_s"] / best["step_s"] if best.get("step_s") else None
+    speed = out.baseline.step_s / best.step_s if best.step_s else None
     head = f"{checkpoint.name}: fastest {name}" + (f", x{speed:.3f} the baseline's tok/s" if speed else "") + mark
     command = settings.command(name, str(checkpoint), config.harness, config.batch_size, config.seq_len, config.weights)
     return [head, *(f"  {line}" for line in settings.lines(name)), f"  reproduce: {command}", _within(out)]
@@ -70,11 +72,11 @@ def _settings(config, checkpoint: Path, out: Measured) -> list[str]:
 def _within(out: Measured) -> str:
     """The fastest measured change whose numerics are within tolerance (the baseline's always are)."""
     within = {r.variant for r in out.numerics_rows if r.within_tolerance}
-    ok = [r for r in (out.baseline, *out.others) if r.get("status") == "ok" and r.get("variant") in within]
+    ok = [r for r in (out.baseline, *out.others) if r.status == "ok" and r.variant.name in within]
     if not out.numerics_rows or not ok:
         return "fastest within the numerics tolerance: not measured"
-    best = min(ok, key=lambda r: r["step_s"])
-    return f"fastest within the numerics tolerance: {best['variant']}, x{out.baseline['step_s'] / best['step_s']:.3f}"
+    best = min(ok, key=lambda r: r.step_s)
+    return f"fastest within the numerics tolerance: {best.variant.name}, x{out.baseline.step_s / best.step_s:.3f}"
 
 
 def collect(out: Measured, extra: dict) -> None:

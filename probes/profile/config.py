@@ -6,12 +6,11 @@ from __future__ import annotations
 import dataclasses
 
 from probes.result import require
-from probes.step import stacks
-from probes.step.config import StepConfig
+from probes.step.config import StepConfig, VariantChoice
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(StepConfig):
+class Config(StepConfig, VariantChoice):
     seq_lens: tuple[int, ...] = (2048, 4096, 6144, 8192, 12288)
     """Sequence lengths of the scaling table (at least three; four GPU-bound ones for a held-out error)."""
     batch_size: int = 1
@@ -47,4 +46,4 @@ class Config(StepConfig):
             require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         require(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
         require(self.max_steps >= self.steps, "max_steps", f"`max_steps` {self.max_steps} < `steps` {self.steps}")
-        stacks.parse(self.variant)
+        self.resolved_variants  # noqa: B018 - resolved here, once: a bad name is this Config's FieldError

@@ -8,9 +8,9 @@ import dataclasses
 import json
 
 from probes.profile.config import Config
-from probes.step import kernels, processes, stacks, whatif
+from probes.step import kernels, processes, whatif
+from probes.step.measurement import Measurement, Spec
 from probes.step.timing import MAX_SPREAD
-from probes.step.worker import Spec
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -33,39 +33,37 @@ class VariantRow:
     status: str = "ok"
 
 
-def _row(tokens: int, r: dict) -> VariantRow:
-    base = dict(variant=r["variant"], tokens=tokens, caveat=r.get("caveat", ""))
-    if r.get("status") != "ok":
-        return VariantRow(**base, status=r.get("status", "failed"))
-    busy, across = r.get("gpu_busy_frac"), r.get("spread_across_pct")
+def _row(tokens: int, r: Measurement) -> VariantRow:
+    base = dict(variant=r.variant.name, tokens=tokens, caveat=r.caveat)
+    if r.status != "ok":
+        return VariantRow(**base, status=r.status)
+    busy, across = r.gpu_busy_frac, r.spread_across_pct
     return VariantRow(
         **base,
-        processes=r.get("processes", 1),
-        step_s=r["step_s"],
-        tok_per_s=tokens / r["step_s"],
-        spread_pct=r["spread_pct"],
+        processes=r.processes,
+        step_s=r.step_s,
+        tok_per_s=tokens / r.step_s,
+        spread_pct=r.spread_pct,
         spread_across_pct=across,
-        peak_mem_bytes=r.get("peak_mem_bytes"),
+        peak_mem_bytes=r.peak_mem_bytes,
         gpu_busy_frac=busy,
         launch_bound=None if busy is None else busy < kernels.LAUNCH_BOUND_BELOW,
-        trustworthy=r["trustworthy"] and (across is None or across <= 100 * MAX_SPREAD),
-        attention_backends=",".join(r.get("attention_backends", [])) or None,
-        compile_s=r.get("compile_s"),
+        trustworthy=r.trustworthy and (across is None or across <= 100 * MAX_SPREAD),
+        attention_backends=",".join(r.attention_backends or []) or None,
+        compile_s=r.compile_s,
     )
 
 
 def measure(config: Config) -> tuple[list[VariantRow], list[whatif.WhatIfRow], list[str], str]:
     """(variants rows, whatif rows, advice, evidence JSON) for config.variant at the production shape."""
-    names = stacks.parse(config.variant)
     spec = Spec.of(config, config.checkpoint, profile_steps=config.profile_steps)
-    baseline, others = processes.measure_set(spec, names, config.processes)
+    baseline, others = processes.measure_set(spec, config.resolved_variants, config.processes)
     tokens = config.batch_size * config.seq_len
-    baseline["tokens_per_step"] = tokens
     name = config.checkpoint.name
-    evidence = {k: baseline.get(k) for k in ("process_step_s", "attributed_s", "microbench", "kernel_table")}
+    evidence = {k: getattr(baseline, k) for k in ("process_step_s", "attributed_s", "microbench", "kernel_table")}
     return (
         [_row(tokens, r) for r in (baseline, *others)],
         whatif.table(name, baseline, others),
-        whatif.advice(name, baseline, others, baseline.get("spread_across_pct")),
+        whatif.advice(name, baseline, others, baseline.spread_across_pct, tokens),
         json.dumps(evidence, indent=1),
     )

@@ -5,13 +5,14 @@ redeclares a field only to say more of it (the field keeps its place)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from pathlib import Path
 
 from probes.result import require
 from probes.step import harness as reference
-from probes.step import models
+from probes.step import models, stacks, variants
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -41,3 +42,19 @@ class StepConfig:
             "device",
             f"{self.device!r}: expected auto, cpu, cuda or cuda:N",
         )
+
+
+class VariantChoice:
+    """A Config's `variant` values (the names as given, which the store keeps) and the Variants they name,
+    resolved once: the Config's __post_init__ resolves them (a bad name is its FieldError, before anything
+    runs), the probe hands these objects to probes.step.processes."""
+
+    @functools.cached_property
+    def resolved_variants(self) -> tuple[variants.Variant, ...]:
+        """Baseline first and once, a stack under its canonical name (probes.step.stacks.parse)."""
+        return stacks.parse(self.variant)
+
+    def __getstate__(self) -> dict:
+        """Pickled (a Ray task's result holds its Config) without the Variants: they hold torch dtypes and a
+        lab's own functions, which whoever reads the result need not import; they resolve again if used."""
+        return {k: v for k, v in self.__dict__.items() if k != "resolved_variants"}

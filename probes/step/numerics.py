@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from probes.step.measurement import Measurement
+
 TOLERANCE = {
     "loss_first_diff_pct": 1.0,
     "grad_cosine_min": 0.99,
@@ -114,12 +116,12 @@ class NumericsRow:
     basis: str = ""
 
 
-def compare(model: str, baseline: dict, result: dict) -> NumericsRow:
+def compare(model: str, baseline: Measurement, result: Measurement) -> NumericsRow:
     """One row for a process's numerics against the baseline's (same seed, same batch)."""
-    base, mine = baseline.get("numerics"), result.get("numerics")
-    name = result.get("variant", "?")
+    base, mine = baseline.numerics, result.numerics
+    name = result.variant.name
     if not base or not mine or not base.get("losses") or not mine.get("losses"):
-        why = result.get("status") if result.get("status") != "ok" else "no numerics recorded"
+        why = result.status if result.status != "ok" else "no numerics recorded"
         return NumericsRow(model=model, variant=name, basis=f"not measured: {why}")
     b, v = base["losses"], mine["losses"]
     n = min(len(b), len(v))

@@ -5,6 +5,8 @@ A fresh process per variant keeps one variant's allocator, autotuner, compiled g
 processes of the same step measure the spread a rerun sees, which one process's steps cannot.
 The child gets this process's `sys.path` (a lab harness importable here is importable there). A
 child that dies or outlasts `timeout_s` is a result with its reason, never a crash of the probe.
+The Spec carries the Variant object and each answer comes back as a Measurement holding that same object
+(probes.step.measurement says how they cross the process boundary).
 """
 
 from __future__ import annotations
@@ -20,41 +22,40 @@ import tempfile
 import time
 from pathlib import Path
 
-from probes.result import InputError
-from probes.step import stacks, variants
-from probes.step.worker import Spec
+from probes.step import variants
+from probes.step.measurement import Measurement, Spec
 
 LOG = logging.getLogger(__name__)
 TIMEOUT_S = 900
 """Per process: a 4B compile plus its steps on an H200 takes about a minute and a half."""
 
 
-def run(spec: Spec, timeout_s: float = TIMEOUT_S) -> dict:
-    """The worker's result dict, or {"status": "failed: ..."} naming what went wrong. Logged as it
+def run(spec: Spec, timeout_s: float = TIMEOUT_S) -> Measurement:
+    """The worker's Measurement, or one whose status is "failed: ..." naming what went wrong. Logged as it
     ends (logger probes.step.processes): a line at INFO, the whole result as JSON at DEBUG."""
     begin = time.perf_counter()
-    LOG.info("%s %s: measuring in a fresh process", Path(spec.checkpoint).name, spec.variant)
+    LOG.info("%s %s: measuring in a fresh process", Path(spec.checkpoint).name, spec.variant.name)
     result = _run(spec, timeout_s)
-    result["process_wall_s"] = time.perf_counter() - begin
+    result.process_wall_s = time.perf_counter() - begin
     LOG.info(
         "%s %s: %s, step_s %s, spread %s%%, %.1f s in the process (stages %s; gc while timed %s)",
         Path(spec.checkpoint).name,
-        spec.variant,
-        result.get("status"),
-        result.get("step_s"),
-        result.get("spread_pct"),
-        result["process_wall_s"],
-        result.get("stage_s"),
-        result.get("gc_during_timing"),
+        spec.variant.name,
+        result.status,
+        result.step_s,
+        result.spread_pct,
+        result.process_wall_s,
+        result.stage_s,
+        result.gc_during_timing,
     )
-    LOG.debug("%s", json.dumps({"checkpoint": spec.checkpoint, **result}))
+    LOG.debug("%s", json.dumps({"checkpoint": spec.checkpoint, **result.to_dict()}))
     return result
 
 
-def _run(spec: Spec, timeout_s: float) -> dict:
+def _run(spec: Spec, timeout_s: float) -> Measurement:
     with tempfile.TemporaryDirectory(prefix="labprobe-worker-") as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
-        spec_path.write_text(json.dumps(dataclasses.asdict(spec)))
+        spec_path.write_text(spec.to_json())
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         try:
             proc = subprocess.run(
@@ -66,52 +67,53 @@ def _run(spec: Spec, timeout_s: float) -> dict:
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            return {"variant": spec.variant, "status": f"failed: timed out after {timeout_s:.0f} s"}
+            return Measurement.failed(spec.variant, f"timed out after {timeout_s:.0f} s")
         if proc.returncode != 0 or not out_path.is_file():
             lines = [line for line in proc.stderr.splitlines() if line.strip()]
             last = lines[-1][:160] if lines else "no output"
-            return {"variant": spec.variant, "status": f"failed: exit {proc.returncode}: {last}"}
-        result = json.loads(out_path.read_text())
-    if "input_error" in result:
-        raise InputError(result["input_error"])
-    return result
+            return Measurement.failed(spec.variant, f"exit {proc.returncode}: {last}")
+        return Measurement.from_json(out_path.read_text(), spec.variant)
 
 
-def merge(results: list[dict]) -> dict:
+def merge(results: list[Measurement]) -> Measurement:
     """Several processes of one step as one result: the median of their medians, the worst in-process
     spread, and `spread_across_pct` ((max-min)/median of the process medians; None for one process).
-    Not ok when any process is not: the first failing one's status."""
-    failed = [r for r in results if r.get("status") != "ok"]
+    Not ok when any process is not: the first's figures with the first failing one's over them."""
+    failed = [r for r in results if r.status != "ok"]
     if failed:
-        return {**results[0], **failed[0]}
-    medians = [r["step_s"] for r in results]
-    merged = {
-        **results[0],
-        "processes": len(results),
-        "process_step_s": medians,
-        "step_s": statistics.median(medians),
-        "trustworthy": all(r["trustworthy"] for r in results),
-        "spread_across_pct": 100 * (max(medians) - min(medians)) / statistics.median(medians)
+        return dataclasses.replace(results[0], **failed[0].given())
+    medians = [r.step_s for r in results]
+
+    def worst(key: str, pick=max):
+        values = [getattr(r, key) for r in results if getattr(r, key) is not None]
+        return pick(values) if values else None
+
+    return dataclasses.replace(
+        results[0],
+        processes=len(results),
+        process_step_s=medians,
+        step_s=statistics.median(medians),
+        trustworthy=all(r.trustworthy for r in results),
+        spread_across_pct=100 * (max(medians) - min(medians)) / statistics.median(medians)
         if len(results) > 1
         else None,
-    }
-    for key in ("spread_pct", "spread_all_pct", "iqr_pct", "peak_mem_bytes"):
-        values = [r[key] for r in results if r.get(key) is not None]
-        merged[key] = max(values) if values else None
-    busy = [r["gpu_busy_frac"] for r in results if r.get("gpu_busy_frac") is not None]
-    merged["gpu_busy_frac"] = min(busy) if busy else None
-    return merged
+        spread_pct=worst("spread_pct"),
+        spread_all_pct=worst("spread_all_pct"),
+        iqr_pct=worst("iqr_pct"),
+        peak_mem_bytes=worst("peak_mem_bytes"),
+        gpu_busy_frac=worst("gpu_busy_frac", min),
+    )
 
 
-def measure_baseline(base: Spec, names: tuple[str, ...], processes: int) -> dict:
+def measure_baseline(base: Spec, chosen: tuple[variants.Variant, ...], processes: int) -> Measurement:
     """The baseline in `processes` fresh processes, merged: the first attributes its profile, runs the
     micro-benchmarks and the numerics (saving its first gradient in base.numerics_dir)."""
-    chunks = tuple(c for n in names if (c := stacks.get(n).ce_chunk) is not None)
+    chunks = tuple(v.ce_chunk for v in chosen if v.ce_chunk is not None)
     runs = [
         run(
             dataclasses.replace(
                 base,
-                variant=variants.BASELINE,
+                variant=variants.BASELINE_VARIANT,
                 predict=i == 0,
                 ce_chunks=chunks,
                 profile_steps=max(base.profile_steps, 2) if i == 0 else 1,
@@ -123,11 +125,15 @@ def measure_baseline(base: Spec, names: tuple[str, ...], processes: int) -> dict
     return merge(runs)
 
 
-def measure_set(base: Spec, names: tuple[str, ...], processes: int) -> tuple[dict, list[dict]]:
+def measure_set(
+    base: Spec, chosen: tuple[variants.Variant, ...], processes: int
+) -> tuple[Measurement, list[Measurement]]:
     """The baseline (measure_baseline), then each other variant in one process: (merged baseline,
     variant results). With numerics, the baseline's gradient lives in a folder for the set's time."""
     with tempfile.TemporaryDirectory(prefix="labprobe-numerics-") as tmp:
         base = dataclasses.replace(base, numerics_dir=base.numerics_dir or tmp)
-        baseline = measure_baseline(base, names, processes)
-        others = [run(dataclasses.replace(base, variant=n, profile_steps=1)) for n in names if n != variants.BASELINE]
+        baseline = measure_baseline(base, chosen, processes)
+        others = [
+            run(dataclasses.replace(base, variant=v, profile_steps=1)) for v in chosen if v.name != variants.BASELINE
+        ]
     return baseline, others

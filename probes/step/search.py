@@ -26,10 +26,10 @@ import tempfile
 import time
 
 from probes.step import processes, stacks, variants, whatif
-from probes.step.worker import Spec
+from probes.step.measurement import Measurement, Spec
 
 LOG = logging.getLogger(__name__)
-CANDIDATES = ("bf16-autocast", "bf16-adapters", "fused-adamw", "compile", "liger")
+CANDIDATES = tuple(variants.FIXED[n] for n in ("bf16-autocast", "bf16-adapters", "fused-adamw", "compile", "liger"))
 """What `--search` tries when no --variant names the candidates."""
 
 
@@ -59,8 +59,8 @@ class SearchRow:
 
 @dataclasses.dataclass
 class Outcome:
-    baseline: dict
-    results: list[dict] = dataclasses.field(default_factory=list)
+    baseline: Measurement
+    results: list[Measurement] = dataclasses.field(default_factory=list)
     rows: list[SearchRow] = dataclasses.field(default_factory=list)
     best: str = variants.BASELINE
     stop: str = ""
@@ -80,14 +80,16 @@ class _Search:
         estimate = sum(self.walls) / len(self.walls) if self.walls else 0.0
         return time.perf_counter() - self.begin + estimate <= self.budget_s
 
-    def measure(self, round_: int, stack: str, parent: str, parent_s: float) -> SearchRow | None:
+    def measure(
+        self, round_: int, stack: variants.Variant, parent: variants.Variant, parent_s: float
+    ) -> SearchRow | None:
         """Predict, then measure `stack` in a fresh process; None when the budget has no room for it."""
         if not self.fits():
-            self.out.not_tried.append(stack)
+            self.out.not_tried.append(stack.name)
             return None
-        base_s = self.out.baseline["step_s"]
-        members = stacks.members(stack)
-        added = [m for m in members if m not in stacks.members(parent)] if parent != variants.BASELINE else members
+        base_s = self.out.baseline.step_s
+        members = stacks.members(stack.name)
+        added = [m for m in members if m not in stacks.members(parent.name)]  # the baseline's members: itself
         ratio = [self.singles.get(m) for m in added]
         predicted = parent_s * math.prod(r / base_s for r in ratio) if None not in ratio else None
         singles = [self.singles.get(m) for m in members]
@@ -96,25 +98,25 @@ class _Search:
         if round_ == 1:
             saving, _ = whatif.predict(stack, self.out.baseline)
             attributed = None if saving is None else base_s * (1 - saving / 100)
-        LOG.info("%s %s: predicted %s s (from singles %s, attribution %s)", self.model, stack, predicted,
+        LOG.info("%s %s: predicted %s s (from singles %s, attribution %s)", self.model, stack.name, predicted,
                  from_singles, attributed)  # fmt: skip
         result = processes.run(dataclasses.replace(self.spec, variant=stack, profile_steps=1))
-        self.walls.append(result.get("process_wall_s", 0.0))
+        self.walls.append(result.process_wall_s or 0.0)
         self.out.results.append(result)
-        return _row(self.model, round_, stack, parent, parent_s, base_s, (predicted, from_singles, attributed), result)
+        return _row(self.model, round_, parent.name, parent_s, base_s, (predicted, from_singles, attributed), result)
 
 
 def _error(predicted: float | None, measured: float | None) -> float | None:
     return None if predicted is None or measured is None else 100 * (predicted - measured) / measured
 
 
-def _row(model, round_, stack, parent, parent_s, base_s, predictions, result: dict) -> SearchRow:
+def _row(model, round_, parent: str, parent_s, base_s, predictions, result: Measurement) -> SearchRow:
     predicted, from_singles, attributed = predictions
-    measured = result["step_s"] if result.get("status") == "ok" else None
+    measured = result.step_s if result.status == "ok" else None
     return SearchRow(
         model=model,
         round=round_,
-        stack=result.get("variant", stack),
+        stack=result.variant.name,
         parent=parent,
         predicted_step_s=predicted,
         predicted_from_singles_step_s=from_singles,
@@ -124,44 +126,46 @@ def _row(model, round_, stack, parent, parent_s, base_s, predictions, result: di
         error_from_singles_pct=_error(from_singles, measured),
         speedup=None if measured is None else base_s / measured,
         gain_pct=None if measured is None else 100 * (parent_s - measured) / parent_s,
-        status=result.get("status", "failed"),
+        status=result.status,
     )
 
 
-def noise_pct(baseline: dict) -> float:
+def noise_pct(baseline: Measurement) -> float:
     """The gain below which an addition is noise: the baseline's spread across processes (in-process
     with one process)."""
-    across = baseline.get("spread_across_pct")
-    return across if across is not None else baseline.get("spread_pct") or 0.0
+    across = baseline.spread_across_pct
+    return across if across is not None else baseline.spread_pct or 0.0
 
 
-def run(spec: Spec, candidates: tuple[str, ...], processes_n: int, budget_s: float, model: str) -> Outcome:
+def run(spec: Spec, candidates: tuple[variants.Variant, ...], processes_n: int, budget_s: float, model: str) -> Outcome:
     """The greedy search over `candidates` for one checkpoint (see the module's docstring)."""
     search = _Search(spec, model, budget_s)
     with tempfile.TemporaryDirectory(prefix="labprobe-numerics-") as tmp:
         search.spec = spec = dataclasses.replace(spec, numerics_dir=spec.numerics_dir or tmp)
         search.out = out = Outcome(baseline=processes.measure_baseline(spec, candidates, processes_n))
-        if out.baseline.get("status") != "ok":
-            out.stop = f"the baseline was not measured: {out.baseline.get('status')}"
+        if out.baseline.status != "ok":
+            out.stop = f"the baseline was not measured: {out.baseline.status}"
             return out
         _grow(search, out, candidates)
     return out
 
 
-def _grow(search: _Search, out: Outcome, candidates: tuple[str, ...]) -> None:
-    base_s, noise = out.baseline["step_s"], noise_pct(out.baseline)
-    current, current_s, round_ = variants.BASELINE, base_s, 1
+def _grow(search: _Search, out: Outcome, candidates: tuple[variants.Variant, ...]) -> None:
+    base_s, noise = out.baseline.step_s, noise_pct(out.baseline)
+    current, current_s, round_ = variants.BASELINE_VARIANT, base_s, 1
     pool = list(candidates)
     while True:
         tries = list(pool)
         if round_ > 1:
-            fits = [c for c in pool if c not in stacks.members(current) and stacks.compatible(current, c) is None]
-            tries = [stacks.canonical(f"{current}+{c}") for c in fits]
+            fits = [
+                c for c in pool if c.name not in stacks.members(current.name) and stacks.compatible(current, c) is None
+            ]
+            tries = [stacks.add(current, c) for c in fits]
         rows = [r for t in tries if (r := search.measure(round_, t, current, current_s)) is not None]
         out.rows += rows
         if round_ == 1:
             search.singles = {r.stack: r.measured_step_s for r in rows if r.measured_step_s is not None}
-            pool = [c for c in pool if c in search.singles]  # not applicable or failed: not stacked
+            pool = [c for c in pool if c.name in search.singles]  # not applicable or failed: not stacked
         measured = [r for r in rows if r.measured_step_s is not None]
         if not measured:
             out.stop = out.stop or ("budget spent" if out.not_tried else "no candidate left to add")
@@ -171,5 +175,6 @@ def _grow(search: _Search, out: Outcome, candidates: tuple[str, ...]) -> None:
             out.stop = f"round {round_}: the best addition ({best.stack}) gains {best.gain_pct:.2f}%, under the noise {noise:.2f}%"
             break
         out.rows[out.rows.index(best)] = dataclasses.replace(best, chosen=True)
-        current, current_s, round_ = best.stack, best.measured_step_s, round_ + 1
-    out.best = current
+        current = next(t for t in tries if t.name == best.stack)
+        current_s, round_ = best.measured_step_s, round_ + 1
+    out.best = current.name

@@ -40,11 +40,11 @@ def get(name: str) -> variants.Variant:
     return variants.get(name)
 
 
-def parse(names: tuple[str, ...]) -> tuple[str, ...]:
-    """Validated canonical names (a stack's members sorted), baseline first and once, order kept,
-    duplicates dropped."""
-    rest = [n for n in dict.fromkeys(get(name).name for name in names) if n != variants.BASELINE]
-    return (variants.BASELINE, *rest)
+def parse(names: tuple[str, ...]) -> tuple[variants.Variant, ...]:
+    """The Variants `--variant` values name, resolved once (a probe's Config does it): baseline first and
+    once, order kept, a stack under its canonical name (members sorted), duplicates dropped."""
+    found = {v.name: v for v in map(get, names)}  # a repeated name keeps its first place
+    return (variants.BASELINE_VARIANT, *(v for name, v in found.items() if name != variants.BASELINE))
 
 
 def members(name: str) -> list[str]:
@@ -77,7 +77,7 @@ def compose(name: str) -> variants.Variant:
     setter: dict[str, str] = {}
     for part in parts:
         for piece in PIECES:
-            value, default = getattr(part, piece), getattr(variants.FIXED[variants.BASELINE], piece)
+            value, default = getattr(part, piece), getattr(variants.BASELINE_VARIANT, piece)
             if value is default or (piece != "autocast_dtype" and value is None):
                 continue
             if piece in fields and fields[piece] != value:
@@ -92,10 +92,16 @@ def compose(name: str) -> variants.Variant:
     return variants.Variant("+".join(p.name for p in parts), caveat, **fields)
 
 
-def compatible(stack: str, addition: str) -> str | None:
-    """None when `stack+addition` composes, else the conflict's message."""
+def add(stack: variants.Variant, addition: variants.Variant) -> variants.Variant:
+    """The stack doing `stack`'s changes and `addition`'s, composed from their members' names (so its name
+    and caveat are those of the same stack asked for by name); FieldError on a conflict."""
+    return compose(f"{stack.name}+{addition.name}")
+
+
+def compatible(stack: variants.Variant, addition: variants.Variant) -> str | None:
+    """None when `stack` and `addition` compose, else the conflict's message."""
     try:
-        compose(f"{stack}+{addition}")
+        add(stack, addition)
     except FieldError as exc:
         return exc.message
     return None

@@ -17,9 +17,10 @@
   and a CUDA device, else the row is `not applicable: ...`).
 - `PKG.MODULE:NAME`: a lab's own Variant object, imported (its `prepare(model)` runs after LoRA).
 
-A stack `a+b+c` is every change of its members at once (probes/step/stacks.py, whose `get` and `parse`
-the probes call), named canonically (members sorted); members that set one piece two ways are
-refused, naming the conflict. An unknown name is a FieldError naming the known ones (one line, exit 2).
+A stack `a+b+c` is every change of its members at once (probes/step/stacks.py, whose `parse` a probe's
+Config calls once to resolve its `--variant` values), named canonically (members sorted); members that set
+one piece two ways are refused, naming the conflict. An unknown name is a FieldError naming the known ones
+(one line, exit 2).
 """
 
 from __future__ import annotations
@@ -115,6 +116,8 @@ FIXED: dict[str, Variant] = {
         ),
     )
 }
+BASELINE_VARIANT = FIXED[BASELINE]
+"""No change: the Variant a Spec measures unless told otherwise."""
 CE_CHUNK = re.compile(r"ce-chunk=(\d+)")
 
 
@@ -136,10 +139,3 @@ def get(name: str) -> Variant:
             ce_chunk=chunk,
         )
     raise FieldError("variant", f"{name!r}: unknown (known: {known()})")
-
-
-def parse(names: tuple[str, ...]) -> tuple[str, ...]:
-    """Validated single names, baseline first and once, order kept, duplicates dropped (stacks.parse
-    reads stacks too)."""
-    rest = [n for n in dict.fromkeys(get(name).name for name in names) if n != BASELINE]
-    return (BASELINE, *rest)

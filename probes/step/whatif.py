@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from probes.step import attribution, stacks, variants
+from probes.step import attribution, variants
+from probes.step.measurement import Measurement
 
 MIN_COVERAGE = 0.9
 """Below this share of kernel time attributed to a module, no prediction is made from it."""
@@ -51,11 +52,11 @@ def _ratio_saving(part_s: float, bench: dict, key: str) -> float:
     return part_s * (1.0 - bench[key] / bench["baseline"]) if bench.get("baseline") else 0.0
 
 
-def _attribution_mismatch(att: dict[str, float], baseline: dict) -> str | None:
+def _attribution_mismatch(att: dict[str, float], baseline: Measurement) -> str | None:
     """The attributed kernel time, checked against the device rows' sum (each kernel once): on a GPU
     they must agree within MAX_ATTRIBUTION_GAP, or a kernel was counted twice or lost."""
-    kernel_s = baseline.get("kernel_s_per_step")
-    if baseline.get("gpu_busy_frac") is None or not kernel_s:
+    kernel_s = baseline.kernel_s_per_step
+    if baseline.gpu_busy_frac is None or not kernel_s:
         return None
     gap = sum(att.values()) / kernel_s - 1.0
     if abs(gap) <= MAX_ATTRIBUTION_GAP:
@@ -66,9 +67,9 @@ def _attribution_mismatch(att: dict[str, float], baseline: dict) -> str | None:
     )
 
 
-def predict(name: str, baseline: dict) -> tuple[float | None, str]:
+def predict(variant: variants.Variant, baseline: Measurement) -> tuple[float | None, str]:
     """(predicted saving in percent of the baseline step, how) or (None, why not)."""
-    att, bench, step_s = baseline.get("attributed_s"), baseline.get("microbench"), baseline.get("step_s")
+    att, bench, step_s = baseline.attributed_s, baseline.microbench, baseline.step_s
     if not att or not bench or not step_s:
         return None, "not predicted: the baseline has no attributed profile or micro-benchmarks"
     covered = 1.0 - attribution.total(att, scope="unattributed") / (sum(att.values()) or 1.0)
@@ -76,7 +77,7 @@ def predict(name: str, baseline: dict) -> tuple[float | None, str]:
         return None, f"not predicted: only {100 * covered:.0f}% of the profile's kernel time is attributed to a module"
     if (mismatch := _attribution_mismatch(att, baseline)) is not None:
         return None, mismatch
-    variant = stacks.get(name)
+    name = variant.name
     lora_s, opt_s = attribution.total(att, scope="lora"), attribution.total(att, scope="optimizer")
     if name == variants.BASELINE:
         return 0.0, "the baseline itself"
@@ -87,7 +88,7 @@ def predict(name: str, baseline: dict) -> tuple[float | None, str]:
     if variant.compile:
         return None, "not predicted: what the compiler fuses is its own choice, not in the profile"
     if variant.gradient_checkpointing:
-        if baseline.get("harness_step", {}).get("gradient_checkpointing"):
+        if (baseline.harness_step or {}).get("gradient_checkpointing"):
             return 0.0, "the baseline already checkpoints"
         fwd = sum(attribution.total(att, scope=s, phase="forward") for s in ("decoder", "lora", "base"))
         return -100 * fwd / step_s, f"recomputes the decoder's forward kernels, {1e3 * fwd:.1f} ms a step"
@@ -113,42 +114,42 @@ def predict(name: str, baseline: dict) -> tuple[float | None, str]:
     return 100 * saving / step_s, "; ".join(how)
 
 
-def _saving_pct(before: dict, after: dict) -> float | None:
-    if before.get("status") != "ok" or after.get("status") != "ok":
+def _saving_pct(before: Measurement, after: Measurement) -> float | None:
+    if before.status != "ok" or after.status != "ok":
         return None
-    return 100 * (before["step_s"] - after["step_s"]) / before["step_s"]
+    return 100 * (before.step_s - after.step_s) / before.step_s
 
 
-def _kernel_saving_pct(before: dict, after: dict) -> float | None:
-    if before.get("gpu_busy_frac") is None or after.get("status") != "ok" or after.get("kernel_s_per_step") is None:
+def _kernel_saving_pct(before: Measurement, after: Measurement) -> float | None:
+    if before.gpu_busy_frac is None or after.status != "ok" or after.kernel_s_per_step is None:
         return None
-    return 100 * (before["kernel_s_per_step"] - after["kernel_s_per_step"]) / before["step_s"]
+    return 100 * (before.kernel_s_per_step - after.kernel_s_per_step) / before.step_s
 
 
-def table(model: str, baseline: dict, results: list[dict]) -> list[WhatIfRow]:
+def table(model: str, baseline: Measurement, results: list[Measurement]) -> list[WhatIfRow]:
     """One row per variant other than the baseline: predicted, measured, error, peak memory."""
     rows = []
     for r in results:
-        predicted, basis = predict(r["variant"], baseline)
-        if predicted is not None and baseline.get("gpu_busy_frac") is not None and baseline["gpu_busy_frac"] < 0.9:
+        predicted, basis = predict(r.variant, baseline)
+        if predicted is not None and baseline.gpu_busy_frac is not None and baseline.gpu_busy_frac < 0.9:
             basis += "; the baseline is launch-bound: removed kernel time may not shorten the step"
-        if predicted is not None and r.get("gpu_busy_frac") is not None and r["gpu_busy_frac"] < 0.9:
+        if predicted is not None and r.gpu_busy_frac is not None and r.gpu_busy_frac < 0.9:
             basis += (
-                f"; the variant's step is launch-bound (GPU busy {r['gpu_busy_frac']:.2f}): "
+                f"; the variant's step is launch-bound (GPU busy {r.gpu_busy_frac:.2f}): "
                 "its host, not the kernels removed, sets its time"
             )
         measured = _saving_pct(baseline, r)
         rows.append(
             WhatIfRow(
                 model=model,
-                variant=r["variant"],
+                variant=r.variant.name,
                 predicted_saving_pct=predicted,
                 measured_saving_pct=measured,
                 error_pp=None if predicted is None or measured is None else predicted - measured,
                 kernel_saving_pct=_kernel_saving_pct(baseline, r),
-                peak_mem_before_bytes=baseline.get("peak_mem_bytes"),
-                peak_mem_after_bytes=r.get("peak_mem_bytes"),
-                basis=basis if r.get("status") == "ok" else f"{basis}; not measured: {r.get('status')}",
+                peak_mem_before_bytes=baseline.peak_mem_bytes,
+                peak_mem_after_bytes=r.peak_mem_bytes,
+                basis=basis if r.status == "ok" else f"{basis}; not measured: {r.status}",
             )
         )
     return rows
@@ -158,28 +159,29 @@ def _gib(value: int | None) -> str:
     return "n/a" if value is None else f"{value / 2**30:.1f} GiB"
 
 
-def advice(model: str, baseline: dict, results: list[dict], noise_pct: float | None, numerics=None) -> list[str]:
-    """Measured changes ranked by speed-up: variant, tok/s before -> after, speed-up, peak, caveat; with
-    `numerics` (variant -> probes.step.numerics.NumericsRow), whether its numerics are within tolerance: a
-    change outside keeps its rank and says so."""
-    tokens = baseline.get("tokens_per_step")
+def advice(
+    model: str, baseline: Measurement, results: list[Measurement], noise_pct: float | None, tokens: int, numerics=None
+) -> list[str]:
+    """Measured changes ranked by speed-up: variant, tok/s before -> after (`tokens` a step), speed-up, peak,
+    caveat; with `numerics` (variant name -> probes.step.numerics.NumericsRow), whether its numerics are within
+    tolerance: a change outside keeps its rank and says so."""
     ranked = sorted(
         (r for r in results if _saving_pct(baseline, r) is not None),
-        key=lambda r: baseline["step_s"] / r["step_s"],
+        key=lambda r: baseline.step_s / r.step_s,
         reverse=True,
     )
     lines = []
     for r in ranked:
-        speedup = baseline["step_s"] / r["step_s"]
+        speedup = baseline.step_s / r.step_s
         noise = (
             f" (within the baseline's {noise_pct:.1f}% across-process spread)"
             if noise_pct is not None and abs(100 * (speedup - 1)) <= noise_pct
             else ""
         )
         lines.append(
-            f"{model} {r['variant']}: {tokens / baseline['step_s']:,.0f} -> {tokens / r['step_s']:,.0f} "
-            f"tok/s (x{speedup:.3f}){noise}, peak {_gib(baseline.get('peak_mem_bytes'))} -> "
-            f"{_gib(r.get('peak_mem_bytes'))}; {r['caveat']}{_numerics_mark((numerics or {}).get(r['variant']))}"
+            f"{model} {r.variant.name}: {tokens / baseline.step_s:,.0f} -> {tokens / r.step_s:,.0f} "
+            f"tok/s (x{speedup:.3f}){noise}, peak {_gib(baseline.peak_mem_bytes)} -> "
+            f"{_gib(r.peak_mem_bytes)}; {r.caveat}{_numerics_mark((numerics or {}).get(r.variant.name))}"
         )
     return lines
 

@@ -1,7 +1,8 @@
 """One measurement of one step (a checkpoint, a shape, a variant) in a fresh process.
 
-`python -m probes.step.worker SPEC.json OUT.json`: builds the model through the harness's contract
-with the variant's changes (probes/step/variants.py), seeds torch with the spec's seed (the same random
+`python -m probes.step.worker SPEC.json OUT.json`: reads the Spec and writes the Measurement as JSON
+(probes.step.measurement, which resolves the Spec's variant by name); builds the model through the
+harness's contract with the variant's changes (probes/step/variants.py), seeds torch with the spec's seed (the same random
 weights and batch in every process), times the step (probes/step/timing.py), then profiles it AFTER
 every timing (CUPTI lingers: probes/step/kernels.py) for gpu_busy_frac and the attention backends that
 ran. With `numerics_steps`, the adapters go back to their built values and the numerics price is
@@ -36,60 +37,14 @@ from probes.step import (
     models,
     numerics,
     params,
-    stacks,
     variants,
 )
 from probes.step import harness as reference
 from probes.step.checkpoint import load_text_config
+from probes.step.measurement import INPUT_ERROR, Measurement, Spec
 from probes.step.timing import time_steps
 
 _START = time.perf_counter()
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Spec:
-    checkpoint: str
-    weights: str
-    harness: str
-    lora_rank: int
-    lora_alpha: float
-    batch_size: int
-    seq_len: int
-    warmup_steps: int
-    steps: int
-    max_steps: int
-    ce_chunk: int
-    device: str
-    variant: str = variants.BASELINE
-    seed: int = 0
-    profile_steps: int = 1
-    predict: bool = False
-    """Attribute the profile and run the what-if micro-benchmarks (the baseline's first process)."""
-    ce_chunks: tuple[int, ...] = ()
-    """CE chunk sizes the micro-benchmark times (those of the ce-chunk variants asked for)."""
-    numerics_steps: int = 0
-    """Steps of the numerics price after the timing (0: none; probes/step/numerics.py)."""
-    numerics_dir: str = ""
-    """Folder of the baseline's first-step gradient: the baseline saves it there, the others compare."""
-
-    @classmethod
-    def of(cls, config, checkpoint: Path, **more) -> Spec:
-        """The spec of one checkpoint's step from a carrier or profile Config (the fields they share)."""
-        fields = (
-            "weights",
-            "harness",
-            "lora_rank",
-            "lora_alpha",
-            "batch_size",
-            "seq_len",
-            "warmup_steps",
-            "steps",
-            "max_steps",
-            "ce_chunk",
-            "device",
-            "seed",
-        )
-        return cls(checkpoint=str(checkpoint), **{f: getattr(config, f) for f in fields}, **more)
 
 
 def _prepare(model, variant: variants.Variant, pieces: contract.Contract) -> None:
@@ -146,14 +101,16 @@ def _first_call_s(step, device: torch.device) -> float:
 
 
 @contextlib.contextmanager
-def _gc_watched(out: dict):
+def _gc_watched():
     """Freeze the objects alive now (the built model) out of the collector, and record every collection.
 
     A long training run's model objects are old: its collections are young and short. A fresh process
     promotes the whole build through the generations during its first steps, and a full collection
     over a 4B PEFT model stalls the host for tens of ms, which a GPU-bound step pays as a bump of its
-    time. Freezing gives the timed steps a long run's collector; `gc_during_timing` keeps the evidence.
+    time. Freezing gives the timed steps a long run's collector; the dict yielded keeps the evidence
+    (`gc_during_timing`), filled as the block ends.
     """
+    record: dict = {}
     pauses: list[tuple[int, float]] = []
     begun: list[float] = []
 
@@ -167,83 +124,74 @@ def _gc_watched(out: dict):
     gc.freeze()
     gc.callbacks.append(watch)
     try:
-        yield
+        yield record
     finally:
         gc.callbacks.remove(watch)
         gc.unfreeze()
-        out["gc_during_timing"] = {
-            "collections": len(pauses),
-            "full_collections": sum(g == 2 for g, _ in pauses),
-            "pause_ms_total": 1e3 * sum(s for _, s in pauses),
-            "pause_ms_max": 1e3 * max((s for _, s in pauses), default=0.0),
-        }
+        record.update(
+            collections=len(pauses),
+            full_collections=sum(g == 2 for g, _ in pauses),
+            pause_ms_total=1e3 * sum(s for _, s in pauses),
+            pause_ms_max=1e3 * max((s for _, s in pauses), default=0.0),
+        )
 
 
-def _timed(spec: Spec, model, step, device: torch.device, out: dict) -> None:
+def _timed(spec: Spec, model, step, device: torch.device, out: Measurement) -> None:
     first_s = _first_call_s(step, device)
-    with _gc_watched(out):
+    with _gc_watched() as out.gc_during_timing:
         t = time_steps(
             step, device=device, warmup=max(0, spec.warmup_steps - 1), steps=spec.steps, max_steps=spec.max_steps
         )
-    out.update(
-        timings=t.to_dict(),
-        step_s=t.median_s,
-        spread_pct=100 * t.spread,
-        spread_all_pct=100 * t.spread_all,
-        iqr_pct=100 * t.iqr,
-        trustworthy=t.trustworthy,
-        steps=t.num_steps,
-        warmup_steps=t.num_warmup + 1,
-        peak_mem_bytes=models.peak_mem_bytes(device),
-        optimizer=contract.optimizer_class(step.optimizer),
-    )
-    out["harness_step"]["optimizer_class"] = out["optimizer"]
-    if stacks.get(spec.variant).compile:
-        out["compile_s"] = first_s - t.median_s
+    out.timings, out.step_s = t.to_dict(), t.median_s
+    out.spread_pct, out.spread_all_pct, out.iqr_pct = 100 * t.spread, 100 * t.spread_all, 100 * t.iqr
+    out.trustworthy, out.steps, out.warmup_steps = t.trustworthy, t.num_steps, t.num_warmup + 1
+    out.peak_mem_bytes = models.peak_mem_bytes(device)
+    out.optimizer = out.harness_step["optimizer_class"] = contract.optimizer_class(step.optimizer)
+    if spec.variant.compile:
+        out.compile_s = first_s - t.median_s
 
 
-def _profiled(spec: Spec, model, step, device: torch.device, out: dict) -> None:
+def _profiled(spec: Spec, model, step, device: torch.device, out: Measurement) -> None:
     with attribution.scopes(model) if spec.predict else contextlib.nullcontext():
         prof = kernels.profile_steps(step, device=device, num_steps=spec.profile_steps)
-    out["attention_backends"] = attribution.backends(prof)
-    out["kernel_s_per_step"] = prof.kernel_s_per_step
+    out.attention_backends = attribution.backends(prof)
+    out.kernel_s_per_step = prof.kernel_s_per_step
     if device.type == "cuda":
-        out["gpu_busy_frac"] = kernels.busy_per_step_s(prof) / out["step_s"]
-    out["kernel_table"] = [dataclasses.asdict(r) for r in kernels.kernel_table(prof)]
+        out.gpu_busy_frac = kernels.busy_per_step_s(prof) / out.step_s
+    out.kernel_table = [dataclasses.asdict(r) for r in kernels.kernel_table(prof)]
     if spec.predict:
-        out["attributed_s"] = attribution.attribute(prof)
+        out.attributed_s = attribution.attribute(prof)
 
 
-def measure(spec: Spec) -> dict:
-    """Every figure of one process, as a JSON-able dict; an OOM gives status "oom while ..."."""
+def measure(spec: Spec) -> Measurement:
+    """Every figure of one process; an OOM gives status "oom while ..."."""
     device = models.pick_device(spec.device)
     harness = reference.load_harness(spec.harness)
-    variant = stacks.get(spec.variant)
+    variant = spec.variant
     pieces = variant.contract(contract.resolve(harness))
-    out: dict = {
-        "variant": variant.name,
-        "caveat": variant.caveat,
-        "status": "ok",
-        "harness_step": pieces.describe(),
-        "harness_fallbacks": list(pieces.fallbacks),
-        "harness_env": contract.fingerprint(harness),
-    }
+    out = Measurement(
+        variant=variant,
+        caveat=variant.caveat,
+        harness_step=pieces.describe(),
+        harness_fallbacks=list(pieces.fallbacks),
+        harness_env=contract.fingerprint(harness),
+    )
     chunk = spec.ce_chunk if variant.ce_chunk is None else variant.ce_chunk
     if variant.ce_chunk is not None and "chunk_tokens" not in _loss_params(harness):
-        return {**out, "status": f"not applicable: {spec.harness}.compute_loss takes no chunk_tokens"}
+        return dataclasses.replace(out, status=f"not applicable: {spec.harness}.compute_loss takes no chunk_tokens")
     model_type = load_text_config(Path(spec.checkpoint)).model_type
     if (why := libvariants.not_applicable(variant, device, model_type)) is not None:
-        return {**out, "status": why}
+        return dataclasses.replace(out, status=why)
     stage, clock, logged = ["loading"], _Stages(out), []
-    out["kernel_packages"] = kernel_watch.installed()
+    out.kernel_packages = kernel_watch.installed()
     try:
         with kernel_watch.watch(logged):  # the reference fallbacks transformers logs in this process
-            _measured(spec, pieces, variant, device, chunk, out, clock, stage)
+            _measured(spec, pieces, device, chunk, out, clock, stage)
     except Exception as exc:
         if not models.is_oom(exc):
             raise
-        out["status"] = f"oom while {stage[0]}: {str(exc).splitlines()[0][:100]}"
-    out["kernel_fallbacks"] = kernel_watch.fallbacks(logged)
+        out.status = f"oom while {stage[0]}: {str(exc).splitlines()[0][:100]}"
+    out.kernel_fallbacks = kernel_watch.fallbacks(logged)
     return out
 
 
@@ -254,7 +202,7 @@ def _numerics(spec: Spec, model, built: list, pieces: contract.Contract, chunk: 
             p.copy_(value)
     step = _step(spec, model, pieces, chunk, device)
     folder = Path(spec.numerics_dir) if spec.numerics_dir else None
-    is_baseline = spec.variant == variants.BASELINE
+    is_baseline = spec.variant.name == variants.BASELINE
     return numerics.measure(
         step,
         spec.numerics_steps,
@@ -263,17 +211,17 @@ def _numerics(spec: Spec, model, built: list, pieces: contract.Contract, chunk: 
     )
 
 
-def _measured(spec: Spec, pieces, variant, device: torch.device, chunk: int, out: dict, clock, stage: list) -> None:
+def _measured(spec: Spec, pieces, device: torch.device, chunk: int, out: Measurement, clock, stage: list) -> None:
     """Build, time, profile (then the numerics price, and with `predict` the micro-benchmarks) into
     `out`; `stage[0]` says how far it got (an OOM's status names it)."""
-    model = _build(spec, pieces, variant, device)
+    model = _build(spec, pieces, spec.variant, device)
     built = [p.detach().to("cpu", copy=True) for p in model.parameters() if p.requires_grad]
     clock("build")
-    out["params_total"], out["params_trainable"] = models.count_params(model)
-    out["params_active"] = round(params.count(model).params_active)
-    out["lora_targets"] = lora_targets.describe(model)
+    out.params_total, out.params_trainable = models.count_params(model)
+    out.params_active = round(params.count(model).params_active)
+    out.lora_targets = lora_targets.describe(model)
     shape = flops.model_shape(model)
-    out["step_flops"] = flops.step_flops(shape, batch_size=spec.batch_size, seq_len=spec.seq_len)
+    out.step_flops = flops.step_flops(shape, batch_size=spec.batch_size, seq_len=spec.seq_len)
     step = _step(spec, model, pieces, chunk, device)
     stage[0] = "timing"
     _timed(spec, model, step, device, out)
@@ -282,27 +230,27 @@ def _measured(spec: Spec, pieces, variant, device: torch.device, chunk: int, out
     clock("profiling")
     if spec.numerics_steps:
         stage[0] = "numerics"
-        out["numerics"] = _numerics(spec, model, built, pieces, chunk, device)
+        out.numerics = _numerics(spec, model, built, pieces, chunk, device)
         clock("numerics")
     if spec.predict:
         stage[0] = "micro-benchmarks"
         del step
         models.release(device)
-        out["microbench"] = microbench.run(model, pieces, spec, device, chunk)
+        out.microbench = microbench.run(model, pieces, spec, device, chunk)
         clock("micro-benchmarks")
 
 
 class _Stages:
-    """Seconds of each stage, stored in out["stage_s"] (the first one counts from this module's
+    """Seconds of each stage, stored in out.stage_s (the first one counts from this module's
     import, after torch's; the parent's `process_wall_s` is the whole process)."""
 
-    def __init__(self, out: dict):
+    def __init__(self, out: Measurement):
         self.out, self.last = out, _START
-        out["stage_s"] = {}
+        out.stage_s = {}
 
     def __call__(self, name: str) -> None:
         now = time.perf_counter()
-        self.out["stage_s"][name] = round(now - self.last, 2)
+        self.out.stage_s[name] = round(now - self.last, 2)
         self.last = now
 
 
@@ -312,12 +260,12 @@ def _loss_params(harness) -> tuple[str, ...]:
 
 def main(argv: list[str]) -> int:
     spec_path, out_path = argv
-    spec = Spec(**json.loads(Path(spec_path).read_text()))
+    spec = Spec.from_json(Path(spec_path).read_text())
     try:
-        result = measure(spec)
+        answer = measure(spec).to_json()
     except InputError as exc:  # bad input found only here (weights that do not load): the parent's to raise
-        result = {"input_error": str(exc)}
-    Path(out_path).write_text(json.dumps(result))
+        answer = json.dumps({INPUT_ERROR: str(exc)})
+    Path(out_path).write_text(answer)
     return 0
 
 

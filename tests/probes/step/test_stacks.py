@@ -8,7 +8,8 @@ import pytest
 
 from probes.carrier import probe as carrier
 from probes.result import FieldError
-from probes.step import numerics, search, settings, stacks
+from probes.step import numerics, search, settings, stacks, variants
+from probes.step.measurement import Measurement
 from runner.cli import main
 
 STEP = dict(weights="random", lora_rank=4, seq_len=16, batch_size=2, warmup_steps=1, steps=2, max_steps=2, device="cpu")
@@ -93,15 +94,15 @@ def test_an_incompatible_stack_is_one_line_naming_the_conflict_exit_2(tiny, caps
 
 
 def test_stack_names_are_canonical_and_members_compose():
-    assert stacks.parse(("fused-adamw+compile", "compile+fused-adamw", "baseline")) == (
-        "baseline",
-        "compile+fused-adamw",
-    )
+    parsed = stacks.parse(("fused-adamw+compile", "compile+fused-adamw", "baseline"))
+    assert [v.name for v in parsed] == ["baseline", "compile+fused-adamw"]
+    assert parsed[1].compile and parsed[1].fused_adamw and parsed[1] == stacks.get("compile+fused-adamw")
     stack = stacks.get("fused-adamw+grad-ckpt+ce-chunk=64")
     assert stack.name == "ce-chunk=64+fused-adamw+grad-ckpt"
     assert stack.fused_adamw and stack.gradient_checkpointing and stack.ce_chunk == 64
-    assert stacks.compatible("bf16-autocast", "compile") is None
-    assert "conflict" in stacks.compatible("ce-chunk=8", "ce-chunk=16")
+    assert stacks.compatible(variants.get("bf16-autocast"), variants.get("compile")) is None
+    assert "conflict" in stacks.compatible(variants.get("ce-chunk=8"), variants.get("ce-chunk=16"))
+    assert stacks.add(stacks.get("grad-ckpt+fused-adamw"), variants.get("ce-chunk=64")) == stack
     with pytest.raises(FieldError, match="baseline is no change"):
         stacks.get("baseline+compile")
 
@@ -138,17 +139,19 @@ def test_the_search_budget_says_what_was_not_tried(tiny):
     result = carrier.run(
         carrier.Config(checkpoint=(tiny,), **STEP, processes=1, numerics_steps=0, search=True, search_budget_s=0.5)
     )
-    assert result.summary["not_tried"] == list(search.CANDIDATES)
+    assert result.summary["not_tried"] == [v.name for v in search.CANDIDATES]
     assert result.summary["search_stop"] == ["budget spent"]
     assert [r.variant for r in result.tables["carriers"]] == ["baseline"]
 
 
 def test_tolerances_name_what_a_row_breaks():
-    base = {"numerics": {"losses": [2.0, 1.5, 1.0], "rounded_away_pct": [0.0, 0.0, 0.0]}}
-    fine = {"variant": "v", "numerics": {**base["numerics"], "grad_cosine": 0.999, "grad_norm_ratio": 1.01}}
+    record = {"losses": [2.0, 1.5, 1.0], "rounded_away_pct": [0.0, 0.0, 0.0]}
+    base = Measurement(variant=variants.BASELINE_VARIANT, numerics=record)
+    v = variants.get("fused-adamw")
+    fine = Measurement(variant=v, numerics={**record, "grad_cosine": 0.999, "grad_norm_ratio": 1.01})
     assert numerics.compare("m", base, fine).within_tolerance
-    drift = {"variant": "v", "numerics": {"losses": [2.0, 1.8, 1.4], "rounded_away_pct": [0.5, 3.0, 5.0],
-                                          "grad_cosine": 0.999, "grad_norm_ratio": 1.0}}  # fmt: skip
+    drift = Measurement(variant=v, numerics={"losses": [2.0, 1.8, 1.4], "rounded_away_pct": [0.5, 3.0, 5.0],
+                                             "grad_cosine": 0.999, "grad_norm_ratio": 1.0})  # fmt: skip
     row = numerics.compare("m", base, drift)
     assert row.loss_curve_diff_pct == pytest.approx(100 * 0.4 / 1.0) and row.rounded_away_pct == 5.0
     assert not row.within_tolerance and "loss curve 40" in row.basis and "updates rounded away 5" in row.basis

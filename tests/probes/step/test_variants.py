@@ -3,6 +3,7 @@ harness contract used as given or fallen back on by name; bad variant names refu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,8 +14,9 @@ from torch.autograd import DeviceType
 
 from probes.carrier import probe as carrier
 from probes.result import InputError
-from probes.step import attribution, contract, flops, kernels, models, processes, variants, whatif
+from probes.step import attribution, contract, flops, kernels, models, processes, stacks, variants, whatif
 from probes.step import harness as reference
+from probes.step.measurement import Measurement
 from runner.cli import main
 from runner.hosts.jobenv import harness_env
 
@@ -104,7 +106,9 @@ def test_an_unknown_variant_is_one_line_naming_the_known_ones_exit_2(tiny, capsy
 
 
 def test_variant_names_parse_baseline_first_and_once():
-    assert variants.parse(("compile", "baseline", "ce-chunk=512", "compile")) == ("baseline", "compile", "ce-chunk=512")
+    parsed = stacks.parse(("compile", "baseline", "ce-chunk=512", "compile"))
+    assert [v.name for v in parsed] == ["baseline", "compile", "ce-chunk=512"]
+    assert parsed == (variants.BASELINE_VARIANT, variants.get("compile"), variants.get("ce-chunk=512"))
     assert variants.get("ce-chunk=512").ce_chunk == 512
     with pytest.raises(InputError, match="ce-chunk=-1"):
         variants.get("ce-chunk=-1")
@@ -168,47 +172,47 @@ def test_the_reference_harness_is_a_trainer_bf16_run(tiny):
 
 def test_the_across_process_spread_is_that_of_the_process_medians():
     runs = [
-        {
-            "status": "ok",
-            "variant": "baseline",
-            "step_s": s,
-            "trustworthy": True,
-            "spread_pct": p,
-            "spread_all_pct": p,
-            "iqr_pct": 0.1,
-            "peak_mem_bytes": m,
-            "gpu_busy_frac": b,
-        }
+        Measurement(
+            variant=variants.BASELINE_VARIANT,
+            caveat="the harness as it is",
+            step_s=s,
+            trustworthy=True,
+            spread_pct=p,
+            spread_all_pct=p,
+            iqr_pct=0.1,
+            peak_mem_bytes=m,
+            gpu_busy_frac=b,
+        )
         for s, p, m, b in ((0.40, 0.5, 10, 0.95), (0.42, 1.5, 12, 0.93), (0.41, 0.7, 11, 0.97))
     ]
     merged = processes.merge(runs)
-    assert merged["step_s"] == 0.41 and merged["processes"] == 3
-    assert merged["spread_across_pct"] == pytest.approx(100 * 0.02 / 0.41)
-    assert merged["spread_pct"] == 1.5 and merged["peak_mem_bytes"] == 12 and merged["gpu_busy_frac"] == 0.93
-    assert processes.merge(runs[:1])["spread_across_pct"] is None
-    assert processes.merge([runs[0], {"variant": "baseline", "status": "failed: exit 1"}])["status"] == "failed: exit 1"
+    assert merged.step_s == 0.41 and merged.processes == 3 and merged.process_step_s == [0.40, 0.42, 0.41]
+    assert merged.spread_across_pct == pytest.approx(100 * 0.02 / 0.41)
+    assert merged.spread_pct == 1.5 and merged.peak_mem_bytes == 12 and merged.gpu_busy_frac == 0.93
+    assert processes.merge(runs[:1]).spread_across_pct is None
+    died = processes.merge([runs[0], Measurement.failed(variants.BASELINE_VARIANT, "exit 1")])
+    # the first process's figures stay, the failing one's status and what it reported go over them
+    assert died.status == "failed: exit 1" and died.step_s == 0.40 and died.caveat == "the harness as it is"
 
 
 def test_launch_bound_or_untrustworthy_rows_fail_a_check_and_say_so():
     config = carrier.Config(checkpoint=(Path("x"),), seq_len=8)
-    base = {
-        "variant": "baseline",
-        "status": "ok",
-        "params_total": 1,
-        "params_trainable": 1,
-        "step_s": 0.5,
-        "warmup_steps": 3,
-        "steps": 10,
-        "spread_pct": 1.0,
-        "spread_all_pct": 1.0,
-        "iqr_pct": 0.5,
-        "trustworthy": True,
-        "step_flops": 1e12,
-        "caveat": "",
-    }
-    good = carrier._row(config, "m", {**base, "gpu_busy_frac": 0.97}, (8e14, 9.89e14))
-    launch = carrier._row(config, "m", {**base, "gpu_busy_frac": 0.6}, (8e14, 9.89e14))
-    across = carrier._row(config, "m", {**base, "gpu_busy_frac": 0.97, "spread_across_pct": 3.0}, (8e14, 9.89e14))
+    base = dict(
+        variant=variants.BASELINE_VARIANT,
+        params_total=1,
+        params_trainable=1,
+        step_s=0.5,
+        warmup_steps=3,
+        steps=10,
+        spread_pct=1.0,
+        spread_all_pct=1.0,
+        iqr_pct=0.5,
+        trustworthy=True,
+        step_flops=1e12,
+    )
+    good = carrier._row(config, "m", Measurement(**base, gpu_busy_frac=0.97), (8e14, 9.89e14))
+    launch = carrier._row(config, "m", Measurement(**base, gpu_busy_frac=0.6), (8e14, 9.89e14))
+    across = carrier._row(config, "m", Measurement(**base, gpu_busy_frac=0.97, spread_across_pct=3.0), (8e14, 9.89e14))
     assert good.status == "ok" and good.trustworthy
     assert good.mfu_vs_measured_peak == pytest.approx(1e12 / 0.5 / 8e14)
     assert good.mfu_vs_datasheet_peak == pytest.approx(1e12 / 0.5 / 9.89e14)
@@ -339,57 +343,51 @@ def test_a_kernel_cupti_also_lists_under_its_overhead_event_counts_once():
 
 def test_an_attribution_that_disagrees_with_the_device_rows_predicts_nothing():
     att = {"lora/forward/fp32 GEMM": 0.25, "base/forward/bf16 GEMM": 0.15}
-    baseline = {
-        "step_s": 0.4,
-        "kernel_s_per_step": 0.36,
-        "gpu_busy_frac": 0.9,
-        "attributed_s": att,
-        "microbench": {"lora": {"baseline": 0.25, "bf16-autocast": 0.125}},
-    }
-    predicted, why = whatif.predict("bf16-autocast", baseline)
+    baseline = Measurement(
+        variant=variants.BASELINE_VARIANT,
+        step_s=0.4,
+        kernel_s_per_step=0.36,
+        gpu_busy_frac=0.9,
+        attributed_s=att,
+        microbench={"lora": {"baseline": 0.25, "bf16-autocast": 0.125}},
+    )
+    autocast = variants.get("bf16-autocast")
+    predicted, why = whatif.predict(autocast, baseline)
     assert predicted is None and "counts 400.0 ms of kernel time a step, the device 360.0 ms (+11.1%)" in why
-    predicted, _ = whatif.predict("bf16-autocast", {**baseline, "kernel_s_per_step": 0.4})
+    predicted, _ = whatif.predict(autocast, dataclasses.replace(baseline, kernel_s_per_step=0.4))
     assert predicted == pytest.approx(100 * 0.25 * 0.5 / 0.4)
 
 
 def test_a_profile_mostly_unattributed_predicts_nothing():
-    baseline = {
-        "step_s": 1.0,
-        "attributed_s": {"unattributed/unknown/fp32 GEMM": 0.5, "lora/forward/x": 0.01},
-        "microbench": {"lora": {"baseline": 1.0, "bf16-autocast": 0.5}},
-    }
-    predicted, why = whatif.predict("bf16-autocast", baseline)
+    baseline = Measurement(
+        variant=variants.BASELINE_VARIANT,
+        step_s=1.0,
+        attributed_s={"unattributed/unknown/fp32 GEMM": 0.5, "lora/forward/x": 0.01},
+        microbench={"lora": {"baseline": 1.0, "bf16-autocast": 0.5}},
+    )
+    predicted, why = whatif.predict(variants.get("bf16-autocast"), baseline)
     assert predicted is None and "2% of the profile's kernel time is attributed" in why
 
 
 def test_whatif_measures_the_kernel_time_removed_a_second_way_and_names_a_launch_bound_variant():
     att = {"lora/forward/fp32 GEMM": 0.2, "base/forward/bf16 GEMM": 0.15}
-    baseline = {
-        "variant": "baseline",
-        "status": "ok",
-        "step_s": 0.4,
-        "kernel_s_per_step": 0.35,
-        "gpu_busy_frac": 0.95,
-        "attributed_s": att,
-        "microbench": {
+    baseline = Measurement(
+        variant=variants.BASELINE_VARIANT,
+        step_s=0.4,
+        kernel_s_per_step=0.35,
+        gpu_busy_frac=0.95,
+        attributed_s=att,
+        microbench={
             "lora": {"baseline": 1.0, "bf16-autocast": 0.6, "bf16-adapters": 0.5},
             "optimizer": {"baseline": 1.0, "bf16-adapters": 1.0},
         },
-    }
-    autocast = {
-        "variant": "bf16-autocast",
-        "status": "ok",
-        "step_s": 0.32,
-        "kernel_s_per_step": 0.27,
-        "gpu_busy_frac": 0.94,
-    }
-    adapters = {
-        "variant": "bf16-adapters",
-        "status": "ok",
-        "step_s": 0.33,
-        "kernel_s_per_step": 0.24,
-        "gpu_busy_frac": 0.82,
-    }
+    )
+    autocast = Measurement(
+        variant=variants.get("bf16-autocast"), step_s=0.32, kernel_s_per_step=0.27, gpu_busy_frac=0.94
+    )
+    adapters = Measurement(
+        variant=variants.get("bf16-adapters"), step_s=0.33, kernel_s_per_step=0.24, gpu_busy_frac=0.82
+    )
     rows = {r.variant: r for r in whatif.table("m", baseline, [autocast, adapters])}
     assert rows["bf16-autocast"].predicted_saving_pct == pytest.approx(100 * 0.2 * 0.4 / 0.4)
     assert rows["bf16-autocast"].measured_saving_pct == pytest.approx(20.0)
@@ -397,7 +395,7 @@ def test_whatif_measures_the_kernel_time_removed_a_second_way_and_names_a_launch
     assert "launch-bound" not in rows["bf16-autocast"].basis
     assert rows["bf16-adapters"].kernel_saving_pct == pytest.approx(100 * 0.11 / 0.4)
     assert "variant's step is launch-bound (GPU busy 0.82)" in rows["bf16-adapters"].basis
-    cpu = {k: v for k, v in baseline.items() if k != "gpu_busy_frac"}
+    cpu = dataclasses.replace(baseline, gpu_busy_frac=None)
     assert all(r.kernel_saving_pct is None for r in whatif.table("m", cpu, [autocast]))
 
 
@@ -421,15 +419,13 @@ def test_the_timed_steps_run_with_the_build_frozen_out_of_the_collector_and_reco
 
     from probes.step import worker
 
-    out: dict = {}
     alive = [object() for _ in range(1000)]
-    with worker._gc_watched(out):
+    with worker._gc_watched() as record:
         assert gc.get_freeze_count() >= len(alive)  # the objects alive before timing are frozen
         loop = []
         loop.append(loop)  # cyclic garbage: only the collector frees it
         del loop
         gc.collect()
     assert gc.get_freeze_count() == 0
-    record = out["gc_during_timing"]
     assert record["collections"] >= 1 and record["full_collections"] >= 1
     assert 0 < record["pause_ms_max"] <= record["pause_ms_total"]
