@@ -214,15 +214,16 @@ def worker(args: argparse.Namespace) -> dict:
     from probes.step import contract, stacks
     from probes.step import harness as reference
     from probes.step import worker as step_worker
+    from probes.step.measurement import Spec
 
     device = torch.device("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
-    spec = step_worker.Spec(
+    spec = Spec(
         checkpoint=str(_tiny_checkpoint() if args.tiny else args.checkpoint), weights="random",
         harness="benchmarks.harness_plain", lora_rank=32, lora_alpha=64.0, batch_size=args.batch,
         seq_len=args.seq_len, warmup_steps=3, steps=args.steps, max_steps=args.steps, ce_chunk=1024,
-        device=device.type, variant=args.variant,
+        device=device.type, variant=stacks.get(args.variant),
     )  # fmt: skip
-    variant = stacks.get(spec.variant)
+    variant = spec.variant
     pieces = variant.contract(contract.resolve(reference.load_harness(spec.harness)))
     model = step_worker._build(spec, pieces, variant, device)
     step = step_worker._step(spec, model, pieces, spec.ce_chunk, device)

@@ -14,7 +14,7 @@ from probes.step.config import StepConfig
 from probes.step.timing import Timings, time_steps
 
 # The worker's own changes to a built model, so a stack here is the one carrier and profile measure.
-from probes.step.worker import _prepare as prepare_variant
+from probes.step.worker import prepare as prepare_variant
 
 LOG = logging.getLogger(__name__)
 

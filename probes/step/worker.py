@@ -47,7 +47,7 @@ from probes.step.timing import time_steps
 _START = time.perf_counter()
 
 
-def _prepare(model, variant: variants.Variant, pieces: contract.Contract) -> None:
+def prepare(model, variant: variants.Variant, pieces: contract.Contract) -> None:
     """The variant's changes to the built model (compiling happens at its first step)."""
     if variant.adapter_dtype is not None:
         for p in model.parameters():
@@ -76,7 +76,7 @@ def _build(spec: Spec, pieces: contract.Contract, variant: variants.Variant, dev
         rank=spec.lora_rank,
         alpha=spec.lora_alpha,
     )
-    _prepare(model, variant, pieces)
+    prepare(model, variant, pieces)
     return model
 
 
