@@ -3,7 +3,7 @@
 For every `--checkpoint` (repeatable: a family) and every `--variant` (repeatable; probes.step.variants),
 one row of table `carriers`, named by `model` (the checkpoint directory's name; not `checkpoint`,
 which is the store's job key) and `variant`: `params_total` (the base plus LoRA, a tied embedding
-once), `params_active` (what one token uses: experts at top_k / num_experts; probes/step/params.py) and
+once), `params_active` (what one token uses: experts at top_k / num_experts; probes.step.params) and
 `params_trainable` (LoRA), `tokens_per_step`, `warmup_steps` and `steps` (the timed window
 the statistics use), `step_s` (median), `tok_per_s`, `spread_pct` ((max-min)/median over the window
 the statistics use), `spread_all_pct` (over every timed step after warm-up: the window is chosen for
@@ -15,7 +15,7 @@ torch.profiler over step time), MFU named by its peak (probes.step.flops states 
 (989 TFLOP/s dense bf16 for an H100/H200 SXM; None for a device not listed), projected hours for
 `--token-budget` tokens per job (`hours_per_job`) and for `--num-arms` x `--num-seeds` jobs
 (`hours_sweep`), `attention_backends` (read from the kernels that ran), `kernel_fallbacks` (kernels that fell back to
-transformers' reference PyTorch code in the timed process: probes/step/kernel_watch.py), `caveat` (what the variant
+transformers' reference PyTorch code in the timed process: probes.step.kernel_watch), `caveat` (what the variant
 may change besides speed) and `compile_s`.
 
 Every measurement runs in its own fresh process with the same seed and data (probes.step.processes):
@@ -35,12 +35,12 @@ Table `whatif` (probes.step.whatif): per variant, the saving predicted from the 
 profile before it is measured, the measured one, the error in percentage points and the peak memory
 before and after. The summary ends with `advice`: the measured changes ranked by speed-up.
 
-A `--variant` may be a stack, `a+b+c` (probes/step/stacks.py: stored under its canonical name, a conflict
-refused in one line). `--search` finds the fastest stack greedily (probes/step/search.py: table `search`, each
+A `--variant` may be a stack, `a+b+c` (probes.step.stacks: stored under its canonical name, a conflict
+refused in one line). `--search` finds the fastest stack greedily (probes.step.search: table `search`, each
 stack predicted from the singles before measured; summary `search_best`, `search_stop`, `not_tried`).
 Whenever something is compared with the baseline, table `numerics` gives each row's numerics price and
-`within_tolerance` (probes/step/numerics.py), the advice marks a change outside it, and summary `settings`
-prints the fastest as the settings to make and the command reproducing it (probes/carrier/stack_report.py).
+`within_tolerance` (probes.step.numerics), the advice marks a change outside it, and summary `settings`
+prints the fastest as the settings to make and the command reproducing it (probes.carrier.stack_report).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class CarrierRow:
     params_trainable: int | None
     tokens_per_step: int
     params_active: int | None = None
-    """Parameters one token uses: experts at top_k / num_experts, all else whole (probes/step/params.py);
+    """Parameters one token uses: experts at top_k / num_experts, all else whole (probes.step.params);
     the step's FLOPs are charged on these."""
     warmup_steps: int | None = None
     steps: int | None = None
@@ -102,7 +102,7 @@ class CarrierRow:
     attention_backends: str | None = None
     kernel_fallbacks: str | None = None
     """Kernels that fell back to transformers' reference PyTorch implementation in the timed process,
-    `function (package)` (probes/step/kernel_watch.py); None: every kernel took its fast path."""
+    `function (package)` (probes.step.kernel_watch); None: every kernel took its fast path."""
     compile_s: float | None = None
     caveat: str = ""
     status: str = "ok"

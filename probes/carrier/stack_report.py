@@ -1,6 +1,6 @@
 """Carrier's measurement of one checkpoint's variants and stacks, with their numerics price and the
 settings of the fastest: the named set (`--variant`, each in fresh processes) or the greedy search
-(`--search`, probes/step/search.py). carrier.py keeps its rows and checks; this module gives it, per
+(`--search`, probes.step.search). carrier.py keeps its rows and checks; this module gives it, per
 checkpoint, the baseline, the other results and the extra tables (`search`, `numerics`) and lines
 (`settings`, `search_stop`, `not_tried`)."""
 

@@ -11,9 +11,9 @@ flash-eligible by torch's SDPA rules at that layer's own head_dim (Gemma-4: 512 
 expected SDPA backend, the sliding band (keys a real query can see, `keys_min`/`keys_max`, against
 `window`), and whether a query sees a key of another packed sequence. Linear-attention layers
 (Qwen3.5's Gated DeltaNet) make no attention call: their row says so (a recurrent state, no mask);
-other layer types are named, never dropped (probes/step/layer_types.py). With --padding packed, every
+other layer types are named, never dropped (probes.step.layer_types). With --padding packed, every
 layer's output on each packed sequence is also compared with the same sequence alone
-(probes/mask/leak.py, `packed_rel_diff`): a linear layer's state crossing a boundary shows there.
+(probes.mask.leak, `packed_rel_diff`): a linear layer's state crossing a boundary shows there.
 
 Checks: `band_matches_window` (sliding layers: each real query at in-sequence position p sees
 exactly min(window, p + 1) keys), `no_cross_sequence`, `fast_path_kept` (with no padding, every
@@ -66,7 +66,7 @@ class LayerRow:
     numbers (`packed_rel_diff` over LEAK_REL, every layer: a linear layer's state crossing a boundary)."""
     packed_rel_diff: float | None = None
     """--padding packed: max |packed - alone| / max |alone| of this layer's output on each sequence
-    (probes/mask/leak.py); None otherwise."""
+    (probes.mask.leak); None otherwise."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +162,7 @@ def _maskless_row(spec: layer_types.LayerSpec) -> LayerRow:
 
 
 def with_leaks(rows: list[LayerRow], leaks: list[float]) -> list[LayerRow]:
-    """The packed comparison's verdict on each layer (probes/mask/leak.py)."""
+    """The packed comparison's verdict on each layer (probes.mask.leak)."""
     return [
         dataclasses.replace(r, packed_rel_diff=d, cross_sequence=r.cross_sequence or d > mask_leak.LEAK_REL)
         for r, d in zip(rows, leaks, strict=True)

@@ -225,7 +225,7 @@ def _skip_linear_mixers(model) -> None:
     """Linear-attention mixers (Qwen3.5/Qwen3-Next `linear_attn`) make no attention call and no mask is
     built for them, and their torch reference kernel is a Python loop over 64-token chunks (about a
     second a layer at 4,096 tokens even at this width): the recording forward replaces their output by
-    zeros. What they do to packed sequences is measured by a real forward (probes/mask/leak.py)."""
+    zeros. What they do to packed sequences is measured by a real forward (probes.mask.leak)."""
     for layer in model.get_decoder().layers:
         mixer = getattr(layer, "linear_attn", None)
         if mixer is not None:

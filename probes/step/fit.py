@@ -22,7 +22,7 @@ class ScalingRow:
     tokens: int
     params_total: int | None = None
     params_active: int | None = None
-    """Parameters one token uses (experts at top_k / num_experts; probes/step/params.py)."""
+    """Parameters one token uses (experts at top_k / num_experts; probes.step.params)."""
     step_s: float | None = None
     spread_pct: float | None = None
     spread_all_pct: float | None = None

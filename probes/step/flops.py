@@ -4,7 +4,7 @@ For T = batch x seq_len tokens, a step costs
 
     4 * T * N_base  +  6 * T * N_lora  +  sum over layers of that layer's own token-mixing cost
 
-- N_base: the frozen matmul weights one token goes through (probes/step/params.py): every linear layer,
+- N_base: the frozen matmul weights one token goes through (probes.step.params): every linear layer,
   lm_head included (it runs even when tied to the embedding), the fused experts (3-D parameters,
   not nn.Linear) at top_k / num_experts of themselves, a router's weight; embeddings and norms do
   no matmul. Frozen: the forward costs 2*T*N and the backward only the activation gradient,
@@ -27,7 +27,7 @@ expert adapters (`target_parameters` builds the full delta weight of every exper
 2*r*experts*in*out per wrapped parameter, per step not per token). MFU is named by its peak: the
 measured one (a large bf16 matmul on the device, `measure_peak_flops`: about 790-800 TFLOP/s on an
 H200 on random data, docs/measurement.md) or the datasheet's dense bf16 rate (`datasheet_peak_flops`,
-the table in probes/step/peaks.py: 989 TFLOP/s for the H100/H200 SXM), the conventional MFU denominator,
+the table in probes.step.peaks: 989 TFLOP/s for the H100/H200 SXM), the conventional MFU denominator,
 so the two differ by about 1.23x there.
 """
 
@@ -54,12 +54,12 @@ class Shape:
     windows: tuple[int | None, ...] = ()
     """Per layer: the sliding window, or None for full causal attention (empty: all full)."""
     layers: tuple[layer_types.LayerSpec, ...] = ()
-    """Per layer, its type and sizes (probes/step/layer_types.py); when given, each layer is charged its own
+    """Per layer, its type and sizes (probes.step.layer_types); when given, each layer is charged its own
     cost and num_heads/head_dim/windows are not used."""
 
 
 def datasheet_peak_flops(device_name: str) -> float | None:
-    """The datasheet's dense bf16 peak for a device name, FLOP/s; None for a card probes/step/peaks.py lacks."""
+    """The datasheet's dense bf16 peak for a device name, FLOP/s; None for a card probes.step.peaks lacks."""
     return peaks.datasheet_peak_flops(device_name)
 
 

@@ -83,7 +83,7 @@ def load_harness(path: str) -> ModuleType:
 def _cwd_on_path() -> None:
     """Resolve a harness from the current directory, as `python -m` would: the `labprobe` script puts
     its own folder first on sys.path, not the cwd, so a lab's `mytrainer.train` would not import. The
-    worker processes get this sys.path (probes/step/processes.py), so they resolve it the same way."""
+    worker processes get this sys.path (probes.step.processes), so they resolve it the same way."""
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
@@ -100,7 +100,7 @@ def loss_fn(harness: ModuleType, chunk_tokens: int):
 
 def discover_target_modules(model: nn.Module) -> list[str]:
     """Suffixes of every nn.Linear inside the decoder's layers (not lm_head, not a vision tower), routers
-    excluded (probes/step/lora_targets.py): a suffix that also names a router (Gemma-4's `router.proj`) is
+    excluded (probes.step.lora_targets): a suffix that also names a router (Gemma-4's `router.proj`) is
     left out whole, since PEFT matches suffixes."""
     from probes.step import lora_targets
 

@@ -2,7 +2,7 @@
 
 `liger`: Liger Kernel's `apply_liger_kernel_to_<model_type>` for the model's family, with RoPE, SwiGLU
 and RMSNorm on and its cross-entropy pieces off: the harness computes its own loss from the decoder's
-hidden states (probes/step/harness.py's chunked linear CE plays the role of Liger's fused linear CE), so a
+hidden states (probes.step.harness's chunked linear CE plays the role of Liger's fused linear CE), so a
 patched model loss would never run. Liger's kernels are Triton: they need a CUDA device.
 
 A variant whose library is missing, or that cannot run on this device or family, is a row whose

@@ -5,7 +5,7 @@ experts a token goes to, so the reference never targets one (`is_router`). The e
 Qwen3-MoE are fused 3-D parameters (`experts.gate_up_proj`: experts x 2*moe_intermediate x hidden),
 not nn.Linear, so `target_modules` cannot reach them; PEFT (>= 0.17; 0.21 here) adapts them through
 `LoraConfig(target_parameters=[...])`, which the reference asks for (`discover_target_parameters` in
-probes/step/harness.py). `apply` runs the harness's pieces; `describe` reads the adapted model back: which
+probes.step.harness). `apply` runs the harness's pieces; `describe` reads the adapted model back: which
 decoder weights got an adapter and which did not, so the summary never hides 22.8 B expert parameters
 left out.
 """

@@ -1,6 +1,6 @@
 """The numerics price of a variant or stack: what it does to the training, not only to its speed.
 
-Measured in the variant's own worker process after its timing (probes/step/worker.py): the adapter weights
+Measured in the variant's own worker process after its timing (probes.step.worker): the adapter weights
 are put back to their values at build (the same seed builds the same weights and LoRA in every
 process), a fresh optimizer is made, and `steps` optimizer steps run on the step's one fixed batch
 (memorising it, so the loss moves). Recorded through the optimizer's step hooks, whatever the step:

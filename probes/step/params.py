@@ -5,12 +5,12 @@
   `num_experts` experts, so each expert parameter counts top_k / num_experts of itself; the router,
   attention, norms, embeddings and any dense MLP beside the experts (Gemma-4) count whole. For a dense
   model active == total.
-- `matmul_base` / `matmul_lora`: the weights the step's matmul FLOPs are charged on (probes/step/flops.py),
+- `matmul_base` / `matmul_lora`: the weights the step's matmul FLOPs are charged on (probes.step.flops),
   at the same active share: every nn.Linear (lm_head included, even tied: it runs), the fused experts
   (3-D parameters of an `experts` module, which are no nn.Linear: `Qwen3MoeExperts.gate_up_proj` of
   shape (experts, 2 x moe_intermediate, hidden)), and a router's bare 2-D weight (Qwen3-MoE's
   `mlp.gate`). Embeddings, norms and 1-D parameters do no matmul; a linear-attention layer's depthwise
-  convolution is charged with its layer (probes/step/flops.py).
+  convolution is charged with its layer (probes.step.flops).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ in docs/measurement.md ("Datasheet peaks").
 Dense means without 2:4 structured sparsity: NVIDIA's headline figures are mostly sparse, twice
 these. bf16 means bf16 inputs with fp32 accumulation, what a training matmul uses; GeForce cards run
 that at half their fp16-accumulate rate, and their figures here are the fp32-accumulate ones. A card
-not listed gets None: its MFU is then only the one against the measured peak (probes/step/flops.py).
+not listed gets None: its MFU is then only the one against the measured peak (probes.step.flops).
 """
 
 from __future__ import annotations

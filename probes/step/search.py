@@ -4,7 +4,7 @@
    candidate alone, each in its own fresh process; a single's prediction is whatif's, from the
    baseline's attributed profile (None for compile, with the reason).
 2. The best measured stack so far grows by one candidate per round: every compatible candidate not in
-   it is added in turn (probes/step/stacks.py refuses the incompatible ones) and measured in a fresh process;
+   it is added in turn (probes.step.stacks refuses the incompatible ones) and measured in a fresh process;
    the one that gains most over the current stack becomes the current stack.
 3. It stops when the round's best addition gains less than the noise (the baseline's spread across
    processes, or its in-process spread with one process), when no candidate is left, or when the time

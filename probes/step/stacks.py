@@ -1,4 +1,4 @@
-"""Stacks: several variants of the step at once, `--variant a+b+c` (probes/step/variants.py names the pieces).
+"""Stacks: several variants of the step at once, `--variant a+b+c` (probes.step.variants names the pieces).
 
 A lab changes its training once, with every change that pays, and the changes do not simply add
 (on an H200, fused AdamW is worth under 1% alone and much more on top of compile and bf16 adapters):

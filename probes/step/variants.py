@@ -13,11 +13,11 @@
 - `compile`: `torch.compile` of each decoder layer (regional compilation). Caveat: compile time before
   the first step (`compile_s`), and a recompile on every new shape.
 - `ce-chunk=N`: the cross-entropy chunk, N tokens (0: full logits). Caveat: memory for time; the same loss.
-- `liger`: Liger Kernel's Triton RoPE, SwiGLU and RMSNorm (probes/step/libvariants.py; needs liger-kernel
+- `liger`: Liger Kernel's Triton RoPE, SwiGLU and RMSNorm (probes.step.libvariants; needs liger-kernel
   and a CUDA device, else the row is `not applicable: ...`).
 - `PKG.MODULE:NAME`: a lab's own Variant object, imported (its `prepare(model)` runs after LoRA).
 
-A stack `a+b+c` is every change of its members at once (probes/step/stacks.py, whose `parse` a probe's
+A stack `a+b+c` is every change of its members at once (probes.step.stacks, whose `parse` a probe's
 Config calls once to resolve its `--variant` values), named canonically (members sorted); members that set
 one piece two ways are refused, naming the conflict. An unknown name is a FieldError naming the known ones
 (one line, exit 2).
@@ -126,7 +126,7 @@ def known() -> str:
 
 
 def get(name: str) -> Variant:
-    """A single named variant (probes/step/stacks.py's get also reads stacks and lab variants)."""
+    """A single named variant (probes.step.stacks's get also reads stacks and lab variants)."""
     if name in FIXED:
         return FIXED[name]
     match = CE_CHUNK.fullmatch(name)

@@ -81,7 +81,7 @@ def predict(variant: variants.Variant, baseline: Measurement) -> tuple[float | N
     lora_s, opt_s = attribution.total(att, scope="lora"), attribution.total(att, scope="optimizer")
     if name == variants.BASELINE:
         return 0.0, "the baseline itself"
-    if "+" in name or ":" in name:  # probes/step/search.py predicts a stack from its measured members
+    if "+" in name or ":" in name:  # probes.step.search predicts a stack from its measured members
         return None, "not predicted here: a stack or a lab's own variant (--search predicts stacks from the singles)"
     if variant.liger:
         return None, "not predicted: Liger's kernels are timed only in its own process"

@@ -2,13 +2,13 @@
 
 `python -m probes.step.worker SPEC.json OUT.json`: reads the Spec and writes the Measurement as JSON
 (probes.step.measurement, which resolves the Spec's variant by name); builds the model through the
-harness's contract with the variant's changes (probes/step/variants.py), seeds torch with the spec's seed (the same random
-weights and batch in every process), times the step (probes/step/timing.py), then profiles it AFTER
-every timing (CUPTI lingers: probes/step/kernels.py) for gpu_busy_frac and the attention backends that
+harness's contract with the variant's changes (probes.step.variants), seeds torch with the spec's seed (the same random
+weights and batch in every process), times the step (probes.step.timing), then profiles it AFTER
+every timing (CUPTI lingers: probes.step.kernels) for gpu_busy_frac and the attention backends that
 ran. With `numerics_steps`, the adapters go back to their built values and the numerics price is
-measured last (probes/step/numerics.py). With `predict`, the profile is attributed to the step's modules (probes/step/attribution.py) and
-the micro-benchmarks the what-if predictions need run last (probes/step/microbench.py). A CUDA
-out-of-memory is a result with its status, never a crash. probes/step/processes.py starts these.
+measured last (probes.step.numerics). With `predict`, the profile is attributed to the step's modules (probes.step.attribution) and
+the micro-benchmarks the what-if predictions need run last (probes.step.microbench). A CUDA
+out-of-memory is a result with its status, never a crash. probes.step.processes starts these.
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ def measure(spec: Spec) -> Measurement:
 
 
 def _numerics(spec: Spec, model, built: list, pieces: contract.Contract, chunk: int, device: torch.device) -> dict:
-    """The numerics price from the built adapter weights and a fresh optimizer (probes/step/numerics.py)."""
+    """The numerics price from the built adapter weights and a fresh optimizer (probes.step.numerics)."""
     with torch.no_grad():
         for p, value in zip((p for p in model.parameters() if p.requires_grad), built):
             p.copy_(value)

@@ -10,7 +10,7 @@ kernel-category breakdowns (`profile.kernels`), each probe's job summaries, and 
 run wrote. Images are embedded as base64 PNG data URIs and the page loads nothing else, so it can
 be mailed or opened from a laptop. A table none of the shown jobs wrote is simply left out. Where
 the run did not do a job ok (a rerun found it done, or it failed), the answer, its rows and its plots
-are the newest ok earlier run's, marked with that run's id (runner/analysis/report_data.py).
+are the newest ok earlier run's, marked with that run's id (runner.analysis.report_data).
 
 Drift is watched on every table of the run whose headline metric has a spread column (timings):
 runner.analysis.drift's rule against the same host's earlier runs of the same work.

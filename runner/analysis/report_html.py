@@ -31,7 +31,7 @@ CARRIER_METRICS = (
 )
 """`mfu` is the column's name in rows stored before MFU was named by its peak."""
 MEASURED_MFU = ("mfu_vs_measured_peak", "MFU (measured peak: a card without a datasheet figure)", 1.0)
-"""Drawn too when some host's card has no datasheet peak (probes/step/peaks.py): its MFU is not left blank."""
+"""Drawn too when some host's card has no datasheet peak (probes.step.peaks): its MFU is not left blank."""
 CARRIER_FACTS = ("params_total", "params_trainable", "tokens_per_step")
 """Properties of the carrier and its config, not measurements: said once above its table."""
 SCALING_X = ("seq_len", "num_tokens", "tokens_per_step", "length")

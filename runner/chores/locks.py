@@ -1,5 +1,5 @@
 """The locks a purge holds: the store's (the one `sweep` and `store compact/vacuum/migrate` take,
-runner/dispatch/lock.py), so no store chore runs beside it, and one per runs root, taken on the
+runner.dispatch.lock), so no store chore runs beside it, and one per runs root, taken on the
 host by each of its tasks, so two purges never work on one runs root at once (whatever store
 each writes to). Both are `flock`s the kernel drops when the holder dies, however it dies.
 

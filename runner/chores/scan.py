@@ -13,7 +13,7 @@ final `adapter/`. The checkpoints/ of a run may go only when nothing would lose 
   filesystem shares st_dev), and no folder of it is mounted elsewhere under the root;
 - it and its run are real directories inside the runs root, readable throughout;
 - the run is not training: nothing under it changed within the host's `runs_quiet_min`, and no
-  process holds a file under it open for writing (runner/chores/activity.py).
+  process holds a file under it open for writing (runner.chores.activity).
 Names are carried as the os functions give them (undecodable bytes surrogate-escaped) and shown
 in `ActionRow`'s text fields as `fstree.readable` writes them.
 """

@@ -1,5 +1,5 @@
 """`labprobe demo load-sample [--store DIR] [--cluster FILE]`: put the demo's recorded sample of real
-H200 results (two loans of a lent H200 machine, 2026-12-03 and 2026-12-04; runner/chores/sample.py)
+H200 results (two loans of a lent H200 machine, 2026-12-03 and 2026-12-04; runner.chores.sample)
 into the store, so `compare --probe carrier`, `history` and the report have two hosts to compare here."""
 
 from __future__ import annotations

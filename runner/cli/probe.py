@@ -1,7 +1,7 @@
 """`labprobe probe NAME [options]`: run one probe inline and print its tables (or --json).
 
 A probe that runs on a GPU (its Config has `device`: profile, carrier, replay) first reads this
-machine's GPUs with the sweep's idleness verdict (runner/gpu/idle.py) and refuses, in one line
+machine's GPUs with the sweep's idleness verdict (runner.gpu.idle) and refuses, in one line
 naming the busy process (pid, user, memory) or the fresh run file, exit 1, unless --no-idle-check:
 measuring beside someone's training run spoils both.
 """

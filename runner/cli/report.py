@@ -5,7 +5,7 @@
 No --run or --night: the newest run. --night: the last run started from noon of that date to noon of
 the next day (local time). Writes `<store>/reports/<run_id>.html` (or --out) and prints a few lines
 and the path. A rerun whose jobs were all done shows the stored answers it relied on, each marked
-with its run (runner/analysis/report_data.py). Exit 0, 2 on bad input (an unknown run, a bad date).
+with its run (runner.analysis.report_data). Exit 0, 2 on bad input (an unknown run, a bad date).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`labprobe schedule install|remove|show|run`: the overnight sweep's crontab entry (runner/lab/schedule.py).
+"""`labprobe schedule install|remove|show|run`: the overnight sweep's crontab entry (runner.lab.schedule).
 
 The crontab line runs one fixed command, `labprobe schedule run --entries DIR ID`; what the sweep
 needs (cluster file, plan, deadline, log, folder, environment) is in the entry file DIR/ID.json that

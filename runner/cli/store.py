@@ -9,7 +9,7 @@
 The store is the cluster file's `store:` (root, storage_options, vacuum_retention_days), or --store.
 compact, vacuum and migrate take the store's lock (the sweep's) on a local store, so they never run
 beside a sweep or a purge; vacuum also never deletes a file the newest version uses or one younger
-than an hour (runner/store/maintain.py), so a writer without the lock loses nothing either.
+than an hour (runner.store.maintain), so a writer without the lock loses nothing either.
 check lists every table, a broken one too, with every unreadable data file and every commit file
 that lost actions. Exit 0 done, 1 `check` found unreadable files, 2 bad input (a store path that is
 missing or not a store, a data file compact cannot read, a retention that is not a finite number).

@@ -109,7 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """The sweep, with Ctrl-C handled once (runner/dispatch/interrupt.py): exit 130, Ray shut down."""
+    """The sweep, with Ctrl-C handled once (runner.dispatch.interrupt): exit 130, Ray shut down."""
     return interrupted_once(lambda: _main(args))
 
 
@@ -265,7 +265,7 @@ def end_json(store: Store, counts: Counts, run_id: str) -> dict[str, Any]:
 
 
 def _report(store: Store, run_id: str, work: list[tuple[str, str, str, str]]) -> None:
-    """The same report as `labprobe report --run ID` (runner/cli/report.py)."""
+    """The same report as `labprobe report --run ID` (runner.cli.report)."""
     path, text = write_report(store, run_id, work=work)
     print(text)
     print(f"report: {path}")

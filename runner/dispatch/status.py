@@ -1,5 +1,5 @@
 """What is running on a store: the sweep holding its lock (run, plan, pid, host, start) and that run's
-jobs stored so far and left, read from the lock file (runner/dispatch/lock.py) and the jobs table.
+jobs stored so far and left, read from the lock file (runner.dispatch.lock) and the jobs table.
 With no sweep running: the newest run's counts. Read-only: it never takes the lock."""
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ class GpuReading:
     users: tuple[str, ...] = ()
     """The user running each of `pids` ("?" where /proc cannot tell: another PID namespace)."""
     unknown: tuple[str, ...] = ()
-    """What NVML would not give on this card (runner/gpu/nvml.py GpuSample.unknown)."""
+    """What NVML would not give on this card (runner.gpu.nvml GpuSample.unknown)."""
     unified: bool = False
     """The GPU shares the host's memory (GB10); host_mem_* are then the host's, from /proc/meminfo."""
     host_mem_total_bytes: int | None = None

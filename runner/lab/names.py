@@ -10,7 +10,7 @@ asked of the store root's nearest existing folder (`os.pathconf`), before anythi
 Names are also drawn from one safe set of characters (`SAFE_NAME`): letters, digits, `.`, `_`, `-`,
 starting with a letter or digit. A plan named `$(touch x)` or holding a newline used to pass
 `validate` and reach the crontab line `schedule install` wrote; no name can carry shell syntax or
-break a line now, and no text labprobe did not choose ever reaches a shell (runner/lab/schedule.py).
+break a line now, and no text labprobe did not choose ever reaches a shell (runner.lab.schedule).
 """
 
 from __future__ import annotations

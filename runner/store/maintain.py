@@ -7,14 +7,14 @@
   `store.vacuum_retention_days`, default 7: a week of time travel). Also removes stray files that
   are older than the retention: delta-rs deletes what its log does not know.
 - check: per table its version, live files, rows, bytes, every live file that cannot be read and
-  every commit file that lost actions (runner/store/logcheck.py); a table whose log cannot be read
+  every commit file that lost actions (runner.store.logcheck); a table whose log cannot be read
   at all is listed as broken, never stopping the others; folders under tables/ that are not tables;
   a leftover older-layout tree.
 
 Vacuum never deletes a file the table's newest version references, nor one younger than
 VACUUM_MIN_AGE_S: the newest version is read again after the candidates are listed, so a commit
 that landed meanwhile keeps its files, and a writer's data file that is not committed yet (written
-just before its commit) is too young to go. The CLI also takes the store's lock (runner/cli/store.py).
+just before its commit) is too young to go. The CLI also takes the store's lock (runner.cli.store).
 """
 
 from __future__ import annotations
