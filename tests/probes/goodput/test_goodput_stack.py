@@ -4,6 +4,7 @@ the baseline's, the hours of the best batching and the best stack said, and bad 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from lengths_util import write_lengths
@@ -102,3 +103,54 @@ def test_bad_stack_inputs_are_one_line_exit_2(lengths, tmp_path, capsys):
     two.write_text(json.dumps(doc))
     assert main(base + ["--stack-json", str(two)]) == 2
     assert "rows of 2 models (a, b), and no checkpoint named to choose one by" in capsys.readouterr().err
+
+
+def test_a_stack_file_whose_rows_do_not_price_is_one_line_exit_2(lengths, tmp_path, capsys):
+    """A step_s that is no positive finite number, a row that failed yet kept a step_s, two rows of one variant
+    (runs pasted together), a table that is no list of rows: each refused naming the file and the row."""
+    base = [
+        "probe",
+        "goodput",
+        "--lengths",
+        str(lengths),
+        "--linear-s",
+        "1e-4",
+        "--quadratic-s",
+        "0",
+        "--fixed-s",
+        "0.1",
+    ]
+
+    def edited(name: str, edit) -> Path:
+        path = carrier_json(tmp_path / name, "qwen3-4b-base", STEPS)
+        doc = json.loads(path.read_text())
+        edit(doc["tables"])
+        path.write_text(json.dumps(doc))  # NaN and Infinity as Python's json writes them
+        return path
+
+    def step(variant: str, value, status: str = "ok"):
+        def edit(tables):
+            (row,) = [r for r in tables["carriers"] if r["variant"] == variant]
+            row.update(step_s=value, status=status)
+
+        return edit
+
+    cases = [
+        (step("bf16-adapters", float("nan")), "'bf16-adapters' has no measured step_s (status: ok, step_s: nan)"),
+        (step("bf16-adapters", float("inf")), "'bf16-adapters' has no measured step_s (status: ok, step_s: inf)"),
+        (step("bf16-adapters", True), "'bf16-adapters' has no measured step_s (status: ok, step_s: True)"),
+        (step("bf16-adapters", 0), "'bf16-adapters' has no measured step_s (status: ok, step_s: 0)"),
+        (step("baseline", float("nan")), "'baseline' has no measured step_s (status: ok, step_s: nan)"),
+        (step("baseline", -0.4), "'baseline' has no measured step_s (status: ok, step_s: -0.4)"),
+        (step("baseline", 0.4, "failed: the process died"), "(status: failed: the process died, step_s: 0.4)"),
+        (lambda t: t["carriers"].append(dict(t["carriers"][1])), "two rows of qwen3-4b-base, variant 'bf16-adapters'"),
+        (lambda t: t.update(carriers={"baseline": 0.4}), "table 'carriers' is not a list of rows"),
+    ]
+    for i, (edit, needle) in enumerate(cases):
+        path = edited(f"c{i}.json", edit)
+        assert main(base + ["--stack-json", str(path), "--stack", "bf16-adapters"]) == 2, needle
+        err = capsys.readouterr().err.strip()
+        assert f"c{i}.json: " in err and needle in err and len(err.splitlines()) == 1, err
+    # unset --stack: a NaN row is not the fastest, the next one prices
+    path = edited("nan.json", step("bf16-adapters+compile+fused-adamw", float("nan")))
+    assert goodput.run(_config(lengths, stack_json=path)).summary["stack"] == "bf16-adapters"
