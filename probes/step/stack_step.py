@@ -78,7 +78,11 @@ def _model_rows(rows: list[dict], prefer: str | None, source: str) -> tuple[str,
         return prefer, by_model[prefer]
     if len(by_model) == 1:
         return next(iter(by_model.items()))
-    which = f"none of them {prefer!r}" if prefer else "and no checkpoint named to choose one by"
+    which = (
+        f"none of them {prefer!r}"
+        if prefer
+        else "and no checkpoint named to choose one by (--checkpoint: the model's folder)"
+    )
     raise InputError(f"{source}: rows of {len(by_model)} models ({', '.join(sorted(by_model))}), {which}")
 
 

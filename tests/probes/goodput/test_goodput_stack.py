@@ -102,7 +102,9 @@ def test_bad_stack_inputs_are_one_line_exit_2(lengths, tmp_path, capsys):
     doc["tables"]["carriers"] += [{**r, "model": "b"} for r in doc["tables"]["carriers"]]
     two.write_text(json.dumps(doc))
     assert main(base + ["--stack-json", str(two)]) == 2
-    assert "rows of 2 models (a, b), and no checkpoint named to choose one by" in capsys.readouterr().err
+    assert (
+        "rows of 2 models (a, b), and no checkpoint named to choose one by (--checkpoint: " in capsys.readouterr().err
+    )
 
 
 def test_a_stack_file_whose_rows_do_not_price_is_one_line_exit_2(lengths, tmp_path, capsys):
