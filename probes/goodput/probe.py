@@ -215,7 +215,7 @@ def run(config: Config) -> ProbeResult:
         "best_hours_per_job": best.hours_per_job,
         "best_hours_sweep": best.hours_sweep,
         "stack": stack.stack if stack else None,
-        "priced_with": f"{best.strategy} batching, " + (f"stack {stack.stack}" if stack else "the harness as it is"),
+        "priced_with": f"{_batching(best)}, " + (f"stack {stack.stack}" if stack else "the harness as it is"),
     }
     found = checks(rows, model)
     if stack:
@@ -223,6 +223,11 @@ def run(config: Config) -> ProbeResult:
         summary |= _stack_summary(stack, baseline)
         found.append(_stack_check(stack))
     return ProbeResult(probe="goodput", config=config, tables={"goodput": rows}, summary=summary, checks=found)
+
+
+def _batching(row: GoodputRow) -> str:
+    """The batching that priced the hours, with the bucket size (the bucket probe's pick when none was given)."""
+    return f"{row.strategy} batching" + (f" (bucket size {row.bucket_size})" if row.bucket_size else "")
 
 
 def _stack_summary(stack: stack_step.StackStep, baseline: GoodputRow) -> dict:

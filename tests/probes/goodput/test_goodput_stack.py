@@ -156,3 +156,12 @@ def test_a_stack_file_whose_rows_do_not_price_is_one_line_exit_2(lengths, tmp_pa
     # unset --stack: a NaN row is not the fastest, the next one prices
     path = edited("nan.json", step("bf16-adapters+compile+fused-adamw", float("nan")))
     assert goodput.run(_config(lengths, stack_json=path)).summary["stack"] == "bf16-adapters"
+
+
+def test_priced_with_names_the_bucket_size_that_priced_the_hours(lengths, tmp_path):
+    """`bucket batching` alone does not say which batching: its size (given, or the bucket probe's pick) does."""
+    stack_file = carrier_json(tmp_path / "carrier.json", "qwen3-4b-base", STEPS)
+    for stack_json, stack in ((None, "the harness as it is"), (stack_file, "stack bf16-adapters")):
+        kw = dict(stack_json=stack_json, stack="bf16-adapters") if stack_json else {}
+        result = goodput.run(_config(lengths, strategies=("bucket",), bucket_size=8, **kw))
+        assert result.summary["priced_with"] == f"bucket batching (bucket size 8), {stack}"
