@@ -165,3 +165,14 @@ def test_priced_with_names_the_bucket_size_that_priced_the_hours(lengths, tmp_pa
         kw = dict(stack_json=stack_json, stack="bf16-adapters") if stack_json else {}
         result = goodput.run(_config(lengths, strategies=("bucket",), bucket_size=8, **kw))
         assert result.summary["priced_with"] == f"bucket batching (bucket size 8), {stack}"
+
+
+def test_the_factor_scales_the_steady_steps_and_the_new_shape_one_offs_stay(lengths, tmp_path):
+    """README's recomputation: hours with the stack = (hours without - new_shapes_s/3600) x factor + new_shapes_s/3600."""
+    stack_file = carrier_json(tmp_path / "carrier.json", "qwen3-4b-base", STEPS)
+    plain = {r.strategy: r for r in goodput.run(_config(lengths, new_shape_s=0.3)).tables["goodput"]}
+    stacked = goodput.run(_config(lengths, new_shape_s=0.3, stack_json=stack_file, stack="bf16-adapters"))
+    for row in stacked.tables["goodput"]:
+        base, once_h = plain[row.strategy], row.new_shapes_s / 3600
+        assert row.new_shapes_s == base.new_shapes_s == pytest.approx(0.3 * row.num_shapes) and once_h > 0
+        assert row.hours_per_job == pytest.approx((base.hours_per_job - once_h) * 0.75 + once_h)
