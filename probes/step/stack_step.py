@@ -16,7 +16,8 @@ import json
 import math
 from pathlib import Path
 
-from probes.result import InputError
+from probes.result import FieldError, InputError
+from probes.step import stacks
 
 BASELINE = "baseline"
 UNTRUSTWORTHY = "not trustworthy"
@@ -115,8 +116,11 @@ def read(path: Path, stack: str | None, prefer_model: str | None = None) -> Stac
     except (OSError, ValueError) as exc:
         raise InputError(f"{path}: unreadable carrier/profile JSON: {exc}") from None
     model, rows = _model_rows(_rows(result, str(path)), prefer_model, str(path))
-    if stack is not None:  # carrier and profile store a stack under its members sorted (probes.step.stacks)
-        stack = "+".join(sorted(dict.fromkeys(p.strip() for p in stack.split("+"))))
+    if stack is not None:  # carrier and profile store a stack under its canonical name: members sorted
+        try:
+            stack = stacks.canonical(stack)
+        except FieldError as exc:  # an empty member, or baseline inside a stack: this field's error, not --variant's
+            raise FieldError("stack", exc.message) from None
     else:
         ok = [r for r in rows.values() if r.get("status") == "ok" and _step_s(r) is not None]
         if not ok:

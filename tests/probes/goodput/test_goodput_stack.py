@@ -89,6 +89,14 @@ def test_bad_stack_inputs_are_one_line_exit_2(lengths, tmp_path, capsys):
         (["--stack-json", str(stack_file), "--stack", "compile"], "no row for 'compile' (measured: baseline, bf16"),
         (["--stack-json", str(stack_file), "--stack", "liger"], "'liger' has no measured step_s (status: not appl"),
         (["--stack", "compile"], "--stack needs --stack-json"),
+        (
+            ["--stack-json", str(stack_file), "--stack", "compile++fused-adamw"],
+            "--stack 'compile++fused-adamw': an empty",
+        ),
+        (
+            ["--stack-json", str(stack_file), "--stack", "baseline+compile"],
+            "--stack 'baseline+compile': baseline is no",
+        ),
     ]
     for extra, needle in cases:
         assert main(base + extra) == 2
