@@ -168,6 +168,11 @@ def test_cli_json_and_bad_input(tmp_path, capsys):
     assert main(["probe", "goodput", "--lengths", str(path), "--linear-s", "1e-4"]) == 2
     err = capsys.readouterr().err
     assert "exactly one step-time model" in err and len(err.strip().splitlines()) == 1
+    for value in ("-5", "nan"):  # they priced negative or NaN hours at exit 0
+        given = ["--profile", str(profile_json(tmp_path)), "--new-shape-s", value]
+        assert main(["probe", "goodput", "--lengths", str(path), *given]) == 2
+        err = capsys.readouterr().err
+        assert "--new-shape-s must be a number >= 0" in err and len(err.strip().splitlines()) == 1, err
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     assert main(["probe", "goodput", "--lengths", str(path), "--profile", str(bad)]) == 2
