@@ -97,7 +97,8 @@ def _given(config: Config) -> tuple[StepModel | None, stack_step.StackStep | Non
     given = replay_model.given_model(config.profile)
     if config.stack_json is None:
         return given, None
-    stack = stack_step.read(config.stack_json, stacks.get(config.variant).name, prefer_model=config.checkpoint.name)
+    name = config.checkpoint.parent.name if config.checkpoint.name == "config.json" else config.checkpoint.name
+    stack = stack_step.read(config.stack_json, stacks.get(config.variant).name, only_model=name)
     return given.scaled(stack.factor, f"{given.source}; {stack.describe()}"), stack
 
 

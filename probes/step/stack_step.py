@@ -107,15 +107,18 @@ def _measured(row: dict | None, name: str, known: dict, source: str) -> float:
     return step_s
 
 
-def read(path: Path, stack: str | None, prefer_model: str | None = None) -> StackStep:
+def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only_model: str | None = None) -> StackStep:
     """The stack's step and the baseline's from a carrier or profile `--json` file; `stack` None: the
     fastest row whose status is ok (carrier's own choice of the fastest). InputError on a missing or
-    unreadable file, no baseline, or no measured row for the stack."""
+    unreadable file, no baseline, or no measured row for the stack. `prefer_model`: the model whose rows to take
+    when the file holds several; `only_model`: the model the rows must be of (replay knows the model it runs)."""
     try:
         result = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise InputError(f"{path}: unreadable carrier/profile JSON: {exc}") from None
-    model, rows = _model_rows(_rows(result, str(path)), prefer_model, str(path))
+    model, rows = _model_rows(_rows(result, str(path)), only_model or prefer_model, str(path))
+    if only_model is not None and model != only_model:  # another model's saving is no price of this one's step
+        raise InputError(f"{path}: rows of {model} only, none of {only_model!r}, the model this prices")
     if stack is not None:  # carrier and profile store a stack under its canonical name: members sorted
         try:
             stack = stacks.canonical(stack)
