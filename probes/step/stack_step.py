@@ -18,6 +18,7 @@ from pathlib import Path
 
 from probes.result import FieldError, InputError
 from probes.step import stacks
+from probes.step.checkpoint import model_name
 
 BASELINE = "baseline"
 UNTRUSTWORTHY = "not trustworthy"
@@ -63,7 +64,7 @@ def _rows(result: dict, source: str) -> list[dict]:
     if name == "carriers":
         return tables[name]
     checkpoint = (result.get("config") or {}).get("checkpoint") or "profile"
-    model = Path(checkpoint[0] if isinstance(checkpoint, list) else checkpoint).name
+    model = model_name(checkpoint[0] if isinstance(checkpoint, list) else checkpoint)
     return [{**r, "model": model, "tokens_per_step": r.get("tokens")} for r in tables[name]]
 
 

@@ -68,6 +68,11 @@ def test_a_profiles_variants_table_serves_and_an_untrustworthy_row_fails_its_che
     )
     check = {c.name: c for c in result.checks}["stack_trustworthy"]
     assert not check.ok and "numerics not measured" in check.detail
+    # a profile given its checkpoint as the config.json: the model is still the folder (carrier's name for it)
+    profile.write_text(
+        json.dumps({"config": {"checkpoint": "/m/qwen3-4b-base/config.json"}, "tables": {"variants": rows}})
+    )
+    assert goodput.run(_config(lengths, stack_json=profile, stack="compile")).summary["stack_model"] == "qwen3-4b-base"
 
 
 def test_bad_stack_inputs_are_one_line_exit_2(lengths, tmp_path, capsys):
