@@ -44,6 +44,7 @@ from probes.corpus import batching
 from probes.goodput.config import Config
 from probes.result import Check, InputError, ProbeResult
 from probes.step import stack_step, steptime
+from probes.step.checkpoint import model_name
 from probes.step.steptime import StepModel
 
 OUTSIDE_FIT_LIMIT_PCT = 5.0
@@ -187,7 +188,7 @@ def with_stack(config: Config, model: StepModel) -> tuple[StepModel, stack_step.
     """The step model scaled by --stack-json's stack (the model as it is without one)."""
     if config.stack_json is None:
         return model, None
-    prefer = config.checkpoint.name if config.checkpoint else None
+    prefer = model_name(config.checkpoint) if config.checkpoint else None
     stack = stack_step.read(config.stack_json, config.stack, prefer_model=prefer)
     return model.scaled(stack.factor, f"{model.source}; {stack.describe()}"), stack
 
