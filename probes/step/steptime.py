@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from probes.result import InputError
+from probes.step.checkpoint import model_name
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -36,6 +37,8 @@ class StepModel:
     """One-off cost of the first step at a batch shape (rows, width) the process has not run before
     (kernel plans, allocator growth), paid once per shape per job (measured by `replay`)."""
     source: str = "given"
+    model: str | None = None
+    """The model the fit measured (its checkpoint folder's name), when the profile's config names it."""
 
     def poly(self, rows, widths) -> np.ndarray:
         rows, widths = np.asarray(rows, float), np.asarray(widths, float)
@@ -117,6 +120,9 @@ def model_from_profile(profile: dict, source: str = "profile") -> StepModel:
     )
     unknown = any(r.get("launch_bound") is None for r in fitted)
     new_shape_s = (profile.get("summary") or {}).get("new_shape_s") or 0.0
+    checkpoint = (profile.get("config") or {}).get("checkpoint")
+    if isinstance(checkpoint, list):  # carrier-like configs list their checkpoints; a profile has one
+        checkpoint = checkpoint[0] if len(checkpoint) == 1 else None
     return StepModel(
         quadratic_s=coef["quadratic"],
         linear_s=coef["linear"],
@@ -129,6 +135,7 @@ def model_from_profile(profile: dict, source: str = "profile") -> StepModel:
         launch_bound_in_fit=None if unknown else False,
         new_shape_s=new_shape_s,
         source=source,
+        model=model_name(checkpoint) if isinstance(checkpoint, str) and checkpoint else None,
     )
 
 

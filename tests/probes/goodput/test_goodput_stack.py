@@ -189,3 +189,42 @@ def test_the_factor_scales_the_steady_steps_and_the_new_shape_one_offs_stay(leng
         base, once_h = plain[row.strategy], row.new_shapes_s / 3600
         assert row.new_shapes_s == base.new_shapes_s == pytest.approx(0.3 * row.num_shapes) and once_h > 0
         assert row.hours_per_job == pytest.approx((base.hours_per_job - once_h) * 0.75 + once_h)
+
+
+def _profile(path: Path, checkpoint: str) -> Path:
+    """A profile --json with a fit (and the checkpoint it measured, as profile's config holds it)."""
+    fit = [{"term": t, "coef": c} for t, c in (("quadratic", 1e-8), ("linear", 2e-5), ("fixed", 0.05))]
+    scaling = [
+        {"seq_len": n, "batch_size": 4, "tokens": 4 * n, "in_fit": True, "launch_bound": False} for n in (256, 2048)
+    ]
+    path.write_text(json.dumps({"config": {"checkpoint": checkpoint}, "tables": {"fit": fit, "scaling": scaling}}))
+    return path
+
+
+def test_a_stack_of_another_model_than_the_fits_fails_its_check_and_the_fits_model_picks_among_several(
+    lengths, tmp_path
+):
+    kw = dict(lengths=lengths, batch_size=4, max_length=2048, token_budget=5_000_000)
+    four_b = carrier_json(tmp_path / "4b.json", "qwen3-4b-base", STEPS)
+    other = goodput.run(
+        goodput.Config(profile=_profile(tmp_path / "p.json", "/m/qwen3-1.7b-base"), stack_json=four_b, **kw)
+    )
+    check = {c.name: c for c in other.checks}["stack_of_the_fits_model"]
+    assert not check.ok and "measured on qwen3-4b-base, the fit on qwen3-1.7b-base" in check.detail
+    same = goodput.run(
+        goodput.Config(profile=_profile(tmp_path / "p.json", "/m/qwen3-4b-base"), stack_json=four_b, **kw)
+    )
+    assert {c.name: c.ok for c in same.checks}["stack_of_the_fits_model"]
+    both = json.loads(four_b.read_text())  # and the 1.7B's rows, its stack x0.5 where the 4B's is x0.75
+    steps = {"baseline": 0.8, "bf16-adapters": 0.4}
+    both["tables"]["carriers"] += [
+        {**r, "model": "qwen3-1.7b-base", "step_s": steps[r["variant"]]}
+        for r in both["tables"]["carriers"]
+        if r["variant"] in steps
+    ]
+    (tmp_path / "both.json").write_text(json.dumps(both))
+    profile = _profile(tmp_path / "p.json", "/m/qwen3-1.7b-base")
+    picked = goodput.run(
+        goodput.Config(profile=profile, stack_json=tmp_path / "both.json", stack="bf16-adapters", **kw)
+    )
+    assert picked.summary["stack_model"] == "qwen3-1.7b-base" and picked.summary["stack_step_factor"] == 0.5
