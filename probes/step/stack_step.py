@@ -137,6 +137,9 @@ def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only
         for r in result["tables"].get("numerics") or []
         if isinstance(r, dict) and r.get("variant") == stack and r.get("model") == model
     ]
+    within = numerics[0].get("within_tolerance") if numerics else None
+    if within not in (None, True, False):
+        raise InputError(f"{path}: table 'numerics': {stack}'s within_tolerance is {within!r}, not true, false or null")
     return StackStep(
         stack=stack,
         model=model,
@@ -144,6 +147,6 @@ def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only
         baseline_step_s=baseline_s,
         tokens_per_step=rows[stack].get("tokens_per_step"),
         trustworthy=rows[stack].get("trustworthy") is True and rows[BASELINE].get("trustworthy") is True,
-        within_tolerance=numerics[0].get("within_tolerance") if numerics else None,
+        within_tolerance=within,
         source=str(path),
     )

@@ -160,6 +160,7 @@ def test_a_stack_file_whose_rows_do_not_price_is_one_line_exit_2(lengths, tmp_pa
         (step("baseline", 0.4, "failed: the process died"), "(status: failed: the process died, step_s: 0.4)"),
         (lambda t: t["carriers"].append(dict(t["carriers"][1])), "two rows of qwen3-4b-base, variant 'bf16-adapters'"),
         (lambda t: t.update(carriers={"baseline": 0.4}), "table 'carriers' is not a list of rows"),
+        (lambda t: t["numerics"][1].update(within_tolerance="yes"), "bf16-adapters's within_tolerance is 'yes', not"),
     ]
     for i, (edit, needle) in enumerate(cases):
         path = edited(f"c{i}.json", edit)
