@@ -145,7 +145,7 @@ def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only
         model=model,
         step_s=stack_s,
         baseline_step_s=baseline_s,
-        tokens_per_step=rows[stack].get("tokens_per_step"),
+        tokens_per_step=tokens if isinstance(tokens := rows[stack].get("tokens_per_step"), int) else None,
         trustworthy=rows[stack].get("trustworthy") is True and rows[BASELINE].get("trustworthy") is True,
         within_tolerance=within,
         source=str(path),

@@ -167,6 +167,10 @@ def test_a_stack_file_whose_rows_do_not_price_is_one_line_exit_2(lengths, tmp_pa
         assert main(base + ["--stack-json", str(path), "--stack", "bf16-adapters"]) == 2, needle
         err = capsys.readouterr().err.strip()
         assert f"c{i}.json: " in err and needle in err and len(err.splitlines()) == 1, err
+    # tokens_per_step only describes the shape: one that is no count is left out of the description, no traceback
+    path = edited("tokens.json", lambda t: t["carriers"][1].update(tokens_per_step="4k"))
+    summary = goodput.run(_config(lengths, stack_json=path, stack="bf16-adapters")).summary
+    assert summary["stack_tokens_per_step"] is None and "tokens a step" not in summary["step_model"]
     # unset --stack: a NaN row is not the fastest, the next one prices
     path = edited("nan.json", step("bf16-adapters+compile+fused-adamw", float("nan")))
     assert goodput.run(_config(lengths, stack_json=path)).summary["stack"] == "bf16-adapters"
