@@ -36,8 +36,8 @@ spec = Spec(
 )
 device = torch.device("cuda")
 pieces = contract.resolve(reference.load_harness(spec.harness))
-model = worker._build(spec, pieces, spec.variant, device)
-step = worker._step(spec, model, pieces, 1024, device)
+model = worker.build(spec, pieces, spec.variant, device)
+step = worker.make_step(spec, model, pieces, 1024, device)
 for _ in range(3):
     step()
 torch.cuda.synchronize()

@@ -86,8 +86,8 @@ def phased_step(step, clock: Clock) -> None:
         step()
         clock.mark()
         return
-    for b, scale in zip(step._batches, step._scales):
-        with step._precision():
+    for b, scale in zip(step.micro_batches, step.scales):
+        with step.precision():
             loss = step.loss_fn(step.model, b)
             loss = loss if scale is None else loss * scale
         clock.mark()
@@ -225,8 +225,8 @@ def worker(args: argparse.Namespace) -> dict:
     )  # fmt: skip
     variant = spec.variant
     pieces = variant.contract(contract.resolve(reference.load_harness(spec.harness)))
-    model = step_worker._build(spec, pieces, variant, device)
-    step = step_worker._step(spec, model, pieces, spec.ce_chunk, device)
+    model = step_worker.build(spec, pieces, variant, device)
+    step = step_worker.make_step(spec, model, pieces, spec.ce_chunk, device)
     begin = time.perf_counter()
     for _ in range(args.warmup):  # compiles at the first; the allocator and autotuner settle after
         step()

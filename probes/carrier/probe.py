@@ -67,7 +67,7 @@ from probes.step import (
     whatif,
 )
 from probes.step import harness as reference
-from probes.step.checkpoint import load_text_config
+from probes.step.checkpoint import load_text_config, model_name
 from probes.step.measurement import Measurement
 from probes.step.timing import MAX_SPREAD
 
@@ -108,18 +108,14 @@ class CarrierRow:
     status: str = "ok"
 
 
-def _name(checkpoint: Path) -> str:
-    return checkpoint.parent.name if checkpoint.name == "config.json" else checkpoint.name
-
-
 def _counts_only(config: Config, checkpoint: Path, harness, targets: dict) -> CarrierRow:
     """The row of `--steps 0`, built on the meta device; what LoRA targeted goes into `targets`."""
     model = models.build_model(checkpoint, weights="random", device=torch.device("meta"))
     model = models.with_lora(model, harness, rank=config.lora_rank, alpha=config.lora_alpha)
     total, trainable = models.count_params(model)
-    targets[_name(checkpoint)] = lora_targets.describe(model)
+    targets[model_name(checkpoint)] = lora_targets.describe(model)
     return CarrierRow(
-        model=_name(checkpoint),
+        model=model_name(checkpoint),
         params_total=total,
         params_trainable=trainable,
         params_active=round(params.count(model).params_active),
@@ -206,7 +202,7 @@ def _family(config: Config, peaks, evidence: dict, extra: dict) -> tuple[list, l
     rows, whatifs, advice, harness_info = [], [], [], {}
     tokens = config.batch_size * config.seq_len
     for checkpoint in config.checkpoint:
-        name = _name(checkpoint)
+        name = model_name(checkpoint)
         measured = stack_report.measure(config, checkpoint, name)
         baseline, others = measured.baseline, measured.others
         stack_report.collect(measured, extra)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 from probes.corpus import batching
@@ -85,6 +86,7 @@ class Config(CorpusConfig):
             "`quadratic_s`/`linear_s`/`fixed_s`/`floor_s` must be >= 0",
         )
         require(self.token_budget is None or self.token_budget >= 1, "token_budget", "must be >= 1")
+        require(math.isfinite(self.new_shape_s) and self.new_shape_s >= 0, "new_shape_s", "must be a number >= 0")
         require(
             self.stack is None or self.stack_json is not None, "stack", "needs `stack_json`, the run that measured it"
         )

@@ -25,10 +25,14 @@ time outside the fit) and `fit_gpu_bound` (the fit was built from GPU-bound poin
 With a stack (`--stack-json`: a `carrier --json` or `profile --variant ... --json` output, `--stack`: one of
 its rows, unset: its fastest measured ok), every step time of the model is scaled by that stack's measured
 step over the baseline's from the same run (probes.step.stack_step): the hours are those of training with
-the stack. The summary says what priced them (`priced_with`: the best batching and the stack), the factor
-and where it was measured, and the best strategy's hours without the stack (`baseline_hours_per_job`);
-check `stack_trustworthy` says whether both rows were GPU-bound within 2% spreads, and the numerics
-verdict. `replay --variant` checks such a price on the GPU.
+the stack. Only the steady steps scale: new_shapes_s, a one-off of the process at each new shape, is added
+unscaled (a compiled stack pays recompiles there, more, not less; replay measures them), so a row's
+hours_per_job = (its hours without the stack - new_shapes_s/3600) x factor + new_shapes_s/3600. The
+summary says what priced them (`priced_with`: the best batching and the stack), the factor and where it was
+measured, and the best strategy's hours without the stack (`baseline_hours_per_job`); check
+`stack_trustworthy` says whether both rows were GPU-bound within 2% spreads, and the numerics verdict;
+`stack_of_the_fits_model` whether the stack was measured on the model the profile fitted (when it names it;
+its model also picks the stack file's rows when --checkpoint does not). `replay --variant` checks such a price on the GPU.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from probes.corpus import batching
 from probes.goodput.config import Config
 from probes.result import Check, InputError, ProbeResult
 from probes.step import stack_step, steptime
+from probes.step.checkpoint import model_name
 from probes.step.steptime import StepModel
 
 OUTSIDE_FIT_LIMIT_PCT = 5.0
@@ -185,7 +190,7 @@ def with_stack(config: Config, model: StepModel) -> tuple[StepModel, stack_step.
     """The step model scaled by --stack-json's stack (the model as it is without one)."""
     if config.stack_json is None:
         return model, None
-    prefer = config.checkpoint.name if config.checkpoint else None
+    prefer = model_name(config.checkpoint) if config.checkpoint else model.model
     stack = stack_step.read(config.stack_json, config.stack, prefer_model=prefer)
     return model.scaled(stack.factor, f"{model.source}; {stack.describe()}"), stack
 
@@ -215,14 +220,19 @@ def run(config: Config) -> ProbeResult:
         "best_hours_per_job": best.hours_per_job,
         "best_hours_sweep": best.hours_sweep,
         "stack": stack.stack if stack else None,
-        "priced_with": f"{best.strategy} batching, " + (f"stack {stack.stack}" if stack else "the harness as it is"),
+        "priced_with": f"{_batching(best)}, " + (f"stack {stack.stack}" if stack else "the harness as it is"),
     }
     found = checks(rows, model)
     if stack:
         baseline = next(r for r in price_all(config, data.length, plain, budget, size) if r.strategy == best.strategy)
         summary |= _stack_summary(stack, baseline)
-        found.append(_stack_check(stack))
+        found += [_stack_check(stack), _same_model_check(stack, plain)]
     return ProbeResult(probe="goodput", config=config, tables={"goodput": rows}, summary=summary, checks=found)
+
+
+def _batching(row: GoodputRow) -> str:
+    """The batching that priced the hours, with the bucket size (the bucket probe's pick when none was given)."""
+    return f"{row.strategy} batching" + (f" (bucket size {row.bucket_size})" if row.bucket_size else "")
 
 
 def _stack_summary(stack: stack_step.StackStep, baseline: GoodputRow) -> dict:
@@ -251,6 +261,20 @@ def _stack_check(stack: stack_step.StackStep) -> Check:
             else f"{stack.stack} or the baseline not trustworthy in {stack.source} (launch-bound or spread above 2%)"
         )
         + f"; {numerics[stack.within_tolerance]}",
+    )
+
+
+def _same_model_check(stack: stack_step.StackStep, model: StepModel) -> Check:
+    """The stack's saving was measured on the model the fit prices: another model's factor is no price of this one."""
+    same = model.model is None or model.model == stack.model
+    return Check(
+        name="stack_of_the_fits_model",
+        ok=same,
+        detail=(
+            f"the stack measured on {stack.model}, the fit on {model.model or 'a model the profile does not name'}"
+            if same
+            else f"the stack measured on {stack.model}, the fit on {model.model}: another model's saving priced"
+        ),
     )
 
 

@@ -43,7 +43,8 @@ class Config(StepConfig):
     every fitted and replayed step as the worker applies it; unset: the harness as it is."""
     stack_json: Path | None = None
     """With --profile and --variant: the carrier or profile --variant --json output goodput priced the stack
-    with; the prediction is --profile's model scaled by its --variant step over its baseline's, as goodput's."""
+    with (rows of --checkpoint's model); the prediction is --profile's model scaled by its --variant step over
+    its baseline's, as goodput's."""
     fit_lens: tuple[int, ...] = ()
     """Widths of the fit measured here (>= 3); unset: 8 widths spaced geometrically up to --max-length."""
     fit_steps: int = 5

@@ -48,7 +48,7 @@ from probes.replay import model as replay_model
 from probes.replay.config import Config
 from probes.result import Check, ProbeResult
 from probes.step import libvariants, models, stack_step, stacks
-from probes.step.checkpoint import load_text_config
+from probes.step.checkpoint import load_text_config, model_name
 from probes.step.session import Session, oom_guard
 from probes.step.steptime import StepModel
 from probes.step.timing import time_steps
@@ -97,7 +97,8 @@ def _given(config: Config) -> tuple[StepModel | None, stack_step.StackStep | Non
     given = replay_model.given_model(config.profile)
     if config.stack_json is None:
         return given, None
-    stack = stack_step.read(config.stack_json, stacks.get(config.variant).name, prefer_model=config.checkpoint.name)
+    name = stacks.get(config.variant).name
+    stack = stack_step.read(config.stack_json, name, only_model=model_name(config.checkpoint))
     return given.scaled(stack.factor, f"{given.source}; {stack.describe()}"), stack
 
 

@@ -9,6 +9,13 @@ from typing import Any
 from probes.result import InputError, shown
 
 
+def model_name(checkpoint: str | Path) -> str:
+    """The name a model's rows carry (carrier's `model`): its checkpoint folder's name, also when the
+    checkpoint was given as its config.json. goodput and replay match a stack's rows to a model by it."""
+    path = Path(checkpoint)
+    return path.parent.name if path.name == "config.json" else path.name
+
+
 def read_config(checkpoint: str | Path) -> tuple[Path, dict[str, Any]]:
     """(config.json's path, its content) from a checkpoint directory or the config.json itself."""
     checkpoint = Path(checkpoint)

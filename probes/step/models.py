@@ -114,14 +114,14 @@ class TrainStep:
     def __post_init__(self) -> None:
         # The weights never change between steps: count labelled tokens once, not inside every
         # timed step (three small kernels each, on a path that is often launch-bound).
-        self._batches = self.batch if isinstance(self.batch, list) else [self.batch]
-        self._scales: list[torch.Tensor | None] = [None]
-        if len(self._batches) > 1:
-            labelled = [(b["labels"][:, 1:] != -100).sum() for b in self._batches]
+        self.micro_batches = self.batch if isinstance(self.batch, list) else [self.batch]
+        self.scales: list[torch.Tensor | None] = [None]
+        if len(self.micro_batches) > 1:
+            labelled = [(b["labels"][:, 1:] != -100).sum() for b in self.micro_batches]
             total = sum(labelled)
-            self._scales = [n / total for n in labelled]
+            self.scales = [n / total for n in labelled]
 
-    def _precision(self):
+    def precision(self):
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         device = next(self.model.parameters()).device
@@ -129,10 +129,10 @@ class TrainStep:
 
     def __call__(self) -> torch.Tensor:
         if self.harness_step is not None:
-            return self.harness_step(self.model, self._batches, self.optimizer)
+            return self.harness_step(self.model, self.micro_batches, self.optimizer)
         loss_sum = 0.0
-        for b, scale in zip(self._batches, self._scales):
-            with self._precision(), scope("loss"):
+        for b, scale in zip(self.micro_batches, self.scales):
+            with self.precision(), scope("loss"):
                 loss = self.loss_fn(self.model, b)
                 if scale is not None:
                     loss = loss * scale

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 
 from probes.result import InputError
+from probes.step.checkpoint import model_name
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -35,6 +37,8 @@ class StepModel:
     """One-off cost of the first step at a batch shape (rows, width) the process has not run before
     (kernel plans, allocator growth), paid once per shape per job (measured by `replay`)."""
     source: str = "given"
+    model: str | None = None
+    """The model the fit measured (its checkpoint folder's name), when the profile's config names it."""
 
     def poly(self, rows, widths) -> np.ndarray:
         rows, widths = np.asarray(rows, float), np.asarray(widths, float)
@@ -73,27 +77,52 @@ class StepModel:
         )
 
 
+def _table(tables: dict, name: str, source: str) -> list[dict]:
+    rows = tables.get(name, [])
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise InputError(f"{source}: table {name!r} is not a list of rows")
+    return rows
+
+
+def _numbers(rows: list[dict], keys: tuple[str, ...], name: str, source: str) -> list[dict]:
+    """`rows`, each of whose `keys` holds a finite number (a bool is none): a hand-edited or garbled file
+    stops here in one line, not as NaN hours or a TypeError deep in the pricing."""
+    for r in rows:
+        for key in keys:
+            value = r.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise InputError(f"{source}: table {name!r}: {key} is {value!r}, not a number")
+    return rows
+
+
 def model_from_profile(profile: dict, source: str = "profile") -> StepModel:
     """The step model of a `labprobe probe profile --json` result (or the same tables from the store)."""
-    tables = profile.get("tables", {})
-    coef = {r["term"]: r["coef"] for r in tables.get("fit", [])}
+    tables = profile.get("tables", {}) if isinstance(profile, dict) else None
+    if not isinstance(tables, dict):
+        raise InputError(f"{source}: not a profile result (a JSON object with 'tables')")
+    coef = {r.get("term"): r.get("coef") for r in _numbers(_table(tables, "fit", source), ("coef",), "fit", source)}
     if set(coef) != {"quadratic", "linear", "fixed"}:
         raise InputError(f"{source}: no fit (table 'fit' needs the quadratic, linear and fixed terms)")
-    scaling = [r for r in tables.get("scaling", []) if r.get("status", "ok") == "ok"]
-    fitted = [r for r in scaling if r.get("in_fit")]
+    ok = [r for r in _table(tables, "scaling", source) if r.get("status", "ok") == "ok"]
+    scaling = _numbers(ok, ("seq_len",), "scaling", source)
+    fitted = _numbers([r for r in scaling if r.get("in_fit")], ("batch_size",), "scaling", source)
     if not fitted:
         raise InputError(f"{source}: no fitted point (table 'scaling' needs rows with in_fit true)")
-    launch = sorted(
-        (r["tokens"], r["step_s"])
-        for r in scaling
-        if r.get("launch_bound") and r["seq_len"] < min(f["seq_len"] for f in fitted)
-    )
+    below = [r for r in scaling if r.get("launch_bound") and r["seq_len"] < min(f["seq_len"] for f in fitted)]
+    launch = sorted((r["tokens"], r["step_s"]) for r in _numbers(below, ("tokens", "step_s"), "scaling", source))
     penalty = next(
-        (r.get("penalty_same_shape_pct") for r in tables.get("padding_penalty", []) if r.get("case") == "half_padded"),
+        (
+            r.get("penalty_same_shape_pct")
+            for r in _table(tables, "padding_penalty", source)
+            if r.get("case") == "half_padded"
+        ),
         None,
     )
     unknown = any(r.get("launch_bound") is None for r in fitted)
     new_shape_s = (profile.get("summary") or {}).get("new_shape_s") or 0.0
+    checkpoint = (profile.get("config") or {}).get("checkpoint")
+    if isinstance(checkpoint, list):  # carrier-like configs list their checkpoints; a profile has one
+        checkpoint = checkpoint[0] if len(checkpoint) == 1 else None
     return StepModel(
         quadratic_s=coef["quadratic"],
         linear_s=coef["linear"],
@@ -106,6 +135,7 @@ def model_from_profile(profile: dict, source: str = "profile") -> StepModel:
         launch_bound_in_fit=None if unknown else False,
         new_shape_s=new_shape_s,
         source=source,
+        model=model_name(checkpoint) if isinstance(checkpoint, str) and checkpoint else None,
     )
 
 

@@ -64,7 +64,9 @@ def prepare(model, variant: variants.Variant, pieces: contract.Contract) -> None
             layer.compile()
 
 
-def _build(spec: Spec, pieces: contract.Contract, variant: variants.Variant, device: torch.device):
+def build(spec: Spec, pieces: contract.Contract, variant: variants.Variant, device: torch.device):
+    """The spec's model with the harness's LoRA and the variant's changes, as the worker measures it (public:
+    benchmarks that time the step in pieces build it the same way)."""
     torch.manual_seed(spec.seed)
     model = models.build_model(Path(spec.checkpoint), weights=spec.weights, device=device)
     libvariants.prepare_base(model, variant)
@@ -80,7 +82,8 @@ def _build(spec: Spec, pieces: contract.Contract, variant: variants.Variant, dev
     return model
 
 
-def _step(spec: Spec, model, pieces: contract.Contract, chunk: int, device: torch.device) -> models.TrainStep:
+def make_step(spec: Spec, model, pieces: contract.Contract, chunk: int, device: torch.device) -> models.TrainStep:
+    """The spec's training step on its seeded random batch."""
     batch = models.make_batch(
         vocab_size=model.config.vocab_size,
         batch_size=spec.batch_size,
@@ -200,7 +203,7 @@ def _numerics(spec: Spec, model, built: list, pieces: contract.Contract, chunk: 
     with torch.no_grad():
         for p, value in zip((p for p in model.parameters() if p.requires_grad), built):
             p.copy_(value)
-    step = _step(spec, model, pieces, chunk, device)
+    step = make_step(spec, model, pieces, chunk, device)
     folder = Path(spec.numerics_dir) if spec.numerics_dir else None
     is_baseline = spec.variant.name == variants.BASELINE
     return numerics.measure(
@@ -214,7 +217,7 @@ def _numerics(spec: Spec, model, built: list, pieces: contract.Contract, chunk: 
 def _measured(spec: Spec, pieces, device: torch.device, chunk: int, out: Measurement, clock, stage: list) -> None:
     """Build, time, profile (then the numerics price, and with `predict` the micro-benchmarks) into
     `out`; `stage[0]` says how far it got (an OOM's status names it)."""
-    model = _build(spec, pieces, spec.variant, device)
+    model = build(spec, pieces, spec.variant, device)
     built = [p.detach().to("cpu", copy=True) for p in model.parameters() if p.requires_grad]
     clock("build")
     out.params_total, out.params_trainable = models.count_params(model)
@@ -222,7 +225,7 @@ def _measured(spec: Spec, pieces, device: torch.device, chunk: int, out: Measure
     out.lora_targets = lora_targets.describe(model)
     shape = flops.model_shape(model)
     out.step_flops = flops.step_flops(shape, batch_size=spec.batch_size, seq_len=spec.seq_len)
-    step = _step(spec, model, pieces, chunk, device)
+    step = make_step(spec, model, pieces, chunk, device)
     stage[0] = "timing"
     _timed(spec, model, step, device, out)
     stage[0] = clock("timing") or "profiling"

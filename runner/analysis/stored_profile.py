@@ -9,6 +9,7 @@ the same thing whether the profile comes from a file or from the store.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
@@ -28,6 +29,8 @@ def _plain(value: Any) -> Any:
 
 def _newest_job(store: Store, probe: str, host: str, checkpoint: str):
     """The newest ok `probe` job of `checkpoint` on `host` (its row of the jobs table)."""
+    if store.local and Path(store.root).exists() and not Path(store.root).is_dir():
+        raise InputError(f"--store {store.root}: a file, not a store folder")  # else: "no ok profile", which misleads
     jobs = store.latest_jobs()
     if not jobs.empty:
         jobs = jobs[

@@ -168,6 +168,11 @@ def test_cli_json_and_bad_input(tmp_path, capsys):
     assert main(["probe", "goodput", "--lengths", str(path), "--linear-s", "1e-4"]) == 2
     err = capsys.readouterr().err
     assert "exactly one step-time model" in err and len(err.strip().splitlines()) == 1
+    for value in ("-5", "nan"):  # they priced negative or NaN hours at exit 0
+        given = ["--profile", str(profile_json(tmp_path)), "--new-shape-s", value]
+        assert main(["probe", "goodput", "--lengths", str(path), *given]) == 2
+        err = capsys.readouterr().err
+        assert "--new-shape-s must be a number >= 0" in err and len(err.strip().splitlines()) == 1, err
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     assert main(["probe", "goodput", "--lengths", str(path), "--profile", str(bad)]) == 2
@@ -201,3 +206,34 @@ def test_each_new_batch_shape_is_paid_once_a_job(tmp_path):
     assert row.epoch_s == pytest.approx(epoch_s) and row.num_shapes == 3 and row.new_shapes_s == 6.0
     # 13,000 tokens is ten epochs; the three shapes' first steps are paid once, not once an epoch
     assert row.hours_per_job == pytest.approx((10 * epoch_s + 6.0) / 3600)
+
+
+def test_a_profile_that_does_not_read_as_one_is_one_line_exit_2(tmp_path, capsys):
+    """A JSON list, tables of the wrong shape, a coefficient or a length that is no number: one line naming the
+    file and the table, exit 2 (they were an AttributeError, KeyError or TypeError traceback, or NaN hours)."""
+    path = write_lengths(tmp_path / "l.parquet", [100, 200, 300, 400, 500] * 10)
+    good = json.loads(profile_json(tmp_path).read_text())
+
+    def edited(edit) -> dict:
+        doc = json.loads(json.dumps(good))
+        edit(doc["tables"])
+        return doc
+
+    cases = [
+        ([good], "not a profile result"),
+        ({"tables": []}, "not a profile result"),
+        ({"tables": {"fit": "x"}}, "table 'fit' is not a list of rows"),
+        (edited(lambda t: t["fit"][2].update(coef=None)), "table 'fit': coef is None, not a number"),
+        (edited(lambda t: t["fit"][2].update(coef=float("nan"))), "table 'fit': coef is nan, not a number"),
+        (edited(lambda t: t["fit"][2].update(coef="0.1")), "table 'fit': coef is '0.1', not a number"),
+        (edited(lambda t: t["fit"][2].pop("coef")), "table 'fit': coef is None, not a number"),
+        (edited(lambda t: t["scaling"][1].pop("seq_len")), "table 'scaling': seq_len is None, not a number"),
+        (edited(lambda t: t["scaling"][0].update(step_s=None)), "table 'scaling': step_s is None, not a number"),
+        (edited(lambda t: t.update(padding_penalty={})), "table 'padding_penalty' is not a list of rows"),
+    ]
+    bad = tmp_path / "bad.json"
+    for doc, needle in cases:
+        bad.write_text(json.dumps(doc))
+        assert main(["probe", "goodput", "--lengths", str(path), "--profile", str(bad)]) == 2, needle
+        err = capsys.readouterr().err.strip()
+        assert f"{bad}: " in err and needle in err and len(err.splitlines()) == 1, err

@@ -4,6 +4,7 @@ the baseline's, the hours of the best batching and the best stack said, and bad 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from lengths_util import write_lengths
@@ -67,6 +68,11 @@ def test_a_profiles_variants_table_serves_and_an_untrustworthy_row_fails_its_che
     )
     check = {c.name: c for c in result.checks}["stack_trustworthy"]
     assert not check.ok and "numerics not measured" in check.detail
+    # a profile given its checkpoint as the config.json: the model is still the folder (carrier's name for it)
+    profile.write_text(
+        json.dumps({"config": {"checkpoint": "/m/qwen3-4b-base/config.json"}, "tables": {"variants": rows}})
+    )
+    assert goodput.run(_config(lengths, stack_json=profile, stack="compile")).summary["stack_model"] == "qwen3-4b-base"
 
 
 def test_bad_stack_inputs_are_one_line_exit_2(lengths, tmp_path, capsys):
@@ -88,6 +94,14 @@ def test_bad_stack_inputs_are_one_line_exit_2(lengths, tmp_path, capsys):
         (["--stack-json", str(stack_file), "--stack", "compile"], "no row for 'compile' (measured: baseline, bf16"),
         (["--stack-json", str(stack_file), "--stack", "liger"], "'liger' has no measured step_s (status: not appl"),
         (["--stack", "compile"], "--stack needs --stack-json"),
+        (
+            ["--stack-json", str(stack_file), "--stack", "compile++fused-adamw"],
+            "--stack 'compile++fused-adamw': an empty",
+        ),
+        (
+            ["--stack-json", str(stack_file), "--stack", "baseline+compile"],
+            "--stack 'baseline+compile': baseline is no",
+        ),
     ]
     for extra, needle in cases:
         assert main(base + extra) == 2
@@ -101,4 +115,121 @@ def test_bad_stack_inputs_are_one_line_exit_2(lengths, tmp_path, capsys):
     doc["tables"]["carriers"] += [{**r, "model": "b"} for r in doc["tables"]["carriers"]]
     two.write_text(json.dumps(doc))
     assert main(base + ["--stack-json", str(two)]) == 2
-    assert "rows of 2 models (a, b), and no checkpoint named to choose one by" in capsys.readouterr().err
+    assert (
+        "rows of 2 models (a, b), and no checkpoint named to choose one by (--checkpoint: " in capsys.readouterr().err
+    )
+
+
+def test_a_stack_file_whose_rows_do_not_price_is_one_line_exit_2(lengths, tmp_path, capsys):
+    """A step_s that is no positive finite number, a row that failed yet kept a step_s, two rows of one variant
+    (runs pasted together), a table that is no list of rows: each refused naming the file and the row."""
+    base = [
+        "probe",
+        "goodput",
+        "--lengths",
+        str(lengths),
+        "--linear-s",
+        "1e-4",
+        "--quadratic-s",
+        "0",
+        "--fixed-s",
+        "0.1",
+    ]
+
+    def edited(name: str, edit) -> Path:
+        path = carrier_json(tmp_path / name, "qwen3-4b-base", STEPS)
+        doc = json.loads(path.read_text())
+        edit(doc["tables"])
+        path.write_text(json.dumps(doc))  # NaN and Infinity as Python's json writes them
+        return path
+
+    def step(variant: str, value, status: str = "ok"):
+        def edit(tables):
+            (row,) = [r for r in tables["carriers"] if r["variant"] == variant]
+            row.update(step_s=value, status=status)
+
+        return edit
+
+    cases = [
+        (step("bf16-adapters", float("nan")), "'bf16-adapters' has no measured step_s (status: ok, step_s: nan)"),
+        (step("bf16-adapters", float("inf")), "'bf16-adapters' has no measured step_s (status: ok, step_s: inf)"),
+        (step("bf16-adapters", True), "'bf16-adapters' has no measured step_s (status: ok, step_s: True)"),
+        (step("bf16-adapters", 0), "'bf16-adapters' has no measured step_s (status: ok, step_s: 0)"),
+        (step("baseline", float("nan")), "'baseline' has no measured step_s (status: ok, step_s: nan)"),
+        (step("baseline", -0.4), "'baseline' has no measured step_s (status: ok, step_s: -0.4)"),
+        (step("baseline", 0.4, "failed: the process died"), "(status: failed: the process died, step_s: 0.4)"),
+        (lambda t: t["carriers"].append(dict(t["carriers"][1])), "two rows of qwen3-4b-base, variant 'bf16-adapters'"),
+        (lambda t: t.update(carriers={"baseline": 0.4}), "table 'carriers' is not a list of rows"),
+        (lambda t: t["numerics"][1].update(within_tolerance="yes"), "bf16-adapters's within_tolerance is 'yes', not"),
+    ]
+    for i, (edit, needle) in enumerate(cases):
+        path = edited(f"c{i}.json", edit)
+        assert main(base + ["--stack-json", str(path), "--stack", "bf16-adapters"]) == 2, needle
+        err = capsys.readouterr().err.strip()
+        assert f"c{i}.json: " in err and needle in err and len(err.splitlines()) == 1, err
+    # tokens_per_step only describes the shape: one that is no count is left out of the description, no traceback
+    path = edited("tokens.json", lambda t: t["carriers"][1].update(tokens_per_step="4k"))
+    summary = goodput.run(_config(lengths, stack_json=path, stack="bf16-adapters")).summary
+    assert summary["stack_tokens_per_step"] is None and "tokens a step" not in summary["step_model"]
+    # unset --stack: a NaN row is not the fastest, the next one prices
+    path = edited("nan.json", step("bf16-adapters+compile+fused-adamw", float("nan")))
+    assert goodput.run(_config(lengths, stack_json=path)).summary["stack"] == "bf16-adapters"
+
+
+def test_priced_with_names_the_bucket_size_that_priced_the_hours(lengths, tmp_path):
+    """`bucket batching` alone does not say which batching: its size (given, or the bucket probe's pick) does."""
+    stack_file = carrier_json(tmp_path / "carrier.json", "qwen3-4b-base", STEPS)
+    for stack_json, stack in ((None, "the harness as it is"), (stack_file, "stack bf16-adapters")):
+        kw = dict(stack_json=stack_json, stack="bf16-adapters") if stack_json else {}
+        result = goodput.run(_config(lengths, strategies=("bucket",), bucket_size=8, **kw))
+        assert result.summary["priced_with"] == f"bucket batching (bucket size 8), {stack}"
+
+
+def test_the_factor_scales_the_steady_steps_and_the_new_shape_one_offs_stay(lengths, tmp_path):
+    """README's recomputation: hours with the stack = (hours without - new_shapes_s/3600) x factor + new_shapes_s/3600."""
+    stack_file = carrier_json(tmp_path / "carrier.json", "qwen3-4b-base", STEPS)
+    plain = {r.strategy: r for r in goodput.run(_config(lengths, new_shape_s=0.3)).tables["goodput"]}
+    stacked = goodput.run(_config(lengths, new_shape_s=0.3, stack_json=stack_file, stack="bf16-adapters"))
+    for row in stacked.tables["goodput"]:
+        base, once_h = plain[row.strategy], row.new_shapes_s / 3600
+        assert row.new_shapes_s == base.new_shapes_s == pytest.approx(0.3 * row.num_shapes) and once_h > 0
+        assert row.hours_per_job == pytest.approx((base.hours_per_job - once_h) * 0.75 + once_h)
+
+
+def _profile(path: Path, checkpoint: str) -> Path:
+    """A profile --json with a fit (and the checkpoint it measured, as profile's config holds it)."""
+    fit = [{"term": t, "coef": c} for t, c in (("quadratic", 1e-8), ("linear", 2e-5), ("fixed", 0.05))]
+    scaling = [
+        {"seq_len": n, "batch_size": 4, "tokens": 4 * n, "in_fit": True, "launch_bound": False} for n in (256, 2048)
+    ]
+    path.write_text(json.dumps({"config": {"checkpoint": checkpoint}, "tables": {"fit": fit, "scaling": scaling}}))
+    return path
+
+
+def test_a_stack_of_another_model_than_the_fits_fails_its_check_and_the_fits_model_picks_among_several(
+    lengths, tmp_path
+):
+    kw = dict(lengths=lengths, batch_size=4, max_length=2048, token_budget=5_000_000)
+    four_b = carrier_json(tmp_path / "4b.json", "qwen3-4b-base", STEPS)
+    other = goodput.run(
+        goodput.Config(profile=_profile(tmp_path / "p.json", "/m/qwen3-1.7b-base"), stack_json=four_b, **kw)
+    )
+    check = {c.name: c for c in other.checks}["stack_of_the_fits_model"]
+    assert not check.ok and "measured on qwen3-4b-base, the fit on qwen3-1.7b-base" in check.detail
+    same = goodput.run(
+        goodput.Config(profile=_profile(tmp_path / "p.json", "/m/qwen3-4b-base"), stack_json=four_b, **kw)
+    )
+    assert {c.name: c.ok for c in same.checks}["stack_of_the_fits_model"]
+    both = json.loads(four_b.read_text())  # and the 1.7B's rows, its stack x0.5 where the 4B's is x0.75
+    steps = {"baseline": 0.8, "bf16-adapters": 0.4}
+    both["tables"]["carriers"] += [
+        {**r, "model": "qwen3-1.7b-base", "step_s": steps[r["variant"]]}
+        for r in both["tables"]["carriers"]
+        if r["variant"] in steps
+    ]
+    (tmp_path / "both.json").write_text(json.dumps(both))
+    profile = _profile(tmp_path / "p.json", "/m/qwen3-1.7b-base")
+    picked = goodput.run(
+        goodput.Config(profile=profile, stack_json=tmp_path / "both.json", stack="bf16-adapters", **kw)
+    )
+    assert picked.summary["stack_model"] == "qwen3-1.7b-base" and picked.summary["stack_step_factor"] == 0.5

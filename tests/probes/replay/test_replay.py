@@ -239,3 +239,9 @@ def test_bad_stack_inputs_of_replay_are_one_line_exit_2(tiny, lengths_file, tmp_
     assert (
         "carrier.json: no row for 'bf16-adapters' (measured: baseline, compile)" in err and len(err.splitlines()) == 1
     )
+    # another model's carrier run: its saving is no price of this model's step (it was applied silently)
+    other = carrier_json(tmp_path / "other.json", "qwen3-4b-base", {"baseline": 0.4, "compile": 0.3})
+    stacked = ["--variant", "compile", "--profile", str(profile), "--stack-json", str(other)]
+    assert main(_replay_argv(tiny, lengths_file, *stacked)) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"other.json: rows of qwen3-4b-base only, none of {tiny.name!r}" in err and len(err.splitlines()) == 1, err

@@ -74,6 +74,8 @@ def test_the_workers_answer_reads_back_as_a_measurement_of_the_same_variant(tiny
         ('{"variant": "compile", "step_s": "fast"}', "unreadable answer: step_s is a str, not a float"),
         ('{"variant": "compile", "status": null}', "unreadable answer: status is null"),
         ('{"variant": "compile", "timings": [0.5]}', "unreadable answer: timings is a list, not a dict"),
+        ('{"variant": "compile", "step_s": true}', "unreadable answer: step_s is a bool, not a float"),
+        ('{"variant": "compile", "processes": false}', "unreadable answer: processes is a bool, not a int"),
     ],
 )
 def test_an_answer_that_does_not_read_is_a_failed_measurement(text, why):

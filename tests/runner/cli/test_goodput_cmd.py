@@ -184,3 +184,16 @@ def test_goodput_priced_with_the_newest_stored_carriers_stack(tmp_path, capsys):
     assert main(other + ["--stack-from-store"]) == 2
     err = capsys.readouterr().err.strip()
     assert "no ok carrier of checkpoint 'gemma-3-4b' on host 'gx10'" in err and len(err.splitlines()) == 1
+
+
+def test_a_store_that_is_a_file_is_named_so(tmp_path, capsys):
+    lengths = tmp_path / "l.parquet"
+    pq.write_table(pa.table({"length": [5, 6]}), lengths)
+    store = tmp_path / "results"
+    store.write_text("not a store")
+    argv = ["goodput", "--host", "gx10", "--profile-checkpoint", "q", "--store", str(store), "--lengths", str(lengths)]
+    for extra in ([], ["--stack-from-store"]):
+        assert main(argv + extra) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"--store {store}: a file, not a store folder" in err and len(err.splitlines()) == 1, err
+    assert store.read_text() == "not a store"
