@@ -11,6 +11,7 @@ import ast
 import dataclasses
 import inspect
 import itertools
+import json
 import math
 import re
 import reprlib
@@ -189,6 +190,21 @@ def _own_field_docs(cls: type) -> dict[str, str]:
         ):
             docs[node.target.id] = " ".join(nxt.value.value.split())
     return docs
+
+
+def read_json_file(path: Path, what: str) -> Any:
+    """The JSON held in `path`, `what` naming the file's kind in the error: an unreadable, empty or
+    malformed file is an InputError of one line (an empty file is said so, not as json's 'Expecting value')."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, ValueError) as exc:  # a folder, no such file, bytes that are not UTF-8
+        raise InputError(f"{path}: unreadable {what}: {exc}") from None
+    if not text.strip():
+        raise InputError(f"{path}: unreadable {what}: the file is empty")
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"{path}: unreadable {what}: {exc}") from None
 
 
 def require(condition: bool, field: str, message: str) -> None:

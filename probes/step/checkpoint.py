@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from probes.result import InputError, shown
+from probes.result import InputError, read_json_file, shown
 
 
 def model_name(checkpoint: str | Path) -> str:
@@ -22,10 +21,7 @@ def read_config(checkpoint: str | Path) -> tuple[Path, dict[str, Any]]:
     path = checkpoint / "config.json" if checkpoint.is_dir() else checkpoint
     if not path.is_file():
         raise InputError(f"{checkpoint}: no config.json (checkpoint missing on this host?)")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: malformed config: {exc}") from None
+    raw = read_json_file(path, "config")  # an unreadable, empty or malformed file: one line naming it
     if not isinstance(raw, dict):
         raise InputError(f"{path}: malformed config: not a JSON object")
     return path, raw

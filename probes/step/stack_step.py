@@ -12,11 +12,10 @@ compiled model's recompiles at each new shape) is what `replay --variant` measur
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 
-from probes.result import FieldError, InputError
+from probes.result import FieldError, InputError, read_json_file
 from probes.step import stacks
 from probes.step.checkpoint import model_name
 
@@ -113,10 +112,7 @@ def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only
     fastest row whose status is ok (carrier's own choice of the fastest). InputError on a missing or
     unreadable file, no baseline, or no measured row for the stack. `prefer_model`: the model whose rows to take
     when the file holds several; `only_model`: the model the rows must be of (replay knows the model it runs)."""
-    try:
-        result = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: unreadable carrier/profile JSON: {exc}") from None
+    result = read_json_file(path, "carrier/profile JSON")
     model, rows = _model_rows(_rows(result, str(path)), only_model or prefer_model, str(path))
     if only_model is not None and model != only_model:  # another model's saving is no price of this one's step
         raise InputError(f"{path}: rows of {model} only, none of {only_model!r}, the model this prices")

@@ -7,13 +7,12 @@ documents the model (the polynomial, launch-bound points below the fit, the mask
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 
-from probes.result import InputError
+from probes.result import InputError, read_json_file
 from probes.step.checkpoint import model_name
 
 
@@ -141,8 +140,5 @@ def model_from_profile(profile: dict, source: str = "profile") -> StepModel:
 
 def from_profile_file(path: Path) -> StepModel:
     """The step model of a `labprobe probe profile --json` file (an unreadable one is an InputError)."""
-    try:
-        profile = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: unreadable profile JSON: {exc}") from None
+    profile = read_json_file(path, "profile JSON")
     return model_from_profile(profile, source=str(path))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from probes.result import InputError
 from runner.analysis.report import write_report
 from runner.analysis.report_runs import pick_run
 from runner.cli.history import resolve_store
@@ -30,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     store = Store(resolve_store(args.store, args.cluster))
+    if store.local and Path(store.root).is_file():  # else it reads as an empty store: "run labprobe sweep first"
+        raise InputError(f"store {store.root}: is a file, not a store directory")
     run_id = pick_run(store, store.jobs(columns=["run_id"]), run=args.run, night=args.night)
     path, text = write_report(store, run_id, path=args.out)
     print(text)

@@ -77,6 +77,8 @@ def test_a_profiles_variants_table_serves_and_an_untrustworthy_row_fails_its_che
 
 def test_bad_stack_inputs_are_one_line_exit_2(lengths, tmp_path, capsys):
     stack_file = carrier_json(tmp_path / "carrier.json", "qwen3-4b-base", STEPS)
+    (tmp_path / "empty.json").write_text("\n")
+    (tmp_path / "latin1.json").write_bytes(b'{"tables": "caf\xe9"}')
     base = [
         "probe",
         "goodput",
@@ -91,6 +93,14 @@ def test_bad_stack_inputs_are_one_line_exit_2(lengths, tmp_path, capsys):
     ]
     cases = [
         (["--stack-json", str(tmp_path / "missing.json")], "missing.json: unreadable carrier/profile JSON"),
+        (
+            ["--stack-json", str(tmp_path / "empty.json")],
+            "empty.json: unreadable carrier/profile JSON: the file is empty",
+        ),
+        (
+            ["--stack-json", str(tmp_path / "latin1.json")],
+            "latin1.json: unreadable carrier/profile JSON: 'utf-8' codec",
+        ),
         (["--stack-json", str(stack_file), "--stack", "compile"], "no row for 'compile' (measured: baseline, bf16"),
         (["--stack-json", str(stack_file), "--stack", "liger"], "'liger' has no measured step_s (status: not appl"),
         (["--stack", "compile"], "--stack needs --stack-json"),

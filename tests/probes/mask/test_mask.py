@@ -179,14 +179,18 @@ def test_cli_json_shape(gemma3, capsys):
     "content, needle",
     [
         (None, "no config.json"),
-        ("{not json", "malformed config"),
+        ("{not json", "unreadable config"),
+        ("", "unreadable config: the file is empty"),
+        (b"\xff\xfe{}", "unreadable config"),
         ('{"hidden_size": 4}', "field 'model_type' is missing"),
         ('{"model_type": "no-such-model"}', "field 'model_type' 'no-such-model'"),
         ('{"model_type": "qwen3", "num_hidden_layers": "many"}', "'num_hidden_layers'"),
     ],
 )
 def test_bad_config_is_one_line_exit_2(tmp_path, capsys, content, needle):
-    if content is not None:
+    if isinstance(content, bytes):
+        (tmp_path / "config.json").write_bytes(content)
+    elif content is not None:
         (tmp_path / "config.json").write_text(content)
     assert main(["probe", "mask", "--checkpoint", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()

@@ -96,6 +96,12 @@ def test_an_empty_store_says_so(tmp_path, capsys):
     assert code == 2 and "no runs stored yet" in err
 
 
+def test_a_store_that_is_a_file_says_so(tmp_path, capsys):
+    (tmp_path / "store").write_text("not a store")
+    code, _, err, _ = report(tmp_path / "store", capsys=capsys)
+    assert code == 2 and "is a file, not a store directory" in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_sweep_report_of_a_rerun_shows_the_stored_answers_and_plots(tmp_path, capsys):
     """The issue's case: a sweep whose jobs were all done, with --report, is not a near-empty page."""
     lab = yaml.safe_load((REPO / "cluster.yaml").read_text())
