@@ -42,18 +42,6 @@ def scaling_point(session: Session, seq_len: int) -> ScalingRow:
     return oom_guard(session, measure, lambda msg: ScalingRow(**base, status=msg))
 
 
-def with_busy(session: Session, row: ScalingRow) -> ScalingRow:
-    """gpu_busy_frac of a timed point, profiled AFTER every timing (kernels.py: CUPTI lingers)."""
-    if row.status != "ok" or session.device.type != "cuda":
-        return row
-
-    def measure() -> ScalingRow:
-        busy = session.busy_frac(session.step(row.batch_size, row.seq_len), row.step_s)
-        return dataclasses.replace(row, gpu_busy_frac=busy, launch_bound=busy < kernels.LAUNCH_BOUND_BELOW)
-
-    return oom_guard(session, measure, lambda msg: dataclasses.replace(row, status=f"profiler {msg}"))
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PaddingRow:
     case: str

@@ -52,7 +52,7 @@ from probes.profile.config import Config
 from probes.result import Check, ProbeResult
 from probes.step import kernels, models
 from probes.step.fit import ScalingRow, fit_scaling, predict
-from probes.step.session import Session, oom_guard
+from probes.step.session import Session, oom_guard, with_busy
 
 
 def run(config: Config) -> ProbeResult:
@@ -66,7 +66,7 @@ def run(config: Config) -> ProbeResult:
     padding = measure.padding_penalty(session)
     ce = measure.cross_entropy_table(session)
     scaling, fit, coef = fit_scaling(
-        [measure.with_busy(session, r) for r in timed], batch_size=config.batch_size, seq_len=config.seq_len
+        [with_busy(session, r) for r in timed], batch_size=config.batch_size, seq_len=config.seq_len
     )
     step_s = _production_step_s(config, scaling, coef)
     result.tables.update(scaling=scaling, fit=fit, padding_penalty=padding, ce=measure.with_ce_share(ce, step_s))

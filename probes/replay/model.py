@@ -4,12 +4,12 @@ documents both)."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
 
-from probes.step import kernels, steptime
+from probes.step import session as session_mod
+from probes.step import steptime
 from probes.step.fit import ScalingRow, fit_scaling
 from probes.step.session import Session, oom_guard
 from probes.step.steptime import StepModel
@@ -41,16 +41,8 @@ def fit_point(session: Session, width: int) -> ScalingRow:
 
 
 def with_busy(session: Session, row: ScalingRow) -> ScalingRow:
-    """gpu_busy_frac of a fit point, profiled after every timing (CUPTI lingers: probes.step.kernels)."""
-    if row.status != "ok" or session.device.type != "cuda":
-        return row
-
-    def profile_it() -> ScalingRow:
-        step = session.step(row.batch_size, row.seq_len, real_lengths=_padded_rows(row.batch_size, row.seq_len))
-        busy = session.busy_frac(step, row.step_s)
-        return dataclasses.replace(row, gpu_busy_frac=busy, launch_bound=busy < kernels.LAUNCH_BOUND_BELOW)
-
-    return oom_guard(session, profile_it, lambda msg: dataclasses.replace(row, status=f"profiler {msg}"))
+    """gpu_busy_frac of a fit point, profiled on the padded rows it was timed with."""
+    return session_mod.with_busy(session, row, real_lengths=_padded_rows(row.batch_size, row.seq_len))
 
 
 def new_shape_s(raw: dict[str, dict], first: str) -> float:

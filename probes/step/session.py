@@ -6,6 +6,7 @@ as the worker applies them (probes.step.worker), so a step here is the one carri
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from probes.step import contract, kernels, libvariants, models, params, variants
@@ -101,3 +102,16 @@ def oom_guard(session: Session, what, on_oom):
             session.model.zero_grad(set_to_none=True)
         models.release(session.device)
         return on_oom(f"oom: {str(exc).splitlines()[0][:120]}")
+
+
+def with_busy(session: Session, row, real_lengths: list[int] | None = None):
+    """A timed fit point's row (probes.step.fit.ScalingRow) with its gpu_busy_frac and launch_bound, profiled
+    AFTER every timing (CUPTI lingers: probes.step.kernels); `real_lengths` as the point was timed with."""
+    if row.status != "ok" or session.device.type != "cuda":
+        return row
+
+    def profile_it():
+        busy = session.busy_frac(session.step(row.batch_size, row.seq_len, real_lengths=real_lengths), row.step_s)
+        return dataclasses.replace(row, gpu_busy_frac=busy, launch_bound=busy < kernels.LAUNCH_BOUND_BELOW)
+
+    return oom_guard(session, profile_it, lambda msg: dataclasses.replace(row, status=f"profiler {msg}"))
