@@ -2,7 +2,7 @@
 flash-linear-attention), and the mixture of experts Qwen3-30B-A3B-Base with LoRA on attention.
 
 Run on an H200 from a plain checkout (PYTHONPATH=. , no install; parts 1-3 about 4 minutes, all about 8):
-    PYTHONPATH=. python3 benchmarks/bench_carriers_gpu.py --out $OUT [--fla-path DIR --conv-shim --lift-fla-640]
+    PYTHONPATH=. python3 benchmarks/bench_carriers_gpu.py --out $OUT [--fla-path DIR --conv-path DIR|--conv-shim]
 Random weights, real-size configs (demo/checkpoints), the carrier probe's reference step (bf16 autocast,
 PEFT LoRA rank 32, fused AdamW), one sequence of 4,096 tokens a step, each measurement in its own fresh
 process (probes/step/processes.py). Parts, in order (the slow reference path last: on the H200 it took 197 s
@@ -14,8 +14,9 @@ of a first run's 350, profiling 26,000 element-wise launches a step):
    LABPROBE_LIFT_FLA_640 times the same kernels and this part says which gradients are then wrong.
 1. `dense_vs_hybrid`: Qwen3-4B-Base and Qwen3.5-0.8B with flash-linear-attention on the path (`--fla-path`,
    appended to sys.path, which the worker processes inherit). causal-conv1d has no wheel on the registry
-   (it compiles a CUDA extension: nvcc + torch headers); `--conv-shim` puts benchmarks/conv_shim (fla's
-   Triton conv under the name causal_conv1d) on the path, else `causal_conv1d_fn` falls back to F.conv1d.
+   (it compiles a CUDA extension: nvcc + torch headers; benchmarks/build_causal_conv1d.sh); `--conv-path`
+   puts a folder holding the built package on the path, `--conv-shim` benchmarks/conv_shim (fla's Triton conv
+   under the name causal_conv1d), else `causal_conv1d_fn` falls back to F.conv1d.
 2. `packed_varlen`: the reduced Qwen3.5 on the GPU, each packed sequence against itself alone per layer
    (probes/mask/leak.py): position_ids only, + cu_seq_lens (fla's varlen path), + seq_idx (the conv's).
 3. `moe`: Qwen3-30B-A3B-Base, LoRA on q/k/v/o only (benchmarks/harness_attention_lora.py: 61 GB of bf16
@@ -174,6 +175,9 @@ def main() -> int:
         "--conv-shim", action="store_true", help="with --fla-path: benchmarks/conv_shim as causal_conv1d"
     )
     parser.add_argument(
+        "--conv-path", default=None, help="with --fla-path: a folder holding a built causal-conv1d (not the shim)"
+    )
+    parser.add_argument(
         "--lift-fla-640", action="store_true", help="LABPROBE_LIFT_FLA_640=1 (a copy of fla patched for it)"
     )
     parser.add_argument("--fla-also", default=None, help="a second fla folder: its fla_check, in a fresh process")
@@ -186,7 +190,8 @@ def main() -> int:
     report: dict = {"environment": environment(), "args": vars(args) | {"out": str(args.out)}, "parts": {}}
     # the worker processes inherit sys.path when they start: fla is on it for the first parts, off for the last
     fla = [args.fla_path] if args.fla_path else []
-    fla += [str(ROOT / "benchmarks" / "conv_shim")] if fla and args.conv_shim else []
+    conv = args.conv_path or (str(ROOT / "benchmarks" / "conv_shim") if args.conv_shim else None)
+    fla += [conv] if fla and conv else []
     parts = [
         ("fla_on_path", lambda: sys.path.extend(fla)),
         ("fla_check", fla_check),

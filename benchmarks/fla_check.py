@@ -141,6 +141,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when an output or gradient is wrong or fails")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     from probes.step import kernel_watch
@@ -153,7 +154,14 @@ def main() -> int:
             report["parts"][name] = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"}
     (args.out / "fla_check.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))
-    return 0
+    return 1 if args.strict and not all_right(report) else 0
+
+
+def all_right(report: dict) -> bool:
+    """Every part ran and every comparison within tolerance (a string is a refused packed call: not wrong)."""
+    parts = report["parts"].values()
+    checks = [c for part in parts for c in part.values() if isinstance(c, dict)]
+    return not any("error" in part for part in parts) and not any(c.get("wrong") for c in checks)
 
 
 if __name__ == "__main__":

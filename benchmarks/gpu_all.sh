@@ -18,19 +18,52 @@ mkdir -p "$OUT"
 if [ "${1:-}" = "--next" ]; then
   # The next device call (benchmarks/RESULTS.md, "The next GPU call"): what issues 26 and 27 still lack, within
   # 590 s of wall. `--next 26` or `--next 27` runs one issue's part alone (two calls, more search budget).
-  # FLA_PATH: fla 0.6.0 with the #640 guard readable (benchmarks/fla_check.py says why), carried as .whl-fla.
+  # FLA_PATH: fla 0.6.0 with the #640 guard readable (benchmarks/fla_check.py says why), carried as .whl-fla,
+  # used when no .gpu-site/site26.tar.xz was carried (see next26 below).
   which=${2:-all}; start=$(date +%s); rc=0
   FLA_PATH=${FLA_PATH:-../.whl-fla/0.6.0-no640guard}
   left() { echo $(( 590 - ($(date +%s) - start) )); }
+  # Issue 26 with what benchmarks/make_gpu_site.sh packed (carry .gpu-site): Triton 3.7.1 first on the path, so
+  # fla 0.6.0 runs as released (its #640 guard passes), and causal-conv1d compiled here for sm_90 (a wheel in
+  # .gpu-site if one was built beforehand, else benchmarks/build_causal_conv1d.sh; the shim if both fail).
+  # If fla is wrong or fails under Triton 3.7.1, the same as next26_lifted with the archive's fla copies.
+  next26() {
+    local g=/tmp/g26 conv=--conv-shim wheel
+    rm -rf $g && mkdir -p $g && tar -C $g -xJf .gpu-site/site26.tar.xz || { rc=1; return; }
+    # the archive has no ptxas: Triton 3.7.1 takes the image's (Triton 3.6.0's, CUDA 12.8, fine for sm_90)
+    export TRITON_PTXAS_PATH=${TRITON_PTXAS_PATH:-$(python3 -c 'import os, triton
+print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas"))')}
+    wheel=$(ls .gpu-site/causal_conv1d-*.whl 2>/dev/null | head -1)
+    if [ -n "$wheel" ]; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --target $g/cc1d "$wheel" && conv="--conv-path $g/cc1d"
+    elif timeout 240 bash benchmarks/build_causal_conv1d.sh $g/causal_conv1d-1.7.0 "$OUT" $g/cc1d; then
+      conv="--conv-path $g/cc1d"
+    fi
+    echo "[gpu_all.sh --next: causal conv: $conv at $(( $(date +%s) - start )) s]"
+    local convdir=${conv#--conv-path }; [ "$conv" = --conv-shim ] && convdir=benchmarks/conv_shim
+    if PYTHONPATH=$g/tri371:$g/site:.:$g/fla060:$convdir timeout 150 python3 benchmarks/fla_check.py \
+        --out "$OUT/fla_triton371" --strict >/dev/null; then
+      PYTHONPATH=$g/tri371:$g/site:. timeout $(( $(left) < 330 ? $(left) : 330 )) python3 \
+        benchmarks/bench_carriers_gpu.py --out "$OUT" --fla-path $g/fla060 $conv --skip moe hybrid_no_fla || rc=$?
+    else
+      echo "[gpu_all.sh --next: fla under Triton 3.7.1 not right (fla_triton371/fla_check.json): lifted instead]"
+      PYTHONPATH=$g/site:. FLA_PATH=$g/fla-no640guard FLA_ALSO=$g/fla-dsT CONV="$conv" next26_lifted
+    fi
+  }
+  # Issue 26 on the image's Triton 3.6.0 (carry .whl and .whl-fla, installed to /tmp/site): fla 0.6.0 with the
+  # #640 guard lifted, and a copy with the kernel rewritten (FLA_ALSO) checked, and timed if right.
+  next26_lifted() {
+    # FLA_ALSO: the #640 kernel rewritten (ds^T accumulated, no transposed MMA result): checked in ~40 s; timed
+    # too when it checks right and the call is issue 26's alone
+    timeout $(( $(left) < 300 ? $(left) : 300 )) python3 benchmarks/bench_carriers_gpu.py --out "$OUT" \
+      --fla-path "$FLA_PATH" ${CONV:---conv-shim} --lift-fla-640 --fla-also "${FLA_ALSO:-../.whl-fla/0.6.0-dsT}" \
+      $([ "$which" = 26 ] && echo --time-also) --skip moe hybrid_no_fla || rc=$?
+  }
   {
     nvidia-smi --query-gpu=name,driver_version,memory.used,utilization.gpu,clocks.sm --format=csv
     python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-    if [ "$which" != 27 ]; then  # issue 26: fla checked, dense vs hybrid with fla + conv shim, packed varlen (~4 min)
-      # FLA_ALSO: the #640 kernel rewritten (ds^T accumulated, no transposed MMA result): checked in ~40 s; timed
-      # too when it checks right and the call is issue 26's alone
-      timeout 300 python3 benchmarks/bench_carriers_gpu.py --out "$OUT" --fla-path "$FLA_PATH" --conv-shim \
-        --lift-fla-640 --fla-also "${FLA_ALSO:-../.whl-fla/0.6.0-dsT}" $([ "$which" = 26 ] && echo --time-also) \
-        --skip moe hybrid_no_fla || rc=$?
+    if [ "$which" != 27 ]; then  # issue 26: fla checked, dense vs hybrid with fla + causal conv, packed varlen
+      if [ -f .gpu-site/site26.tar.xz ]; then next26; else next26_lifted; fi
       echo "[gpu_all.sh --next: carriers exit $rc at $(( $(date +%s) - start )) s]"
     fi
     if [ "$which" != 26 ]; then  # issue 27: the periodic bump, each suspect off in turn (~2.5 min)
