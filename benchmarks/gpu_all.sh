@@ -5,7 +5,10 @@
 # variants, predicted then measured (benchmarks/bench_variants.py, about 6 minutes a shape), and issue 27's
 # search for the fastest stack (benchmarks/bench_stacks.py) and the hours priced and replayed with it
 # (benchmarks/bench_stack_hours_gpu.py).
-# `gpu_all.sh --next [26|27]`: only what issues 26 and 27 still lack, in one call (see below).
+# `gpu_all.sh --next [26|27|hours]`: only what issues 26 and 27 still lack, one call each (see below);
+# GPU_ALL_DRY=1 runs the same commands tiny on the CPU (their plumbing, not their figures; for 26 give three
+# tiny config folders as BENCH_CHECKPOINTS=dense,hybrid,moe).
+# The caller's PYTHONPATH (e.g. the carried wheels installed to /tmp/site) stays, after the checkout.
 # Runs from a plain checkout with no install (PYTHONPATH=.). Results go to $OUT (default
 # benchmarks/results/out). Extra arguments go to bench_gpu.py (--quick: a smoke run; --profile-only: the 4B
 # profile alone, e.g. a re-check of the kernel table and padding penalty). Probe options use one spelling:
@@ -13,7 +16,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/results/out}
-export PYTHONPATH=. PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error PYTHONWARNINGS=ignore::FutureWarning
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error PYTHONWARNINGS=ignore::FutureWarning
 mkdir -p "$OUT"
 if [ "${1:-}" = "--next" ]; then
   # The next device call (benchmarks/RESULTS.md, "The next GPU call"): what issues 26 and 27 still lack, within
@@ -21,21 +24,32 @@ if [ "${1:-}" = "--next" ]; then
   # FLA_PATH: fla 0.6.0 with the #640 guard readable (benchmarks/fla_check.py says why), carried as .whl-fla,
   # used when no .gpu-site/site26.tar.xz was carried (see next26 below).
   which=${2:-all}; start=$(date +%s); rc=0
+  dry=${GPU_ALL_DRY:-}
+  if [ -n "$dry" ]; then  # tiny stand-ins for the CPU: a two-layer Qwen3 (bench_stack_hours_gpu's), no compile
+    export BENCH_QUICK=1
+    tiny=$(python3 -c 'import sys; sys.path.insert(0, "benchmarks"); from pathlib import Path
+from bench_stack_hours_gpu import tiny_checkpoint; print(tiny_checkpoint(Path(sys.argv[1])))' "$OUT")
+    export BENCH_SHAPES="$tiny:2:128"
+  fi
   FLA_PATH=${FLA_PATH:-../.whl-fla/0.6.0-no640guard}
   left() { echo $(( 590 - ($(date +%s) - start) )); }
-  # Issue 26 with what benchmarks/make_gpu_site.sh packed (carry .gpu-site): Triton 3.7.1 first on the path, so
-  # fla 0.6.0 runs as released (its #640 guard passes), and causal-conv1d compiled here for sm_90 (a wheel in
-  # .gpu-site if one was built beforehand, else benchmarks/build_causal_conv1d.sh; the shim if both fail).
+  # causal-conv1d built for sm_90 beforehand (.gpu-site/cc1d.tar.xz, 20.5 MiB: too much beside site26.tar.xz in
+  # one call) rides with issue 27's call and stays on a warm machine, git-ignored, for issue 26's call after it
+  if [ -f .gpu-site/cc1d.tar.xz ] && [ ! -d .gpu-cc1d/causal_conv1d ]; then
+    mkdir -p .gpu-cc1d && tar -C .gpu-cc1d -xJf .gpu-site/cc1d.tar.xz
+  fi
+  # Issue 26 with what benchmarks/make_gpu_site.sh packed (carry .gpu-site/site26.tar.xz): Triton 3.7.1 first on
+  # the path, so fla 0.6.0 runs as released (its #640 guard passes), and causal-conv1d for sm_90 (left in
+  # .gpu-cc1d by the call before, else compiled here by benchmarks/build_causal_conv1d.sh; the shim if both fail).
   # If fla is wrong or fails under Triton 3.7.1, the same as next26_lifted with the archive's fla copies.
   next26() {
-    local g=/tmp/g26 conv=--conv-shim wheel
+    local g=/tmp/g26 conv=--conv-shim
     rm -rf $g && mkdir -p $g && tar -C $g -xJf .gpu-site/site26.tar.xz || { rc=1; return; }
     # the archive has no ptxas: Triton 3.7.1 takes the image's (Triton 3.6.0's, CUDA 12.8, fine for sm_90)
     export TRITON_PTXAS_PATH=${TRITON_PTXAS_PATH:-$(python3 -c 'import os, triton
 print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas"))')}
-    wheel=$(ls .gpu-site/causal_conv1d-*.whl 2>/dev/null | head -1)
-    if [ -n "$wheel" ]; then
-      python3 -m pip install -q --no-index --no-deps --no-compile --target $g/cc1d "$wheel" && conv="--conv-path $g/cc1d"
+    if [ -d .gpu-cc1d/causal_conv1d ]; then  # built beforehand, carried by this machine's previous call
+      conv="--conv-path $PWD/.gpu-cc1d"
     elif timeout 240 bash benchmarks/build_causal_conv1d.sh $g/causal_conv1d-1.7.0 "$OUT" $g/cc1d; then
       conv="--conv-path $g/cc1d"
     fi
@@ -62,12 +76,13 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
   {
     nvidia-smi --query-gpu=name,driver_version,memory.used,utilization.gpu,clocks.sm --format=csv
     python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-    if [ "$which" != 27 ]; then  # issue 26: fla checked, dense vs hybrid with fla + causal conv, packed varlen
+    if [ "$which" = all ] || [ "$which" = 26 ]; then  # issue 26: fla checked, dense vs hybrid with fla + causal conv, packed varlen
       if [ -f .gpu-site/site26.tar.xz ]; then next26; else next26_lifted; fi
       echo "[gpu_all.sh --next: carriers exit $rc at $(( $(date +%s) - start )) s]"
     fi
-    if [ "$which" != 26 ]; then  # issue 27: the periodic bump, each suspect off in turn (~2.5 min)
-      timeout $(( $(left) < 180 ? $(left) : 180 )) python3 benchmarks/spread_diag.py --out "$OUT" --steps 30
+    if [ "$which" = all ] || [ "$which" = 27 ]; then  # issue 27: the periodic bump, each suspect off in turn (~2.5 min)
+      timeout $(( $(left) < 180 ? $(left) : 180 )) python3 benchmarks/spread_diag.py --out "$OUT" \
+        $([ -n "$dry" ] && echo --tiny --steps 12 || echo --steps 30)
       rc_diag=$?; [ "$rc" -eq 0 ] && rc=$rc_diag
       echo "[gpu_all.sh --next: spread_diag exit $rc_diag at $(( $(date +%s) - start )) s]"
       # the 1.7B search with fused-adamw as a third candidate, in whatever time is left (the search stops
@@ -75,10 +90,19 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
       budget=$(( $(left) - 40 ))
       if [ "$budget" -gt 90 ]; then
         timeout $(( $(left) - 5 )) python3 benchmarks/bench_stacks.py --out "$OUT" --shape 1.7b_4x4096 \
-          --candidates bf16-adapters compile fused-adamw --budget-s "$budget" --numerics-steps 5 || rc=$?
+          --candidates bf16-adapters $([ -z "$dry" ] && echo compile) fused-adamw --budget-s "$budget" \
+          --numerics-steps 5 || rc=$?
       else
         echo "[gpu_all.sh --next: no time left for the 1.7B search ($budget s)]"
       fi
+    fi
+    if [ "$which" = hours ]; then  # issue 27 item 6: the ruling's 4B voice priced with the stack, replayed (~5 min)
+      # the stack --search found on the 4B at 1 x 4,096 (0.199 s against 0.410), measured beside the baseline at
+      # the replay's 6 x 2,048; one call (--phase carrier then rest, when a call cannot hold both)
+      stack=${STACK:-bf16-adapters+compile+fused-adamw}
+      [ -n "$dry" ] && stack=${STACK:-bf16-adapters+fused-adamw}  # no compile on the CPU
+      timeout $(( $(left) - 5 )) python3 benchmarks/bench_stack_hours_gpu.py --out "$OUT/stack_hours" \
+        $([ -n "$dry" ] && echo --tiny) --stack "$stack" || rc=$?
     fi
     echo "[gpu_all.sh --next: done, exit $rc after $(( $(date +%s) - start )) s]"
     exit $rc
