@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import importlib
 import json
 import os
 import platform
@@ -58,9 +59,17 @@ def environment() -> dict:
         "cuda": torch.version.cuda,
         "transformers": transformers.__version__,
         "peft": peft.__version__,
+        "triton": _version_of("triton"),  # issue 26's call may put another Triton first on the path
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
     }
+
+
+def _version_of(module: str) -> str:
+    try:
+        return importlib.import_module(module).__version__
+    except ImportError:
+        return "not installed"
 
 
 def ce_peak(tokens: int, vocab: int, hidden: int, chunk: int, device: torch.device) -> int:

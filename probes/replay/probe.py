@@ -18,6 +18,8 @@ The first step at a batch shape the process has not run yet costs more (on an H2
 plans for the new shape, allocator growth), and a replay of a long-tailed corpus meets a new width
 almost every step: the model's `new_shape_s` is the mean excess of the fit points' first warm-up
 step over their timed mean, charged to every replayed step whose (rows, width) is new (`new_shape`).
+A compiled stack also compiles a few more graphs (graph_warm_indices says which batches make it): those
+batches run in the warm-up too, as a job pays its compiles once at its start.
 
 Tables: `replay`, one row per strategy: `num_steps`, `real_tokens`, `padded_tokens`,
 `predicted_s` and `measured_s` (sums over the replayed steps), `error_pct` ((predicted - measured)
@@ -120,13 +122,41 @@ def shapes(config: Config, lengths: np.ndarray, strategy: str, bucket_size: int 
     return out[: config.num_steps]
 
 
-def warm_indices(batches: list[np.ndarray], warmup: int) -> np.ndarray:
-    """The warm-up steps: the widest batches (the allocator's peak reached before any timing)."""
-    return np.argsort([-len(r) * int(r.max()) for r in batches], kind="stable")[:warmup]
+def warm_indices(batches: list[np.ndarray], warmup: int, compiled: bool = False) -> list[int]:
+    """The warm-up steps: the widest batches (the allocator's peak reached before any timing), then, for a
+    compiled stack, the batches that make dynamo compile its other graphs (graph_warm_indices)."""
+    widest = np.argsort([-len(r) * int(r.max()) for r in batches], kind="stable")[:warmup].tolist()
+    return widest + [i for i in graph_warm_indices(batches) if compiled and i not in widest]
 
 
-def time_replay(session: Session, batches: list[np.ndarray], warmup: int) -> list[float]:
-    """Each batch as one optimizer step, timed alone, after warm-up steps of the widest batches."""
+def graph_warm_indices(batches: list[np.ndarray]) -> list[int]:
+    """A compiled layer compiles one graph per kind of batch (padded or not, one row or more: each traces
+    differently) and recompiles it once a width, then a row count, differs from the first it saw (after
+    that the dimension is dynamic and every value reuses the graph; measured: 4 graphs for widths
+    128, 96, 64, 80 and 6, 4, 1 rows, 7 with padded and unpadded batches of each). Per kind: its first
+    batch, its first of another width, its first of another row count. A training job pays these compiles
+    once; the replay pays them before timing, as it pays the allocator's growth."""
+    firsts: dict[tuple, int] = {}
+    for i, rows in enumerate(batches):
+        kind = (bool(rows.min() != rows.max()), len(rows) == 1)
+        first = batches[firsts.setdefault(kind, i)]
+        if int(rows.max()) != int(first.max()):
+            firsts.setdefault((*kind, "width"), i)
+        if len(rows) != len(first):
+            firsts.setdefault((*kind, "rows"), i)
+    return sorted(set(firsts.values()))
+
+
+def graphs_compiled() -> int:
+    """Graphs dynamo compiled in this process so far (a timed step that adds one paid a compile)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def time_replay(session: Session, batches: list[np.ndarray], warmup: int) -> tuple[list[float], list[int]]:
+    """Each batch as one optimizer step, timed alone, after the warm-up steps (warm_indices); with the steps
+    during which dynamo compiled a graph all the same (a compile the warm-up did not foresee)."""
     device, model = session.device, session.model
     built = [
         models.make_batch(
@@ -151,9 +181,18 @@ def time_replay(session: Session, batches: list[np.ndarray], warmup: int) -> lis
         for b in built
     ]
     models.release(device)
-    for i in warm_indices(batches, warmup):
+    for i in warm_indices(batches, warmup, compiled=_compiles(session)):
         steps[i]()
-    return [time_steps(step, device=device, warmup=0, steps=1).raw_s[0] for step in steps]
+    times, compiled_in = [], []
+    for i, step in enumerate(steps):
+        before = graphs_compiled()
+        times.append(time_steps(step, device=device, warmup=0, steps=1).raw_s[0])
+        compiled_in += [i] if graphs_compiled() > before else []
+    return times, compiled_in
+
+
+def _compiles(session: Session) -> bool:
+    return session.variant is not None and session.variant.compile
 
 
 def _rows(
@@ -201,7 +240,13 @@ def _rows(
 
 
 def _tables(
-    config: Config, plans: dict, measured: dict, model: StepModel, size: int | None, seen: set[tuple[int, int]]
+    config: Config,
+    plans: dict,
+    measured: dict,
+    model: StepModel,
+    size: int | None,
+    seen: set[tuple[int, int]],
+    compiled: bool,
 ) -> tuple[list[ReplayRow], list[StepRow]]:
     """Rows of every strategy, in the order they ran (shapes run before count as seen)."""
     replay_rows, step_rows = [], []
@@ -224,7 +269,8 @@ def _tables(
                 )
             )
             continue
-        seen |= {(len(b), int(b.max())) for b in (plans[s][i] for i in warm_indices(plans[s], config.warmup_steps))}
+        warm = warm_indices(plans[s], config.warmup_steps, compiled=compiled)
+        seen |= {(len(b), int(b.max())) for b in (plans[s][i] for i in warm)}
         row, steps = _rows(s, bucket, plans[s], times, model, seen)
         replay_rows.append(row)
         step_rows += steps
@@ -262,10 +308,11 @@ def run(config: Config) -> ProbeResult:
     widest_first = [] if given else [replay_model.fit_point(session, w) for w in config.widths()[::-1]]
     points = sorted(widest_first, key=lambda r: r.seq_len)
     plans = {s: shapes(config, data.length, s, size) for s in config.strategies}
-    measured = {
+    timed = {
         s: oom_guard(session, lambda b=b: time_replay(session, b, config.warmup_steps), lambda msg: msg)
         for s, b in plans.items()
     }
+    measured = {s: t if isinstance(t, str) else t[0] for s, t in timed.items()}
     model = given
     if not given:
         scaling, fit, model = replay_model.model_here(session, [replay_model.with_busy(session, r) for r in points])
@@ -273,7 +320,7 @@ def run(config: Config) -> ProbeResult:
         if model is None:
             return _failed(result, "fit_has_3_points", f"fewer than 3 GPU-bound fit points: {list(config.widths())}")
     seen = set() if given else {(config.batch_size, w) for w in config.widths()}
-    replay_rows, step_rows = _tables(config, plans, measured, model, size, seen)
+    replay_rows, step_rows = _tables(config, plans, measured, model, size, seen, compiled=_compiles(session))
     result.tables.update(replay=replay_rows, replay_steps=step_rows)
     result.summary.update(
         variant=config.variant,
@@ -283,6 +330,9 @@ def run(config: Config) -> ProbeResult:
         new_shape_s=model.new_shape_s,
         launch_points=[list(p) for p in model.launch_points],
         **{f"error_pct_{r.strategy}": r.error_pct for r in replay_rows},
+        # a compiled stack's graphs, compiled in the warm-up; timed steps that compiled one all the same
+        graphs_compiled=graphs_compiled() if _compiles(session) else None,
+        **{f"compiled_in_steps_{s}": t[1] for s, t in timed.items() if _compiles(session) and not isinstance(t, str)},
     )
     result.artifacts["timings.json"] = json.dumps(session.raw, indent=1)
     result.checks.append(_within_limit(replay_rows))

@@ -5,8 +5,9 @@ the stack, and `replay` scales its prediction by to check that price.
 
 Both rows come from the same run, at the same shape (batch_size x seq_len), each in fresh processes
 (probes.step.processes): their ratio is the stack's saving at that shape, applied to every batch shape
-the step model prices. Whether it holds at the corpus's other shapes (narrow, launch-bound batches, a
-compiled model's recompiles at each new shape) is what `replay --variant` measures.
+the step model prices. Whether it holds at the corpus's other shapes (narrow, launch-bound batches) is what
+`replay --variant` measures. A compiled stack's one-off compiles (a few graphs a job, each about its
+`compile_s`) are not in the factor: replay pays them in its warm-up and says how many (`graphs_compiled`).
 """
 
 from __future__ import annotations

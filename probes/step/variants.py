@@ -11,7 +11,9 @@
 - `grad-ckpt`: gradient checkpointing of the decoder layers (non-reentrant). Caveat: memory for time,
   every layer's forward runs twice.
 - `compile`: `torch.compile` of each decoder layer (regional compilation). Caveat: compile time before
-  the first step (`compile_s`), and a recompile on every new shape.
+  the first step (`compile_s`), and about as long again for each further graph dynamo compiles: a padded or
+  unpadded batch, one row, the first other width, the first other row count (then those dimensions are
+  dynamic and every later shape reuses its graph; `replay` pays these in its warm-up).
 - `ce-chunk=N`: the cross-entropy chunk, N tokens (0: full logits). Caveat: memory for time; the same loss.
 - `liger`: Liger Kernel's Triton RoPE, SwiGLU and RMSNorm (probes.step.libvariants; needs liger-kernel
   and a CUDA device, else the row is `not applicable: ...`).
@@ -106,7 +108,9 @@ FIXED: dict[str, Variant] = {
             gradient_checkpointing=True,
         ),
         Variant(
-            "compile", "compile time before the first step (compile_s), recompiles on every new shape", compile=True
+            "compile",
+            "compile time before the first step (compile_s), and about as long again for each further graph (a padded or unpadded batch, one row, the first other width or row count; then shapes are dynamic)",
+            compile=True,
         ),
         Variant(
             "liger",

@@ -245,3 +245,52 @@ def test_bad_stack_inputs_of_replay_are_one_line_exit_2(tiny, lengths_file, tmp_
     assert main(_replay_argv(tiny, lengths_file, *stacked)) == 2
     err = capsys.readouterr().err.strip()
     assert f"other.json: rows of qwen3-4b-base only, none of {tiny.name!r}" in err and len(err.splitlines()) == 1, err
+
+
+def test_a_compiled_stack_warms_up_one_batch_per_graph_dynamo_compiles():
+    def batch(rows: int, width: int, padded: bool) -> np.ndarray:
+        return np.array([width - (padded and i == 0) for i in range(rows)])
+
+    batches = [
+        batch(6, 128, True),  # 0: padded, several rows: first of its kind
+        batch(6, 128, True),
+        batch(6, 96, True),  # 2: another width -> the width goes dynamic
+        batch(4, 96, True),  # 3: another row count -> the rows go dynamic
+        batch(6, 64, True),
+        batch(6, 128, False),  # 5: unpadded, several rows: another graph
+        batch(1, 64, False),  # 6: one row
+        batch(1, 50, False),  # 7: one row, another width
+        batch(2, 50, False),
+    ]
+    assert replay.graph_warm_indices(batches) == [0, 2, 3, 5, 6, 7, 8]
+    assert replay.warm_indices(batches, 1) == [0]  # not compiled: the widest alone
+    assert replay.warm_indices(batches, 2, compiled=True) == [0, 1, 2, 3, 5, 6, 7, 8]
+
+
+def test_a_compiled_replay_times_no_step_that_compiles(tiny, lengths_file, tmp_path, monkeypatch, capsys):
+    """compile's recompiles (a few graphs a job, each about as long as the first compile) are paid in the
+    warm-up, as a job pays them once at its start; without it the timed steps would carry them. The step model
+    comes from --profile, so no fit point compiles the graphs first."""
+    assert main(_replay_argv(tiny, lengths_file)) in (0, 1)
+    profile = tmp_path / "replay.json"
+    profile.write_text(capsys.readouterr().out)
+    config = replay.Config(
+        checkpoint=tiny,
+        lengths=lengths_file,
+        weights="random",
+        lora_rank=4,
+        batch_size=4,
+        max_length=48,
+        strategies=("longest",),
+        num_steps=6,
+        warmup_steps=1,
+        profile=profile,
+        device="cpu",
+        variant="compile",
+    )
+    torch._dynamo.reset()
+    summary = replay.run(config).summary
+    assert summary["graphs_compiled"] >= 2 and summary["compiled_in_steps_longest"] == []
+    torch._dynamo.reset()
+    monkeypatch.setattr(replay, "graph_warm_indices", lambda batches: [])
+    assert replay.run(config).summary["compiled_in_steps_longest"] != []
