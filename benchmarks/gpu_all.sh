@@ -33,10 +33,12 @@ from bench_stack_hours_gpu import tiny_checkpoint; print(tiny_checkpoint(Path(sy
   fi
   FLA_PATH=${FLA_PATH:-../.whl-fla/0.6.0-no640guard}
   left() { echo $(( 590 - ($(date +%s) - start) )); }
+  # unpack an .xz archive with Python's tarfile: the image may have no xz for tar -J
+  untar() { python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' "$@"; }
   # causal-conv1d built for sm_90 beforehand (.gpu-site/cc1d.tar.xz, 20.5 MiB: too much beside site26.tar.xz in
   # one call) rides with issue 27's call and stays on a warm machine, git-ignored, for issue 26's call after it
   if [ -f .gpu-site/cc1d.tar.xz ] && [ ! -d .gpu-cc1d/causal_conv1d ]; then
-    mkdir -p .gpu-cc1d && tar -C .gpu-cc1d -xJf .gpu-site/cc1d.tar.xz
+    mkdir -p .gpu-cc1d && untar .gpu-site/cc1d.tar.xz .gpu-cc1d
   fi
   # Issue 26 with what benchmarks/make_gpu_site.sh packed (carry .gpu-site/site26.tar.xz): Triton 3.7.1 first on
   # the path, so fla 0.6.0 runs as released (its #640 guard passes), and causal-conv1d for sm_90 (left in
@@ -44,10 +46,15 @@ from bench_stack_hours_gpu import tiny_checkpoint; print(tiny_checkpoint(Path(sy
   # If fla is wrong or fails under Triton 3.7.1, the same as next26_lifted with the archive's fla copies.
   next26() {
     local g=/tmp/g26 conv=--conv-shim
-    rm -rf $g && mkdir -p $g && tar -C $g -xJf .gpu-site/site26.tar.xz || { rc=1; return; }
-    # the archive has no ptxas: Triton 3.7.1 takes the image's (Triton 3.6.0's, CUDA 12.8, fine for sm_90)
-    export TRITON_PTXAS_PATH=${TRITON_PTXAS_PATH:-$(python3 -c 'import os, triton
-print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas"))')}
+    rm -rf $g && mkdir -p $g && untar .gpu-site/site26.tar.xz $g || { rc=1; return; }
+    # the archive has no ptxas: Triton 3.7.1 takes the image's Triton's (CUDA 12.8 in a wheel; fine for
+    # sm_90), else the CUDA toolkit's on the PATH (nvcc 13.0's)
+    local ptxas
+    ptxas=$(python3 -c 'import os, triton
+print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas"))')
+    [ -x "$ptxas" ] || ptxas=$(command -v ptxas)
+    export TRITON_PTXAS_PATH=${TRITON_PTXAS_PATH:-$ptxas}
+    echo "[gpu_all.sh --next: Triton 3.7.1 with ptxas $TRITON_PTXAS_PATH]"
     if [ -d .gpu-cc1d/causal_conv1d ]; then  # built beforehand, carried by this machine's previous call
       conv="--conv-path $PWD/.gpu-cc1d"
     elif timeout 240 bash benchmarks/build_causal_conv1d.sh $g/causal_conv1d-1.7.0 "$OUT" $g/cc1d; then
