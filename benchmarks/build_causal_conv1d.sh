@@ -7,7 +7,7 @@
 # compiles three CUDA files for ten architectures; here the gencode list is cut to sm_90 so the build takes
 # about a minute on 16 cores (all ten: several times that).
 set -euo pipefail
-src=$1 wheels=$2 target=$3
+src=$(realpath "$1") wheels=$(realpath -m "$2") target=$(realpath -m "$3")  # the build runs in a copy elsewhere
 build=$(mktemp -d)
 cp -r "$src"/. "$build"
 python3 - "$build/setup.py" <<'EOF'

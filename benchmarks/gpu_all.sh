@@ -5,7 +5,7 @@
 # variants, predicted then measured (benchmarks/bench_variants.py, about 6 minutes a shape), and issue 27's
 # search for the fastest stack (benchmarks/bench_stacks.py) and the hours priced and replayed with it
 # (benchmarks/bench_stack_hours_gpu.py).
-# `gpu_all.sh --next [26|27|hours]`: only what issues 26 and 27 still lack, one call each (see below);
+# `gpu_all.sh --next [26|27|hours]`: only what issues 26 and 27 still lack, a call each, hours two (see below);
 # GPU_ALL_DRY=1 runs the same commands tiny on the CPU (their plumbing, not their figures; for 26 give three
 # tiny config folders as BENCH_CHECKPOINTS=dense,hybrid,moe).
 # The caller's PYTHONPATH (e.g. the carried wheels installed to /tmp/site) stays, after the checkout.
@@ -23,7 +23,8 @@ if [ "${1:-}" = "--next" ]; then
   # 590 s of wall. `--next 26` or `--next 27` runs one issue's part alone (two calls, more search budget).
   # FLA_PATH: fla 0.6.0 with the #640 guard readable (benchmarks/fla_check.py says why), carried as .whl-fla,
   # used when no .gpu-site/site26.tar.xz was carried (see next26 below).
-  which=${2:-all}; start=$(date +%s); rc=0
+  # GPU_ALL_T0: when the device command began (before its installs), so the last timeouts end before 600 s
+  which=${2:-all}; start=${GPU_ALL_T0:-$(date +%s)}; rc=0
   dry=${GPU_ALL_DRY:-}
   if [ -n "$dry" ]; then  # tiny stand-ins for the CPU: a two-layer Qwen3 (bench_stack_hours_gpu's), no compile
     export BENCH_QUICK=1
@@ -33,6 +34,8 @@ from bench_stack_hours_gpu import tiny_checkpoint; print(tiny_checkpoint(Path(sy
   fi
   FLA_PATH=${FLA_PATH:-../.whl-fla/0.6.0-no640guard}
   left() { echo $(( 590 - ($(date +%s) - start) )); }
+  # a timeout of at most $1 s within what is left, never 0 (GNU timeout 0 waits forever): 1 when none is left
+  within() { local l n; l=$(left); n=$(( $1 < l ? $1 : l )); echo $(( n > 1 ? n : 1 )); }
   # unpack an .xz archive with Python's tarfile: the image may have no xz for tar -J
   untar() { python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' "$@"; }
   # causal-conv1d built for sm_90 beforehand (.gpu-site/cc1d.tar.xz, 20.5 MiB: too much beside site26.tar.xz in
@@ -55,20 +58,25 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
     [ -x "$ptxas" ] || ptxas=$(command -v ptxas)
     export TRITON_PTXAS_PATH=${TRITON_PTXAS_PATH:-$ptxas}
     echo "[gpu_all.sh --next: Triton 3.7.1 with ptxas $TRITON_PTXAS_PATH]"
-    if [ -d .gpu-cc1d/causal_conv1d ]; then  # built beforehand, carried by this machine's previous call
+    # a causal-conv1d that does not import makes transformers fall back to its torch conv silently: try it first
+    cc1d_ok() { PYTHONPATH=$1 python3 -c 'import torch, causal_conv1d, causal_conv1d_cuda' >/dev/null 2>&1; }
+    if [ -d .gpu-cc1d/causal_conv1d ] && cc1d_ok .gpu-cc1d; then  # left by this machine's previous call
       conv="--conv-path $PWD/.gpu-cc1d"
-    elif timeout 240 bash benchmarks/build_causal_conv1d.sh $g/causal_conv1d-1.7.0 "$OUT" $g/cc1d; then
+    elif timeout 240 bash benchmarks/build_causal_conv1d.sh $g/causal_conv1d-1.7.0 $g/whl $g/cc1d && cc1d_ok $g/cc1d
+    then
       conv="--conv-path $g/cc1d"
     fi
     echo "[gpu_all.sh --next: causal conv: $conv at $(( $(date +%s) - start )) s]"
     local convdir=${conv#--conv-path }; [ "$conv" = --conv-shim ] && convdir=benchmarks/conv_shim
-    if PYTHONPATH=$g/tri371:$g/site:.:$g/fla060:$convdir timeout 150 python3 benchmarks/fla_check.py \
-        --out "$OUT/fla_triton371" --strict >/dev/null; then
-      PYTHONPATH=$g/tri371:$g/site:. timeout $(( $(left) < 330 ? $(left) : 330 )) python3 \
+    local caller=${PYTHONPATH#.} check=0
+    PYTHONPATH=$g/tri371:$g/site:.:$g/fla060:$convdir$caller timeout 200 python3 benchmarks/fla_check.py \
+      --out "$OUT/fla_triton371" --strict >/dev/null || check=$?
+    if [ "$check" -eq 0 ]; then
+      PYTHONPATH=$g/tri371:$g/site:.$caller timeout $(within 330) python3 \
         benchmarks/bench_carriers_gpu.py --out "$OUT" --fla-path $g/fla060 $conv --skip moe hybrid_no_fla || rc=$?
-    else
-      echo "[gpu_all.sh --next: fla under Triton 3.7.1 not right (fla_triton371/fla_check.json): lifted instead]"
-      PYTHONPATH=$g/site:. FLA_PATH=$g/fla-no640guard FLA_ALSO=$g/fla-dsT CONV="$conv" next26_lifted
+    else  # 1: a wrong output or gradient, or a part failed (fla_triton371/fla_check.json); 124: it timed out
+      echo "[gpu_all.sh --next: fla_check under Triton 3.7.1 exit $check: the lifted copies on the image's Triton]"
+      PYTHONPATH=$g/site:.$caller FLA_PATH=$g/fla-no640guard FLA_ALSO=$g/fla-dsT CONV="$conv" next26_lifted
     fi
   }
   # Issue 26 on the image's Triton 3.6.0 (carry .whl and .whl-fla, installed to /tmp/site): fla 0.6.0 with the
@@ -76,7 +84,7 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
   next26_lifted() {
     # FLA_ALSO: the #640 kernel rewritten (ds^T accumulated, no transposed MMA result): checked in ~40 s; timed
     # too when it checks right and the call is issue 26's alone
-    timeout $(( $(left) < 300 ? $(left) : 300 )) python3 benchmarks/bench_carriers_gpu.py --out "$OUT" \
+    timeout $(within 300) python3 benchmarks/bench_carriers_gpu.py --out "$OUT" \
       --fla-path "$FLA_PATH" ${CONV:---conv-shim} --lift-fla-640 --fla-also "${FLA_ALSO:-../.whl-fla/0.6.0-dsT}" \
       $([ "$which" = 26 ] && echo --time-also) --skip moe hybrid_no_fla || rc=$?
   }
@@ -88,7 +96,7 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
       echo "[gpu_all.sh --next: carriers exit $rc at $(( $(date +%s) - start )) s]"
     fi
     if [ "$which" = all ] || [ "$which" = 27 ]; then  # issue 27: the periodic bump, each suspect off in turn (~2.5 min)
-      timeout $(( $(left) < 180 ? $(left) : 180 )) python3 benchmarks/spread_diag.py --out "$OUT" \
+      timeout $(within 180) python3 benchmarks/spread_diag.py --out "$OUT" \
         $([ -n "$dry" ] && echo --tiny --steps 12 || echo --steps 30)
       rc_diag=$?; [ "$rc" -eq 0 ] && rc=$rc_diag
       echo "[gpu_all.sh --next: spread_diag exit $rc_diag at $(( $(date +%s) - start )) s]"
@@ -96,20 +104,25 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
       # within its budget and says what it did not try); 40 s kept for the last process and the summary
       budget=$(( $(left) - 40 ))
       if [ "$budget" -gt 90 ]; then
-        timeout $(( $(left) - 5 )) python3 benchmarks/bench_stacks.py --out "$OUT" --shape 1.7b_4x4096 \
+        timeout $(within $(( $(left) - 5 ))) python3 benchmarks/bench_stacks.py --out "$OUT" --shape 1.7b_4x4096 \
           --candidates bf16-adapters $([ -z "$dry" ] && echo compile) fused-adamw --budget-s "$budget" \
           --numerics-steps 5 || rc=$?
       else
         echo "[gpu_all.sh --next: no time left for the 1.7B search ($budget s)]"
       fi
     fi
-    if [ "$which" = hours ]; then  # issue 27 item 6: the ruling's 4B voice priced with the stack, replayed (~5 min)
+    if [ "$which" = hours ]; then  # issue 27 item 6: the ruling's 4B voice priced with the stack, replayed
       # the stack --search found on the 4B at 1 x 4,096 (0.199 s against 0.410), measured beside the baseline at
-      # the replay's 6 x 2,048; one call (--phase carrier then rest, when a call cannot hold both)
+      # the replay's 6 x 2,048. Two calls: PHASE=carrier (the carrier and the baseline's replay, ~6 min), then
+      # PHASE=rest (the pricing and the stacked replay, ~4 min) carrying .gpu-hours, the first call's
+      # $OUT/stack_hours copied there; PHASE=all for both in one call where 600 s hold them
       stack=${STACK:-bf16-adapters+compile+fused-adamw}
       [ -n "$dry" ] && stack=${STACK:-bf16-adapters+fused-adamw}  # no compile on the CPU
-      timeout $(( $(left) - 5 )) python3 benchmarks/bench_stack_hours_gpu.py --out "$OUT/stack_hours" \
-        $([ -n "$dry" ] && echo --tiny) --stack "$stack" || rc=$?
+      phase=${PHASE:-all} hours_out=$OUT/stack_hours
+      [ "$phase" = rest ] && hours_out=.gpu-hours
+      timeout $(within $(( $(left) - 10 ))) python3 benchmarks/bench_stack_hours_gpu.py --out "$hours_out" --phase "$phase" \
+        $([ -n "$dry" ] && echo --tiny) --stack "$stack" --num-steps "${NUM_STEPS:-80}" || rc=$?
+      [ "$phase" = rest ] && cp -r .gpu-hours "$OUT/stack_hours"
     fi
     echo "[gpu_all.sh --next: done, exit $rc after $(( $(date +%s) - start )) s]"
     exit $rc

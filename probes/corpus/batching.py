@@ -107,6 +107,19 @@ def make(
     raise ValueError(f"unknown strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
 
 
+def packed_segments(lengths: np.ndarray, max_length: int) -> list[np.ndarray]:
+    """The samples inside each row of `packed` (make's rows, in order): the samples truncated to max_length,
+    concatenated and cut every max_length tokens, so a sample may end one row and begin the next (each
+    piece is its own sequence there: positions restart). Sums of the pieces are make's row lengths."""
+    clipped = np.minimum(np.asarray(lengths, dtype=np.int64), max_length)
+    real = int(clipped.sum())
+    cuts = np.union1d(np.cumsum(clipped), np.arange(max_length, real, max_length))  # sample and row ends
+    starts = np.arange(0, real, max_length)
+    first = np.searchsorted(cuts, starts, side="right")
+    last = np.searchsorted(cuts, np.minimum(starts + max_length, real), side="right")
+    return [np.diff(np.r_[start, cuts[a:b]]) for start, a, b in zip(starts, first, last)]
+
+
 def bucket_size_for(config, data: corpus.Lengths) -> int | None:
     """A goodput or replay Config's bucket size: its `bucket_size`, or the bucket probe's 90%-gain size
     when `bucket` is among its strategies without one (refused when the corpus is a single batch)."""

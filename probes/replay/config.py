@@ -27,7 +27,7 @@ class Config(StepConfig):
     max_length: int = 4096
     """Tokens per row: longer samples are truncated."""
     strategies: tuple[str, ...] = ("longest", "bucket")
-    """Batching strategies to replay (fixed, longest, sorted, bucket; packed is not replayed)."""
+    """Batching strategies to replay (fixed, longest, sorted, bucket, packed)."""
     bucket_size: int | None = None
     """Bucket size of `bucket`, a multiple of --batch-size; unset: the bucket probe's 90%-gain size."""
     seed: int = 0
@@ -58,9 +58,9 @@ class Config(StepConfig):
         for name in ("batch_size", "max_length", "num_steps", "fit_steps"):
             require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         require(self.warmup_steps >= 0 and self.seed >= 0, "warmup_steps", "`warmup_steps` and `seed` must be >= 0")
-        bad = [s for s in self.strategies if s not in batching.STRATEGIES or s == "packed"]
+        bad = [s for s in self.strategies if s not in batching.STRATEGIES]
         require(
-            bool(self.strategies) and not bad, "strategies", f"cannot replay {bad} (fixed, longest, sorted, bucket)"
+            bool(self.strategies) and not bad, "strategies", f"cannot replay {bad} ({', '.join(batching.STRATEGIES)})"
         )
         require(
             self.bucket_size is None or (self.bucket_size >= 1 and self.bucket_size % self.batch_size == 0),

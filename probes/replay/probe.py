@@ -122,23 +122,39 @@ def shapes(config: Config, lengths: np.ndarray, strategy: str, bucket_size: int 
     return out[: config.num_steps]
 
 
-def warm_indices(batches: list[np.ndarray], warmup: int, compiled: bool = False) -> list[int]:
+def packed_segments(config: Config, lengths: np.ndarray) -> list[list[np.ndarray]]:
+    """The sequences inside each row of the packed batches `shapes` gives (epochs repeat: packing does not
+    shuffle), for models.make_batch's restarting positions."""
+    epoch = batching.make("packed", lengths, batch_size=config.batch_size, max_length=config.max_length)
+    pieces = batching.packed_segments(lengths, config.max_length)
+    one = [pieces[a : a + n] for a, n in zip(epoch.starts, epoch.rows)]
+    return (one * -(-config.num_steps // len(one)))[: config.num_steps]
+
+
+def masked_batches(batches: list[np.ndarray], packed: bool) -> list[bool]:
+    """Which batches carry an attention mask: padded ones, and every packed one (probes.corpus.batching)."""
+    return [packed or bool(r.min() != r.max()) for r in batches]
+
+
+def warm_indices(batches: list[np.ndarray], warmup: int, compiled: bool = False, packed: bool = False) -> list[int]:
     """The warm-up steps: the widest batches (the allocator's peak reached before any timing), then, for a
     compiled stack, the batches that make dynamo compile its other graphs (graph_warm_indices)."""
     widest = np.argsort([-len(r) * int(r.max()) for r in batches], kind="stable")[:warmup].tolist()
-    return widest + [i for i in graph_warm_indices(batches) if compiled and i not in widest]
+    graphs = graph_warm_indices(batches, masked_batches(batches, packed)) if compiled else []
+    return widest + [i for i in graphs if i not in widest]
 
 
-def graph_warm_indices(batches: list[np.ndarray]) -> list[int]:
+def graph_warm_indices(batches: list[np.ndarray], masked: list[bool] | None = None) -> list[int]:
     """A compiled layer compiles one graph per kind of batch (padded or not, one row or more: each traces
     differently) and recompiles it once a width, then a row count, differs from the first it saw (after
     that the dimension is dynamic and every value reuses the graph; measured: 4 graphs for widths
     128, 96, 64, 80 and 6, 4, 1 rows, 7 with padded and unpadded batches of each). Per kind: its first
     batch, its first of another width, its first of another row count. A training job pays these compiles
     once; the replay pays them before timing, as it pays the allocator's growth."""
+    masked = masked_batches(batches, packed=False) if masked is None else masked
     firsts: dict[tuple, int] = {}
     for i, rows in enumerate(batches):
-        kind = (bool(rows.min() != rows.max()), len(rows) == 1)
+        kind = (masked[i], len(rows) == 1)
         first = batches[firsts.setdefault(kind, i)]
         if int(rows.max()) != int(first.max()):
             firsts.setdefault((*kind, "width"), i)
@@ -154,9 +170,10 @@ def graphs_compiled() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-def time_replay(session: Session, batches: list[np.ndarray], warmup: int) -> tuple[list[float], list[int]]:
+def time_replay(session: Session, batches: list[np.ndarray], warmup: int, segments: list | None = None) -> Timed:
     """Each batch as one optimizer step, timed alone, after the warm-up steps (warm_indices); with the steps
-    during which dynamo compiled a graph all the same (a compile the warm-up did not foresee)."""
+    during which dynamo compiled a graph all the same (a compile the warm-up did not foresee). `segments`:
+    packed batches, each row's sequences (packed_segments)."""
     device, model = session.device, session.model
     built = [
         models.make_batch(
@@ -165,7 +182,8 @@ def time_replay(session: Session, batches: list[np.ndarray], warmup: int) -> tup
             seq_len=int(rows.max()),
             device=device,
             seed=i,
-            real_lengths=None if rows.min() == rows.max() else rows.tolist(),
+            real_lengths=None if segments is not None or rows.min() == rows.max() else rows.tolist(),
+            packed=None if segments is None else segments[i],
         )
         for i, rows in enumerate(batches)
     ]
@@ -181,14 +199,25 @@ def time_replay(session: Session, batches: list[np.ndarray], warmup: int) -> tup
         for b in built
     ]
     models.release(device)
-    for i in warm_indices(batches, warmup, compiled=_compiles(session)):
+    before = graphs_compiled()
+    for i in warm_indices(batches, warmup, compiled=_compiles(session), packed=segments is not None):
         steps[i]()
-    times, compiled_in = [], []
+    timed = Timed(times=[], compiled_in=[], warmup_graphs=graphs_compiled() - before)
     for i, step in enumerate(steps):
         before = graphs_compiled()
-        times.append(time_steps(step, device=device, warmup=0, steps=1).raw_s[0])
-        compiled_in += [i] if graphs_compiled() > before else []
-    return times, compiled_in
+        timed.times.append(time_steps(step, device=device, warmup=0, steps=1).raw_s[0])
+        timed.compiled_in += [i] if graphs_compiled() > before else []
+    return timed
+
+
+@dataclasses.dataclass
+class Timed:
+    """One strategy's replay: each step's seconds, the steps during which dynamo compiled a graph, and the
+    graphs it compiled in the warm-up (a compiled stack's; 0 otherwise)."""
+
+    times: list[float]
+    compiled_in: list[int]
+    warmup_graphs: int
 
 
 def _compiles(session: Session) -> bool:
@@ -207,7 +236,7 @@ def _rows(
     rows = np.array([len(r) for r in batches])
     widths = np.array([int(r.max()) for r in batches])
     real = np.array([int(r.sum()) for r in batches])
-    masked = np.array([r.min() != r.max() for r in batches])
+    masked = np.array(masked_batches(batches, packed=strategy == "packed"))
     new = np.array([not ((r, w) in seen or seen.add((r, w))) for r, w in zip(rows.tolist(), widths.tolist())])
     predicted = model.predict(rows, widths, masked) + new * model.new_shape_s
     steps = [
@@ -269,7 +298,7 @@ def _tables(
                 )
             )
             continue
-        warm = warm_indices(plans[s], config.warmup_steps, compiled=compiled)
+        warm = warm_indices(plans[s], config.warmup_steps, compiled=compiled, packed=s == "packed")
         seen |= {(len(b), int(b.max())) for b in (plans[s][i] for i in warm)}
         row, steps = _rows(s, bucket, plans[s], times, model, seen)
         replay_rows.append(row)
@@ -308,11 +337,15 @@ def run(config: Config) -> ProbeResult:
     widest_first = [] if given else [replay_model.fit_point(session, w) for w in config.widths()[::-1]]
     points = sorted(widest_first, key=lambda r: r.seq_len)
     plans = {s: shapes(config, data.length, s, size) for s in config.strategies}
+    segments = {"packed": packed_segments(config, data.length)} if "packed" in plans else {}
     timed = {
-        s: oom_guard(session, lambda b=b: time_replay(session, b, config.warmup_steps), lambda msg: msg)
+        s: oom_guard(
+            session, lambda s=s, b=b: time_replay(session, b, config.warmup_steps, segments.get(s)), lambda msg: msg
+        )
         for s, b in plans.items()
     }
-    measured = {s: t if isinstance(t, str) else t[0] for s, t in timed.items()}
+    measured = {s: t if isinstance(t, str) else t.times for s, t in timed.items()}
+    done = [t for t in timed.values() if not isinstance(t, str)]
     model = given
     if not given:
         scaling, fit, model = replay_model.model_here(session, [replay_model.with_busy(session, r) for r in points])
@@ -331,8 +364,12 @@ def run(config: Config) -> ProbeResult:
         launch_points=[list(p) for p in model.launch_points],
         **{f"error_pct_{r.strategy}": r.error_pct for r in replay_rows},
         # a compiled stack's graphs, compiled in the warm-up; timed steps that compiled one all the same
-        graphs_compiled=graphs_compiled() if _compiles(session) else None,
-        **{f"compiled_in_steps_{s}": t[1] for s, t in timed.items() if _compiles(session) and not isinstance(t, str)},
+        graphs_compiled=sum(t.warmup_graphs for t in done) if _compiles(session) else None,
+        **{
+            f"compiled_in_steps_{s}": t.compiled_in
+            for s, t in timed.items()
+            if _compiles(session) and not isinstance(t, str)
+        },
     )
     result.artifacts["timings.json"] = json.dumps(session.raw, indent=1)
     result.checks.append(_within_limit(replay_rows))

@@ -81,17 +81,31 @@ def make_batch(
     device: torch.device,
     real_lengths: list[int] | None = None,
     seed: int = 0,
+    packed: list | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Random token ids; with real_lengths, right padding (labels -100) and an explicit mask."""
+    """Random token ids; with real_lengths, right padding (labels -100) and an explicit mask. With `packed`
+    (each row's sequence lengths, probes.corpus.batching.packed_segments), rows of several sequences as a
+    packing collator gives them: positions restart at each sequence and no attention mask, from which
+    transformers builds the block-diagonal mask; a row's tail past its sequences is padding (labels -100)."""
     generator = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(1, vocab_size, (batch_size, seq_len), generator=generator)
     batch = {"input_ids": input_ids, "labels": input_ids.clone()}
-    if real_lengths is not None:
+    if packed is not None:
+        batch["position_ids"] = torch.stack([_restarting_positions(row, seq_len) for row in packed])
+        real = torch.arange(seq_len)[None, :] < torch.tensor([int(sum(row)) for row in packed])[:, None]
+        batch["labels"] = input_ids.masked_fill(~real, -100)
+    elif real_lengths is not None:
         real = torch.arange(seq_len)[None, :] < torch.tensor(real_lengths)[:, None]
         batch["input_ids"] = input_ids.masked_fill(~real, 0)
         batch["labels"] = input_ids.masked_fill(~real, -100)
         batch["attention_mask"] = real.long()
     return {k: v.to(device) for k, v in batch.items()}
+
+
+def _restarting_positions(lengths, width: int) -> torch.Tensor:
+    """0..n-1 for each sequence of the row, then for the padding after them (its own span)."""
+    spans = [int(n) for n in lengths] + ([width - int(sum(lengths))] if sum(lengths) < width else [])
+    return torch.cat([torch.arange(n) for n in spans])
 
 
 @dataclasses.dataclass

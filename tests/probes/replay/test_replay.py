@@ -88,7 +88,7 @@ def test_replays_the_strategies_batches_in_order(tiny, lengths_file):
     assert "timings.json" in result.artifacts
 
 
-def test_predicts_from_a_profile_json_and_refuses_packed(tiny, lengths_file, tmp_path, capsys):
+def test_predicts_from_a_profile_json_and_refuses_an_unknown_strategy(tiny, lengths_file, tmp_path, capsys):
     profile = tmp_path / "p.json"
     fit = [{"term": "quadratic", "coef": 0.0}, {"term": "linear", "coef": 1e-5}, {"term": "fixed", "coef": 0.01}]
     scaling = [
@@ -125,8 +125,46 @@ def test_predicts_from_a_profile_json_and_refuses_packed(tiny, lengths_file, tmp
     assert len(steps) == 5 and "scaling" not in out["tables"]
     for s in steps:
         assert s["predicted_s"] == pytest.approx(0.01 + 1e-5 * s["rows"] * s["width"])
-    assert main(argv[:-3] + ["--strategies", "packed"]) == 2
-    assert "cannot replay ['packed']" in capsys.readouterr().err
+    assert main(argv[:-3] + ["--strategies", "zigzag"]) == 2
+    assert "cannot replay ['zigzag']" in capsys.readouterr().err
+    assert main(argv[:12] + ["--strategies", "packed"] + argv[14:]) in (0, 1)  # packed is replayed as goodput prices it
+    out = json.loads(capsys.readouterr().out)
+    epoch = batching.make(
+        "packed", pq.read_table(lengths_file).column("length").to_numpy(), batch_size=4, max_length=48
+    )
+    steps = out["tables"]["replay_steps"]
+    assert [(s["rows"], s["width"], s["real_tokens"], s["masked"]) for s in steps] == [
+        (int(epoch.rows[i]), 48, int(epoch.real_tokens[i]), True) for i in range(5)
+    ]
+    for s in steps:
+        assert s["predicted_s"] == pytest.approx(0.01 + 1e-5 * s["rows"] * 48)
+
+
+def test_a_packed_row_keeps_its_sequences_apart_as_a_packing_collator_does(tiny):
+    """Restarting positions and no attention mask: transformers builds the block-diagonal mask, so the second
+    sequence of a packed row sees nothing of the first (its hidden states are those of the sequence alone)."""
+    from transformers import AutoModelForCausalLM
+
+    from probes.step import models
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(
+        replay.load_text_config(tiny), attn_implementation="sdpa", dtype=torch.float32
+    ).eval()
+    batch = models.make_batch(
+        vocab_size=model.config.vocab_size, batch_size=2, seq_len=16, device=torch.device("cpu"), packed=[[5, 7], [9]]
+    )
+    assert "attention_mask" not in batch
+    assert batch["position_ids"][0].tolist() == [*range(5), *range(7), *range(4)]  # the row's tail is padding
+    assert batch["labels"][1, 9:].eq(-100).all() and batch["labels"][0, :12].ne(-100).all()
+    with torch.no_grad():
+        # as the harness calls it: no cache (with one, transformers never looks for packed sequences)
+        packed = model.model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False)
+        alone = model.model(input_ids=batch["input_ids"][:1, 5:12], use_cache=False).last_hidden_state
+    torch.testing.assert_close(packed.last_hidden_state[0, 5:12], alone[0], rtol=1e-5, atol=1e-5)
+    with torch.no_grad():  # the same row as one sequence: the second part does see the first
+        whole = model.model(input_ids=batch["input_ids"][:1, :12], use_cache=False).last_hidden_state
+    assert not torch.allclose(whole[0, 5:12], alone[0], rtol=1e-3, atol=1e-3)
 
 
 def test_new_shape_cost_is_the_mean_first_step_excess_without_the_first_point():
@@ -292,5 +330,7 @@ def test_a_compiled_replay_times_no_step_that_compiles(tiny, lengths_file, tmp_p
     summary = replay.run(config).summary
     assert summary["graphs_compiled"] >= 2 and summary["compiled_in_steps_longest"] == []
     torch._dynamo.reset()
-    monkeypatch.setattr(replay, "graph_warm_indices", lambda batches: [])
-    assert replay.run(config).summary["compiled_in_steps_longest"] != []
+    monkeypatch.setattr(replay, "graph_warm_indices", lambda batches, masked=None: [])
+    widest_only = replay.run(config).summary
+    assert widest_only["compiled_in_steps_longest"] != []
+    assert widest_only["graphs_compiled"] < summary["graphs_compiled"]
