@@ -170,6 +170,14 @@ def graphs_compiled() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
+def recompile_limit_hits() -> int:
+    """Times dynamo gave up compiling a function at its recompile_limit in this process: from then on that
+    function runs eagerly for the new kind of batch, silently (a warning in the log, nothing else)."""
+    from torch._dynamo.utils import counters
+
+    return sum(n for msg, n in counters["unimplemented"].items() if "recompile limit" in msg.lower())
+
+
 def time_replay(session: Session, batches: list[np.ndarray], warmup: int, segments: list | None = None) -> Timed:
     """Each batch as one optimizer step, timed alone, after the warm-up steps (warm_indices); with the steps
     during which dynamo compiled a graph all the same (a compile the warm-up did not foresee). `segments`:
@@ -199,25 +207,27 @@ def time_replay(session: Session, batches: list[np.ndarray], warmup: int, segmen
         for b in built
     ]
     models.release(device)
-    before = graphs_compiled()
+    before, hits = graphs_compiled(), recompile_limit_hits()
     for i in warm_indices(batches, warmup, compiled=_compiles(session), packed=segments is not None):
         steps[i]()
-    timed = Timed(times=[], compiled_in=[], warmup_graphs=graphs_compiled() - before)
+    timed = Timed(times=[], compiled_in=[], warmup_graphs=graphs_compiled() - before, limit_hits=0)
     for i, step in enumerate(steps):
         before = graphs_compiled()
         timed.times.append(time_steps(step, device=device, warmup=0, steps=1).raw_s[0])
         timed.compiled_in += [i] if graphs_compiled() > before else []
+    timed.limit_hits = recompile_limit_hits() - hits
     return timed
 
 
 @dataclasses.dataclass
 class Timed:
-    """One strategy's replay: each step's seconds, the steps during which dynamo compiled a graph, and the
-    graphs it compiled in the warm-up (a compiled stack's; 0 otherwise)."""
+    """One strategy's replay: each step's seconds, the steps during which dynamo compiled a graph, the graphs
+    it compiled in the warm-up (a compiled stack's; 0 otherwise) and the times it hit its recompile_limit."""
 
     times: list[float]
     compiled_in: list[int]
     warmup_graphs: int
+    limit_hits: int
 
 
 def _compiles(session: Session) -> bool:
@@ -373,7 +383,25 @@ def run(config: Config) -> ProbeResult:
     )
     result.artifacts["timings.json"] = json.dumps(session.raw, indent=1)
     result.checks.append(_within_limit(replay_rows))
+    if _compiles(session):
+        result.checks.append(_graphs_within_limit(sum(t.limit_hits for t in done)))
     return result
+
+
+def _graphs_within_limit(hits: int) -> Check:
+    import torch._dynamo
+
+    limit = torch._dynamo.config.recompile_limit
+    return Check(
+        name="compiled_graphs_within_limit",
+        ok=hits == 0,
+        detail=(
+            f"dynamo hit its recompile_limit ({limit}) {hits} time(s): those batches ran uncompiled, slower than "
+            "the stack priced them (raise torch._dynamo.config.recompile_limit, or mark the dimensions dynamic)"
+            if hits
+            else f"every kind of batch compiled within dynamo's recompile_limit ({limit})"
+        ),
+    )
 
 
 def _within_limit(replay_rows: list[ReplayRow]) -> Check:

@@ -334,3 +334,32 @@ def test_a_compiled_replay_times_no_step_that_compiles(tiny, lengths_file, tmp_p
     widest_only = replay.run(config).summary
     assert widest_only["compiled_in_steps_longest"] != []
     assert widest_only["graphs_compiled"] < summary["graphs_compiled"]
+
+
+def test_a_compiled_replay_past_dynamo_recompile_limit_fails_a_check(tiny, lengths_file, tmp_path, monkeypatch):
+    """Past the limit dynamo runs the layer eagerly for the new kind of batch, silently: the replay says so."""
+    profile = tmp_path / "p.json"
+    fit = [{"term": "quadratic", "coef": 0.0}, {"term": "linear", "coef": 1e-5}, {"term": "fixed", "coef": 0.01}]
+    scaling = [{"seq_len": n, "batch_size": 1, "tokens": n, "in_fit": True, "launch_bound": False} for n in (8, 32, 64)]
+    profile.write_text(json.dumps({"tables": {"fit": fit, "scaling": scaling}}))
+    config = replay.Config(
+        checkpoint=tiny,
+        lengths=lengths_file,
+        weights="random",
+        lora_rank=4,
+        batch_size=4,
+        max_length=48,
+        strategies=("longest",),
+        num_steps=6,
+        warmup_steps=1,
+        profile=profile,
+        device="cpu",
+        variant="compile",
+    )
+    torch._dynamo.reset()
+    checks = {c.name: c for c in replay.run(config).checks}
+    assert checks["compiled_graphs_within_limit"].ok
+    torch._dynamo.reset()
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    check = {c.name: c for c in replay.run(config).checks}["compiled_graphs_within_limit"]
+    assert not check.ok and "recompile_limit (1)" in check.detail
