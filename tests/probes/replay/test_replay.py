@@ -89,13 +89,7 @@ def test_replays_the_strategies_batches_in_order(tiny, lengths_file):
 
 
 def test_predicts_from_a_profile_json_and_refuses_an_unknown_strategy(tiny, lengths_file, tmp_path, capsys):
-    profile = tmp_path / "p.json"
-    fit = [{"term": "quadratic", "coef": 0.0}, {"term": "linear", "coef": 1e-5}, {"term": "fixed", "coef": 0.01}]
-    scaling = [
-        {"seq_len": n, "batch_size": 1, "tokens": n, "in_fit": True, "launch_bound": False, "step_s": 0.01 + 1e-5 * n}
-        for n in (8, 32, 64)
-    ]
-    profile.write_text(json.dumps({"tables": {"fit": fit, "scaling": scaling}}))
+    profile = _linear_profile(tmp_path / "p.json")
     argv = [
         "probe",
         "replay",
@@ -305,14 +299,9 @@ def test_a_compiled_stack_warms_up_one_batch_per_graph_dynamo_compiles():
     assert replay.warm_indices(batches, 2, compiled=True) == [0, 1, 2, 3, 5, 6, 7, 8]
 
 
-def test_a_compiled_replay_times_no_step_that_compiles(tiny, lengths_file, tmp_path, monkeypatch, capsys):
-    """compile's recompiles (a few graphs a job, each about as long as the first compile) are paid in the
-    warm-up, as a job pays them once at its start; without it the timed steps would carry them. The step model
-    comes from --profile, so no fit point compiles the graphs first."""
-    assert main(_replay_argv(tiny, lengths_file)) in (0, 1)
-    profile = tmp_path / "replay.json"
-    profile.write_text(capsys.readouterr().out)
-    config = replay.Config(
+def _compiled(tiny: Path, lengths_file: Path, profile: Path) -> replay.Config:
+    """A replay of `compile` predicted from --profile (no fit point compiles a graph before the replay)."""
+    return replay.Config(
         checkpoint=tiny,
         lengths=lengths_file,
         weights="random",
@@ -326,6 +315,27 @@ def test_a_compiled_replay_times_no_step_that_compiles(tiny, lengths_file, tmp_p
         device="cpu",
         variant="compile",
     )
+
+
+def _linear_profile(path: Path) -> Path:
+    """A profile whose step is 0.01 s + 1e-5 s a token."""
+    fit = [{"term": "quadratic", "coef": 0.0}, {"term": "linear", "coef": 1e-5}, {"term": "fixed", "coef": 0.01}]
+    scaling = [
+        {"seq_len": n, "batch_size": 1, "tokens": n, "in_fit": True, "launch_bound": False, "step_s": 0.01 + 1e-5 * n}
+        for n in (8, 32, 64)
+    ]
+    path.write_text(json.dumps({"tables": {"fit": fit, "scaling": scaling}}))
+    return path
+
+
+def test_a_compiled_replay_times_no_step_that_compiles(tiny, lengths_file, tmp_path, monkeypatch, capsys):
+    """compile's recompiles (a few graphs a job, each about as long as the first compile) are paid in the
+    warm-up, as a job pays them once at its start; without it the timed steps would carry them. The step model
+    comes from --profile, so no fit point compiles the graphs first."""
+    assert main(_replay_argv(tiny, lengths_file)) in (0, 1)
+    profile = tmp_path / "replay.json"
+    profile.write_text(capsys.readouterr().out)
+    config = _compiled(tiny, lengths_file, profile)
     torch._dynamo.reset()
     summary = replay.run(config).summary
     assert summary["graphs_compiled"] >= 2 and summary["compiled_in_steps_longest"] == []
@@ -338,24 +348,7 @@ def test_a_compiled_replay_times_no_step_that_compiles(tiny, lengths_file, tmp_p
 
 def test_a_compiled_replay_past_dynamo_recompile_limit_fails_a_check(tiny, lengths_file, tmp_path, monkeypatch):
     """Past the limit dynamo runs the layer eagerly for the new kind of batch, silently: the replay says so."""
-    profile = tmp_path / "p.json"
-    fit = [{"term": "quadratic", "coef": 0.0}, {"term": "linear", "coef": 1e-5}, {"term": "fixed", "coef": 0.01}]
-    scaling = [{"seq_len": n, "batch_size": 1, "tokens": n, "in_fit": True, "launch_bound": False} for n in (8, 32, 64)]
-    profile.write_text(json.dumps({"tables": {"fit": fit, "scaling": scaling}}))
-    config = replay.Config(
-        checkpoint=tiny,
-        lengths=lengths_file,
-        weights="random",
-        lora_rank=4,
-        batch_size=4,
-        max_length=48,
-        strategies=("longest",),
-        num_steps=6,
-        warmup_steps=1,
-        profile=profile,
-        device="cpu",
-        variant="compile",
-    )
+    config = _compiled(tiny, lengths_file, _linear_profile(tmp_path / "p.json"))
     torch._dynamo.reset()
     checks = {c.name: c for c in replay.run(config).checks}
     assert checks["compiled_graphs_within_limit"].ok
