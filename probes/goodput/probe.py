@@ -26,7 +26,8 @@ With a stack (`--stack-json`: a `carrier --json` or `profile --variant ... --jso
 its rows, unset: its fastest measured ok), every step time of the model is scaled by that stack's measured
 step over the baseline's from the same run (probes.step.stack_step): the hours are those of training with
 the stack. Only the steady steps scale: new_shapes_s, a one-off of the process at each new shape, is added
-unscaled (a compiled stack pays recompiles there, more, not less; replay measures them), so a row's
+unscaled (a compiled stack also compiles a few graphs once a job, each about its compile_s: minutes, not in
+these hours; replay pays them in its warm-up and counts them, docs/measurement.md), so a row's
 hours_per_job = (its hours without the stack - new_shapes_s/3600) x factor + new_shapes_s/3600. The
 summary says what priced them (`priced_with`: the best batching and the stack), the factor and where it was
 measured, and the best strategy's hours without the stack (`baseline_hours_per_job`); check
