@@ -28,7 +28,8 @@ def gpu(index=0, processes=(), util=(0, 0, 0), mem=0, name="NVIDIA H200") -> dic
 
 
 def fake_pynvml(calls: dict) -> types.SimpleNamespace:
-    """Two GPUs: GPU 0 with utilisation 5, 60, 0 % and pid 4242 showing up (memory unknown, then
+    """Two GPUs: GPU 0 with utilisation 5, 60, 0 % and pid 4242424 showing up (above Linux's largest possible
+    pid_max, 4,194,304, so no process on the test machine has it and its user reads "?"; memory unknown, then
     2 GiB); GPU 1 a MIG instance (no utilisation). MPS queries are unsupported."""
 
     class NVMLError(Exception):
@@ -52,8 +53,8 @@ def fake_pynvml(calls: dict) -> types.SimpleNamespace:
     procs = iter(
         [
             [],
-            [types.SimpleNamespace(pid=4242, usedGpuMemory=None)],
-            [types.SimpleNamespace(pid=4242, usedGpuMemory=2 * GIB)],
+            [types.SimpleNamespace(pid=4242424, usedGpuMemory=None)],
+            [types.SimpleNamespace(pid=4242424, usedGpuMemory=2 * GIB)],
         ]
     )
     return types.SimpleNamespace(
@@ -79,8 +80,8 @@ SCENARIO_ENV = "LABPROBE_PYNVML_SCENARIO"
 EXPECTED = {
     # scenario -> (verdict, fragments of the reason), worked out from what each card shows
     "gb10-idle": ("idle", ["no foreign process", "memory: unified, not reported by NVML", "(/proc/meminfo)"]),
-    "gb10-busy": ("busy", ["pid 4242 (user ?, 20.00 GiB) computes on it", "(max 95%)"]),
-    "gb10-process-at-0pct": ("busy", ["pid 4242 (user ?, 20.00 GiB) computes on it"]),
+    "gb10-busy": ("busy", ["pid 4242424 (user ?, 20.00 GiB) computes on it", "(max 95%)"]),
+    "gb10-process-at-0pct": ("busy", ["pid 4242424 (user ?, 20.00 GiB) computes on it"]),
     "gb10-nothing-readable": ("unreachable", ["cannot tell idle from busy", "NVMLError_NoPermission"]),
     "mig": ("idle", ["0.25 GiB used", "utilisation: not reported by NVML (NVMLError_NotSupported)"]),
     "gpu-lost": ("unreachable", ["GPU 0 lost (NVMLError_GpuIsLost"]),

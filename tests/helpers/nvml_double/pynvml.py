@@ -52,8 +52,10 @@ def _gb10(util, processes):
 
 SCENARIOS = {
     "gb10-idle": {"devices": [_gb10([0], [])]},
-    "gb10-busy": {"devices": [_gb10([95], [[4242, 20 * GIB]])]},
-    "gb10-process-at-0pct": {"devices": [_gb10([0], [[4242, 20 * GIB]])]},
+    # pid 4242424: above Linux's largest possible pid_max (4,194,304), so no real process has it and its user
+    # reads "?" (4242 did exist on a 2-core CI machine with pid_max 32,768, and read "root")
+    "gb10-busy": {"devices": [_gb10([95], [[4242424, 20 * GIB]])]},
+    "gb10-process-at-0pct": {"devices": [_gb10([0], [[4242424, 20 * GIB]])]},
     "gb10-nothing-readable": {"devices": [_gb10([0], "NO_PERMISSION")]},
     "mig": {
         "devices": [

@@ -88,7 +88,7 @@ def test_the_sweep_runs_on_an_idle_gb10_skips_a_busy_one_and_fails_an_unreadable
     assert (job["host"], job["status"]) == (HOST, status), job["reason"]
     if scenario == "gb10-busy":
         assert job["reason"].startswith(f"no idle GPU on {HOST} before the deadline")
-        assert "pid 4242 (user ?, 20.00 GiB) computes on it" in job["reason"]
+        assert "pid 4242424 (user ?, 20.00 GiB) computes on it" in job["reason"]
     if scenario == "gpu-lost":
         assert job["reason"].startswith(f"GPU host {HOST} could not be read before the deadline")
         assert "NVMLError_GpuIsLost" in job["reason"]

@@ -138,8 +138,8 @@ def test_read_local_over_the_nvml_path_sums_up_each_gpu_s_window(monkeypatch):
     r0, r1 = idle.read_local("box", thresholds=Thresholds(window_s=0.2, sample_hz=15))
     assert 0.2 <= time.perf_counter() - t0 < 2
     assert calls["util"] == 3 and r0.num_samples == 3 and r0.util_max_pct == 60.0
-    assert (r0.verdict, r0.pids, r0.name, r0.uuid) == ("busy", (4242,), "NVIDIA H200", "GPU-0")
-    assert "pid 4242 (user ?, 2.00 GiB) computes on it" in r0.reason and "1 of 3 samples" in r0.reason
+    assert (r0.verdict, r0.pids, r0.name, r0.uuid) == ("busy", (4242424,), "NVIDIA H200", "GPU-0")
+    assert "pid 4242424 (user ?, 2.00 GiB) computes on it" in r0.reason and "1 of 3 samples" in r0.reason
     assert (r1.verdict, r1.num_samples) == ("idle", 0)  # no utilisation on a MIG device: not an error
     assert r1.mem_used_bytes == 0 and r1.mem_total_bytes == 150 * GIB  # v2's figure, not v1's
 

@@ -73,7 +73,7 @@ def test_nvml_path_samples_every_gpu_over_the_window(monkeypatch):
     assert 0.2 <= time.perf_counter() - t0 < 2
     assert calls["util"] == 3 and s0.util_pct == (5.0, 60.0, 0.0)
     assert (s0.name, s0.uuid, s1.uuid) == ("NVIDIA H200", "GPU-0", "GPU-1")  # bytes decoded
-    assert s0.processes == ((4242, 2 * GIB),)  # one entry per pid, its largest known memory
+    assert s0.processes == ((4242424, 2 * GIB),)  # one entry per pid, its largest known memory
     assert s1.util_pct == ()  # no utilisation on a MIG device: not an error
     assert s0.mem_used_bytes == (2 * GIB,) * 3 and s1.mem_used_bytes == (0, 0, 0)  # v2's figure, not v1's
     assert s0.mem_total_bytes == s1.mem_total_bytes == 150 * GIB

@@ -98,7 +98,7 @@ def test_labprobe_probe_carrier_refuses_a_busy_gb10_in_one_line(tiny_checkpoint,
     assert code == 1 and captured.out == ""
     [line] = captured.err.splitlines()
     assert line.startswith("labprobe probe carrier: not run, the GPU is not idle: ")
-    assert "pid 4242 (user ?, 20.00 GiB) computes on it" in line and "--no-idle-check" in line
+    assert "pid 4242424 (user ?, 20.00 GiB) computes on it" in line and "--no-idle-check" in line
     code = main(["probe", "carrier", "--checkpoint", str(tiny_checkpoint), "--steps", "0", "--no-idle-check"])
     assert code == 0 and "carrier" in capsys.readouterr().out
 
