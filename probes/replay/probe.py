@@ -208,9 +208,10 @@ def time_replay(session: Session, batches: list[np.ndarray], warmup: int, segmen
     ]
     models.release(device)
     before, hits = graphs_compiled(), recompile_limit_hits()
-    for i in warm_indices(batches, warmup, compiled=_compiles(session), packed=segments is not None):
+    warm = warm_indices(batches, warmup, compiled=_compiles(session), packed=segments is not None)
+    for i in warm:
         steps[i]()
-    timed = Timed(times=[], compiled_in=[], warmup_graphs=graphs_compiled() - before, limit_hits=0)
+    timed = Timed(times=[], warm=warm, compiled_in=[], warmup_graphs=graphs_compiled() - before, limit_hits=0)
     for i, step in enumerate(steps):
         before = graphs_compiled()
         timed.times.append(time_steps(step, device=device, warmup=0, steps=1).raw_s[0])
@@ -221,10 +222,12 @@ def time_replay(session: Session, batches: list[np.ndarray], warmup: int, segmen
 
 @dataclasses.dataclass
 class Timed:
-    """One strategy's replay: each step's seconds, the steps during which dynamo compiled a graph, the graphs
-    it compiled in the warm-up (a compiled stack's; 0 otherwise) and the times it hit its recompile_limit."""
+    """One strategy's replay: each step's seconds, the batches run in the warm-up, the steps during which
+    dynamo compiled a graph, the graphs it compiled in the warm-up (a compiled stack's; 0 otherwise) and the
+    times it hit its recompile_limit."""
 
     times: list[float]
+    warm: list[int]
     compiled_in: list[int]
     warmup_graphs: int
     limit_hits: int
@@ -279,19 +282,13 @@ def _rows(
 
 
 def _tables(
-    config: Config,
-    plans: dict,
-    measured: dict,
-    model: StepModel,
-    size: int | None,
-    seen: set[tuple[int, int]],
-    compiled: bool,
+    plans: dict, timed: dict, model: StepModel, size: int | None, seen: set[tuple[int, int]]
 ) -> tuple[list[ReplayRow], list[StepRow]]:
-    """Rows of every strategy, in the order they ran (shapes run before count as seen)."""
+    """Rows of every strategy, in the order they ran (shapes run before, the warm-up's too, count as seen)."""
     replay_rows, step_rows = [], []
-    for s, times in measured.items():
+    for s, t in timed.items():
         bucket = size if s == "bucket" else None
-        if isinstance(times, str):  # an out-of-memory: a row saying so
+        if isinstance(t, str):  # an out-of-memory: a row saying so
             replay_rows.append(
                 ReplayRow(
                     strategy=s,
@@ -304,13 +301,12 @@ def _tables(
                     error_pct=None,
                     predicted_tok_per_s=None,
                     measured_tok_per_s=None,
-                    status=times,
+                    status=t,
                 )
             )
             continue
-        warm = warm_indices(plans[s], config.warmup_steps, compiled=compiled, packed=s == "packed")
-        seen |= {(len(b), int(b.max())) for b in (plans[s][i] for i in warm)}
-        row, steps = _rows(s, bucket, plans[s], times, model, seen)
+        seen |= {(len(b), int(b.max())) for b in (plans[s][i] for i in t.warm)}
+        row, steps = _rows(s, bucket, plans[s], t.times, model, seen)
         replay_rows.append(row)
         step_rows += steps
     return replay_rows, step_rows
@@ -354,8 +350,8 @@ def run(config: Config) -> ProbeResult:
         )
         for s, b in plans.items()
     }
-    measured = {s: t if isinstance(t, str) else t.times for s, t in timed.items()}
-    done = [t for t in timed.values() if not isinstance(t, str)]
+    done = {s: t for s, t in timed.items() if not isinstance(t, str)}
+    compiled = _compiles(session)
     model = given
     if not given:
         scaling, fit, model = replay_model.model_here(session, [replay_model.with_busy(session, r) for r in points])
@@ -363,7 +359,7 @@ def run(config: Config) -> ProbeResult:
         if model is None:
             return _failed(result, "fit_has_3_points", f"fewer than 3 GPU-bound fit points: {list(config.widths())}")
     seen = set() if given else {(config.batch_size, w) for w in config.widths()}
-    replay_rows, step_rows = _tables(config, plans, measured, model, size, seen, compiled=_compiles(session))
+    replay_rows, step_rows = _tables(plans, timed, model, size, seen)
     result.tables.update(replay=replay_rows, replay_steps=step_rows)
     result.summary.update(
         variant=config.variant,
@@ -374,17 +370,13 @@ def run(config: Config) -> ProbeResult:
         launch_points=[list(p) for p in model.launch_points],
         **{f"error_pct_{r.strategy}": r.error_pct for r in replay_rows},
         # a compiled stack's graphs, compiled in the warm-up; timed steps that compiled one all the same
-        graphs_compiled=sum(t.warmup_graphs for t in done) if _compiles(session) else None,
-        **{
-            f"compiled_in_steps_{s}": t.compiled_in
-            for s, t in timed.items()
-            if _compiles(session) and not isinstance(t, str)
-        },
+        graphs_compiled=sum(t.warmup_graphs for t in done.values()) if compiled else None,
+        **{f"compiled_in_steps_{s}": t.compiled_in for s, t in done.items() if compiled},
     )
     result.artifacts["timings.json"] = json.dumps(session.raw, indent=1)
     result.checks.append(_within_limit(replay_rows))
-    if _compiles(session):
-        result.checks.append(_graphs_within_limit(sum(t.limit_hits for t in done)))
+    if compiled:
+        result.checks.append(_graphs_within_limit(sum(t.limit_hits for t in done.values())))
     return result
 
 

@@ -16,6 +16,22 @@ from runner.cli import main
 STEPS = {"baseline": 0.40, "bf16-adapters": 0.30, "bf16-adapters+compile+fused-adamw": 0.20, "liger": None}
 
 
+def _goodput_argv(lengths: Path) -> list[str]:
+    """goodput over `lengths` with a linear step model given on the command line."""
+    return [
+        "probe",
+        "goodput",
+        "--lengths",
+        str(lengths),
+        "--linear-s",
+        "1e-4",
+        "--quadratic-s",
+        "0",
+        "--fixed-s",
+        "0.1",
+    ]
+
+
 @pytest.fixture
 def lengths(tmp_path):
     return write_lengths(tmp_path / "l.parquet", [100, 900, 300, 2000, 50, 700, 1200, 400] * 12)
@@ -79,18 +95,7 @@ def test_bad_stack_inputs_are_one_line_exit_2(lengths, tmp_path, capsys):
     stack_file = carrier_json(tmp_path / "carrier.json", "qwen3-4b-base", STEPS)
     (tmp_path / "empty.json").write_text("\n")
     (tmp_path / "latin1.json").write_bytes(b'{"tables": "caf\xe9"}')
-    base = [
-        "probe",
-        "goodput",
-        "--lengths",
-        str(lengths),
-        "--linear-s",
-        "1e-4",
-        "--quadratic-s",
-        "0",
-        "--fixed-s",
-        "0.1",
-    ]
+    base = _goodput_argv(lengths)
     cases = [
         (["--stack-json", str(tmp_path / "missing.json")], "missing.json: unreadable carrier/profile JSON"),
         (
@@ -133,18 +138,7 @@ def test_bad_stack_inputs_are_one_line_exit_2(lengths, tmp_path, capsys):
 def test_a_stack_file_whose_rows_do_not_price_is_one_line_exit_2(lengths, tmp_path, capsys):
     """A step_s that is no positive finite number, a row that failed yet kept a step_s, two rows of one variant
     (runs pasted together), a table that is no list of rows: each refused naming the file and the row."""
-    base = [
-        "probe",
-        "goodput",
-        "--lengths",
-        str(lengths),
-        "--linear-s",
-        "1e-4",
-        "--quadratic-s",
-        "0",
-        "--fixed-s",
-        "0.1",
-    ]
+    base = _goodput_argv(lengths)
 
     def edited(name: str, edit) -> Path:
         path = carrier_json(tmp_path / name, "qwen3-4b-base", STEPS)
