@@ -85,7 +85,7 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
     # FLA_ALSO: the #640 kernel rewritten (ds^T accumulated, no transposed MMA result): checked in ~40 s; timed
     # too when it checks right and the call is issue 26's alone
     timeout $(within 300) python3 benchmarks/bench_carriers_gpu.py --out "$OUT" \
-      --fla-path "$FLA_PATH" ${CONV:---conv-shim} --lift-fla-640 --fla-also "${FLA_ALSO:-../.whl-fla/0.6.0-dsT}" \
+      --fla-path "$FLA_PATH" ${CONV:---conv-shim} --lift-fla-640 $([ -d "${FLA_ALSO:-}" ] && echo --fla-also "$FLA_ALSO") \
       $([ "$which" = 26 ] && echo --time-also) --skip moe hybrid_no_fla || rc=$?
   }
   {

@@ -9,9 +9,10 @@
 #   site/     the wheels in .whl (transformers 5.25 and its needs, peft, pydantic), unpacked, without hf-xet,
 #             kernels, liger-kernel and fla (none needed by issue 26's parts).
 #   fla060/   fla-core + flash-linear-attention 0.6.0 as released.
-#   fla-no640guard/, fla-dsT/  the two patched copies in .whl-fla (the fallback if Triton 3.7.1 cannot load).
+#   fla-no640guard/  fla 0.6.0 with its #640 guard readable (the fallback if Triton 3.7.1 cannot load); fla-dsT/
+#             the rewritten kernel, only where .whl-fla/0.6.0-dsT was kept.
 #   causal_conv1d-1.7.0/  the sdist (no wheel on the registry; the call compiles it with the image's nvcc).
-# Needs: .whl and .whl-fla as the previous calls used them, pip, strip, xz. About 4 minutes on 2 cores.
+# Needs: .whl (benchmarks/make_gpu_wheels.sh), pip, strip, xz. About 4 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
@@ -32,8 +33,19 @@ for wheel in .whl/*.whl; do
     *) python3 -m zipfile -e "$wheel" "$work/g/site" ;;
   esac
 done
-cp -r .whl-fla/0.6.0-no640guard "$work/g/fla-no640guard"
-cp -r .whl-fla/0.6.0-dsT "$work/g/fla-dsT"
+# The fallback copy: fla 0.6.0 whose #640 guard also reads LABPROBE_LIFT_FLA_640 (one `if`, made here from the
+# wheels so nothing but .whl is needed); the hand-rewritten dsT kernel rides along only where it was kept.
+cp -r "$work/g/fla060" "$work/g/fla-no640guard"
+python3 - "$work/g/fla-no640guard/fla/ops/common/chunk_o.py" <<'EOF2'
+import sys
+path = sys.argv[1]
+text = open(path).read()
+guard = "if g is not None and IS_NVIDIA_HOPPER and TRITON_ABOVE_3_4_0 and not TRITON_ABOVE_3_7_1:"
+lifted = guard[:-1] + ' and not __import__("os").environ.get("LABPROBE_LIFT_FLA_640"):'
+assert text.count(guard) == 1, "fla 0.6.0's #640 guard not found where expected"
+open(path, "w").write(text.replace(guard, lifted))
+EOF2
+[ -d .whl-fla/0.6.0-dsT ] && cp -r .whl-fla/0.6.0-dsT "$work/g/fla-dsT"
 python3 - "$work/g" <<'EOF'
 import io, re, sys, tarfile, urllib.request
 page = urllib.request.urlopen("https://pypi.org/simple/causal-conv1d/").read().decode()

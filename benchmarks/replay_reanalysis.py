@@ -45,8 +45,18 @@ def main() -> int:
     for s, batches in plans.items():  # the same batches as recorded, or the comparison means nothing
         mine = [(r["rows"], r["width"], r["real_tokens"]) for r in steps if r["strategy"] == s]
         assert mine == [(len(b), int(b.max()), int(b.sum())) for b in batches], f"{s}: batches differ"
-    measured = {s: [r["measured_s"] for r in steps if r["strategy"] == s] for s in config.strategies}
-    rows, step_rows = replay._tables(config, plans, measured, model, size, {(config.batch_size, w) for w in FIT_LENS})
+    timed = {
+        s: replay.Timed(
+            times=[r["measured_s"] for r in steps if r["strategy"] == s],
+            warm=replay.warm_indices(plans[s], config.warmup_steps),
+            compiled_in=[],
+            warmup_graphs=0,
+            limit_hits=0,
+        )
+        for s in config.strategies
+    }
+    seen = {(config.batch_size, w) for w in FIT_LENS}
+    rows, step_rows = replay._tables(plans, timed, model, size, seen, config.max_length)
     out = {
         "model": dataclasses.asdict(model),
         "replay": [dataclasses.asdict(r) for r in rows],

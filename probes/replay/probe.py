@@ -136,15 +136,28 @@ def masked_batches(batches: list[np.ndarray], packed: bool) -> list[bool]:
     return [packed or bool(r.min() != r.max()) for r in batches]
 
 
-def warm_indices(batches: list[np.ndarray], warmup: int, compiled: bool = False, packed: bool = False) -> list[int]:
+def batch_widths(batches: list[np.ndarray], packed_width: int | None = None) -> list[int]:
+    """Each batch's width in tokens: its longest row, or for packed batches the packing length (a packing
+    collator pads every row to it, a last partial row too, and goodput prices every packed batch so)."""
+    return [packed_width or int(r.max()) for r in batches]
+
+
+def warm_indices(
+    batches: list[np.ndarray], warmup: int, compiled: bool = False, packed_width: int | None = None
+) -> list[int]:
     """The warm-up steps: the widest batches (the allocator's peak reached before any timing), then, for a
-    compiled stack, the batches that make dynamo compile its other graphs (graph_warm_indices)."""
-    widest = np.argsort([-len(r) * int(r.max()) for r in batches], kind="stable")[:warmup].tolist()
-    graphs = graph_warm_indices(batches, masked_batches(batches, packed)) if compiled else []
+    compiled stack, the batches that make dynamo compile its other graphs (graph_warm_indices). `packed_width`:
+    the batches are packed (batch_widths)."""
+    widths = batch_widths(batches, packed_width)
+    widest = np.argsort([-len(r) * w for r, w in zip(batches, widths)], kind="stable")[:warmup].tolist()
+    masked = masked_batches(batches, packed=packed_width is not None)
+    graphs = graph_warm_indices(batches, masked, widths) if compiled else []
     return widest + [i for i in graphs if i not in widest]
 
 
-def graph_warm_indices(batches: list[np.ndarray], masked: list[bool] | None = None) -> list[int]:
+def graph_warm_indices(
+    batches: list[np.ndarray], masked: list[bool] | None = None, widths: list[int] | None = None
+) -> list[int]:
     """A compiled layer compiles one graph per kind of batch (padded or not, one row or more: each traces
     differently) and recompiles it once a width, then a row count, differs from the first it saw (after
     that the dimension is dynamic and every value reuses the graph; measured: 4 graphs for widths
@@ -152,13 +165,14 @@ def graph_warm_indices(batches: list[np.ndarray], masked: list[bool] | None = No
     batch, its first of another width, its first of another row count. A training job pays these compiles
     once; the replay pays them before timing, as it pays the allocator's growth."""
     masked = masked_batches(batches, packed=False) if masked is None else masked
+    widths = batch_widths(batches) if widths is None else widths
     firsts: dict[tuple, int] = {}
     for i, rows in enumerate(batches):
         kind = (masked[i], len(rows) == 1)
-        first = batches[firsts.setdefault(kind, i)]
-        if int(rows.max()) != int(first.max()):
+        first = firsts.setdefault(kind, i)
+        if widths[i] != widths[first]:
             firsts.setdefault((*kind, "width"), i)
-        if len(rows) != len(first):
+        if len(rows) != len(batches[first]):
             firsts.setdefault((*kind, "rows"), i)
     return sorted(set(firsts.values()))
 
@@ -178,16 +192,19 @@ def recompile_limit_hits() -> int:
     return sum(n for msg, n in counters["unimplemented"].items() if "recompile limit" in msg.lower())
 
 
-def time_replay(session: Session, batches: list[np.ndarray], warmup: int, segments: list | None = None) -> Timed:
+def time_replay(
+    session: Session, batches: list[np.ndarray], warmup: int, segments: list | None = None, packed_width: int = 0
+) -> Timed:
     """Each batch as one optimizer step, timed alone, after the warm-up steps (warm_indices); with the steps
     during which dynamo compiled a graph all the same (a compile the warm-up did not foresee). `segments`:
-    packed batches, each row's sequences (packed_segments)."""
+    packed batches, each row's sequences (packed_segments), every row `packed_width` tokens wide."""
     device, model = session.device, session.model
+    widths = batch_widths(batches, packed_width if segments is not None else None)
     built = [
         models.make_batch(
             vocab_size=session.vocab_size,
             batch_size=len(rows),
-            seq_len=int(rows.max()),
+            seq_len=widths[i],
             device=device,
             seed=i,
             real_lengths=None if segments is not None or rows.min() == rows.max() else rows.tolist(),
@@ -208,7 +225,7 @@ def time_replay(session: Session, batches: list[np.ndarray], warmup: int, segmen
     ]
     models.release(device)
     before, hits = graphs_compiled(), recompile_limit_hits()
-    warm = warm_indices(batches, warmup, compiled=_compiles(session), packed=segments is not None)
+    warm = warm_indices(batches, warmup, _compiles(session), packed_width if segments is not None else None)
     for i in warm:
         steps[i]()
     timed = Timed(times=[], warm=warm, compiled_in=[], warmup_graphs=graphs_compiled() - before, limit_hits=0)
@@ -244,10 +261,12 @@ def _rows(
     measured: list[float],
     model: StepModel,
     seen: set[tuple[int, int]],
+    packed_width: int | None = None,
 ) -> tuple[ReplayRow, list[StepRow]]:
-    """`seen`: shapes the process has run (updated): a step at a new one pays model.new_shape_s."""
+    """`seen`: shapes the process has run (updated): a step at a new one pays model.new_shape_s.
+    `packed_width`: the packing length, the width of every packed batch (batch_widths)."""
     rows = np.array([len(r) for r in batches])
-    widths = np.array([int(r.max()) for r in batches])
+    widths = np.array(batch_widths(batches, packed_width if strategy == "packed" else None))
     real = np.array([int(r.sum()) for r in batches])
     masked = np.array(masked_batches(batches, packed=strategy == "packed"))
     new = np.array([not ((r, w) in seen or seen.add((r, w))) for r, w in zip(rows.tolist(), widths.tolist())])
@@ -282,9 +301,10 @@ def _rows(
 
 
 def _tables(
-    plans: dict, timed: dict, model: StepModel, size: int | None, seen: set[tuple[int, int]]
+    plans: dict, timed: dict, model: StepModel, size: int | None, seen: set[tuple[int, int]], packed_width: int
 ) -> tuple[list[ReplayRow], list[StepRow]]:
-    """Rows of every strategy, in the order they ran (shapes run before, the warm-up's too, count as seen)."""
+    """Rows of every strategy, in the order they ran (shapes run before, the warm-up's too, count as seen);
+    `packed_width`: the packing length (config.max_length)."""
     replay_rows, step_rows = [], []
     for s, t in timed.items():
         bucket = size if s == "bucket" else None
@@ -305,8 +325,9 @@ def _tables(
                 )
             )
             continue
-        seen |= {(len(b), int(b.max())) for b in (plans[s][i] for i in t.warm)}
-        row, steps = _rows(s, bucket, plans[s], t.times, model, seen)
+        widths = batch_widths(plans[s], packed_width if s == "packed" else None)
+        seen |= {(len(plans[s][i]), widths[i]) for i in t.warm}
+        row, steps = _rows(s, bucket, plans[s], t.times, model, seen, packed_width)
         replay_rows.append(row)
         step_rows += steps
     return replay_rows, step_rows
@@ -346,7 +367,9 @@ def run(config: Config) -> ProbeResult:
     segments = {"packed": packed_segments(config, data.length)} if "packed" in plans else {}
     timed = {
         s: oom_guard(
-            session, lambda s=s, b=b: time_replay(session, b, config.warmup_steps, segments.get(s)), lambda msg: msg
+            session,
+            lambda s=s, b=b: time_replay(session, b, config.warmup_steps, segments.get(s), config.max_length),
+            lambda msg: msg,
         )
         for s, b in plans.items()
     }
@@ -359,7 +382,7 @@ def run(config: Config) -> ProbeResult:
         if model is None:
             return _failed(result, "fit_has_3_points", f"fewer than 3 GPU-bound fit points: {list(config.widths())}")
     seen = set() if given else {(config.batch_size, w) for w in config.widths()}
-    replay_rows, step_rows = _tables(plans, timed, model, size, seen)
+    replay_rows, step_rows = _tables(plans, timed, model, size, seen, config.max_length)
     result.tables.update(replay=replay_rows, replay_steps=step_rows)
     result.summary.update(
         variant=config.variant,

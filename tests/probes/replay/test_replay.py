@@ -279,6 +279,37 @@ def test_bad_stack_inputs_of_replay_are_one_line_exit_2(tiny, lengths_file, tmp_
     assert f"other.json: rows of qwen3-4b-base only, none of {tiny.name!r}" in err and len(err.splitlines()) == 1, err
 
 
+def test_a_last_packed_row_alone_is_replayed_and_priced_at_the_packing_length(tiny, tmp_path, monkeypatch):
+    """Five samples of 40 tokens and one of 5, packed at 48: four full rows, then a lone row of 13 real tokens.
+    A packing collator pads that row to 48 and goodput prices it at 48: the replay times and predicts it so,
+    not at its 13 tokens."""
+    lengths = tmp_path / "lengths.parquet"
+    pq.write_table(pa.table({"length": [40] * 5 + [5]}), lengths)
+    built = []
+    make_batch = replay.models.make_batch
+    monkeypatch.setattr(replay.models, "make_batch", lambda **kw: built.append(kw["seq_len"]) or make_batch(**kw))
+    config = replay.Config(
+        checkpoint=tiny,
+        lengths=lengths,
+        weights="random",
+        lora_rank=4,
+        batch_size=4,
+        max_length=48,
+        strategies=("packed",),
+        num_steps=2,
+        warmup_steps=1,
+        profile=_linear_profile(tmp_path / "p.json"),
+        device="cpu",
+    )
+    result = replay.run(config)
+    steps = result.tables["replay_steps"]
+    assert [(s.rows, s.width, s.real_tokens) for s in steps] == [(4, 48, 192), (1, 48, 13)]
+    assert built == [48, 48]
+    # the warm-up ran (4, 48), the widest: the lone row's shape is new to the process
+    assert [s.new_shape for s in steps] == [False, True]
+    assert steps[1].predicted_s == pytest.approx(0.01 + 1e-5 * 48 + result.summary["new_shape_s"])
+
+
 def test_a_compiled_stack_warms_up_one_batch_per_graph_dynamo_compiles():
     def batch(rows: int, width: int, padded: bool) -> np.ndarray:
         return np.array([width - (padded and i == 0) for i in range(rows)])
@@ -340,7 +371,7 @@ def test_a_compiled_replay_times_no_step_that_compiles(tiny, lengths_file, tmp_p
     summary = replay.run(config).summary
     assert summary["graphs_compiled"] >= 2 and summary["compiled_in_steps_longest"] == []
     torch._dynamo.reset()
-    monkeypatch.setattr(replay, "graph_warm_indices", lambda batches, masked=None: [])
+    monkeypatch.setattr(replay, "graph_warm_indices", lambda *args: [])
     widest_only = replay.run(config).summary
     assert widest_only["compiled_in_steps_longest"] != []
     assert widest_only["graphs_compiled"] < summary["graphs_compiled"]
