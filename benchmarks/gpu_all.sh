@@ -102,8 +102,11 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
       echo "[gpu_all.sh --next: spread_diag exit $rc_diag at $(( $(date +%s) - start )) s]"
       # the 1.7B search with fused-adamw as a third candidate, in whatever time is left (the search stops
       # within its budget and says what it did not try); 40 s kept for the last process and the summary
+      # (SEARCH_17B=0: the diagnosis alone, when another part shares the call)
       budget=$(( $(left) - 40 ))
-      if [ "$budget" -gt 90 ]; then
+      if [ "${SEARCH_17B:-1}" = 0 ]; then
+        echo "[gpu_all.sh --next: the 1.7B search left out (SEARCH_17B=0)]"
+      elif [ "$budget" -gt 90 ]; then
         timeout $(within $(( $(left) - 5 ))) python3 benchmarks/bench_stacks.py --out "$OUT" --shape 1.7b_4x4096 \
           --candidates bf16-adapters $([ -z "$dry" ] && echo compile) fused-adamw --budget-s "$budget" \
           --numerics-steps 5 || rc=$?
