@@ -288,19 +288,7 @@ def test_a_last_packed_row_alone_is_replayed_and_priced_at_the_packing_length(ti
     built = []
     make_batch = replay.models.make_batch
     monkeypatch.setattr(replay.models, "make_batch", lambda **kw: built.append(kw["seq_len"]) or make_batch(**kw))
-    config = replay.Config(
-        checkpoint=tiny,
-        lengths=lengths,
-        weights="random",
-        lora_rank=4,
-        batch_size=4,
-        max_length=48,
-        strategies=("packed",),
-        num_steps=2,
-        warmup_steps=1,
-        profile=_linear_profile(tmp_path / "p.json"),
-        device="cpu",
-    )
+    config = _from_profile(tiny, lengths, _linear_profile(tmp_path / "p.json"), strategies=("packed",), num_steps=2)
     result = replay.run(config)
     steps = result.tables["replay_steps"]
     assert [(s.rows, s.width, s.real_tokens) for s in steps] == [(4, 48, 192), (1, 48, 13)]
@@ -330,9 +318,9 @@ def test_a_compiled_stack_warms_up_one_batch_per_graph_dynamo_compiles():
     assert replay.warm_indices(batches, 2, compiled=True) == [0, 1, 2, 3, 5, 6, 7, 8]
 
 
-def _compiled(tiny: Path, lengths_file: Path, profile: Path) -> replay.Config:
-    """A replay of `compile` predicted from --profile (no fit point compiles a graph before the replay)."""
-    return replay.Config(
+def _from_profile(tiny: Path, lengths_file: Path, profile: Path, **changes) -> replay.Config:
+    """A replay predicted from --profile: no fit point runs (or compiles a graph) before the replay."""
+    given = dict(
         checkpoint=tiny,
         lengths=lengths_file,
         weights="random",
@@ -344,8 +332,13 @@ def _compiled(tiny: Path, lengths_file: Path, profile: Path) -> replay.Config:
         warmup_steps=1,
         profile=profile,
         device="cpu",
-        variant="compile",
     )
+    return replay.Config(**{**given, **changes})
+
+
+def _compiled(tiny: Path, lengths_file: Path, profile: Path) -> replay.Config:
+    """A replay of `compile` predicted from --profile."""
+    return _from_profile(tiny, lengths_file, profile, variant="compile")
 
 
 def _linear_profile(path: Path) -> Path:
