@@ -103,7 +103,8 @@ def labprobe(argv: list[str], out_file: Path, log: Path) -> dict:
         f.write(
             " ".join(shlex.quote(c) for c in ["python3", "-m", "runner.cli", *argv, "--json"]) + f" > {out_file.name}\n"
         )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # the checkout first, the caller's path after it (the carried wheels on the device)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     sys.stderr.write(done.stderr[-4000:])
     if done.returncode not in (0, 1):
