@@ -18,9 +18,10 @@ often the best, is replayed too: rows of concatenated samples, positions restart
 |error_pct| <= 5 for every replayed strategy.
 
 On an H200 one device call holds at most 600 s: run it in phases with the same --out (carried from one call
-to the next), `--phase carrier` (the carrier with --stack, about 2 minutes, 5-6 with --search, and the
-baseline's replay: 4 strategies x --num-steps steps, packed rows of 6 x 2,048 at ~1.2 s a step, about
-4 minutes at 80 steps), then `--phase rest` (the pricing and the stacked replay with its compiles). `--tiny` runs all four on the CPU with a tiny random Qwen3 in seconds a step
+to the next), `--phase carrier` (the carrier with --stack: 5 minutes on 2026-12-05, the baseline's and the
+stack's fresh processes, compile and numerics included), `--phase baseline` (the baseline's replay: its fit,
+then 4 strategies x --num-steps steps, packed rows of 6 x 2,048 at 1.1 s a step; more than 4.5 minutes at 80
+steps), then `--phase rest` (the pricing and the stacked replay with its compiles). `--tiny` runs all four on the CPU with a tiny random Qwen3 in seconds a step
 (a dry run of the commands: its figures are no GPU result).
 """
 
@@ -134,7 +135,7 @@ def verdict(priced: dict, replayed: dict) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--phase", choices=("all", "carrier", "rest"), default="all")
+    parser.add_argument("--phase", choices=("all", "carrier", "baseline", "rest"), default="all")
     parser.add_argument("--checkpoint", type=Path, default=CHECKPOINT)
     parser.add_argument("--harness", default="benchmarks.harness_plain")
     parser.add_argument("--stack", default=None, help="the stack to price and replay; unset: carrier --search")
@@ -153,10 +154,10 @@ def main() -> int:
     baseline = args.baseline_profile or args.out / "replay_baseline.json"
     if args.phase in ("all", "carrier"):
         labprobe(carrier_argv(args), carrier, log)
-        if args.baseline_profile is None:
-            labprobe(replay_argv(args), baseline, log)
-        if args.phase == "carrier":
-            return 0
+    if args.phase in ("all", "baseline") and args.baseline_profile is None:
+        labprobe(replay_argv(args), baseline, log)
+    if args.phase in ("carrier", "baseline"):
+        return 0
     priced = labprobe(goodput_argv(args, baseline, carrier), args.out / "goodput_stack.json", log)
     stack = priced["summary"]["stack"]
     replayed = labprobe(
