@@ -54,3 +54,21 @@ def test_the_verdict_needs_every_replayed_strategy_within_5_percent():
     replay["tables"]["replay"][1]["error_pct"] = 5.2
     assert not bench.verdict(priced, replay)["ok"]
     assert not bench.verdict(priced, {"tables": {}})["ok"]
+
+
+def test_labprobe_runs_with_the_checkout_first_and_the_callers_path_after_it(tmp_path, monkeypatch):
+    """On the device the carried wheels (pydantic among them) are on the caller's PYTHONPATH: a labprobe
+    process given the checkout alone failed at its first import."""
+    seen = {}
+
+    def run(command, cwd, env, capture_output, text):
+        seen["path"] = env["PYTHONPATH"]
+        return argparse.Namespace(returncode=0, stdout='{"summary": {}}', stderr="")
+
+    monkeypatch.setattr(bench.subprocess, "run", run)
+    monkeypatch.setenv("PYTHONPATH", "/tmp/site")
+    assert bench.labprobe(["probe", "carrier"], tmp_path / "c.json", tmp_path / "log.sh") == {"summary": {}}
+    assert seen["path"].split(":") == [str(bench.ROOT), "/tmp/site"]
+    monkeypatch.delenv("PYTHONPATH")
+    bench.labprobe(["probe", "carrier"], tmp_path / "c.json", tmp_path / "log.sh")
+    assert seen["path"] == str(bench.ROOT)
