@@ -193,13 +193,18 @@ def recompile_limit_hits() -> int:
 
 
 def time_replay(
-    session: Session, batches: list[np.ndarray], warmup: int, segments: list | None = None, packed_width: int = 0
+    session: Session,
+    batches: list[np.ndarray],
+    warmup: int,
+    segments: list | None = None,
+    packed_width: int | None = None,
 ) -> Timed:
     """Each batch as one optimizer step, timed alone, after the warm-up steps (warm_indices); with the steps
     during which dynamo compiled a graph all the same (a compile the warm-up did not foresee). `segments`:
     packed batches, each row's sequences (packed_segments), every row `packed_width` tokens wide."""
     device, model = session.device, session.model
-    widths = batch_widths(batches, packed_width if segments is not None else None)
+    packed_width = packed_width if segments is not None else None
+    widths = batch_widths(batches, packed_width)
     built = [
         models.make_batch(
             vocab_size=session.vocab_size,
@@ -225,7 +230,7 @@ def time_replay(
     ]
     models.release(device)
     before, hits = graphs_compiled(), recompile_limit_hits()
-    warm = warm_indices(batches, warmup, _compiles(session), packed_width if segments is not None else None)
+    warm = warm_indices(batches, warmup, _compiles(session), packed_width)
     for i in warm:
         steps[i]()
     timed = Timed(times=[], warm=warm, compiled_in=[], warmup_graphs=graphs_compiled() - before, limit_hits=0)
@@ -264,9 +269,9 @@ def _rows(
     packed_width: int | None = None,
 ) -> tuple[ReplayRow, list[StepRow]]:
     """`seen`: shapes the process has run (updated): a step at a new one pays model.new_shape_s.
-    `packed_width`: the packing length, the width of every packed batch (batch_widths)."""
+    `packed_width`: set for packed batches, the width of every one (batch_widths)."""
     rows = np.array([len(r) for r in batches])
-    widths = np.array(batch_widths(batches, packed_width if strategy == "packed" else None))
+    widths = np.array(batch_widths(batches, packed_width))
     real = np.array([int(r.sum()) for r in batches])
     masked = np.array(masked_batches(batches, packed=strategy == "packed"))
     new = np.array([not ((r, w) in seen or seen.add((r, w))) for r, w in zip(rows.tolist(), widths.tolist())])
@@ -325,9 +330,10 @@ def _tables(
                 )
             )
             continue
-        widths = batch_widths(plans[s], packed_width if s == "packed" else None)
+        width = packed_width if s == "packed" else None
+        widths = batch_widths(plans[s], width)
         seen |= {(len(plans[s][i]), widths[i]) for i in t.warm}
-        row, steps = _rows(s, bucket, plans[s], t.times, model, seen, packed_width)
+        row, steps = _rows(s, bucket, plans[s], t.times, model, seen, width)
         replay_rows.append(row)
         step_rows += steps
     return replay_rows, step_rows
