@@ -185,7 +185,9 @@ def train_step(
 
 
 def is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+    """A CUDA out-of-memory, or the CPU allocator's refusal (a RuntimeError "can't allocate memory")."""
+    text = str(exc).lower()
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text or "can't allocate memory" in text
 
 
 def release(device: torch.device) -> None:

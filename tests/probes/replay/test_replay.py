@@ -298,6 +298,19 @@ def test_a_last_packed_row_alone_is_replayed_and_priced_at_the_packing_length(ti
     assert steps[1].predicted_s == pytest.approx(0.01 + 1e-5 * 48 + result.summary["new_shape_s"])
 
 
+def test_a_packing_length_far_too_large_is_an_out_of_memory_row_not_a_traceback(tiny, tmp_path):
+    """--max-length 10^11 on the CPU: every packed row is that wide, and the allocator refuses the batch; the
+    strategy's row says so and the replay's check fails, as an out-of-memory on a GPU does."""
+    lengths = tmp_path / "lengths.parquet"
+    pq.write_table(pa.table({"length": [30, 40]}), lengths)
+    profile = _linear_profile(tmp_path / "p.json")
+    config = _from_profile(tiny, lengths, profile, strategies=("packed",), num_steps=1, max_length=10**11)
+    result = replay.run(config)
+    (row,) = result.tables["replay"]
+    assert row.status.startswith("oom: ") and "allocate" in row.status and row.measured_s is None
+    assert [c.ok for c in result.checks] == [False]
+
+
 def test_a_compiled_stack_warms_up_one_batch_per_graph_dynamo_compiles():
     def batch(rows: int, width: int, padded: bool) -> np.ndarray:
         return np.array([width - (padded and i == 0) for i in range(rows)])
