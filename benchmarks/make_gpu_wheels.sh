@@ -17,7 +17,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   typer rich shellingham markdown-it-py mdurl pygments annotated-doc
 # .whl27: the same without fla (the calls that are not issue 26's install every wheel there; 1.4 MiB less, so
 # causal-conv1d's 20.5 MiB rides beside it under the 64 MiB a call carries)
-mkdir -p .whl27 && for f in .whl/*.whl; do
+rm -rf .whl27 && mkdir .whl27 && for f in .whl/*.whl; do  # afresh: a wheel left from another version would clash
   case $(basename "$f") in fla_core-* | flash_linear_attention-*) ;; *) ln -f "$f" .whl27/ ;; esac
 done
 ls .whl | wc -l && du -sh .whl .whl27
