@@ -4,7 +4,6 @@ not read from the code under test."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from probes.step import flops, models, params
@@ -30,7 +29,9 @@ def test_hybrid_qwen3_5(hybrid):
     shape = flops.model_shape(build(hybrid))
     assert shape.num_base_linear == matmul
     conv_dim = 2 * 2 * 8 + 4 * 8
-    linear = 3 * B * L * 4 * (6 * 8 * 8 + 64 * (8 + 8)) + 4 * B * L * 4 * conv_dim
+    chunk = 2 * 64 * 64 * (3 * 8 + 2 * 8) + 6 * 64 * 8 * 8  # one 64-token chunk (L = 24 pads to one), a value head
+    conv = 2 * B * (L + 4 - 1) * 4 * conv_dim  # kernel 4, over the L + 3 positions its padding gives
+    linear = 3 * B * 1 * 4 * chunk + 2 * conv  # 4 value heads; forward + backward twice; the conv frozen
     full = 12 * B * softmax_pairs() * 2 * 16
     assert flops.step_flops(shape, batch_size=B, seq_len=L) == 4 * B * L * matmul + 3 * linear + full
     counts = params.count(build(hybrid))
@@ -67,11 +68,18 @@ def test_gemma4_per_layer_head_dim_and_experts(gemma4_moe):
     assert flops.step_flops(shape, batch_size=B, seq_len=L) == 4 * B * L * matmul + mixing
 
 
-def test_lora_on_experts_is_charged_at_their_active_share(qwen3_moe):
-    rank, h, moe, experts, layers = 4, 32, 16, 4, 2
+def test_lora_on_experts_is_a_fold_and_a_weight_gradient(qwen3_moe):
+    """PEFT adapts a fused expert stack by folding A and B into it each forward (W + s B A): no adapter
+    matmul per token; the experts' matmuls then compute W''s weight gradient as for a trained weight."""
+    rank, h, moe, experts, top_k, layers = 4, 32, 16, 4, 2, 2
     model = models.with_lora(build(qwen3_moe), reference, rank=rank, alpha=8)
     shape = flops.model_shape(model)
     attn_lora = layers * rank * ((h + 32) + 2 * (h + 16) + (32 + h))  # A: in x r, B: r x out per projection
-    # PEFT's ParamWrapper: A (r*E, in), B (out, r*E) per fused parameter
-    expert_lora = layers * rank * experts * ((h + 2 * moe) + (moe + h))
-    assert shape.num_lora == pytest.approx(attn_lora + expert_lora * 2 / experts)
+    assert shape.num_lora == attn_lora  # the experts' A and B are in no per-token matmul
+    stack = experts * (2 * moe * h + h * moe)  # gate_up and down of every expert, one layer
+    assert shape.num_trained_base == layers * stack * top_k / experts
+    assert shape.fold == layers * 2 * rank * stack  # (out x r) @ (r x in) for every expert, once per forward
+    plain = flops.model_shape(build(qwen3_moe))
+    tokens = B * L
+    extra = 6 * tokens * attn_lora + 2 * tokens * layers * stack * top_k / experts + 3 * layers * 2 * rank * stack
+    assert flops.step_flops(shape, batch_size=B, seq_len=L) == flops.step_flops(plain, batch_size=B, seq_len=L) + extra
