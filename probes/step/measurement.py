@@ -123,7 +123,7 @@ class Measurement:
     attributed_s: dict[str, float] | None = None
     """Kernel seconds per step by scope/phase/kind (probes.step.attribution), with `predict` only."""
     numerics: dict | None = None
-    """probes.step.numerics.measure's record, with `numerics_steps` only."""
+    """probes.step.numerics' record (the gradient probe and the curve), with `numerics_steps` only."""
     microbench: dict | None = None
     stage_s: dict[str, float] | None = None
     kernel_fallbacks: list[str] | None = None

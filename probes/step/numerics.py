@@ -1,15 +1,18 @@
 """The numerics price of a variant or stack: what it does to the training, not only to its speed.
 
-Measured in the variant's own worker process after its timing (probes.step.worker): the adapter weights
-are put back to their values at build (the same seed builds the same weights and LoRA in every
-process), a fresh optimizer is made, and `steps` optimizer steps run on the step's one fixed batch
-(memorising it, so the loss moves). Recorded through the optimizer's step hooks, whatever the step:
-- the first step's loss and the adapter gradients it took (all adapters' gradients as one fp32 vector;
-  the baseline's process saves its vector, every other process compares its own with it: cosine and
-  norm ratio);
-- the loss of every step (the curve);
-- per step, the share of adapter elements with a non-zero gradient that the optimizer step left
-  unchanged: updates rounded away (bf16 adapter weights lose updates below their resolution).
+Measured in the variant's own worker process after its timing (probes.step.worker), in two parts, each
+from the adapter weights at build (the same seed builds the same weights and LoRA in every process) with
+a fresh optimizer, on the step's one fixed batch:
+- the gradient probe, one step from those weights with every LoRA B drawn from N(0, PROBE_B_STD^2)
+  (the same values in every process). At build B is zero, so A's gradients are exactly zero and the LoRA
+  path adds nothing to the loss: a first step from there would compare B's gradients alone and miss any
+  change to the adapters' forward. The probe's loss is `loss_first`; its adapter gradients, keyed by
+  parameter name (so processes whose optimizers order their groups differently compare element for
+  element), are saved by the baseline's process and compared by every other: cosine and norm ratio;
+- the curve: `steps` optimizer steps from the weights at build (B zero, as a run starts; memorising the
+  batch, so the loss moves), recording through the optimizer's step hooks, whatever the step, the loss of
+  every step and the share of adapter elements with a non-zero gradient that the step left unchanged:
+  updates rounded away (bf16 adapter weights lose updates below their resolution).
 
 `compare(baseline, variant)` turns two processes' records into a NumericsRow and says whether it is
 within TOLERANCE (the bounds are documented in docs/measurement.md).
@@ -32,19 +35,83 @@ TOLERANCE = {
     "loss_curve_diff_pct": 10.0,
     "rounded_away_pct": 1.0,
 }
-"""Bounds (docs/measurement.md says why each): first-step loss within 1% of the baseline's; adapter
+"""Bounds (docs/measurement.md says why each): the probe's loss within 1% of the baseline's; adapter
 gradients at cosine >= 0.99 and norm within 5%; the loss curve never further from the baseline's than
 10% of the baseline's own drop over the steps; at most 1% of updates rounded away at the last step."""
 MIN_DROP = 1e-3
 """A baseline whose loss drops less than this (nats) over the steps prices the curve against its loss."""
+PROBE_B_STD = 0.01
+"""Spread of the LoRA B weights the gradient probe starts from: adapters that have trained a while."""
+
+
+def adapter_name(name: str) -> str:
+    """A parameter's name as every process spells it (a compiled wrapper's `_orig_mod.` dropped)."""
+    return name.replace("_orig_mod.", "")
+
+
+def perturb_lora_b(model: torch.nn.Module, seed: int) -> int:
+    """Every trainable LoRA B drawn from N(0, PROBE_B_STD^2), in name order from one seeded generator:
+    the same values in every process. Returns how many were drawn (0: no `lora_B` in the model)."""
+    generator = torch.Generator().manual_seed(seed)
+    drawn = 0
+    with torch.no_grad():
+        for name, p in sorted(((adapter_name(n), p) for n, p in model.named_parameters()), key=lambda x: x[0]):
+            if p.requires_grad and ".lora_B." in name:
+                p.copy_(torch.randn(p.shape, generator=generator) * PROBE_B_STD)
+                drawn += 1
+    return drawn
+
+
+def probe_gradients(step, model: torch.nn.Module) -> tuple[float, dict[str, torch.Tensor]]:
+    """One step of `step`: its loss and the adapter gradients it took (by name, fp32, flattened, on the
+    CPU; a parameter the optimizer holds without a gradient counts as zeros)."""
+    names = {id(p): adapter_name(n) for n, p in model.named_parameters()}
+    grads: dict[str, torch.Tensor] = {}
+
+    def grab(optimizer, *_args) -> None:
+        if grads:
+            return
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                g = torch.zeros(p.numel()) if p.grad is None else p.grad.detach().float().flatten().cpu()
+                grads[names.get(id(p), f"unnamed {len(grads)}")] = g
+
+    handle = step.optimizer.register_step_pre_hook(grab)
+    try:
+        loss = float(step())
+    finally:
+        handle.remove()
+    return loss, grads
+
+
+def agreement(base: dict[str, torch.Tensor], mine: dict[str, torch.Tensor]) -> dict:
+    """Two processes' adapter gradients, name by name: the norm ratio over all of them, and the lowest cosine
+    of any one tensor (`grad_worst` names it). A and B gradients differ in size by orders of magnitude, so a
+    cosine over everything would hide a broken A, or one layer among many. A note instead when the two are
+    not the same parameters."""
+    if base.keys() != mine.keys() or any(base[k].numel() != mine[k].numel() for k in base):
+        differ = len(base.keys() ^ mine.keys()) or sum(base[k].numel() != mine[k].numel() for k in base)
+        return {"grad_note": f"not comparable: {differ} adapter parameters differ from the baseline's"}
+    cosines, squares = {}, [0.0, 0.0]
+    for name in sorted(base):
+        b, m = base[name].double(), mine[name].double()
+        nb, nm = float(b.norm()), float(m.norm())
+        squares[0], squares[1] = squares[0] + nb * nb, squares[1] + nm * nm
+        if nb or nm:  # both zero: nothing to compare
+            cosines[name] = float(b @ m) / (nb * nm) if nb and nm else 0.0
+    worst = min(cosines, key=cosines.get) if cosines else None
+    return {
+        "grad_norm_ratio": math.sqrt(squares[1] / squares[0]) if squares[0] else math.nan,
+        "grad_cosine": cosines[worst] if worst else math.nan,
+        "grad_worst": worst or "",
+    }
 
 
 class Observer:
-    """Hooks on an optimizer recording first-step gradients and per-step rounded-away shares."""
+    """Hooks on an optimizer recording, per step, the share of adapter updates rounded away."""
 
     def __init__(self, optimizer: torch.optim.Optimizer):
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
-        self.first_grad: torch.Tensor | None = None
         self.rounded_away: list[float] = []
         self._before: list[torch.Tensor] = []
         self._handles = [optimizer.register_step_pre_hook(self._pre), optimizer.register_step_post_hook(self._post)]
@@ -53,8 +120,6 @@ class Observer:
         return [torch.zeros_like(p) if p.grad is None else p.grad.detach() for p in self.params]
 
     def _pre(self, *_args) -> None:
-        if self.first_grad is None:
-            self.first_grad = torch.cat([g.float().flatten() for g in self._grads()])
         self._before = [p.detach().clone() for p in self.params]
 
     def _post(self, *_args) -> None:
@@ -71,25 +136,27 @@ class Observer:
             handle.remove()
 
 
-def measure(step, steps: int, reference: Path | None, save: Path | None) -> dict:
-    """Run `steps` steps of a fresh TrainStep, recording through its optimizer's hooks; compare the first
-    gradient with the reference file's (when given) and save it (when asked)."""
+def curve(step, steps: int) -> dict:
+    """`steps` steps of a fresh TrainStep: the loss of each and the share of its updates rounded away."""
     observer = Observer(step.optimizer)
     try:
         losses = [float(step()) for _ in range(steps)]
     finally:
         observer.remove()
     out = {"steps": steps, "losses": losses, "rounded_away_pct": observer.rounded_away}
-    grad = observer.first_grad
-    if grad is None:
-        return {**out, "note": "the optimizer never stepped"}
+    return out if observer.rounded_away else {**out, "note": "the optimizer never stepped"}
+
+
+def probe(loss: float, grads: dict[str, torch.Tensor], reference: Path | None, save: Path | None) -> dict:
+    """The gradient probe's record: its loss, and its gradients saved (the baseline's process) or compared
+    with the saved ones (every other process)."""
+    out = {"probe_loss": loss}
+    if not grads:
+        return {**out, "grad_note": "the optimizer never stepped"}
     if save is not None:
-        torch.save(grad.cpu(), save)
+        torch.save(grads, save)
     if reference is not None and reference.is_file():
-        base = torch.load(reference).to(grad.device)
-        norms = float(base.norm()), float(grad.norm())
-        out["grad_norm_ratio"] = norms[1] / norms[0] if norms[0] else math.nan
-        out["grad_cosine"] = float(base @ grad) / (norms[0] * norms[1]) if norms[0] and norms[1] else 0.0
+        out.update(agreement(torch.load(reference), grads))
     return out
 
 
@@ -99,12 +166,15 @@ class NumericsRow:
     variant: str
     steps: int | None = None
     loss_first: float | None = None
+    """The gradient probe's loss (one step from the adapters at build with every LoRA B non-zero)."""
     loss_first_diff_pct: float | None = None
-    """|first loss - the baseline's| over the baseline's, percent."""
+    """|loss_first - the baseline's| over the baseline's, percent."""
     grad_cosine: float | None = None
-    """Cosine between this and the baseline's first-step adapter gradients."""
+    """The lowest cosine between this and the baseline's gradient of one adapter tensor, in the gradient probe."""
+    grad_worst: str = ""
+    """The adapter tensor of that lowest cosine, from its layer on (`layers.0.mlp.down_proj.lora_A`)."""
     grad_norm_ratio: float | None = None
-    """Norm of this first-step adapter gradient over the baseline's."""
+    """Norm of this probe's adapter gradients over the baseline's."""
     loss_curve_diff_pct: float | None = None
     """max over steps |loss - the baseline's| in percent of the baseline's drop over the steps (of its
     first loss when it barely drops: `basis` says which)."""
@@ -124,17 +194,21 @@ def compare(model: str, baseline: Measurement, result: Measurement) -> NumericsR
         why = result.status if result.status != "ok" else "no numerics recorded"
         return NumericsRow(model=model, variant=name, basis=f"not measured: {why}")
     b, v = base["losses"], mine["losses"]
+    first_b, first_v = base.get("probe_loss", b[0]), mine.get("probe_loss", v[0])
     n = min(len(b), len(v))
     drop = b[0] - min(b[:n])
     scale, basis = (drop, "curve vs the baseline's drop") if drop >= MIN_DROP else (abs(b[0]), "curve vs its loss")
+    if mine.get("grad_note"):
+        basis += f"; gradients {mine['grad_note']}"
     row = NumericsRow(
         model=model,
         variant=name,
         steps=n,
-        loss_first=v[0],
-        loss_first_diff_pct=100 * abs(v[0] - b[0]) / abs(b[0]) if b[0] else None,
+        loss_first=first_v,
+        loss_first_diff_pct=100 * abs(first_v - first_b) / abs(first_b) if first_b else None,
         grad_cosine=mine.get("grad_cosine", 1.0 if name == "baseline" else None),
         grad_norm_ratio=mine.get("grad_norm_ratio", 1.0 if name == "baseline" else None),
+        grad_worst=_short(mine.get("grad_worst", "")),
         loss_curve_diff_pct=100 * max(abs(x - y) for x, y in zip(b[:n], v[:n])) / scale if scale else None,
         loss_last=v[n - 1],
         rounded_away_pct=mine["rounded_away_pct"][-1] if mine["rounded_away_pct"] else None,
@@ -158,5 +232,12 @@ def breaches(row: NumericsRow) -> list[str]:
     )
     for label, value, ok in checks:
         if value is None or (isinstance(value, float) and math.isnan(value)) or not ok(value):
-            out.append(label if value is None else f"{label} {value:.4g}")
+            where = f" ({row.grad_worst})" if label == "gradient cosine" and row.grad_worst else ""
+            out.append(label if value is None else f"{label} {value:.4g}{where}")
     return out
+
+
+def _short(name: str) -> str:
+    """An adapter tensor's name from its layer on: `layers.0.self_attn.q_proj.lora_A`."""
+    name = name.removesuffix(".weight").replace(".default", "")
+    return name[name.find("layers.") :] if "layers." in name else name

@@ -6,8 +6,9 @@
   matmuls run in bf16 (fp32 master weights and optimizer state kept).
 - `bf16-adapters`: adapter weights (and so their AdamW state) stored in bf16. Caveat: optimizer
   precision, updates below a weight's bf16 resolution are lost.
-- `fused-adamw`: `torch.optim.AdamW(fused=True)` with the harness's lr and weight decay. Caveat: none
-  expected (the same AdamW update); it replaces an optimizer that is not AdamW.
+- `fused-adamw`: the harness's AdamW with `fused=True`, each parameter group's lr, betas, eps, weight decay
+  and amsgrad kept. Caveat: none expected (the same AdamW update); with an optimizer that is not AdamW (or
+  Adam without weight decay) the row is `not applicable`.
 - `grad-ckpt`: gradient checkpointing of the decoder layers (non-reentrant). Caveat: memory for time,
   every layer's forward runs twice.
 - `compile`: `torch.compile` of each decoder layer (regional compilation). Caveat: compile time before
@@ -67,15 +68,23 @@ class Variant:
         return dataclasses.replace(base, **changes)
 
 
+class NotApplicable(Exception):
+    """A variant that cannot apply to this harness (its row says `not applicable: ...`, never a failure)."""
+
+
 def _fused_adamw(make_optimizer):
-    """AdamW(fused=True) with the lr and weight decay of the harness's optimizer (when it has them)."""
+    """The harness's own AdamW with fused=True: each parameter group as it was (lr, betas, eps, weight decay,
+    amsgrad), so only the implementation changes. An Adam without weight decay is the same update; any
+    other optimizer is not applicable (replacing it would change the training, not its speed)."""
 
     def make(params) -> torch.optim.Optimizer:
-        params = list(params)
-        defaults = make_optimizer(params).defaults
-        return torch.optim.AdamW(
-            params, lr=defaults.get("lr", 5e-5), weight_decay=defaults.get("weight_decay", 0.0), fused=True
-        )
+        base = make_optimizer(list(params))
+        decays = {group.get("weight_decay", 0.0) for group in base.param_groups}
+        if not isinstance(base, torch.optim.AdamW) and not (type(base) is torch.optim.Adam and decays == {0.0}):
+            raise NotApplicable(f"fused-adamw replaces AdamW; the harness's optimizer is {type(base).__name__}")
+        unset = ("params", "fused", "foreach", "capturable", "differentiable")
+        groups = [{"params": g["params"], **{k: v for k, v in g.items() if k not in unset}} for g in base.param_groups]
+        return torch.optim.AdamW(groups, fused=True)
 
     return make
 
@@ -98,8 +107,8 @@ FIXED: dict[str, Variant] = {
         ),
         Variant(
             "fused-adamw",
-            "none expected: the same AdamW update in one fused kernel per tensor group; "
-            "replaces the harness's optimizer if it is not AdamW",
+            "none expected: the harness's AdamW update, each parameter group as it was, in one fused kernel "
+            "per tensor group",
             fused_adamw=True,
         ),
         Variant(

@@ -190,6 +190,8 @@ def measure(spec: Spec) -> Measurement:
     try:
         with kernel_watch.watch(logged):  # the reference fallbacks transformers logs in this process
             _measured(spec, pieces, device, chunk, out, clock, stage)
+    except variants.NotApplicable as exc:  # found once the harness's pieces are built (its optimizer)
+        out.status = f"not applicable: {exc}"
     except Exception as exc:
         if not models.is_oom(exc):
             raise
@@ -199,19 +201,28 @@ def measure(spec: Spec) -> Measurement:
 
 
 def _numerics(spec: Spec, model, built: list, pieces: contract.Contract, chunk: int, device: torch.device) -> dict:
-    """The numerics price from the built adapter weights and a fresh optimizer (probes.step.numerics)."""
-    with torch.no_grad():
-        for p, value in zip((p for p in model.parameters() if p.requires_grad), built):
-            p.copy_(value)
-    step = make_step(spec, model, pieces, chunk, device)
+    """The numerics price (probes.step.numerics): the gradient probe, then the curve, each from the adapter
+    weights at build with a fresh optimizer."""
+    trained = [p for p in model.parameters() if p.requires_grad]
+
+    def fresh_step(probe: bool) -> models.TrainStep:
+        with torch.no_grad():
+            for p, value in zip(trained, built):
+                p.copy_(value)
+        if probe:
+            numerics.perturb_lora_b(model, spec.seed)
+        return make_step(spec, model, pieces, chunk, device)
+
     folder = Path(spec.numerics_dir) if spec.numerics_dir else None
     is_baseline = spec.variant.name == variants.BASELINE
-    return numerics.measure(
-        step,
-        spec.numerics_steps,
+    loss, grads = numerics.probe_gradients(fresh_step(probe=True), model)
+    record = numerics.probe(
+        loss,
+        grads,
         reference=None if folder is None or is_baseline else folder / "baseline_grad.pt",
         save=folder / "baseline_grad.pt" if folder is not None and is_baseline and spec.predict else None,
     )
+    return {**numerics.curve(fresh_step(probe=False), spec.numerics_steps), **record}
 
 
 def _measured(spec: Spec, pieces, device: torch.device, chunk: int, out: Measurement, clock, stage: list) -> None:

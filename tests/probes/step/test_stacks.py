@@ -4,7 +4,10 @@ whose library is missing not applicable, and a deliberately broken variant caugh
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+import torch
 
 from probes.carrier import probe as carrier
 from probes.result import FieldError
@@ -29,7 +32,13 @@ def stacked(tiny, tmp_path_factory):
                 **STEP,
                 processes=1,
                 numerics_steps=6,
-                variant=("fused-adamw+bf16-adapters", "bf16-autocast", "variants_lab:ZERO_GRAD", "liger"),
+                variant=(
+                    "fused-adamw+bf16-adapters",
+                    "bf16-autocast",
+                    "variants_lab:ZERO_GRAD",
+                    "variants_lab:ZERO_A",
+                    "liger",
+                ),
             )
         )
     finally:
@@ -38,7 +47,14 @@ def stacked(tiny, tmp_path_factory):
 
 def test_a_stack_is_measured_in_its_own_process_under_its_canonical_name(stacked):
     rows = {r.variant: r for r in stacked.tables["carriers"]}
-    assert list(rows) == ["baseline", "bf16-adapters+fused-adamw", "bf16-autocast", "variants_lab:ZERO_GRAD", "liger"]
+    assert list(rows) == [
+        "baseline",
+        "bf16-adapters+fused-adamw",
+        "bf16-autocast",
+        "variants_lab:ZERO_GRAD",
+        "variants_lab:ZERO_A",
+        "liger",
+    ]
     stack = rows["bf16-adapters+fused-adamw"]
     assert stack.step_s > 0 and stack.status.startswith(("ok", "not trustworthy"))  # a loaded CPU
     assert stack.caveat.startswith("bf16-adapters: optimizer precision") and "| fused-adamw: " in stack.caveat
@@ -60,6 +76,11 @@ def test_the_numerics_price_is_measured_and_a_broken_variant_is_out_of_tolerance
     broken = rows["variants_lab:ZERO_GRAD"]
     assert broken.grad_cosine < 0.99 and broken.grad_norm_ratio < 0.95
     assert broken.within_tolerance is False and "gradient cosine" in broken.basis
+    # at build every LoRA B is zero, so A's gradients are too: only the probe from non-zero B sees this one
+    frozen_a = rows["variants_lab:ZERO_A"]
+    assert frozen_a.grad_cosine < 0.99 and frozen_a.within_tolerance is False
+    assert frozen_a.grad_worst.startswith("layers.") and frozen_a.grad_worst.endswith(".lora_A")
+    assert f"gradient cosine 0 ({frozen_a.grad_worst})" in frozen_a.basis
     stack = rows["bf16-adapters+fused-adamw"]
     assert (
         stack.grad_cosine is not None and stack.rounded_away_pct is not None and stack.loss_curve_diff_pct is not None
@@ -67,6 +88,66 @@ def test_the_numerics_price_is_measured_and_a_broken_variant_is_out_of_tolerance
     assert rows["liger"].within_tolerance is None and rows["liger"].basis.startswith("not measured: not applicable")
     (line,) = [a for a in stacked.summary["advice"] if " variants_lab:ZERO_GRAD:" in a]
     assert "NUMERICS OUTSIDE TOLERANCE" in line and "gradient cosine" in line
+
+
+def test_gradients_compare_name_by_name_whatever_the_optimizers_group_order(tiny, lab_path):
+    """The harness's AdamW holds B's group before A's; fused-adamw keeps its groups, betas and eps, so it
+    trains the same: the gradients agree (compared by name) and the curves match."""
+    result = carrier.run(
+        carrier.Config(
+            checkpoint=(tiny,),
+            **STEP,
+            processes=1,
+            numerics_steps=4,
+            harness="harness_groups",
+            variant=("fused-adamw",),
+        )
+    )
+    fused = {r.variant: r for r in result.tables["numerics"]}["fused-adamw"]
+    assert fused.grad_cosine == pytest.approx(1.0, abs=1e-6) and fused.grad_norm_ratio == pytest.approx(1.0, abs=1e-6)
+    assert fused.loss_curve_diff_pct < 0.1 and fused.within_tolerance
+
+
+def test_gradient_agreement_is_by_name_tensor_by_tensor_and_refuses_other_parameters():
+    a, b = torch.arange(1.0, 4.0), torch.tensor([2.0, -1.0])
+    same = numerics.agreement({"x": a, "y": b}, {"y": b, "x": a})  # another order, the same gradients
+    assert same["grad_cosine"] == pytest.approx(1.0) and same["grad_norm_ratio"] == pytest.approx(1.0)
+    # y's gradient lost: over everything the cosine is still 0.86; tensor by tensor it is 0, at y
+    lost = numerics.agreement({"x": a, "y": b}, {"x": a, "y": torch.zeros(2)})
+    assert lost["grad_cosine"] == 0.0 and lost["grad_worst"] == "y"
+    assert lost["grad_norm_ratio"] == pytest.approx((14 / 19) ** 0.5)
+    assert numerics.agreement({"x": a}, {"z": a}) == {
+        "grad_note": "not comparable: 2 adapter parameters differ from the baseline's"
+    }
+
+
+def test_fused_adamw_keeps_the_harness_groups_and_refuses_another_optimizer():
+    p, q = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
+    contract = variants.get("fused-adamw").contract(
+        dataclasses.replace(
+            carrier_contract(),
+            make_optimizer=lambda ps: torch.optim.AdamW(
+                [{"params": [ps[0]], "lr": 2e-4}, {"params": [ps[1]], "lr": 8e-4}], betas=(0.9, 0.95), eps=1e-6
+            ),
+        )
+    )
+    groups = contract.make_optimizer([p, q]).param_groups
+    assert [(g["lr"], g["betas"], g["eps"], g["fused"]) for g in groups] == [
+        (2e-4, (0.9, 0.95), 1e-6, True),
+        (8e-4, (0.9, 0.95), 1e-6, True),
+    ]
+    sgd = variants.get("fused-adamw").contract(
+        dataclasses.replace(carrier_contract(), make_optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1))
+    )
+    with pytest.raises(variants.NotApplicable, match="the harness's optimizer is SGD"):
+        sgd.make_optimizer([p])
+
+
+def carrier_contract():
+    from probes.step import contract
+    from probes.step import harness as reference
+
+    return contract.resolve(reference)
 
 
 def test_the_fastest_is_printed_as_settings_and_the_command_reproducing_it(stacked):
