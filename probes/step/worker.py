@@ -60,8 +60,18 @@ def prepare(model, variant: variants.Variant, pieces: contract.Contract) -> None
     if variant.prepare is not None:
         variant.prepare(model)
     if variant.compile:
+        _eager_forward(model)
         for layer in reference._decoder_layers(model):
             layer.compile()
+
+
+def _eager_forward(model) -> None:
+    """One short forward before compiling. transformers logs a kernel's reference fallback (fla,
+    causal-conv1d) only outside dynamo, so a compiled model would run the slow path silently: this
+    forward lets the worker's kernel_watch see it."""
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        model(input_ids=torch.ones(1, 8, dtype=torch.long, device=device), use_cache=False)
 
 
 def build(spec: Spec, pieces: contract.Contract, variant: variants.Variant, device: torch.device):

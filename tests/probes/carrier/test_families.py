@@ -128,3 +128,16 @@ def test_profile_runs_on_a_hybrid_and_reports_params(hybrid):
     )
     rows = result.tables["scaling"]
     assert all(r.params_total == r.params_active == result.summary["params_total"] for r in rows)
+
+
+def test_a_compiled_hybrid_still_names_its_reference_kernels(hybrid):
+    """Under dynamo transformers does not log the fallback; the compiled row must say it all the same."""
+    result = carrier.run(
+        carrier.Config(
+            checkpoint=(hybrid,), weights="random", lora_rank=4, seq_len=16, warmup_steps=1, steps=1, max_steps=1,
+            device="cpu", processes=1, numerics_steps=0, variant=("compile",),
+        )
+    )  # fmt: skip
+    rows = {r.variant: r for r in result.tables["carriers"]}
+    assert "chunk_gated_delta_rule (flash-linear-attention)" in rows["compile"].kernel_fallbacks
+    assert f"{hybrid.name}/compile" in {c.name: c for c in result.checks}["fast_kernels"].detail
