@@ -35,7 +35,9 @@ def figures(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> tup
     # linear-attention and other layers have no mask: neither full nor sliding
     softmax = layers["kind"].fillna("softmax") == "softmax" if "kind" in layers else pd.Series(True, index=layers.index)
     full, slide = layers[~sliding & softmax], layers[sliding]
-    slow = full[~_flag(full, "fast_path")]["layer"].tolist()
+    # the fast path is the maskless is_causal call (flash eligibility is the `fast_path` column's own matter)
+    lost = full["mask"].astype(str) != "none" if "mask" in full else ~_flag(full, "fast_path")
+    slow = full[lost]["layer"].tolist()
     leaks = layers[_flag(layers, "cross_sequence")]["layer"].tolist()
     row = {
         "seq_len": config.get("seq_len"),
@@ -53,9 +55,16 @@ def figures(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> tup
             f"padding {config['padding']}: the batch needs an explicit mask, so full layers lose "
             "the fast path by design"
         )
-    if leaks and config.get("use_cache") is not False:
+    kinds = set(layers[_flag(layers, "cross_sequence")]["kind"].fillna("softmax")) if "kind" in layers else {"softmax"}
+    if leaks and "softmax" in kinds and config.get("use_cache") is not False:
         notes.append(
-            "packed with use_cache=True: a cache turns packing detection off; use_cache=False keeps them apart"
+            "packed with use_cache=True: a cache turns packing detection off; use_cache=False keeps the "
+            "softmax layers apart"
+        )
+    if leaks and "linear" in kinds:
+        notes.append(
+            "linear-attention layers carry their state across packed sequences whatever use_cache says: "
+            "see no_cross_sequence's detail"
         )
     return [row], notes
 

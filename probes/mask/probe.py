@@ -95,12 +95,15 @@ def analyse(allowed: torch.Tensor, batch: Batch, window: int | None) -> Seen:
     )
 
 
-def expected_backend(call: Call, config: Config, fast_path: bool) -> str:
+def expected_backend(config: Config, fast_path: bool, head_dim: int) -> str:
+    """torch's SDPA order on a CUDA card: flash where eligible (on sm90 with a recent cuDNN, cuDNN's flash
+    kernel may be picked first), then memory-efficient, which takes a mask and any head_dim aligned to 8
+    (16-bit) or 4 (fp32) elements with no upper bound (sdp_utils.cpp), then math."""
     if config.attn_implementation == "eager":
         return "eager"
     if fast_path:
-        return "flash"  # on sm90 with a recent cuDNN, cuDNN's flash kernel may be picked first
-    return "efficient" if call.mask is not None or config.dtype not in HALF_DTYPES else "math"
+        return "flash"
+    return "efficient" if head_dim % (8 if config.dtype in HALF_DTYPES else 4) == 0 else "math"
 
 
 def layer_rows(config: Config, text_config, calls: list[Call], batch: Batch) -> list[LayerRow]:
@@ -129,7 +132,7 @@ def layer_rows(config: Config, text_config, calls: list[Call], batch: Batch) -> 
                 mask="none" if call.mask is None else "tensor",
                 is_causal=call.is_causal,
                 fast_path=fast,
-                expected_backend=expected_backend(call, config, fast),
+                expected_backend=expected_backend(config, fast, spec.head_dim),
                 window=call.window,
                 keys_min=seen.keys_min,
                 keys_max=seen.keys_max,
@@ -174,7 +177,8 @@ def checks(config: Config, rows: list[LayerRow]) -> list[Check]:
     bad_band = [r.layer for r in sliding if not r.band_ok]
     leaks = [r.layer for r in rows if r.cross_sequence]
     full = [r for r in rows if r.kind == "softmax" and r.window is None]
-    slow = [r.layer for r in full if not r.fast_path]
+    slow = [r.layer for r in full if r.mask != "none" or not r.is_causal]  # lost the maskless is_causal call
+    no_flash = [r for r in full if r.layer not in slow and not r.fast_path]
     out = [
         Check(
             name="band_matches_window",
@@ -197,30 +201,34 @@ def checks(config: Config, rows: list[LayerRow]) -> list[Check]:
             ),
         ),
     ]
-    if config.padding == "none":
-        out.append(
-            Check(
-                name="fast_path_kept",
-                ok=not slow,
-                detail=(
-                    f"full-attention layers {slow} lose the is_causal fast path"
-                    if slow
-                    else f"all {len(full)} full-attention layers keep the is_causal fast path"
-                ),
-            )
-        )
-    else:
-        out.append(
-            Check(
-                name="fast_path_kept",
-                ok=True,
-                detail=(
-                    f"not applicable with --padding {config.padding}: the batch needs an explicit mask; "
-                    f"{len(slow)} of {len(full)} full-attention layers get one"
-                ),
-            )
-        )
+    out.append(_fast_path_check(config, full, slow, no_flash))
     return out
+
+
+def _fast_path_check(config: Config, full: list[LayerRow], slow: list[int], no_flash: list[LayerRow]) -> Check:
+    """With no padding every full-attention layer should get no mask and is_causal (the fast path), in a
+    16-bit dtype (flash takes no other). A layer that keeps it but whose head_dim flash cannot take
+    (Gemma-4's 512) is said, not failed: that is the architecture, and no setting changes it."""
+    if config.padding != "none":
+        detail = (
+            f"not applicable with --padding {config.padding}: the batch needs an explicit mask; "
+            f"{len(slow)} of {len(full)} full-attention layers get one"
+        )
+        return Check(name="fast_path_kept", ok=True, detail=detail)
+    if not full:
+        return Check(name="fast_path_kept", ok=True, detail="no full-attention layers")
+    if slow:
+        detail = f"full-attention layers {slow} get an explicit mask: they lose the is_causal fast path"
+    else:
+        detail = f"all {len(full)} full-attention layers keep the is_causal fast path"
+    if no_flash:
+        dims = sorted({r.head_dim for r in no_flash})
+        detail += (
+            f"; layers {[r.layer for r in no_flash]} (head_dim {', '.join(map(str, dims))}, {config.dtype}) are not "
+            f"flash-eligible (flash: 16-bit, head_dim <= 256): {no_flash[0].expected_backend} runs them"
+        )
+    by_dtype = bool(no_flash) and config.dtype not in HALF_DTYPES
+    return Check(name="fast_path_kept", ok=not slow and not by_dtype, detail=detail)
 
 
 def _leak_hint(config: Config, rows: list[LayerRow]) -> str:
@@ -238,11 +246,11 @@ def _leak_hint(config: Config, rows: list[LayerRow]) -> str:
     if linear:
         hints.append(
             f"linear-attention layers {linear} carry their recurrent state into the next sequence: position_ids "
-            "do not reach them. Only the kernel's varlen path keeps sequences apart: cu_seq_lens_q/k in the "
-            "forward's kwargs (DataCollatorWithFlattening(return_flash_attn_kwargs=True)) with "
-            "flash-linear-attention on a CUDA device (without it transformers refuses them); even then the "
-            "causal conv1d ignores the boundaries in transformers 5.25, so the first linear_conv_kernel_dim - 1 tokens of each "
-            "sequence still see the previous one. Otherwise do not pack this model: pad, or bucket by length"
+            "do not reach them. Only the kernels' varlen paths keep sequences apart: cu_seq_lens_q/k for "
+            "flash-linear-attention's chunked rule and seq_idx for causal-conv1d's convolution, both in the "
+            "forward's kwargs (DataCollatorWithFlattening(return_flash_attn_kwargs=True, return_seq_idx=True)), "
+            "with both packages on a CUDA device (without them transformers refuses these kwargs). Otherwise do "
+            "not pack this model: pad, or bucket by length"
         )
     if other:
         hints.append(f"layers {other} of a type this probe does not analyse mix packed sequences")

@@ -32,9 +32,10 @@ def _torch_flash_check(dtype: str, head_dim: int, num_heads: int, num_kv: int) -
 
 
 def all_layers(config: ForwardConfig) -> bool | None:
-    """Whether every decoder layer keeps the fast path: each makes an attention call, and each call is
-    flash-eligible (a linear-attention or other layer makes none). A batch the model cannot take or this
-    machine cannot hold, or an architecture the recorded forward cannot build, gives None (unknown)."""
+    """Whether every softmax-attention layer keeps the fast path: each makes an attention call, and each
+    call is flash-eligible (a linear-attention layer makes none and is not asked). A batch the model cannot
+    take or this machine cannot hold, or an architecture the recorded forward cannot build, gives None
+    (unknown)."""
     try:
         text_config = load_text_config(config.checkpoint)
         check_lengths(config, text_config)
@@ -48,4 +49,5 @@ def all_layers(config: ForwardConfig) -> bool | None:
         spec.layer in by_layer
         and flash_eligible(by_layer[spec.layer], config, spec.head_dim, spec.num_heads, spec.num_kv_heads)
         for spec in layer_types.layer_specs(text_config)
+        if spec.kind == "softmax"
     )

@@ -52,8 +52,14 @@ def layer_value(config, layer: int, name: str, default: Any = None) -> Any:
 
 
 def layer_types(config) -> list[str]:
+    """The config's `layer_types`; without them every layer is alike: sliding where the config keeps a
+    sliding window (Qwen3-MoE with use_sliding_window, Mistral: their attention reads config.sliding_window),
+    else full."""
     types = getattr(config, "layer_types", None)
-    return list(types) if types else ["full_attention"] * config.num_hidden_layers
+    if types:
+        return list(types)
+    alike = "sliding_attention" if getattr(config, "sliding_window", None) else "full_attention"
+    return [alike] * config.num_hidden_layers
 
 
 def _kind(layer_type: str) -> str:

@@ -3,6 +3,9 @@ and mixture of experts (Qwen3-MoE, Gemma-4), tiny configs of each (tests/probes/
 
 from __future__ import annotations
 
+import dataclasses
+
+import pandas as pd
 import pytest
 
 from probes.carrier import probe as carrier
@@ -49,7 +52,46 @@ def test_gemma4_flash_eligibility_is_judged_per_layer(tmp_path):
     sliding, full = result.tables["layers"]
     assert (sliding.head_dim, full.head_dim) == (256, 512)
     assert sliding.fast_path and not full.fast_path
-    assert not {c.name: c.ok for c in result.checks}["fast_path_kept"]
+    # no mask and is_causal: the fast path is kept; the memory-efficient kernel runs it (no head_dim bound)
+    assert (full.mask, full.is_causal, full.expected_backend) == ("none", True, "efficient")
+    check = {c.name: c for c in result.checks}["fast_path_kept"]
+    assert check.ok and "layers [1] (head_dim 512, bfloat16) are not flash-eligible" in check.detail
+
+
+def test_packed_notes_count_masks_and_tell_a_hybrid_what_use_cache_cannot_do(hybrid, gemma4_moe):
+    from probes.mask import answer
+
+    packed = probe_mask(gemma4_moe, padding="packed", use_cache=False)
+    check = {c.name: c for c in packed.checks}["fast_path_kept"]
+    masked = sum(r.mask == "tensor" for r in packed.tables["layers"] if r.kind == "softmax" and r.window is None)
+    assert check.detail.endswith(f"{masked} of 1 full-attention layers get one")
+    result = probe_mask(hybrid, padding="packed", use_cache=False)
+    tables = {"layers": pd.DataFrame([dataclasses.asdict(r) for r in result.tables["layers"]])}
+    _, notes = answer.figures(tables, result.summary, {"seq_len": 40, "padding": "packed", "use_cache": False})
+    assert not any("use_cache=False keeps" in n for n in notes)
+    assert any(n.startswith("linear-attention layers carry their state") for n in notes)
+    hint = {c.name: c for c in result.checks}["no_cross_sequence"].detail
+    assert "return_seq_idx=True" in hint and "ignores the boundaries" not in hint
+
+
+def test_a_hybrid_keeps_the_fast_path_on_all_its_softmax_layers(hybrid):
+    from probes.step.attention_calls import ForwardConfig
+    from probes.step.fast_path import all_layers
+
+    assert all_layers(ForwardConfig(checkpoint=hybrid, seq_len=16, batch_size=2, padding="none")) is True
+    assert all_layers(ForwardConfig(checkpoint=hybrid, seq_len=16, batch_size=2, padding="right")) is False
+
+
+def test_a_global_sliding_window_without_layer_types_makes_sliding_rows(tmp_path):
+    from conftest import TINY_FAMILIES
+    from transformers import AutoConfig
+
+    config = {**TINY_FAMILIES["qwen3_moe"], "use_sliding_window": True, "sliding_window": 8}
+    AutoConfig.for_model("qwen3_moe", **config).save_pretrained(tmp_path)
+    result = probe_mask(tmp_path, seq_len=24)
+    assert [(r.layer_type, r.window) for r in result.tables["layers"]] == [("sliding_attention", 8)] * 2
+    checks = {c.name: c for c in result.checks}
+    assert checks["band_matches_window"].ok and checks["fast_path_kept"].detail == "no full-attention layers"
 
 
 def test_the_packed_leak_is_caught_on_the_hybrid_and_names_its_layers(hybrid):
