@@ -50,8 +50,10 @@ def fastest(out: Measured) -> Measurement:
 
 
 def _settings(config, checkpoint: Path, out: Measured) -> list[str]:
-    """The fastest measured stack as the change to make, its numerics verdict and the command."""
-    best = fastest(out)
+    """The fastest measured stack as the change to make (the search's best, which beat the noise at each
+    addition, when it searched), its numerics verdict and the command."""
+    searched = out.notes.get("search_best")
+    best = next((r for r in (out.baseline, *out.others) if r.variant.name == searched), None) or fastest(out)
     name = best.variant.name
     verdict = next((r for r in out.numerics_rows if r.variant == name), None)
     mark = (
@@ -64,8 +66,9 @@ def _settings(config, checkpoint: Path, out: Measured) -> list[str]:
         )
     )
     speed = out.baseline.step_s / best.step_s if best.step_s else None
-    head = f"{checkpoint.name}: fastest {name}" + (f", x{speed:.3f} the baseline's tok/s" if speed else "") + mark
-    command = settings.command(name, str(checkpoint), config.harness, config.batch_size, config.seq_len, config.weights)
+    what = "the search's best" if searched else "fastest"
+    head = f"{checkpoint.name}: {what} {name}" + (f", x{speed:.3f} the baseline's tok/s" if speed else "") + mark
+    command = settings.command(name, str(checkpoint), config)
     return [head, *(f"  {line}" for line in settings.lines(name)), f"  reproduce: {command}", _within(out)]
 
 

@@ -10,6 +10,8 @@ Liger's fused linear CE where `liger` keeps the harness's.
 
 from __future__ import annotations
 
+import dataclasses
+
 from probes.step import stacks, variants
 
 SETTINGS: dict[str, list[str]] = {
@@ -27,8 +29,9 @@ SETTINGS: dict[str, list[str]] = {
         "TrainingArguments(torch_compile=True) compiles the whole model instead",
     ],
     "liger": [
-        "liger_kernel.transformers.apply_liger_kernel_to_<family>(rope=True, swiglu=True, rms_norm=True) before "
-        "get_peft_model; TrainingArguments(use_liger_kernel=True) also fuses the linear CE",
+        "liger_kernel.transformers.apply_liger_kernel_to_<family>(rope=True, swiglu=True, rms_norm=True, "
+        "cross_entropy=False, fused_linear_cross_entropy=False) before get_peft_model (its defaults also swap "
+        "the loss for Liger's fused linear CE, as TrainingArguments(use_liger_kernel=True) does)",
     ],
 }
 
@@ -48,9 +51,19 @@ def lines(stack: str) -> list[str]:
     return out
 
 
-def command(stack: str, checkpoint: str, harness: str, batch_size: int, seq_len: int, weights: str) -> str:
-    """The `labprobe probe carrier` command measuring the stack again beside the baseline."""
-    return (
-        f"labprobe probe carrier --checkpoint {checkpoint} --weights {weights} --harness {harness} "
-        f"--batch-size {batch_size} --seq-len {seq_len} --variant {stack}"
-    )
+ALWAYS = ("weights", "harness", "batch_size", "seq_len")
+"""The step's identity, always on the reproducing command."""
+WHEN_SET = (
+    "lora_rank", "lora_alpha", "ce_chunk", "seed", "device", "warmup_steps", "steps", "max_steps", "processes",
+    "numerics_steps",
+)  # fmt: skip
+"""Fields that change what is measured, on the command when they differ from the probe's default."""
+
+
+def command(stack: str, checkpoint: str, config) -> str:
+    """The `labprobe probe carrier` command measuring the stack again beside the baseline, with every
+    setting of `config` (a carrier Config) that differs from its default."""
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    names = [*ALWAYS, *(n for n in WHEN_SET if getattr(config, n) != defaults.get(n))]
+    flags = " ".join(f"--{n.replace('_', '-')} {getattr(config, n)}" for n in names)
+    return f"labprobe probe carrier --checkpoint {checkpoint} {flags} --variant {stack}"

@@ -175,7 +175,8 @@ def advice(
         speedup = baseline.step_s / r.step_s
         noise = (
             f" (within the baseline's {noise_pct:.1f}% across-process spread)"
-            if noise_pct is not None and abs(100 * (speedup - 1)) <= noise_pct
+            if noise_pct is not None
+            and abs(100 * (r.step_s / baseline.step_s - 1)) <= noise_pct  # step time, as the noise
             else ""
         )
         lines.append(

@@ -153,7 +153,11 @@ def carrier_contract():
 def test_the_fastest_is_printed_as_settings_and_the_command_reproducing_it(stacked):
     lines = stacked.summary["settings"]
     assert lines[0].startswith(f"{stacked.tables['carriers'][0].model}: fastest ")
-    assert lines[-2].strip().startswith("reproduce: labprobe probe carrier --checkpoint ")
+    command = lines[-2].strip()
+    assert command.startswith("reproduce: labprobe probe carrier --checkpoint ")
+    for flag in ("--lora-rank 4", "--device cpu", "--warmup-steps 1", "--steps 2", "--max-steps 2", "--processes 1"):
+        assert f" {flag} " in command  # what the measured step was, where it is not the default
+    assert "--seed" not in command and "--lora-alpha" not in command  # defaults stay off the line
     assert lines[-1].startswith("fastest within the numerics tolerance: ") and "ZERO_GRAD" not in lines[-1]
     assert settings.lines("bf16-adapters+compile+fused-adamw") == [
         *settings.SETTINGS["bf16-adapters"],
@@ -212,6 +216,8 @@ def test_the_search_grows_the_best_stack_predicting_each_before_measuring(tiny):
     assert all(stacks.members(a) == stacks.members(b)[: len(stacks.members(a))] or set(stacks.members(a)) <= set(
         stacks.members(b)) for a, b in zip(chosen, chosen[1:]))  # fmt: skip
     assert result.summary["search_stop"] and len(result.summary["search_best"]) == 1
+    best = result.summary["search_best"][0]
+    assert result.summary["settings"][0].startswith(f"{rows[0].model}: the search's best {best}")
     measured = {r.variant for r in result.tables["carriers"]}
     assert {r.stack for r in rows} <= measured and {r.variant for r in result.tables["numerics"]} == measured
 
@@ -236,3 +242,13 @@ def test_tolerances_name_what_a_row_breaks():
     row = numerics.compare("m", base, drift)
     assert row.loss_curve_diff_pct == pytest.approx(100 * 0.4 / 1.0) and row.rounded_away_pct == 5.0
     assert not row.within_tolerance and "loss curve 40" in row.basis and "updates rounded away 5" in row.basis
+
+
+def test_advice_calls_a_change_noise_by_its_step_time_as_the_noise_is_measured():
+    from probes.step import whatif
+
+    base = Measurement(variant=variants.get("baseline"), step_s=1.0, caveat="")
+    faster = Measurement(variant=variants.get("compile"), step_s=0.6, caveat="")  # x1.667 tok/s, 40% off the step
+    (within,) = whatif.advice("m", base, [faster], noise_pct=50.0, tokens=100)
+    (beyond,) = whatif.advice("m", base, [faster], noise_pct=35.0, tokens=100)
+    assert "within the baseline's 50.0%" in within and "within" not in beyond
