@@ -24,7 +24,7 @@ PIECES = {
     "adapter_dtype": "the adapter dtype",
     "gradient_checkpointing": "gradient checkpointing",
     "ce_chunk": "the CE chunk",
-    "prepare": "a lab change",
+    "prepare": "a lab change",  # never a conflict: lab changes compose (Prepares)
 }
 """Pieces one value of which a stack can hold, named for the conflict's message."""
 FLAGS = ("fused_adamw", "compile", "liger")
@@ -80,6 +80,9 @@ def compose(name: str) -> variants.Variant:
             value, default = getattr(part, piece), getattr(variants.BASELINE_VARIANT, piece)
             if value is default or (piece != "autocast_dtype" and value is None):
                 continue
+            if piece == "prepare" and piece in fields:  # lab changes compose: each runs, in member order
+                fields[piece], setter[piece] = Prepares((*_prepares(fields[piece]), value)), part.name
+                continue
             if piece in fields and fields[piece] != value:
                 raise FieldError(
                     "variant",
@@ -90,6 +93,21 @@ def compose(name: str) -> variants.Variant:
         fields.update({flag: True for flag in FLAGS if getattr(part, flag)})
     caveat = " | ".join(f"{p.name}: {p.caveat}" for p in parts)
     return variants.Variant("+".join(p.name for p in parts), caveat, **fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepares:
+    """Several lab variants' own changes, made one after another (equal when the same functions are)."""
+
+    steps: tuple
+
+    def __call__(self, model) -> None:
+        for step in self.steps:
+            step(model)
+
+
+def _prepares(value) -> tuple:
+    return value.steps if isinstance(value, Prepares) else (value,)
 
 
 def add(stack: variants.Variant, addition: variants.Variant) -> variants.Variant:

@@ -252,3 +252,12 @@ def test_advice_calls_a_change_noise_by_its_step_time_as_the_noise_is_measured()
     (within,) = whatif.advice("m", base, [faster], noise_pct=50.0, tokens=100)
     (beyond,) = whatif.advice("m", base, [faster], noise_pct=35.0, tokens=100)
     assert "within the baseline's 50.0%" in within and "within" not in beyond
+
+
+def test_two_lab_changes_stack_into_one_making_both_in_member_order(lab_path):
+    import variants_lab
+
+    stack = stacks.get("variants_lab:ZERO_A+variants_lab:ZERO_GRAD")
+    assert stack.name == "variants_lab:ZERO_A+variants_lab:ZERO_GRAD"
+    assert stack.prepare == stacks.Prepares((variants_lab._zero_lora_a, variants_lab._zero_first_layer))
+    assert stack == stacks.get("variants_lab:ZERO_GRAD+variants_lab:ZERO_A")
