@@ -168,7 +168,8 @@ def _grow(search: _Search, out: Outcome, candidates: tuple[variants.Variant, ...
             pool = [c for c in pool if c.name in search.singles]  # not applicable or failed: not stacked
         measured = [r for r in rows if r.measured_step_s is not None]
         if not measured:
-            out.stop = out.stop or ("budget spent" if out.not_tried else "no candidate left to add")
+            failed = f"round {round_}: every stack tried failed ({', '.join(r.stack for r in rows)})" if rows else ""
+            out.stop = out.stop or ("budget spent" if out.not_tried else failed or "no candidate left to add")
             break
         best = min(measured, key=lambda r: r.measured_step_s)
         if best.gain_pct < noise:
