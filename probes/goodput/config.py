@@ -85,6 +85,11 @@ class Config(CorpusConfig):
             "quadratic_s",
             "`quadratic_s`/`linear_s`/`fixed_s`/`floor_s` must be >= 0",
         )
+        require(
+            self.profile is not None or sum(t or 0 for t in terms) + (self.floor_s or 0) > 0,
+            "fixed_s",
+            "the given step model takes 0 s a step: give `fixed_s`, `linear_s` or `quadratic_s` above 0",
+        )
         require(self.token_budget is None or self.token_budget >= 1, "token_budget", "must be >= 1")
         require(math.isfinite(self.new_shape_s) and self.new_shape_s >= 0, "new_shape_s", "must be a number >= 0")
         require(

@@ -127,17 +127,23 @@ def job_shapes(
     max_length: int,
     seed: int,
     bucket_size: int | None,
-    num_epochs: int,
+    tokens: int,
 ) -> int:
-    """Distinct (rows, width) shapes a job of num_epochs epochs meets (epoch e shuffled with seed + e)."""
+    """Distinct (rows, width) shapes of the batches a job of `tokens` real tokens runs, epoch after epoch
+    (epoch e shuffled with seed + e; at most MAX_SHAPE_EPOCHS enumerated): a budget that ends inside an
+    epoch meets only the shapes of the batches before its end."""
     shapes: set[tuple[int, int]] = set()
-    for e in range(min(num_epochs, MAX_SHAPE_EPOCHS)):
+    left = tokens
+    for e in range(MAX_SHAPE_EPOCHS):
         b = batching.make(
             strategy, lengths, batch_size=batch_size, max_length=max_length, seed=seed + e, bucket_size=bucket_size
         )
-        shapes |= set(zip(b.rows.tolist(), b.widths.tolist()))
-        if strategy in ("fixed", "sorted", "packed") and b.widths.size:  # every epoch has the same shapes
-            break
+        reached = np.cumsum(b.real_tokens)
+        n = min(int(np.searchsorted(reached, left)) + 1, b.num_batches)  # batches until the budget is spent
+        shapes |= set(zip(b.rows[:n].tolist(), b.widths[:n].tolist()))
+        left -= int(reached[n - 1]) if n else 0
+        if left <= 0 or not b.num_batches or strategy in ("fixed", "sorted", "packed"):
+            break  # those three meet the same shapes every epoch
     return len(shapes)
 
 
@@ -173,7 +179,6 @@ def price(
 
 def price_all(config: Config, lengths: np.ndarray, model: StepModel, budget: Budget, size: int | None) -> list:
     """A GoodputRow per strategy of config.strategies, priced under `model`."""
-    epochs = -(-budget.tokens_per_job // int(np.minimum(lengths, config.max_length).sum()))
     kw = dict(batch_size=config.batch_size, max_length=config.max_length, seed=config.seed)
     return [
         price(
@@ -181,7 +186,7 @@ def price_all(config: Config, lengths: np.ndarray, model: StepModel, budget: Bud
             model,
             budget,
             size if s == "bucket" else None,
-            job_shapes(lengths, s, bucket_size=size, num_epochs=epochs, **kw) if model.new_shape_s else None,
+            job_shapes(lengths, s, bucket_size=size, tokens=budget.tokens_per_job, **kw) if model.new_shape_s else None,
         )
         for s in config.strategies
     ]
@@ -223,11 +228,17 @@ def run(config: Config) -> ProbeResult:
         "stack": stack.stack if stack else None,
         "priced_with": f"{_batching(best)}, " + (f"stack {stack.stack}" if stack else "the harness as it is"),
     }
-    found = checks(rows, model)
+    cut = data.length[data.length > config.max_length]
+    summary |= {  # what --max-length cuts off: tokens no strategy prices and no job trains
+        "truncated_samples": int(cut.size),
+        "truncated_tokens": int((cut - config.max_length).sum()),
+        "truncated_tokens_pct": 100 * float((cut - config.max_length).sum()) / max(1, int(data.length.sum())),
+    }
+    found = checks(rows, model, given=config.profile is None)
     if stack:
         baseline = next(r for r in price_all(config, data.length, plain, budget, size) if r.strategy == best.strategy)
         summary |= _stack_summary(stack, baseline)
-        found += [_stack_check(stack), _same_model_check(stack, plain)]
+        found += [_stack_check(stack), _same_model_check(stack, plain), _stack_shape_check(stack, config)]
     return ProbeResult(probe="goodput", config=config, tables={"goodput": rows}, summary=summary, checks=found)
 
 
@@ -265,6 +276,20 @@ def _stack_check(stack: stack_step.StackStep) -> Check:
     )
 
 
+def _stack_shape_check(stack: stack_step.StackStep, config: Config) -> Check:
+    """The stack's saving was measured at one shape; priced batches of another (other rows, narrower or
+    masked, launch-bound) may save otherwise: replay --variant measures what it really saves there."""
+    measured = (stack.batch_size, stack.seq_len)
+    same = measured == (config.batch_size, config.max_length)
+    where = f"{measured[0]} x {measured[1]:,}" if None not in measured else "a shape its file does not give"
+    return Check(
+        name="stack_at_priced_shape",
+        ok=same,
+        detail=f"the stack measured at {where} tokens, priced at batches of {config.batch_size} x up to "
+        f"{config.max_length:,}" + ("" if same else ": its saving assumed at other shapes; replay --variant checks it"),
+    )
+
+
 def _same_model_check(stack: stack_step.StackStep, model: StepModel) -> Check:
     """The stack's saving was measured on the model the fit prices: another model's factor is no price of this one."""
     same = model.model is None or model.model == stack.model
@@ -279,20 +304,22 @@ def _same_model_check(stack: stack_step.StackStep, model: StepModel) -> Check:
     )
 
 
-def checks(rows: list[GoodputRow], model: StepModel) -> list[Check]:
+def checks(rows: list[GoodputRow], model: StepModel, given: bool = False) -> list[Check]:
+    """`given`: the fit's terms were typed in, not read from a profile: its range and points are the giver's word."""
     outside = {
         r.strategy: round(r.outside_fit_time_pct, 1) for r in rows if r.outside_fit_time_pct > OUTSIDE_FIT_LIMIT_PCT
     }
     gpu_bound = model.launch_bound_in_fit is False
+    fitted = "the given fit's lengths" if given else "the fitted lengths"
     return [
         Check(
             name="within_fitted_range",
             ok=not outside,
             detail=(
-                f"share of predicted time outside the fitted lengths {model.min_len}-{model.max_len} "
+                f"share of predicted time outside {fitted} {model.min_len}-{model.max_len} "
                 f"(and not covered by a measured launch-bound point) above {OUTSIDE_FIT_LIMIT_PCT:g}%: {outside}"
                 if outside
-                else f"every strategy priced within the fitted lengths {model.min_len}-{model.max_len} "
+                else f"every strategy priced within {fitted} {model.min_len}-{model.max_len} "
                 f"or measured launch-bound points"
             ),
         ),
@@ -300,7 +327,9 @@ def checks(rows: list[GoodputRow], model: StepModel) -> list[Check]:
             name="fit_gpu_bound",
             ok=gpu_bound,
             detail=(
-                "the fit was built from GPU-bound points only"
+                "given terms, GPU-bound by the giver's word (--fit-launch-bound says otherwise)"
+                if gpu_bound and given
+                else "the fit was built from GPU-bound points only"
                 if gpu_bound
                 else "the fit was built from launch-bound points: its step times measure the host's CPU"
                 if model.launch_bound_in_fit

@@ -27,7 +27,7 @@ class Config(StepConfig):
     max_length: int = 4096
     """Tokens per row: longer samples are truncated."""
     strategies: tuple[str, ...] = ("longest", "bucket")
-    """Batching strategies to replay (fixed, longest, sorted, bucket, packed)."""
+    """Batching strategies to replay (longest, sorted, bucket, packed; not fixed: see __post_init__)."""
     bucket_size: int | None = None
     """Bucket size of `bucket`, a multiple of --batch-size; unset: the bucket probe's 90%-gain size."""
     seed: int = 0
@@ -58,9 +58,13 @@ class Config(StepConfig):
         for name in ("batch_size", "max_length", "num_steps", "fit_steps"):
             require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         require(self.warmup_steps >= 0 and self.seed >= 0, "warmup_steps", "`warmup_steps` and `seed` must be >= 0")
-        bad = [s for s in self.strategies if s not in batching.STRATEGIES]
+        replayable = [s for s in batching.STRATEGIES if s != "fixed"]
+        bad = [s for s in self.strategies if s not in replayable]
         require(
-            bool(self.strategies) and not bad, "strategies", f"cannot replay {bad} ({', '.join(batching.STRATEGIES)})"
+            bool(self.strategies) and not bad,
+            "strategies",
+            f"cannot replay {bad} ({', '.join(replayable)}; `fixed` pads every batch to --max-length, which "
+            "goodput prices and replay does not build)",
         )
         require(
             self.bucket_size is None or (self.bucket_size >= 1 and self.bucket_size % self.batch_size == 0),

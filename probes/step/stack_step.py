@@ -32,6 +32,9 @@ class StackStep:
     step_s: float
     baseline_step_s: float
     tokens_per_step: int | None
+    batch_size: int | None = None
+    seq_len: int | None = None
+    """The shape both rows were measured at (the run's config), when its file gives it."""
     trustworthy: bool
     """Both rows measured GPU-bound with spreads within 2% (carrier's and profile's `trustworthy`)."""
     within_tolerance: bool | None
@@ -135,6 +138,8 @@ def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only
         if isinstance(r, dict) and r.get("variant") == stack and r.get("model") == model
     ]
     within = numerics[0].get("within_tolerance") if numerics else None
+    shape = result.get("config") if isinstance(result.get("config"), dict) else {}
+    batch, seq = (v if type(v) is int else None for v in (shape.get("batch_size"), shape.get("seq_len")))
     if within not in (None, True, False):
         raise InputError(f"{path}: table 'numerics': {stack}'s within_tolerance is {within!r}, not true, false or null")
     return StackStep(
@@ -143,6 +148,8 @@ def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only
         step_s=stack_s,
         baseline_step_s=baseline_s,
         tokens_per_step=tokens if isinstance(tokens := rows[stack].get("tokens_per_step"), int) else None,
+        batch_size=batch,
+        seq_len=seq,
         trustworthy=rows[stack].get("trustworthy") is True and rows[BASELINE].get("trustworthy") is True,
         within_tolerance=within,
         source=str(path),

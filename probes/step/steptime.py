@@ -57,10 +57,13 @@ class StepModel:
         return out * np.where(np.asarray(masked, bool), 1 + self.mask_penalty_pct / 100, 1.0)
 
     def outside(self, rows, widths) -> np.ndarray:
-        """Batches priced outside the fitted lengths and not covered by a measured launch point."""
-        widths = np.asarray(widths)
-        low = self.min_len if not self.launch_points else 0
-        return (widths < low) | (widths > self.max_len)
+        """Batches priced outside the fitted lengths and not by the measured launch-bound points: those price
+        only batches of fewer tokens than the fit's first point (predict); a batch of more tokens at a width
+        below the fit is the polynomial stretched, however many launch points there are."""
+        rows, widths = np.asarray(rows), np.asarray(widths)
+        below_edge = rows * widths < self.fit_batch_size * self.min_len
+        covered = below_edge if self.launch_points else np.zeros(widths.shape, bool)
+        return ~covered & ((widths < self.min_len) | (widths > self.max_len))
 
     def scaled(self, factor: float, source: str) -> StepModel:
         """Every step time `factor` times as long (a stack's measured step over the baseline's): the fit's

@@ -7,8 +7,11 @@ import json
 from pathlib import Path
 
 
-def carrier_json(path: Path, model: str, steps: dict[str, float], *, trustworthy: bool = True) -> Path:
-    """steps: variant name -> step_s (None: a row that did not measure, e.g. not applicable)."""
+def carrier_json(
+    path: Path, model: str, steps: dict[str, float], *, trustworthy: bool = True, shape: tuple[int, int] | None = None
+) -> Path:
+    """steps: variant name -> step_s (None: a row that did not measure, e.g. not applicable); shape: the run's
+    (batch_size, seq_len), in its config as carrier writes it (None: no config, as in a hand-made file)."""
     rows = [
         {
             "model": model,
@@ -21,5 +24,6 @@ def carrier_json(path: Path, model: str, steps: dict[str, float], *, trustworthy
         for name, step_s in steps.items()
     ]
     numerics = [{"model": model, "variant": name, "within_tolerance": name != "bf16-adapters"} for name in steps]
-    path.write_text(json.dumps({"probe": "carrier", "tables": {"carriers": rows, "numerics": numerics}}))
+    config = {} if shape is None else {"config": {"batch_size": shape[0], "seq_len": shape[1]}}
+    path.write_text(json.dumps({"probe": "carrier", **config, "tables": {"carriers": rows, "numerics": numerics}}))
     return path

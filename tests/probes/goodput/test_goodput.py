@@ -237,3 +237,51 @@ def test_a_profile_that_does_not_read_as_one_is_one_line_exit_2(tmp_path, capsys
         assert main(["probe", "goodput", "--lengths", str(path), "--profile", str(bad)]) == 2, needle
         err = capsys.readouterr().err.strip()
         assert f"{bad}: " in err and needle in err and len(err.splitlines()) == 1, err
+
+
+def given(lengths: Path, **kw) -> goodput.Config:
+    """goodput over `lengths` with a step model given as terms (a linear one unless kw says otherwise)."""
+    terms = {"quadratic_s": 0.0, "linear_s": 1e-4, "fixed_s": 0.01, **kw}
+    return goodput.Config(lengths=lengths, **terms)
+
+
+def test_truncated_samples_and_tokens_are_counted(tmp_path):
+    lengths = write_lengths(tmp_path / "l.parquet", [100, 900, 300, 2000, 50, 700, 1200, 400] * 12)
+    s = goodput.run(given(lengths, max_length=1000)).summary
+    assert (s["truncated_samples"], s["truncated_tokens"]) == (24, (1000 + 200) * 12)
+    assert s["truncated_tokens_pct"] == pytest.approx(100 * 14_400 / (5650 * 12))
+
+
+def test_new_shape_costs_only_for_the_batches_the_budget_reaches(tmp_path):
+    """A budget ending inside the first epoch meets the shapes of the batches before its end, not all."""
+    lengths = np.arange(101, 201)  # 100 distinct widths at one row a batch
+    path = write_lengths(tmp_path / "l.parquet", lengths.tolist())
+    config = given(path, batch_size=1, max_length=512, strategies=("longest",), new_shape_s=1.0, token_budget=1490)
+    (row,) = goodput.run(config).tables["goodput"]
+    epoch = batching.make("longest", lengths, batch_size=1, max_length=512, seed=0)
+    reached = int(np.searchsorted(np.cumsum(epoch.real_tokens), 1490)) + 1
+    assert row.num_shapes == reached < 100 and row.new_shapes_s == reached
+
+
+def test_launch_points_cover_only_batches_of_fewer_tokens_than_the_fit(tmp_path):
+    """Narrow rows stacked into a batch of more tokens than the fit's first point are the polynomial stretched."""
+    path = write_lengths(tmp_path / "l.parquet", [200] * 64)
+    config = given(path, batch_size=8, max_length=256, strategies=("longest",), fit_min_len=256, floor_s=0.06)
+    result = goodput.run(config)
+    assert result.tables["goodput"][0].outside_fit_time_pct == pytest.approx(100)
+    assert not {c.name: c.ok for c in result.checks}["within_fitted_range"]
+    covered = goodput.run(
+        given(path, batch_size=1, max_length=256, strategies=("longest",), fit_min_len=256, floor_s=0.06)
+    )
+    assert covered.tables["goodput"][0].outside_fit_time_pct == 0  # 200 tokens < the fit's 256: the launch point
+
+
+def test_given_terms_are_said_to_be_given_and_a_zero_step_is_refused(tmp_path, capsys):
+    path = write_lengths(tmp_path / "l.parquet", [100, 200, 300])
+    checks = {c.name: c for c in goodput.run(given(path, max_length=512, strategies=("longest",))).checks}
+    assert checks["fit_gpu_bound"].detail.startswith("given terms")
+    assert "the given fit's lengths" in checks["within_fitted_range"].detail
+    argv = ["probe", "goodput", "--lengths", str(path), "--quadratic-s", "0", "--linear-s", "0", "--fixed-s", "0"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the given step model takes 0 s a step" in err

@@ -237,3 +237,15 @@ def test_a_stack_of_another_model_than_the_fits_fails_its_check_and_the_fits_mod
         goodput.Config(profile=profile, stack_json=tmp_path / "both.json", stack="bf16-adapters", **kw)
     )
     assert picked.summary["stack_model"] == "qwen3-1.7b-base" and picked.summary["stack_step_factor"] == 0.5
+
+
+def test_a_stack_measured_at_another_shape_says_so(lengths, tmp_path):
+    """The factor is the stack's saving at the shape it was measured at; priced elsewhere, the check says so."""
+    elsewhere = carrier_json(tmp_path / "a.json", "qwen3-4b-base", STEPS, shape=(1, 4096))
+    check = {c.name: c for c in goodput.run(_config(lengths, stack_json=elsewhere)).checks}["stack_at_priced_shape"]
+    assert not check.ok and check.detail.startswith("the stack measured at 1 x 4,096 tokens, priced at batches of 4")
+    same = carrier_json(tmp_path / "b.json", "qwen3-4b-base", STEPS, shape=(4, 2048))
+    assert {c.name: c.ok for c in goodput.run(_config(lengths, stack_json=same)).checks}["stack_at_priced_shape"]
+    unknown = carrier_json(tmp_path / "c.json", "qwen3-4b-base", STEPS)
+    check = {c.name: c for c in goodput.run(_config(lengths, stack_json=unknown)).checks}["stack_at_priced_shape"]
+    assert not check.ok and "a shape its file does not give" in check.detail

@@ -393,3 +393,13 @@ def test_a_compiled_replay_past_dynamo_recompile_limit_fails_a_check(tiny, lengt
     monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
     check = {c.name: c for c in replay.run(config).checks}["compiled_graphs_within_limit"]
     assert not check.ok and "recompile_limit (1)" in check.detail
+
+
+def test_fixed_is_refused_in_one_line_not_replayed_as_longest(capsys):
+    """goodput prices `fixed` at --max-length a batch; replay builds batches at their longest row, so a
+    `fixed` replay would check another strategy's price: refused, exit 2."""
+    from runner.cli import main
+
+    code = main(["probe", "replay", "--lengths", "x.csv", "--checkpoint", ".", "--strategies", "fixed"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "cannot replay ['fixed']" in err
