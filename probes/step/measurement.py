@@ -104,6 +104,9 @@ class Measurement:
     timings: dict | None = None
     """probes.step.timing.Timing.to_dict of the timed steps."""
     step_s: float | None = None
+    mean_all_s: float | None = None
+    """Mean of every timed step after the configured warm-up (the median's window is the quiet one): what
+    hours are priced from; after a merge, the mean of the processes' means."""
     spread_pct: float | None = None
     spread_all_pct: float | None = None
     iqr_pct: float | None = None

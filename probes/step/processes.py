@@ -93,6 +93,7 @@ def merge(results: list[Measurement]) -> Measurement:
         processes=len(results),
         process_step_s=medians,
         step_s=statistics.median(medians),
+        mean_all_s=statistics.fmean(means) if (means := [r.mean_all_s for r in results if r.mean_all_s]) else None,
         trustworthy=all(r.trustworthy for r in results),
         spread_across_pct=100 * (max(medians) - min(medians)) / statistics.median(medians)
         if len(results) > 1

@@ -30,6 +30,8 @@ from probes.result import SPREAD_LIMIT_PCT
 
 MAX_SPREAD = SPREAD_LIMIT_PCT / 100
 """The same limit as a fraction (docs/measurement.md's timing rules)."""
+MIN_TRUSTED_STEPS = 3
+"""Fewer timed steps than this are never trustworthy: the spread of one step is 0 by construction."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -76,9 +78,17 @@ class Timings:
         return (q3 - q1) / self.median_s
 
     @property
+    def mean_all_s(self) -> float:
+        """Mean of every timed step after the configured warm-up (extension included): what a job that runs
+        many such steps pays a step, its slow ones too (a sum of steps is priced from means, not medians)."""
+        start = self.num_warmup if self.num_warmup_configured is None else self.num_warmup_configured
+        return statistics.fmean(self.raw_s[start:])
+
+    @property
     def trustworthy(self) -> bool:
-        """The last window of timed steps agreed within 2% (see the module docstring)."""
-        return self.spread <= MAX_SPREAD
+        """The last window of timed steps, at least MIN_TRUSTED_STEPS of them, agreed within 2% (see the
+        module docstring): one or two steps have a spread that says nothing."""
+        return self.num_steps >= MIN_TRUSTED_STEPS and self.spread <= MAX_SPREAD
 
     def to_dict(self) -> dict:
         return {
@@ -89,6 +99,7 @@ class Timings:
             "spread": self.spread,
             "spread_all": self.spread_all,
             "iqr": self.iqr,
+            "mean_all_s": self.mean_all_s,
             "num_warmup_configured": self.num_warmup_configured,
         }
 

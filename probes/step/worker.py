@@ -155,7 +155,7 @@ def _timed(spec: Spec, model, step, device: torch.device, out: Measurement) -> N
         t = time_steps(
             step, device=device, warmup=max(0, spec.warmup_steps - 1), steps=spec.steps, max_steps=spec.max_steps
         )
-    out.timings, out.step_s = t.to_dict(), t.median_s
+    out.timings, out.step_s, out.mean_all_s = t.to_dict(), t.median_s, t.mean_all_s
     out.spread_pct, out.spread_all_pct, out.iqr_pct = 100 * t.spread, 100 * t.spread_all, 100 * t.iqr
     out.trustworthy, out.steps, out.warmup_steps = t.trustworthy, t.num_steps, t.num_warmup + 1
     out.peak_mem_bytes = models.peak_mem_bytes(device)

@@ -83,3 +83,15 @@ def test_real_cpu_work_is_timed_with_perf_counter():
     t = time_steps(lambda: a @ a, device="cpu", warmup=1, steps=3)
     assert len(t.raw_s) >= 4 and all(x > 0 for x in t.raw_s)
     assert t.to_dict()["device"] == "cpu"
+
+
+def test_the_mean_of_every_timed_step_prices_a_job_and_one_step_is_never_trusted():
+    """A stall every 6th step: the window it settles on is quiet, the mean pays the stalls."""
+    times = iter([1.0] + [1.5 if i % 6 == 1 else 1.0 for i in range(40)])
+    ticks = iter(x for t in times for x in (0.0, t))
+    timings = time_steps(lambda: None, device="cpu", warmup=1, steps=5, max_steps=30, clock=lambda: next(ticks))
+    assert timings.median_s == 1.0 and timings.trustworthy
+    timed = timings.raw_s[1:]
+    assert timings.mean_all_s == pytest.approx(sum(timed) / len(timed)) and timings.mean_all_s > 1.0
+    one = time_steps(lambda: None, device="cpu", warmup=0, steps=1, clock=iter([0.0, 1.0]).__next__)
+    assert one.spread == 0 and not one.trustworthy
