@@ -133,7 +133,7 @@ def _summarise(
         "harness": c.harness,
         "seq_len": c.seq_len,
         "step_s": step_s,
-        "step_s_source": "measured" if measured else "fitted" if step_s is not None else None,
+        "step_s_source": _source(c.seq_len, measured, step_s, fitted),
         "fitted_lens": fitted,
         "launch_bound_lens": [r.seq_len for r in scaling if r.launch_bound],
         "max_heldout_err_pct": max(errors) if errors else None,
@@ -157,7 +157,33 @@ def _summarise(
             "are None, so every point is fitted"
         )
     result.summary = summary
-    result.checks += _checks(scaling, prof, summary.get("step_wall_s"))
+    result.checks += [*_checks(scaling, prof, summary.get("step_wall_s")), _production_check(c.seq_len, summary)]
+
+
+def _source(seq_len: int, measured: bool, step_s: float | None, fitted: list[int]) -> str | None:
+    """Where the production length's step time comes from: measured there, the fit within its lengths, or
+    the fit stretched beyond them (a quadratic fit's error grows fast outside its points)."""
+    if measured or step_s is None:
+        return "measured" if measured else None
+    if fitted and min(fitted) <= seq_len <= max(fitted):
+        return "fitted"
+    return f"extrapolated beyond the fitted lengths {min(fitted)}-{max(fitted)}" if fitted else "extrapolated"
+
+
+def _production_check(seq_len: int, summary: dict) -> Check:
+    """The step time every share and the CE fraction are taken at: measured, or fitted within its lengths."""
+    step_s, source = summary["step_s"], summary["step_s_source"]
+    if step_s is not None and step_s <= 0:
+        return Check(
+            name="production_step_in_fit", ok=False, detail=f"the fit gives {step_s:.4g} s at {seq_len}: no step time"
+        )
+    ok = source in ("measured", "fitted")
+    return Check(
+        name="production_step_in_fit",
+        ok=ok,
+        detail=f"--seq-len {seq_len}: step_s {source or 'not known'}"
+        + ("" if ok else "; measure it (add it to --fit-lens) before trusting the shares at it"),
+    )
 
 
 def _checks(scaling: list[ScalingRow], prof: kernels.Profile | None, step_wall_s: float | None) -> list[Check]:
@@ -181,7 +207,13 @@ def _checks(scaling: list[ScalingRow], prof: kernels.Profile | None, step_wall_s
             if len(fitted) < 4 or not errors
             else f"max {max(errors):.2f}% over {len(fitted)} fitted points",
         ),
-        Check(name="spread_le_2pct", ok=not noisy, detail=f"GPU-bound lengths above 2%: {noisy}"),
+        Check(
+            name="spread_le_2pct",
+            ok=not noisy and any(r.status == "ok" for r in scaling),
+            detail=f"GPU-bound lengths above 2%: {noisy}"
+            if any(r.status == "ok" for r in scaling)
+            else "no length measured",
+        ),
     ]
     if prof is not None:
         checks.append(

@@ -176,6 +176,20 @@ def test_ce_share_uses_the_fitted_step_when_seq_len_was_not_measured(tiny):
     assert out.summary["step_s_source"] == "fitted" and out.summary["step_s"] == pytest.approx(fitted)
     for row in out.tables["ce"]:
         assert row.share_of_step_pct == pytest.approx(100 * row.ce_s / fitted)
+    assert {c.name: c.ok for c in out.checks}["production_step_in_fit"]
+
+
+def test_a_production_length_beyond_the_fit_is_said_extrapolated_and_fails_its_check(tiny):
+    out = profile.run(
+        profile.Config(
+            checkpoint=tiny, weights="random", lora_rank=4, seq_lens=(8, 16, 32), seq_len=96, warmup_steps=0,
+            steps=1, max_steps=1, profile_steps=1, device="cpu",
+        )
+    )  # fmt: skip
+    assert out.summary["step_s_source"] == "extrapolated beyond the fitted lengths 8-32"
+    check = {c.name: c for c in out.checks}["production_step_in_fit"]
+    assert not check.ok  # extrapolated, or (a noisy CPU fit) no step time at all
+    assert check.detail.startswith("--seq-len 96: step_s extrapolated") or "no step time" in check.detail
 
 
 def test_an_oom_while_loading_is_a_result_not_a_crash(tiny, monkeypatch):
