@@ -70,6 +70,8 @@ def _attribution_mismatch(att: dict[str, float], baseline: Measurement) -> str |
 def predict(variant: variants.Variant, baseline: Measurement) -> tuple[float | None, str]:
     """(predicted saving in percent of the baseline step, how) or (None, why not)."""
     att, bench, step_s = baseline.attributed_s, baseline.microbench, baseline.step_s
+    if baseline.status != "ok":
+        return None, f"not predicted: the baseline was not measured ({baseline.status})"
     if not att or not bench or not step_s:
         return None, "not predicted: the baseline has no attributed profile or micro-benchmarks"
     covered = 1.0 - attribution.total(att, scope="unattributed") / (sum(att.values()) or 1.0)
@@ -181,10 +183,16 @@ def advice(
         )
         lines.append(
             f"{model} {r.variant.name}: {tokens / baseline.step_s:,.0f} -> {tokens / r.step_s:,.0f} "
-            f"tok/s (x{speedup:.3f}){noise}, peak {_gib(baseline.peak_mem_bytes)} -> "
+            f"tok/s (x{speedup:.3f}){noise}{_trust_mark(baseline, r)}, peak {_gib(baseline.peak_mem_bytes)} -> "
             f"{_gib(r.peak_mem_bytes)}; {r.caveat}{_numerics_mark((numerics or {}).get(r.variant.name))}"
         )
     return lines
+
+
+def _trust_mark(baseline: Measurement, row: Measurement) -> str:
+    """A speed-up read from a row (or a baseline) whose own timings disagree by more than 2% says so."""
+    doubtful = [m.variant.name for m in (baseline, row) if m.trustworthy is False]
+    return f" (NOT TRUSTWORTHY: {' and '.join(doubtful)} spread above 2%)" if doubtful else ""
 
 
 def _numerics_mark(row) -> str:

@@ -261,3 +261,17 @@ def test_two_lab_changes_stack_into_one_making_both_in_member_order(lab_path):
     assert stack.name == "variants_lab:ZERO_A+variants_lab:ZERO_GRAD"
     assert stack.prepare == stacks.Prepares((variants_lab._zero_lora_a, variants_lab._zero_first_layer))
     assert stack == stacks.get("variants_lab:ZERO_GRAD+variants_lab:ZERO_A")
+
+
+def test_advice_marks_a_speedup_read_from_untrustworthy_timings():
+    from probes.step import whatif
+
+    base = Measurement(variant=variants.get("baseline"), step_s=1.0, caveat="", trustworthy=True)
+    noisy = Measurement(variant=variants.get("compile"), step_s=0.5, caveat="", trustworthy=False)
+    (line,) = whatif.advice("m", base, [noisy], noise_pct=None, tokens=100)
+    assert "(NOT TRUSTWORTHY: compile spread above 2%)" in line
+    failed = dataclasses.replace(base, status="failed: exit 1")
+    assert whatif.predict(variants.get("compile"), failed) == (
+        None,
+        "not predicted: the baseline was not measured (failed: exit 1)",
+    )
