@@ -158,6 +158,25 @@ def _summarise(
         )
     result.summary = summary
     result.checks += [*_checks(scaling, prof, summary.get("step_wall_s")), _production_check(c.seq_len, summary)]
+    if "half_padded" in padding and "unpadded_same_shape" in padding:
+        result.checks.append(_penalty_check(padding["half_padded"], padding["unpadded_same_shape"]))
+
+
+def _penalty_check(padded, unpadded) -> Check:
+    """The padding penalty is a difference of two medians: a number when the two cases are quiet (spreads
+    <= 2%) or it stands above their spreads; not when noisy cases hide it (goodput charges it to every
+    masked batch, a negative one as 0)."""
+    penalty, spreads = padded.penalty_same_shape_pct, (padded.spread_pct, unpadded.spread_pct)
+    if penalty is None or None in spreads:
+        return Check(name="padding_penalty_above_noise", ok=False, detail="not measured")
+    noise, quiet = sum(spreads), max(spreads) <= 2.0  # quiet cases: a small penalty is a small penalty
+    ok = abs(penalty) > noise or quiet
+    return Check(
+        name="padding_penalty_above_noise",
+        ok=ok,
+        detail=f"penalty {penalty:+.2f}% against the cases' spreads {spreads[0]:.2f}% + {spreads[1]:.2f}%"
+        + ("" if ok else ": within the noise of cases spread above 2%, not a measured penalty"),
+    )
 
 
 def _source(seq_len: int, measured: bool, step_s: float | None, fitted: list[int]) -> str | None:

@@ -204,3 +204,16 @@ def test_an_oom_while_loading_is_a_result_not_a_crash(tiny, monkeypatch):
 
 def test_default_lengths_are_five_from_2048_to_12288(tiny):
     assert profile.Config(checkpoint=tiny).seq_lens == (2048, 4096, 6144, 8192, 12288)
+
+
+def test_a_padding_penalty_hidden_in_noisy_cases_fails_its_check():
+    from probes.profile.measure import PaddingRow
+
+    def rows(penalty, spread_padded, spread_unpadded):
+        kw = dict(shape="2x64", real_tokens=96, attention_mask=True, fast_path_all_layers=False, step_s=1.0)
+        padded = PaddingRow(case="half_padded", spread_pct=spread_padded, penalty_same_shape_pct=penalty, **kw)
+        return padded, PaddingRow(case="unpadded_same_shape", spread_pct=spread_unpadded, **kw)
+
+    assert profile._penalty_check(*rows(30.4, 75.0, 187.0)).ok is False  # a CPU run's: noise, not a penalty
+    assert profile._penalty_check(*rows(0.3, 0.4, 0.5)).ok  # quiet cases: a small penalty is one
+    assert profile._penalty_check(*rows(12.0, 3.0, 4.0)).ok  # above the noise
