@@ -115,8 +115,12 @@ def write_entry(folder: Path, entry: Entry) -> None:
 
 
 def line(entry: Entry, folder: Path) -> str:
-    """The crontab line for `entry`: fixed words, labprobe's own paths quoted, the hex id."""
+    """The crontab line for `entry`: fixed words, labprobe's own paths quoted, the hex id. cron turns a
+    `%` into a newline even inside quotes, so a path holding one is refused."""
     run = [*labprobe_command(), "schedule", "run", "--entries", str(folder), entry.id]
+    if any("%" in word for word in run):
+        bad = next(word for word in run if "%" in word)
+        raise InputError(f"{bad}: a '%' in a path breaks a crontab line (cron reads it as a newline); move it")
     return f"{entry.cron} {shlex.join(run)}"
 
 
@@ -124,39 +128,52 @@ def line(entry: Entry, folder: Path) -> str:
 def read_crontab(path: Path | None) -> str:
     if path is None:
         try:
-            proc = subprocess.run(["crontab", "-l"], capture_output=True, text=True, check=False)
+            proc = subprocess.run(["crontab", "-l"], capture_output=True, check=False)
         except OSError as exc:  # no `crontab` program here: point at the file option
             raise InputError(f"cannot read the user's crontab ({exc}); use --crontab-file F") from None
-        return proc.stdout if proc.returncode == 0 else ""  # "no crontab for user": exit 1, empty
+        err = proc.stderr.decode("utf-8", "replace")
+        if proc.returncode != 0 and "no crontab for" not in err:  # any other failure: never read as empty,
+            raise InputError(f"cannot read the user's crontab: {' '.join(err.split()) or f'exit {proc.returncode}'}")
+        return proc.stdout.decode("utf-8", "surrogateescape") if proc.returncode == 0 else ""  # else none yet
     if path.is_dir():
         raise InputError(f"{path}: is a directory, expected a crontab file")
     if not path.exists():
         return ""
     try:
-        return path.read_text(encoding="utf-8")
-    except (UnicodeDecodeError, OSError) as exc:
+        return path.read_bytes().decode("utf-8", "surrogateescape")  # other lines kept byte for byte
+    except OSError as exc:
         raise InputError(f"{path}: not a readable crontab ({exc})") from None
 
 
 def write_crontab(text: str, path: Path | None) -> None:
     if path is None:
         try:
-            proc = subprocess.run(["crontab", "-"], input=text, capture_output=True, text=True, check=False)
+            data = text.encode("utf-8", "surrogateescape")  # the user's other lines back byte for byte
+            proc = subprocess.run(["crontab", "-"], input=data, capture_output=True, check=False)
         except OSError as exc:
             raise InputError(f"cannot write the user's crontab ({exc}); use --crontab-file F") from None
         if proc.returncode != 0:
-            raise InputError(f"cannot write the user's crontab: {' '.join(proc.stderr.split())}")
+            raise InputError(
+                f"cannot write the user's crontab: {' '.join(proc.stderr.decode('utf-8', 'replace').split())}"
+            )
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write(path, text)  # cron never reads half a file
 
 
 def split(text: str) -> Block:
-    lines = text.splitlines()
+    """The crontab around labprobe's block. Lines end at newlines only, as cron reads them (str.splitlines
+    would also cut at form feeds and U+2028 inside the user's own lines). A BEGIN with no END is refused:
+    the lines after it may be the user's, and install or remove would take them."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
     if BEGIN not in lines:
         return Block(before=lines, lines=[], after=[])
     start = lines.index(BEGIN)
-    stop = lines.index(END, start) if END in lines[start:] else len(lines)
+    if END not in lines[start:]:
+        raise InputError(f"the crontab has labprobe's {BEGIN!r} line but no {END!r} after it: mend it by hand")
+    stop = lines.index(END, start)
     return Block(before=lines[:start], lines=lines[start + 1 : stop], after=lines[stop + 1 :])
 
 
@@ -343,7 +360,7 @@ def run(folder: Path, eid: str) -> int:
 
 def _atomic_write(path: Path, text: str) -> None:
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_bytes(text.encode("utf-8", "surrogateescape"))  # a crontab's bytes not UTF-8 go back as read
     os.replace(tmp, path)
 
 

@@ -301,3 +301,48 @@ def test_the_entry_leaves_out_auth_settings_not_set_here(lab, capsys, monkeypatc
     install(capsys, cluster, tab, "--plan", "night", "--cron", "@daily")
     (entry,) = entries(tab)
     assert not any(k.startswith("RAY_") for k in entry.env)
+
+
+def test_a_crontab_that_cannot_be_read_is_never_taken_for_an_empty_one(lab, capsys, tmp_path, monkeypatch):
+    """`crontab -l` failing for any reason but "no crontab for" stops install: writing would wipe the user's."""
+    cluster, _ = lab
+    bin_dir, written = tmp_path / "bin", tmp_path / "written"
+    bin_dir.mkdir()
+    fake = bin_dir / "crontab"
+    fake.write_text(
+        f'#!/bin/sh\nif [ "$1" = "-l" ]; then echo "crontab: Resource temporarily unavailable" >&2; exit 1; fi\n'
+        f'cat > "{written}"\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    code, _, err = schedule(capsys, "install", "--cluster", str(cluster), "--plan", "night", "--cron", "0 1 * * *")
+    assert code == 2 and "Resource temporarily unavailable" in err and not written.exists()
+    fake.write_text(f'#!/bin/sh\nif [ "$1" = "-l" ]; then echo "no crontab for u" >&2; exit 1; fi\ncat > "{written}"\n')
+    code, _, err = schedule(capsys, "install", "--cluster", str(cluster), "--plan", "night", "--cron", "0 1 * * *")
+    assert code == 0, err
+    assert written.read_text().startswith(sched.BEGIN)
+
+
+def test_the_users_lines_survive_byte_for_byte_and_a_block_without_its_end_is_refused(lab, capsys):
+    cluster, tab = lab
+    odd = '0 5 * * * /usr/local/bin/backup --tag "a\x0cb" # caf\xe9 \u2028\n'
+    tab.write_bytes(odd.encode("utf-8") + b"# latin-1 \xe9\n")
+    code, _, err = install(capsys, cluster, tab, "--plan", "night", "--cron", "0 1 * * *")
+    assert code == 0, err
+    assert tab.read_bytes().startswith(odd.encode("utf-8") + b"# latin-1 \xe9\n")
+    schedule(capsys, "remove", "--all", "--crontab-file", str(tab))
+    assert tab.read_bytes() == odd.encode("utf-8") + b"# latin-1 \xe9\n"
+    broken = f"{sched.BEGIN}\n0 1 * * * labprobe\n15 3 * * * /home/u/bin/rotate-logs\nMAILTO=me@lab\n"
+    tab.write_text(broken)
+    for argv in (["remove", "--all", "--crontab-file", str(tab)], ["show", "--crontab-file", str(tab)]):
+        code, _, err = schedule(capsys, *argv)
+        assert code == 2 and "no '# END" in err.replace('"', "'") and tab.read_text() == broken
+
+
+def test_a_percent_in_a_path_is_refused_before_it_reaches_cron(lab, capsys, monkeypatch, tmp_path):
+    cluster, tab = lab
+    monkeypatch.setenv("LABPROBE_SCHEDULE_DIR", str(tmp_path / "sched%Y"))
+    before = tab.read_text()
+    code, _, err = install(capsys, cluster, tab, "--plan", "night", "--cron", "0 1 * * *")
+    assert code == 2 and err.count("\n") == 1 and "a '%' in a path breaks a crontab line" in err
+    assert tab.read_text() == before
