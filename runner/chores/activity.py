@@ -2,9 +2,9 @@
 
 Two signs, either refuses the run: a file or folder under the run changed (its mtime) less
 than the host's `idle.runs_quiet_min` ago (the same threshold that tells an idle GPU; default 10
-minutes), or a process on this host holds a file under the run open for writing (every
-`/proc/<pid>/fd` this user may read; its `fdinfo` says the access mode). The purge asks once in
-the plan and again right before each rename.
+minutes), or a process on this host uses a file under the run: open for writing or reading, mapped,
+or as its working directory (every `/proc/<pid>` this user may read: `fd`, `fdinfo` for the access
+mode, `maps`, `cwd`). The purge asks once in the plan and again right before each rename.
 """
 
 from __future__ import annotations
@@ -16,23 +16,26 @@ from runner.chores.fstree import is_inside, readable, walk_tree
 
 
 def writers(folders: list[str], proc: str = "/proc") -> dict[str, list[str]]:
-    """Folder -> `pid N (command) writes PATH` for each file under it open for writing now."""
+    """Folder -> `pid N (command) writes|reads|maps|works in PATH` for each process of this host using a file
+    under it now: open for writing or reading (an eval or a resume loading shards one by one), mapped
+    (safetensors loads by mmap, then may close the fd), or its working directory. This process excepted."""
     real = {os.path.realpath(f): f for f in folders}
     found: dict[str, list[str]] = {}
     try:
-        pids = [p for p in os.listdir(proc) if p.isdigit()]
+        pids = [p for p in os.listdir(proc) if p.isdigit() and int(p) != os.getpid()]
     except OSError:
         return found
     for pid in pids:
-        for target in _written_files(os.path.join(proc, pid)):
+        for how, target in _used_files(os.path.join(proc, pid)):
             for folder, given in real.items():
                 if is_inside(target, folder):
-                    found.setdefault(given, []).append(f"pid {pid} ({_command(proc, pid)}) writes {readable(target)}")
+                    found.setdefault(given, []).append(f"pid {pid} ({_command(proc, pid)}) {how} {readable(target)}")
     return found
 
 
-def _written_files(pid_dir: str) -> list[str]:
-    """Paths this process holds open for writing (O_WRONLY or O_RDWR), as /proc names them."""
+def _used_files(pid_dir: str) -> list[tuple[str, str]]:
+    """(how, path) of what this process uses, as /proc names them: its open files (writes or reads), its
+    mapped files and its working directory."""
     out = []
     try:
         fds = os.listdir(os.path.join(pid_dir, "fd"))
@@ -45,9 +48,24 @@ def _written_files(pid_dir: str) -> list[str]:
                 flags = next((int(line.split()[1], 8) for line in handle if line.startswith("flags:")), 0)
         except (OSError, ValueError):
             continue
-        if target.startswith("/") and flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR):
-            out.append(target.removesuffix(" (deleted)"))
+        if target.startswith("/"):
+            how = "writes" if flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR) else "reads"
+            out.append((how, target.removesuffix(" (deleted)")))
+    out += [("maps", path) for path in _mapped(pid_dir)]
+    try:
+        out.append(("works in", os.readlink(os.path.join(pid_dir, "cwd"))))
+    except OSError:
+        pass
     return out
+
+
+def _mapped(pid_dir: str) -> set[str]:
+    try:
+        with open(os.path.join(pid_dir, "maps"), encoding="utf-8", errors="surrogateescape") as handle:
+            fields = [line.rstrip("\n").split(maxsplit=5) for line in handle]
+    except OSError:
+        return set()
+    return {f[5].removesuffix(" (deleted)") for f in fields if len(f) == 6 and f[5].startswith("/")}
 
 
 def _command(proc: str, pid: str) -> str:
@@ -76,8 +94,14 @@ def training_reasons(run_path: str, quiet_s: float) -> list[str]:
     reasons = [quiet_reason(max(tree.newest(), _own_change(run_path)), quiet_s)]
     open_now = writers([run_path]).get(run_path, [])
     if open_now:
-        reasons.append(f"training: open for writing: {'; '.join(open_now[:3])}")
+        reasons.append(in_use_reason(open_now))
     return [r for r in reasons if r]
+
+
+def in_use_reason(uses: list[str], shown: int = 3) -> str:
+    """The refusal for a run a process uses: `training: open for writing` when one writes, else `in use`."""
+    what = "training: open for writing" if any(") writes " in u for u in uses) else "in use by a process"
+    return f"{what}: {'; '.join(uses[:shown])}"
 
 
 def _own_change(path: str) -> int:

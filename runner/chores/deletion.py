@@ -232,7 +232,7 @@ def _set_aside(root_fd: int, row: ActionRow, quiet_s: float) -> _Aside:
         open_now = activity.writers([aside_path]).get(aside_path, [])
         if open_now or walk_tree(aside_path, CHECKPOINTS).fingerprint() != row.listing_sha256:
             _back_or_explain(run_fd, holder, "checkpoints/ changed between the last check and the rename")
-            why = f"open for writing: {open_now[0]}" if open_now else "changed between the last check and the rename"
+            why = f"in use: {open_now[0]}" if open_now else "changed between the last check and the rename"
             raise Refused(f"training: checkpoints/ {why}: put back")
     finally:
         os.close(run_fd)

@@ -13,7 +13,9 @@ final `adapter/`. The checkpoints/ of a run may go only when nothing would lose 
   filesystem shares st_dev), and no folder of it is mounted elsewhere under the root;
 - it and its run are real directories inside the runs root, readable throughout;
 - the run is not training: nothing under it changed within the host's `runs_quiet_min`, and no
-  process holds a file under it open for writing (runner.chores.activity).
+  process uses a file under it (open, mapped or its working directory: runner.chores.activity);
+- the final adapter is not older than any checkpoint, and no adapter or merged config under the root
+  names a base inside `checkpoints/`.
 Names are carried as the os functions give them (undecodable bytes surrogate-escaped) and shown
 in `ActionRow`'s text fields as `fstree.readable` writes them.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import json
 import os
 import stat
 
@@ -126,7 +129,10 @@ class RootIndex:
     newest_ns: dict[str, int] = dataclasses.field(default_factory=dict)
     """Entry directly under the root -> its newest mtime (ns) at or under it."""
     writers: dict[str, list[str]] = dataclasses.field(default_factory=dict)
-    """Run path -> the processes holding a file under it open for writing."""
+    """Run path -> the processes using a file under it (runner.chores.activity.writers)."""
+    bases: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    """(config's path from the root, the base it names, that base's real path) of every adapter or merged
+    model config under a run naming a local base: an adapter trained on a checkpoint loads on top of it."""
     quiet_s: float = 0.0
 
 
@@ -166,7 +172,41 @@ def index_root(root: str) -> RootIndex:
         mounted_dirs=mounted,
         newest_ns=trees[0][1].newest_ns,
         writers=activity.writers(runs),
+        bases=[b for run in runs for b in _named_bases(root, run)],
     )
+
+
+_BASE_KEYS = ("base_model_name_or_path", "_name_or_path")
+_MAX_CONFIG_BYTES = 1 << 20
+
+
+def _named_bases(root: str, run: str) -> list[tuple[str, str, str]]:
+    """The local bases the run's adapter and merged configs name (PEFT's `base_model_name_or_path`,
+    transformers' `_name_or_path`), each as it resolves from the config's folder, the run and the root
+    (a loader resolves a relative one from its own working directory: any of them may be it)."""
+    out = []
+    for top in (ADAPTER, "merged"):
+        for folder, dirs, files in os.walk(os.path.join(run, top), followlinks=False):
+            dirs.sort()
+            for name in sorted(n for n in files if n in ("adapter_config.json", "config.json")):
+                text = _config_text(os.path.join(folder, name))
+                for base in (text.get(k) for k in _BASE_KEYS if isinstance(text.get(k), str)):
+                    label = os.path.relpath(os.path.join(folder, name), root)
+                    for start in (folder, run, root):
+                        out.append((label, base, os.path.realpath(os.path.join(start, os.path.expanduser(base)))))
+    return out
+
+
+def _config_text(path: str) -> dict:
+    """A config's JSON object, or {} when it is not one (its loadability is weights.py's to judge)."""
+    try:
+        if os.path.getsize(path) > _MAX_CONFIG_BYTES:
+            return {}
+        with open(path, "rb") as handle:
+            found = json.loads(handle.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def scan_run(root: str, name: str, host: str, index: RootIndex) -> ActionRow | None:
@@ -226,9 +266,7 @@ def _aside_reason(asides: list[str]) -> str:
 def _training_reasons(run_path: str, name: str, index: RootIndex) -> list[str]:
     quiet = activity.quiet_reason(index.newest_ns.get(name, 0), index.quiet_s)
     open_now = index.writers.get(run_path, [])
-    return ([quiet] if quiet else []) + (
-        [f"training: open for writing: {'; '.join(open_now[:_MAX_LISTED])}"] if open_now else []
-    )
+    return ([quiet] if quiet else []) + ([activity.in_use_reason(open_now, _MAX_LISTED)] if open_now else [])
 
 
 def _checkpoints_reasons(
@@ -285,7 +323,12 @@ def _resting_on(run: str, ckpt: str, tree: Tree, index: RootIndex) -> list[str]:
                     groups.setdefault(_where(label, run, "hard link"), []).append(
                         f"{_from_run(label, run)} shares an inode with {tree.files[key]}"
                     )
-    return [f"{what}: {_listed(items)}" for what, items in groups.items() if items]
+    for label, base, resolved in index.bases:  # the run's own adapter too: a base under checkpoints/ goes with it
+        if is_inside(resolved, real):
+            groups.setdefault("an adapter or model config names a base under checkpoints/", []).append(
+                f"{label} -> {base}"
+            )
+    return [f"{what}: {_listed(sorted(set(items)))}" for what, items in groups.items() if items]
 
 
 def _from_run(label: str, run: str) -> str:
@@ -345,6 +388,11 @@ def _adapter_reasons(root: str, run_path: str, ckpt: str, ckpt_tree: Tree, index
     points = _mount_points(tree, index, real, ADAPTER)
     if points:
         reasons.append(f"a mount point inside adapter/: {_listed(points)}")
+    newer = sorted(n for n, ns in ckpt_tree.newest_ns.items() if ns > tree.newest())
+    if newer:
+        reasons.append(
+            f"{CHECKPOINTS}/{_listed(newer)} newer than adapter/: the run went on after its final adapter was saved"
+        )
     if tree.num_files and not tree.specials:
         reasons += weights_reasons(adapter)
     return reasons, tree.num_files

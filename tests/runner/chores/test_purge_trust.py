@@ -35,6 +35,12 @@ def backdate(path: Path, age_s: float = HOUR_S) -> None:
     os.utime(path, (stamp, stamp))
 
 
+def touch_adapter(run: Path) -> None:
+    """The final adapter saved now, after every checkpoint, as a trainer saves it last."""
+    for f in (run / "adapter").iterdir():
+        os.utime(f)
+
+
 def approve_all(root: Path, glob: str = "*", quiet_s: float = 0.0):
     """The plan, then every `remove` row carried out, as an operator approving all of it would."""
     plan = scan.scan_root(str(root), glob, quiet_s=quiet_s)
@@ -141,6 +147,7 @@ def test_a_checkpoints_tree_1500_levels_deep_is_removed(tmp_path):
     with os.fdopen(os.open("w.bin", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "wb") as handle:
         handle.write(b"x" * 100)
     os.close(fd)
+    touch_adapter(deep)
     plan, done = approve_all(root)
     assert plan["deep"].action == "remove" and plan["deep"].num_files == 4
     assert done["deep"].action == "removed" and done["plain"].action == "removed", done["deep"].reason
@@ -290,6 +297,7 @@ def test_yes_deletes_exactly_the_plan_shown_and_leaves_anything_new_alone(ray_cl
     make_run(root, "appeared")  # after the review: a new run, and 48 checkpoints in a planned run
     for step in range(48):
         write(root / "grows" / "checkpoints" / f"checkpoint-{step}" / "w.bin", 100, step)
+    touch_adapter(root / "grows")  # saved after them: only the change since the plan refuses it
     grows_before, appeared_before = listing(root / "grows"), listing(root / "appeared")
     assert main(["purge", "--cluster", lab["cluster"], "--yes", "--plan", plan_id, "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -549,3 +557,65 @@ def test_a_forced_ascii_locale_prints_non_ascii_run_names_escaped(tmp_path):
     done = subprocess.run(argv, capture_output=True, timeout=300, env=env, check=False)
     assert b"Traceback" not in done.stderr and done.returncode == 0, done.stderr[-3000:]
     assert b"caf\\xe9-r8" in done.stdout and b"plan id: " in done.stdout
+
+
+# -- the final adapter must be the run's last word, and stand on no checkpoint --------------------
+def test_a_final_adapter_older_than_a_checkpoint_is_refused(tmp_path):
+    """A resumed run went on after its adapter/ was saved: its checkpoints hold the newer weights."""
+    root = tmp_path / "runs"
+    backdate(make_run(root, "resumed"))
+    write(root / "resumed" / "checkpoints" / "checkpoint-900" / "adapter_model.safetensors", 100, 9)
+    backdate(root / "resumed" / "checkpoints" / "checkpoint-900", 60)  # newer than the adapter, yet quiet
+    plan, _ = approve_all(root, quiet_s=30)
+    assert plan["resumed"].action == "refuse"
+    assert "checkpoints/checkpoint-900 newer than adapter/" in plan["resumed"].reason
+    assert (root / "resumed" / "checkpoints" / "checkpoint-900").is_dir()
+
+
+def test_an_adapter_whose_config_names_a_checkpoint_as_its_base_keeps_that_checkpoint(tmp_path):
+    root = tmp_path / "runs"
+    for name in ("stacked", "lender", "borrower"):
+        backdate(make_run(root, name))
+    own = root / "stacked" / "checkpoints" / "step-200"
+    (root / "stacked" / "adapter" / "adapter_config.json").write_text(
+        json.dumps({"r": 8, "base_model_name_or_path": str(own)})
+    )
+    (root / "borrower" / "adapter" / "adapter_config.json").write_text(
+        json.dumps({"r": 8, "base_model_name_or_path": "../../lender/checkpoints/step-100"})
+    )
+    for name in ("stacked", "borrower"):
+        backdate(root / name)
+    plan, done = approve_all(root)
+    assert (
+        plan["stacked"].action == "refuse"
+        and "adapter or model config names a base under checkpoints/" in plan["stacked"].reason
+    )
+    assert (
+        plan["lender"].action == "refuse"
+        and "borrower/adapter/adapter_config.json -> ../../lender" in plan["lender"].reason
+    )
+    assert done["borrower"].action == "removed"  # its own checkpoints/ carries nobody's base
+    assert own.is_dir() and (root / "lender" / "checkpoints" / "step-100").is_dir()
+
+
+def test_a_process_reading_a_checkpoint_keeps_the_run(tmp_path):
+    root = tmp_path / "runs"
+    backdate(make_run(root, "evaluated"))
+    opened = root / "evaluated" / "checkpoints" / "step-200" / "adapter_model.safetensors"
+    reader = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; f = open(sys.argv[1], 'rb'); print('open', flush=True); time.sleep(120)", str(opened)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert reader.stdout.readline().strip() == "open"
+        plan, done = approve_all(root)
+    finally:
+        reader.kill()
+        reader.wait()
+    assert plan["evaluated"].action == "refuse"
+    assert (
+        f"in use by a process: pid {reader.pid} (python" in plan["evaluated"].reason
+        and " reads " in plan["evaluated"].reason
+    )
+    assert opened.is_file()
