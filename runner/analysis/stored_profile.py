@@ -8,6 +8,7 @@ the same thing whether the profile comes from a file or from the store.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -59,8 +60,18 @@ def _stored(store: Store, probe: str, host: str, checkpoint: str, tables: tuple[
     return {
         "source": f"store {store.root}: {probe} job {newest['job_id']} ({host}, {checkpoint}, {newest['finished_at']})",
         "job_id": newest["job_id"],
+        "config": _config(newest),  # the shape it measured at (goodput's stack_at_priced_shape reads it)
         "tables": found,
     }
+
+
+def _config(job) -> dict:
+    """The job's probe config as it ran, {} when the jobs table has none that reads."""
+    try:
+        found = json.loads(job.get("config_json") or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def profile_from_store(store: Store, *, host: str, checkpoint: str) -> dict[str, Any]:

@@ -149,7 +149,7 @@ def test_goodput_priced_with_the_newest_stored_carriers_stack(tmp_path, capsys):
         code_version="v",
         finished_at=T0,
     )
-    config = carrier.Config(checkpoint=(Path("qwen3-4b-base"),))
+    config = carrier.Config(checkpoint=(Path("qwen3-4b-base"),), seq_len=512)  # the shape goodput prices
     store.write_result(
         key, ProbeResult(probe="carrier", config=config, tables={"carriers": rows}), started_at=T0, wall_s=1.0, env={}
     )
