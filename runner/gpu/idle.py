@@ -362,6 +362,13 @@ def describe(host: str, readings: list[GpuReading]) -> str:
 # -- a GPU probe run by hand ---------------------------------------------------------------------------
 
 
+def _torch_sees_a_gpu(device: str) -> bool:
+    """Whether `device` runs on a CUDA card here (torch's view: NVML's may be missing)."""
+    import torch
+
+    return torch.cuda.is_available() and device.startswith(("cuda", "auto"))
+
+
 def check_direct(
     host: str, device: str, *, runs_dir: str | None = None, thresholds: Thresholds | None = None
 ) -> str | None:
@@ -377,7 +384,10 @@ def check_direct(
     readings = read_local(host, runs_dir=runs_dir, thresholds=thresholds)
     gpus = [r for r in readings if r.verdict != "no-gpu"]
     if not gpus:
-        return None  # no GPU here: auto runs on the CPU, cuda fails in torch with its own message
+        if _torch_sees_a_gpu(device):  # NVML unreadable, yet the probe would run on a GPU: not known idle
+            why = readings[0].reason if readings else "no reading"
+            return f"{host}: NVML gives no reading ({why}), so the GPU is not known to be idle (--no-idle-check runs anyway)"
+        return None  # no GPU here: auto runs on the CPU
     index = int(device.split(":")[1]) if ":" in device else 0
     visible = [w.strip() for w in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if w.strip()]
     wanted = visible[index] if index < len(visible) else str(index)

@@ -37,6 +37,7 @@ LOST_ERRORS = ("NVMLError_GpuIsLost", "NVMLError_DriverNotLoaded")
 UNIFIED_NAMES = ("GB10",)
 """Devices whose memory is the host's (Grace-Blackwell GB10: DGX Spark, ASUS Ascent GX10)."""
 UNIFIED_NOTE = "memory: unified, not reported by NVML"
+UNIFIED_REPORTED_NOTE = "memory: unified, NVML's figures are the host's (not used)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,18 +230,22 @@ def _finish(pynvml: Any, index: int, gpu: _Gpu) -> GpuSample:
     except GpuLost as exc:
         return GpuSample(index=index, name="", lost=f"GPU {index} lost ({exc})")
     name = _text(name or "")
-    unified = "memory" in gpu.errors and any(n in name for n in UNIFIED_NAMES)
+    # Unified memory is the host's: some GB10 drivers (or shims) answer the memory call with the host's
+    # totals, whose OS share would read as a busy card. Its figures are not used either way.
+    unified = any(n in name for n in UNIFIED_NAMES)
     notes = [
         UNIFIED_NOTE if unified and field == "memory" else f"{field}: not reported by NVML ({error})"
         for field, error in gpu.errors.items()
     ]
+    if unified and "memory" not in gpu.errors:
+        notes.append(UNIFIED_REPORTED_NOTE)
     host = host_memory() if unified else {}
     return GpuSample(
         index=index,
         name=name,
         uuid=_text(uuid or ""),
-        mem_used_bytes=tuple(gpu.mems),
-        mem_total_bytes=None if total is None else int(total.total),
+        mem_used_bytes=() if unified else tuple(gpu.mems),
+        mem_total_bytes=None if total is None or unified else int(total.total),
         util_pct=tuple(gpu.utils),
         processes=tuple(sorted(gpu.procs.items())),
         processes_known="process list" not in gpu.errors,

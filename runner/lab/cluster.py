@@ -73,8 +73,10 @@ class RaySpec(_Model):
 class IdleThresholds(_Model):
     """Per-host overrides of the GPU idleness thresholds (runner.gpu.idle); unset: its defaults."""
 
-    max_util_pct: float | None = Field(None, ge=0, le=100)
-    max_mem_used_mib: float | None = Field(None, ge=0)
+    max_util_pct: float | None = Field(None, gt=0, le=100)
+    """Busy at or above this utilisation: 0 would read every card busy, so it is refused."""
+    max_mem_used_mib: float | None = Field(None, gt=0)
+    """Busy at or above this much memory used by others: 0 would read every card busy, so it is refused."""
     window_s: float | None = Field(None, gt=0)
     runs_quiet_min: float | None = Field(None, ge=0)
 

@@ -54,3 +54,15 @@ def test_a_reading_on_a_node_without_one_of_the_hosts_labels_is_an_error(fake_nv
     # Outside Ray this process carries no host label: it must not read as gx10.
     with pytest.raises(RuntimeError, match=r"labprobe.host='' is not one of \['gx10'\]"):
         read_pinned({"gx10": (None, Thresholds())})
+
+
+def test_a_zero_threshold_that_would_read_every_card_busy_is_bad_input(tmp_path, capsys):
+    for field in ("max_util_pct", "max_mem_used_mib"):
+        cluster = tmp_path / f"{field}.yaml"
+        cluster.write_text(
+            f"store:\n  root: store\nhosts:\n  - name: gx10\n    address: 127.0.0.1\n    gpus: 1\n"
+            f"    idle:\n      {field}: 0\n"
+        )
+        assert main(["idle", "--cluster", str(cluster)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and field in err

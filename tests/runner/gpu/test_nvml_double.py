@@ -153,3 +153,24 @@ def test_an_inline_sweep_on_the_gb10_itself(scenario, status, code, monkeypatch,
     assert job["status"] == status, job["reason"]
     if code:
         assert job["reason"].startswith("GPU host gb10 could not be read before the deadline"), job["reason"]
+
+
+def test_a_gb10_whose_driver_reports_the_hosts_memory_is_not_read_busy_by_it(monkeypatch, tmp_path):
+    """Some GB10 drivers answer the memory call with the host's totals: the OS's share is no GPU job."""
+    card = {"name": "NVIDIA GB10", "uuid": "GPU-gb10", "util": [0], "memory": {"used": 9 * GIB, "total": 119 * GIB}}
+    (tmp_path / "s.json").write_text(json.dumps({"devices": [{**card, "processes": []}]}))
+    use_double(monkeypatch, tmp_path / "s.json")
+    [reading] = read_local("gx10", thresholds=QUICK)
+    assert reading.verdict == "idle" and "NVML's figures are the host's (not used)" in reading.reason
+
+
+def test_a_probe_by_hand_is_refused_where_torch_sees_a_gpu_nvml_cannot_read(monkeypatch, tmp_path):
+    import torch
+
+    (tmp_path / "s.json").write_text(json.dumps({"init": "LIBRARY_NOT_FOUND", "devices": []}))
+    use_double(monkeypatch, tmp_path / "s.json")
+    assert check_direct("gx10", "auto", thresholds=QUICK) is None  # no GPU for torch either: the CPU runs it
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    refusal = check_direct("gx10", "auto", thresholds=QUICK)
+    assert refusal.startswith("gx10: NVML gives no reading") and "--no-idle-check" in refusal
+    assert check_direct("gx10", "cpu", thresholds=QUICK) is None
