@@ -347,7 +347,10 @@ def guard(host: str, *, runs_dir: str | None = None, thresholds: Thresholds | No
     readings = read_local(host, runs_dir=runs_dir, thresholds=thresholds)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     card = pick_card(host, readings, visible)
-    if card.switched or (visible is None and not os.environ.get(FAKE_ENV)):
+    # An index Ray set was matched against NVML's (PCI) order; CUDA reads it fastest-first, which on a host
+    # of mixed cards is another card: pinned to the UUID, the job runs on the card that was judged.
+    by_index = visible is not None and card.uuid and visible.split(",")[0].strip() != card.uuid
+    if card.switched or by_index or (visible is None and not os.environ.get(FAKE_ENV)):
         os.environ["CUDA_VISIBLE_DEVICES"] = card.uuid or str(card.index)
     return card
 

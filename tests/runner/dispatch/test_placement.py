@@ -168,7 +168,7 @@ def test_gpu_job_refuses_a_card_that_became_busy_and_is_placed_again(ray_cluster
         write_fake(fake_nvml_dir, "gpu-a", [])
         clock.now = placer.next_attempt_at("gpu-a")
         assert placer.try_place("gpu-a") == (True, "")
-        assert ray.get(job.remote("gpu-a"), timeout=60) == "0"  # Ray's logical GPU, read idle
+        assert ray.get(job.remote("gpu-a"), timeout=60) == "GPU-fake-0"  # Ray's GPU, read idle, pinned by UUID
     finally:
         ray_cluster.remove_node(node)
 
@@ -218,8 +218,8 @@ def test_gpu_job_on_a_two_gpu_host_runs_on_the_idle_card_whichever_ray_assigned(
         # Two jobs holding Ray's two cards at once, so one surely is assigned GPU 0 (the busy one).
         job = ray.remote(max_retries=0, num_gpus=1, num_cpus=0)(held_gpu_job).options(**pinned("gpu-b"))
         assert sorted(ray.get([job.remote("gpu-b") for _ in range(2)], timeout=60)) == [
-            ("1", "1", False),
             ("GPU-fake-1", "0", True),
+            ("GPU-fake-1", "1", False),  # kept, and pinned by UUID: CUDA's own order may differ from NVML's
         ]
     finally:
         ray_cluster.remove_node(node)

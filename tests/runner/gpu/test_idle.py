@@ -155,10 +155,11 @@ def test_guard_on_a_two_gpu_host_moves_the_job_off_the_busy_card_ray_assigned(fa
     card = idle.guard("box")
     assert card == idle.Card(index=1, uuid="GPU-fake-1", assigned="0", switched=True)
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-fake-1"
-    # Ray's card idle: kept as assigned, nothing switched.
+    # Ray's card idle: kept as assigned, nothing switched, and named by its UUID: Ray's "1" was matched
+    # against NVML's (PCI) order, which CUDA's fastest-first order need not share on a host of mixed cards.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     assert idle.guard("box") == idle.Card(index=1, uuid="GPU-fake-1", assigned="1", switched=False)
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-fake-1"
     # Both cards busy: refused, naming every card and why; the variable untouched.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(31337, 4 * GIB)], mem=4 * GIB), gpu(1, util=(0, 95, 90))])
