@@ -55,7 +55,7 @@ DEFAULT_METRICS: dict[str, list[tuple[str, str]]] = {
 """probe -> (table, metric) candidates in order, its answer first; the first stored wins, else jobs.wall_s."""
 METRIC_PREFERENCE = ("step_s", "s_per_step", "tok_per_s", "wall_s", "pad_fraction", "gain")
 WARN_VERSIONS = tuple(k for k in VERSION_KEYS if k != "gpu")  # a different GPU is what we compare
-NEWER_KEYS = ("code_version", "peft", "harness", "harness_sha256")
+NEWER_KEYS = ("code_version", "peft", "harness", "harness_sha256", "harness_optimizer", "harness_autocast_dtype")
 """Environment keys older jobs lack (or CPU probes, for the harness): a missing one is no difference."""
 
 

@@ -27,7 +27,10 @@ SERIES_KEYS = ("probe", "host", "checkpoint", "checkpoint_fp", "config_hash", "v
 DIMENSIONS = frozenset(
     {"seq_len", "batch_size", "num_tokens", "tokens_per_step", "length", "bucket_size", "layer", "num_sequences"}
 )
-NOT_IDENTITY = frozenset({"status", "reason", "detail", "top_kernel", "note"})
+NOT_IDENTITY = frozenset(
+    {"status", "reason", "detail", "top_kernel", "note", "attention_backends", "kernel_fallbacks", "caveat"}
+)
+"""Outcomes, not what was measured: a run that fell back to a slower kernel is the same series, slower."""
 _MEASURED = re.compile(r"_(s|ms|us|ns|bytes|per_s|pct|frac|fraction)$")
 """A unit in the name: a measurement, whatever its type, never identity."""
 _UNIT_SUFFIX = re.compile(r"_(s|ms|us|ns|bytes|per_s|pct|fraction)$")
@@ -137,12 +140,15 @@ def drift_table(
         .reset_index()
         .sort_values("finished_at", kind="stable")
     )
-    grouped = runs.groupby(series, dropna=False, sort=False)["value"]
-    runs["baseline"] = grouped.transform(lambda s: s.expanding().median().shift(1))
-    runs["num_previous"] = runs.groupby(series, dropna=False, sort=False).cumcount()
-    runs["change_pct"] = (runs["value"] - runs["baseline"]) / runs["baseline"] * 100.0
     # An unreadable spread (NaN) is no evidence of a steady value: untrusted.
     runs["trusted"] = ~above_spread_limit(runs["spread_pct"].fillna(float("inf")), max_spread_pct)
+    # The baseline is the median of earlier trusted runs only: noisy nights are no reference.
+    runs["_trusted_value"] = runs["value"].where(runs["trusted"])
+    grouped = runs.groupby(series, dropna=False, sort=False)
+    runs["baseline"] = grouped["_trusted_value"].transform(lambda s: s.expanding().median().shift(1))
+    runs["num_previous"] = grouped["_trusted_value"].transform(lambda s: s.notna().cumsum().shift(1, fill_value=0))
+    runs = runs.drop(columns="_trusted_value")
+    runs["change_pct"] = (runs["value"] - runs["baseline"]) / runs["baseline"] * 100.0
     runs["alert"] = (
         runs["trusted"] & (runs["num_previous"] >= min_previous) & (runs["change_pct"].abs() > threshold_pct)
     )

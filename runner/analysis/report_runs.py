@@ -63,11 +63,14 @@ def run_work(store, run_id: str) -> list[Work] | None:
 
 def known_runs(store, jobs: pd.DataFrame) -> list[str]:
     """Every run id the store knows (job rows and run records), oldest first: by the run's newest
-    finished_at, else the start its id names. Not by the id itself: a recorded sample's ids
+    finished_at, else when its record was written, else the start its id names. Not by the id itself: a recorded sample's ids
     (`recorded-...`) would sort after every sweep's."""
     ids = set(jobs["run_id"].astype(str)) if not jobs.empty else set()
+    recorded: dict[str, datetime] = {}  # a run that ran no job (all already stored) has its record's time
     if store.local and (Path(store.root) / RUNS).is_dir():
-        ids |= {p.stem for p in (Path(store.root) / RUNS).glob("*.json")}
+        for record in (Path(store.root) / RUNS).glob("*.json"):
+            ids.add(record.stem)
+            recorded[record.stem] = datetime.fromtimestamp(record.stat().st_mtime, tz=timezone.utc)
     finished: dict[str, datetime] = {}
     if not jobs.empty and "finished_at" in jobs:
         stamps = pd.to_datetime(jobs["finished_at"], utc=True, errors="coerce")
@@ -75,7 +78,7 @@ def known_runs(store, jobs: pd.DataFrame) -> list[str]:
             str(k): v.to_pydatetime() for k, v in stamps.groupby(jobs["run_id"].astype(str)).max().dropna().items()
         }
     oldest = datetime.min.replace(tzinfo=timezone.utc)
-    return sorted(ids, key=lambda r: (finished.get(r) or started_at(r) or oldest, r))
+    return sorted(ids, key=lambda r: (finished.get(r) or recorded.get(r) or started_at(r) or oldest, r))
 
 
 def started_at(run_id: str) -> datetime | None:

@@ -33,7 +33,7 @@ def main(args: argparse.Namespace) -> int:
     store = Store(resolve_store(args.store, args.cluster))
     if store.local and Path(store.root).is_file():  # else it reads as an empty store: "run labprobe sweep first"
         raise InputError(f"store {store.root}: is a file, not a store directory")
-    run_id = pick_run(store, store.jobs(columns=["run_id"]), run=args.run, night=args.night)
+    run_id = pick_run(store, store.jobs(columns=["run_id", "finished_at"]), run=args.run, night=args.night)
     path, text = write_report(store, run_id, path=args.out)
     print(text)
     print(f"report: {path}")

@@ -27,6 +27,8 @@ VERSION_KEYS = (
     "code_version",
     "harness",
     "harness_sha256",
+    "harness_optimizer",
+    "harness_autocast_dtype",
 )
 """Keys whose difference between compared hosts deserves a warning."""
 

@@ -307,3 +307,14 @@ def test_a_plot_path_that_cannot_be_an_image_is_one_line_exit_2(tmp_path, capsys
         err = capsys.readouterr().err.strip()
         assert "--plot" in err and needle in err and "\n" not in err
     assert not (tmp_path / "store").exists()  # refused before anything was read or written
+
+
+def test_hosts_measuring_through_another_optimizer_or_autocast_are_warned(tmp_path):
+    store = Store(tmp_path)
+    gx10 = {**ENV, "harness_optimizer": "AdamW (fused)", "harness_autocast_dtype": "torch.bfloat16"}
+    ana = {**ENV, "harness_optimizer": "SGD", "harness_autocast_dtype": "None"}
+    put(store, host="gx10", ckpt="A", run=1, values={1024: 0.1}, env=gx10)
+    put(store, host="ana-ml2", ckpt="A", run=1, values={1024: 0.14}, env=ana)
+    warnings = compare(store, "profile").warnings
+    assert any(w.startswith("harness_optimizer") and "SGD" in w for w in warnings), warnings
+    assert any(w.startswith("harness_autocast_dtype") and "bfloat16" in w for w in warnings), warnings

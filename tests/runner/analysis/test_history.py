@@ -165,3 +165,27 @@ def test_history_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, message):
     store = noisy_history(tmp_path)
     code, out, err = run_cli(capsys, *argv, "--store", str(store.root))
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1 and out == ""
+
+
+def test_noisy_nights_are_no_baseline_for_a_steady_one(tmp_path):
+    """Three untrusted nights at 0.60 s, then steady ones at 0.40 s: no alert against the noise."""
+    store = Store(tmp_path)
+    for night in range(3):
+        write_night(store, night, "gx10", 0.60 + 0.01 * night, spread_pct=25.0)
+    for night in (3, 4):
+        write_night(store, night, "gx10", 0.40)
+    drift = drift_table(store.read("carrier.carriers"), "step_s")
+    assert not drift["alert"].any()
+    steady = drift[drift["run_id"].isin(["night-3", "night-4"])].sort_values("finished_at")
+    assert steady["num_previous"].tolist() == [0, 1] and steady["baseline"].iloc[1] == pytest.approx(0.40)
+
+
+def test_a_kernel_fallback_is_the_same_series_slower_not_a_new_one(tmp_path):
+    store = noisy_history(tmp_path)
+    night = len(NOISE)
+    write_night(store, night, "gx10", BASE_STEP_S["gx10"] * 2)
+    frame = store.read("carrier.carriers").sort_values("finished_at").reset_index(drop=True)  # the slow night last
+    frame["attention_backends"] = ["flash"] * (len(frame) - 1) + ["math"]
+    frame["kernel_fallbacks"] = [None] * (len(frame) - 1) + ["chunk_gated_delta_rule (flash-linear-attention)"]
+    alerts = drift_table(frame, "step_s")
+    assert alerts[alerts["alert"]]["run_id"].tolist() == [f"night-{night}"]
