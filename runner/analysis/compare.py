@@ -33,6 +33,7 @@ import pandas as pd
 
 from probes.result import InputError
 from runner.analysis.drift import (
+    DIMENSIONS,
     SPREAD_LIMIT_PCT,
     above_spread_limit,
     is_spread_column,
@@ -87,6 +88,7 @@ def compare(
 ) -> Comparison:
     table, metric = _choose(store, probe, table, metric)
     extra = [metric] if table == "jobs" else ["summary_json"] if table == SUMMARY else []
+    extra += ["config_json"] if "config_json" in (store.columns("jobs") or ()) else []
     jobs = _latest_ok_jobs(store, probe, extra=extra)
     if jobs.empty:
         raise InputError(f"{store.root}: no ok jobs of probe {probe!r} stored")
@@ -109,7 +111,8 @@ def compare(
         raise InputError(f"--baseline: host {baseline!r} has no rows (hosts: {', '.join(hosts)})")
     dims = _label_columns(rows, metric)
     cells = _cells(rows, metric, dims)
-    warnings = _fingerprint_warnings(rows) + _version_warnings(jobs) + _spread_warnings(rows, cells, dims)
+    warnings = _fingerprint_warnings(rows) + _config_warnings(jobs, dims, hosts) + _version_warnings(jobs)
+    warnings += _spread_warnings(rows, cells, dims)
     gpus = {h: _env(jobs[jobs["host"] == h]).get("gpu", "") for h in hosts}
     return Comparison(
         probe=probe,
@@ -237,7 +240,9 @@ def _label_columns(rows: pd.DataFrame, metric: str) -> list[str]:
     for col in candidates:
         if not rows.duplicated(["job_id", *dims]).any():
             break
-        if rows.groupby("job_id")[col].nunique().max() > 1 and _aligned(rows, col):
+        # a shape (seq_len...) always tells rows apart, aligned or not: one host's missing length must not pool
+        # the other's lengths into one median; another label only where every host shows the same values
+        if rows.groupby("job_id")[col].nunique().max() > 1 and (col in DIMENSIONS or _aligned(rows, col)):
             dims.append(col)
     if rows.groupby(["host", "checkpoint"])["config_hash"].nunique().max() > 1:
         dims.append("config_hash")
@@ -318,6 +323,24 @@ def _fingerprint_warnings(rows: pd.DataFrame) -> list[str]:
         if part["checkpoint_fp"].nunique() > 1:
             seen = ", ".join(f"{h} {fp}" for h, fp in zip(part["host"], part["checkpoint_fp"]))
             out.append(f"checkpoint {ckpt}: fingerprints differ across hosts ({seen}): not the same checkpoint")
+    return out
+
+
+def _config_warnings(jobs: pd.DataFrame, dims: list[str], hosts: list[str]) -> list[str]:
+    """A checkpoint whose hosts ran different probe configs: the fields that differ, named, since a ratio of
+    another seq_len or harness is no host's difference (steps or processes only change the effort)."""
+    if "config_json" not in jobs or "config_hash" in dims:
+        return []
+    out = []
+    for ckpt, part in jobs.groupby("checkpoint"):
+        if part["config_hash"].nunique() < 2:
+            continue
+        found = {h: json.loads(c or "{}") for h, c in zip(part["host"], part["config_json"])}
+        configs = {h: found[h] for h in hosts if h in found}  # in the comparison's host order
+        keys = sorted({k for c in configs.values() for k in c})
+        differ = [k for k in keys if len({json.dumps(c.get(k), sort_keys=True) for c in configs.values()}) > 1]
+        shown = "; ".join(f"{k}: " + ", ".join(f"{h} {configs[h].get(k)}" for h in configs) for k in differ[:4])
+        out.append(f"checkpoint {ckpt}: hosts ran different configs ({shown}): not the same work where these change it")
     return out
 
 

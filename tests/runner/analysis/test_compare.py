@@ -35,6 +35,7 @@ def put(
     spread_pct: float = 0.5,
     env: dict | None = None,
     status: str = "ok",
+    config: dict | None = None,
 ) -> None:
     key = JobKey(
         run_id=f"r{run}",
@@ -43,7 +44,7 @@ def put(
         host=host,
         checkpoint=ckpt,
         checkpoint_fp=fp,
-        config_hash="c1",
+        config_hash="c1" if config is None else f"c-{sorted(config.items())}",
         code_version="v",
         finished_at=T0 + timedelta(hours=run),
     )
@@ -62,7 +63,7 @@ def put(
         started_at=key.finished_at,
         wall_s=1.0,
         summary={},
-        config={},
+        config=config or {},
         env=env or ENV,
         plan="nightly",
     )
@@ -318,3 +319,23 @@ def test_hosts_measuring_through_another_optimizer_or_autocast_are_warned(tmp_pa
     warnings = compare(store, "profile").warnings
     assert any(w.startswith("harness_optimizer") and "SGD" in w for w in warnings), warnings
     assert any(w.startswith("harness_autocast_dtype") and "bfloat16" in w for w in warnings), warnings
+
+
+def test_a_length_one_host_lacks_is_a_row_of_its_own_not_pooled(tmp_path):
+    """gx10 measured 1024 and 2048, ana-ml2 only 1024 (it ran out of memory at 2048): the same speed."""
+    store = Store(tmp_path)
+    put(store, host="gx10", ckpt="A", run=1, values={1024: 0.10, 2048: 0.20})
+    put(store, host="ana-ml2", ckpt="A", run=1, values={1024: 0.10})
+    rows = {r["group"]: r for r in compare(store, "profile").rows}
+    assert rows["seq_len=1024"]["ratios"]["ana-ml2"] == pytest.approx(1.0)
+    assert rows["seq_len=2048"]["values"] == {"gx10": 0.20}
+
+
+def test_hosts_that_ran_different_configs_are_warned_naming_the_fields(tmp_path):
+    store = Store(tmp_path)
+    put(store, host="gx10", ckpt="A", run=1, values={1024: 0.9}, config={"seq_len": 2048, "steps": 10})
+    put(store, host="ana-ml2", ckpt="A", run=1, values={1024: 0.4}, config={"seq_len": 4096, "steps": 10})
+    [warning] = [w for w in compare(store, "profile").warnings if "different configs" in w]
+    assert warning.startswith(
+        "checkpoint A: hosts ran different configs (seq_len: ana-ml2 4096, gx10 2048)"
+    )  # host order
