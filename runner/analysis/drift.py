@@ -122,6 +122,8 @@ def drift_table(
     missing = [c for c in by if c not in frame.columns]
     if missing:
         raise InputError(f"--by: no column {missing[0]!r} in this table")
+    if "variant" in frame.columns and "variant" not in by:  # variants are different work: never one series
+        by.append("variant")
     series = [c for c in SERIES_KEYS if c in frame.columns] + [c for c in by if c not in SERIES_KEYS]
     spread = spread_column(frame.columns, metric)
     work = frame[series + ["run_id", "finished_at", metric] + ([spread] if spread else [])].copy()

@@ -12,6 +12,7 @@ import statistics
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from runner import cli
@@ -189,3 +190,12 @@ def test_a_kernel_fallback_is_the_same_series_slower_not_a_new_one(tmp_path):
     frame["kernel_fallbacks"] = [None] * (len(frame) - 1) + ["chunk_gated_delta_rule (flash-linear-attention)"]
     alerts = drift_table(frame, "step_s")
     assert alerts[alerts["alert"]]["run_id"].tolist() == [f"night-{night}"]
+
+
+def test_variants_stay_separate_series_whatever_by_says(tmp_path):
+    store = noisy_history(tmp_path)
+    frame = store.read("carrier.carriers")
+    frame = pd.concat([frame.assign(variant="baseline"), frame.assign(variant="compile", step_s=frame["step_s"] * 0.6)])
+    drift = drift_table(frame, "step_s", by=["seq_len"])
+    assert not drift["alert"].any() and "variant" in drift.attrs["by"]
+    assert set(drift.groupby(["host", "variant"]).size()) == {len(NOISE)}
