@@ -11,7 +11,7 @@ from probes.result import InputError
 from runner.analysis import answers, plots
 from runner.analysis.answers import ProbeAnswers
 from runner.analysis.drift import default_metric, describe_alert, drift_table, spread_column
-from runner.analysis.report_runs import Work, run_work
+from runner.analysis.report_runs import Work, run_hosts, run_work
 from runner.store.store import JOB, Store, latest
 
 
@@ -50,7 +50,13 @@ def collect(
     names = [n for n in store.table_names() if n != "jobs"]
     for name in names:
         histories[name] = store.read(name, jobs=all_jobs)
-    found = answers.build(all_jobs, lambda name, runs: histories.get(name, pd.DataFrame()), run_id, work=work)
+    found = answers.build(
+        all_jobs,
+        lambda name, runs: histories.get(name, pd.DataFrame()),
+        run_id,
+        work=work,
+        host_order=run_hosts(store, run_id),  # the sweep's baseline host, as its end-of-run text had it
+    )
     shown = _shown_jobs(all_jobs, found)
     for name in names:
         history = histories[name]

@@ -29,7 +29,7 @@ Work = tuple[str, str, str, str]
 """(probe, host, checkpoint, config_hash): what answers.WORK_KEY names."""
 
 
-def write_run(store, run_id: str, *, plan: str, work: list[Work]) -> Path | None:
+def write_run(store, run_id: str, *, plan: str, work: list[Work], hosts: list[str] | None = None) -> Path | None:
     """Record a sweep's plan and work (local stores only; -> the file, or None). A record that cannot
     be written is a warning: the sweep's results matter more than its report."""
     if not store.local:
@@ -38,6 +38,8 @@ def write_run(store, run_id: str, *, plan: str, work: list[Work]) -> Path | None
     path = folder / f"{run_id}.json"
     tmp = folder / f".{path.name}.tmp-{os.getpid()}"
     record = {"run_id": run_id, "plan": plan, "work": [list(w) for w in dict.fromkeys(work)]}
+    if hosts:  # the cluster's host order: the report's baseline host is the sweep's
+        record["hosts"] = list(hosts)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         tmp.write_text(json.dumps(record) + "\n", encoding="utf-8")
@@ -46,6 +48,17 @@ def write_run(store, run_id: str, *, plan: str, work: list[Work]) -> Path | None
         logging.getLogger("labprobe").warning(f"{path}: run record not written ({exc}); its report shows its own jobs")
         return None
     return path
+
+
+def run_hosts(store, run_id: str) -> list[str] | None:
+    """The host order the sweep of `run_id` used (its cluster's), when its record says it."""
+    if not store.local:
+        return None
+    try:
+        hosts = json.loads((Path(store.root) / RUNS / f"{run_id}.json").read_text(encoding="utf-8")).get("hosts")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return [str(h) for h in hosts] if isinstance(hosts, list) else None
 
 
 def run_work(store, run_id: str) -> list[Work] | None:

@@ -148,7 +148,7 @@ def _main(args: argparse.Namespace) -> int:
             out.flush()
             os._exit(1)
 
-        write_run(store, run_id, plan=args.plan, work=work)  # what `labprobe report --run` shows for it
+        write_run(store, run_id, plan=args.plan, work=work, hosts=hosts)  # what `labprobe report --run` shows
         counts = run_sweep(
             cluster=cluster,
             store=store,

@@ -441,3 +441,29 @@ def test_checkpoints_sharing_a_tokenizer_are_one_answer_row_and_their_rows_still
     assert [a.checkpoint for a in section.answers] == ["qwen3-0.6b, qwen3-4b"]
     assert len(data.tables["padding.strategies"]) == 8
     assert "<img" in report_plots.comparisons_html(data, lambda fig, alt: "<img>")
+
+
+def test_the_report_takes_the_baseline_host_the_sweep_took(tmp_path):
+    """The sweep's end-of-run text gives ratios to the cluster's first host; its report does the same
+    (the run's record keeps that order), not to the alphabetically first."""
+    from runner.analysis.report_data import collect
+    from runner.analysis.report_runs import run_hosts, write_run
+
+    store = build_lab_store(tmp_path / "results")
+    last = f"night-{NUM_NIGHTS - 1}"
+    jobs = store.jobs()
+    work = list(
+        jobs[jobs["run_id"] == last][["probe", "host", "checkpoint", "config_hash"]].itertuples(index=False, name=None)
+    )
+    write_run(store, last, plan="nightly", work=work, hosts=["gx10", "ana-ml2", "h200-a"])
+    assert run_hosts(store, last) == ["gx10", "ana-ml2", "h200-a"]
+    data = collect(store, last, threshold_pct=3.0, max_spread_pct=2.0)
+    carrier = next(a for a in data.answers if a.probe == "carrier")
+    assert carrier.baseline == "gx10"
+    write_run(store, last, plan="nightly", work=work)  # a record of before: no order, as it was
+    assert (
+        next(
+            a for a in collect(store, last, threshold_pct=3.0, max_spread_pct=2.0).answers if a.probe == "carrier"
+        ).baseline
+        == "ana-ml2"
+    )
