@@ -147,7 +147,12 @@ def verdict(
             f"utilisation >= {t.util_pct:g}% in {len(hot)} of {len(sample.util_pct)} "
             f"samples over {t.window_s:g} s (max {max(hot):g}%)"
         )
-    if newest is not None and newest.age_s < t.runs_fresh_min * 60:
+    if newest is not None and newest.age_s < -60:  # a clock ahead (NFS, an untarred run): said, still not idle
+        causes.append(
+            f"{newest.path} is dated {_ago(-newest.age_s)} in the future (a clock ahead of this host's?): "
+            "taken as a run writing until then"
+        )
+    elif newest is not None and newest.age_s < t.runs_fresh_min * 60:
         causes.append(f"{newest.path} changed {_ago(newest.age_s)} ago (< {t.runs_fresh_min:g} min: a run is writing)")
     notes = _notes(sample)
     if causes:

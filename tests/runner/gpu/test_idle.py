@@ -211,3 +211,9 @@ def test_thresholds_from_cluster_overrides():
     t = Thresholds.from_cluster(IdleThresholds(max_util_pct=50, max_mem_used_mib=512, runs_quiet_min=30))
     assert t == Thresholds(util_pct=50.0, mem_used_bytes=512 * 2**20, runs_fresh_min=30.0)
     assert Thresholds.from_cluster(None) == Thresholds()
+
+
+def test_a_file_dated_in_the_future_keeps_the_card_busy_and_says_why():
+    future = FileAge("/runs/exp1/trainer_state.json", -3 * 86400.0)
+    word, reason = verdict(sample(), newest=future, runs_dir="/runs", thresholds=T)
+    assert word == "busy" and "is dated 3.0 d in the future (a clock ahead of this host's?)" in reason
