@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pwd
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -352,12 +353,23 @@ def guard(host: str, *, runs_dir: str | None = None, thresholds: Thresholds | No
     readings = read_local(host, runs_dir=runs_dir, thresholds=thresholds)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     card = pick_card(host, readings, visible)
+    if card.switched and _cuda_started():  # `sweep --inline`: CUDA read the variable once, at its start
+        raise GpuBusyError(
+            f"{host}: CUDA_VISIBLE_DEVICES={visible!r} reads busy and this process already runs CUDA there: "
+            f"moving to GPU {card.index} needs a new process (a sweep without --inline starts one a job)"
+        )
     # An index Ray set was matched against NVML's (PCI) order; CUDA reads it fastest-first, which on a host
     # of mixed cards is another card: pinned to the UUID, the job runs on the card that was judged.
     by_index = visible is not None and card.uuid and visible.split(",")[0].strip() != card.uuid
     if card.switched or by_index or (visible is None and not os.environ.get(FAKE_ENV)):
         os.environ["CUDA_VISIBLE_DEVICES"] = card.uuid or str(card.index)
     return card
+
+
+def _cuda_started() -> bool:
+    """Whether this process already initialised CUDA (then CUDA_VISIBLE_DEVICES no longer moves it)."""
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized())
 
 
 def describe(host: str, readings: list[GpuReading]) -> str:

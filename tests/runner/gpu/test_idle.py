@@ -217,3 +217,16 @@ def test_a_file_dated_in_the_future_keeps_the_card_busy_and_says_why():
     future = FileAge("/runs/exp1/trainer_state.json", -3 * 86400.0)
     word, reason = verdict(sample(), newest=future, runs_dir="/runs", thresholds=T)
     assert word == "busy" and "is dated 3.0 d in the future (a clock ahead of this host's?)" in reason
+
+
+def test_a_process_already_running_cuda_is_not_switched_but_refused(fake_nvml_dir, monkeypatch):
+    """`sweep --inline`: CUDA read CUDA_VISIBLE_DEVICES when it started; setting it again moves nothing."""
+    import types
+
+    started = types.SimpleNamespace(cuda=types.SimpleNamespace(is_initialized=lambda: True))
+    monkeypatch.setitem(sys.modules, "torch", started)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(31337, 4 * GIB)], mem=4 * GIB), gpu(1)])
+    with pytest.raises(GpuBusyError, match=r"box: CUDA_VISIBLE_DEVICES='0' reads busy and this process already runs"):
+        idle.guard("box")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
