@@ -17,7 +17,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from runner.gpu.idle import GpuBusyError, Thresholds
+from runner.gpu.idle import GpuBusyError, GpuMisconfiguredError, Thresholds
 from runner.gpu.idle import guard as idle_guard
 from runner.hosts.jobenv import collect_env, harness_env
 from runner.hosts.nodes import GPU_SLOT, HOST_LABEL, node_host, one_line, pinned
@@ -39,6 +39,8 @@ class Outcome:
     checkpoint_fp: str = ""
     started_at: datetime = dataclasses.field(default_factory=lambda: datetime.now(timezone.utc))
     wall_s: float = 0.0
+    misconfigured: bool = False
+    """refused: the job's GPU assignment names no card NVML sees; waiting will not clear it."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -58,7 +60,8 @@ def execute(job: Job, *, deadline: float | None = None, guard: GpuGuard | None =
         try:
             idle_guard(job.host, runs_dir=guard.runs_dir, thresholds=guard.thresholds)
         except GpuBusyError as exc:
-            return Outcome(status="refused", reason=str(exc), started_at=started)
+            wrong = isinstance(exc, GpuMisconfiguredError)
+            return Outcome(status="refused", reason=str(exc), started_at=started, misconfigured=wrong)
     t0 = time.perf_counter()
     env: dict[str, str] = {}
     try:

@@ -243,7 +243,10 @@ class Dispatch:
     def _handle(self, job: Job, outcome: Outcome) -> None:
         if outcome.status == "refused":  # the card turned busy between placement and start
             self.waiting[job.job_id] = outcome.reason
-            self.placer.refused(job.host, outcome.reason)
+            if outcome.misconfigured:  # unreadable until the deadline, however idle placement reads it
+                self.placer.misconfigured(job.host, outcome.reason)
+            else:
+                self.placer.refused(job.host, outcome.reason)
             self.gpu_queue.appendleft(job)
             return
         self.record(job, outcome)

@@ -62,6 +62,7 @@ class GpuPlacer:
         self._next_at: dict[str, float] = {}
         self._reasons: dict[str, str] = {}
         self._unreadable: set[str] = set()
+        self._misconfigured: dict[str, str] = {}
 
     def try_place(
         self, host: str, *, runs_dir: str | None = None, thresholds: Thresholds | None = None
@@ -75,6 +76,9 @@ class GpuPlacer:
             return False, (
                 f"{host}: backing off for {self._next_at[host] - now:.0f} s more (last: {self._reasons.get(host, '')})"
             )
+        if host in self._misconfigured:  # a job found its GPU assignment names no card: reading idle won't fix it
+            self.refused(host, self._misconfigured[host], unreadable=True)
+            return False, self._misconfigured[host]
         kind, reason = self._judge(host, runs_dir, thresholds)
         if kind == "idle":
             self._failures.pop(host, None)
@@ -111,6 +115,12 @@ class GpuPlacer:
     def reason(self, host: str) -> str:
         """Why `host` was last refused ("" when it was not): the reason a skipped job records."""
         return self._reasons.get(host, "")
+
+    def misconfigured(self, host: str, reason: str) -> None:
+        """A job on `host` found its GPU assignment names no card NVML sees: the host counts as unreadable
+        (a misconfiguration, exit 1 at the end) and is not placed again on an idle reading."""
+        self._misconfigured[host] = reason
+        self.refused(host, reason, unreadable=True)
 
     def unreadable(self, host: str) -> bool:
         """True when the last look at `host` could not read its GPUs (not: found them busy)."""

@@ -44,6 +44,10 @@ class GpuBusyError(RuntimeError):
     """A GPU job refusing to start on a busy card; str(e) is the reason."""
 
 
+class GpuMisconfiguredError(GpuBusyError):
+    """The job's CUDA_VISIBLE_DEVICES names no card NVML sees (MIG UUIDs, a typo): no wait will clear it."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Thresholds:
     util_pct: float = 10.0
@@ -331,7 +335,7 @@ def pick_card(host: str, readings: list[GpuReading], visible_env: str | None) ->
     wanted = [w.strip() for w in (visible_env or "").split(",") if w.strip()]
     assigned = [r for w in wanted[:1] for r in gpus if w in (str(r.index), r.uuid)]
     if visible_env is not None and not assigned:
-        raise GpuBusyError(f"{host}: CUDA_VISIBLE_DEVICES={visible_env!r} names no GPU that NVML sees")
+        raise GpuMisconfiguredError(f"{host}: CUDA_VISIBLE_DEVICES={visible_env!r} names no GPU that NVML sees")
     if assigned and assigned[0].verdict == "idle":
         return Card(index=assigned[0].index, uuid=assigned[0].uuid, assigned=visible_env, switched=False)
     idle = [r for r in gpus if r.verdict == "idle"]

@@ -223,3 +223,27 @@ def test_gpu_job_on_a_two_gpu_host_runs_on_the_idle_card_whichever_ray_assigned(
         ]
     finally:
         ray_cluster.remove_node(node)
+
+
+def test_a_gpu_assignment_naming_no_card_is_unreadable_until_the_deadline_not_retried_on_idle(
+    fake_nvml_dir, monkeypatch
+):
+    """The job's guard finds CUDA_VISIBLE_DEVICES names no card NVML sees (MIG UUIDs): the placer's own
+    idle reading must not start job after job all night, and the skip at the deadline is unreadable."""
+    from runner.dispatch.launch import GpuGuard, execute
+    from runner.lab.plan import Job
+
+    write_fake(fake_nvml_dir, "gpu-m", [])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-4f2a")
+    job = Job(
+        plan="p", entry=0, probe="carrier", checkpoint="c", host="gpu-m", corpus=None, config={}, config_hash="h",
+        gpu=True, paths={}, job_id="j",
+    )  # fmt: skip
+    outcome = execute(job, guard=GpuGuard(runs_dir=None, thresholds=None))
+    assert outcome.status == "refused" and outcome.misconfigured and "names no GPU that NVML sees" in outcome.reason
+    clock, read = Clock(), Script(**{"gpu-m": ["idle"] * 5})
+    placer = GpuPlacer(deadline=None, backoff_s=(2,), clock=clock, read=read)
+    placer.misconfigured("gpu-m", outcome.reason)
+    clock.now = placer.next_attempt_at("gpu-m")
+    assert placer.try_place("gpu-m") == (False, outcome.reason) and placer.unreadable("gpu-m")
+    assert read.num_reads == 0
