@@ -229,10 +229,11 @@ def run(config: Config) -> ProbeResult:
         "priced_with": f"{_batching(best)}, " + (f"stack {stack.stack}" if stack else "the harness as it is"),
     }
     cut = data.length[data.length > config.max_length]
+    lost = int((cut - config.max_length).sum())
     summary |= {  # what --max-length cuts off: tokens no strategy prices and no job trains
         "truncated_samples": int(cut.size),
-        "truncated_tokens": int((cut - config.max_length).sum()),
-        "truncated_tokens_pct": 100 * float((cut - config.max_length).sum()) / max(1, int(data.length.sum())),
+        "truncated_tokens": lost,
+        "truncated_tokens_pct": 100 * lost / max(1, int(data.length.sum())),
     }
     found = checks(rows, model, given=config.profile is None)
     if stack:

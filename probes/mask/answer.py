@@ -38,7 +38,8 @@ def figures(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> tup
     # the fast path is the maskless is_causal call (flash eligibility is the `fast_path` column's own matter)
     lost = full["mask"].astype(str) != "none" if "mask" in full else ~_flag(full, "fast_path")
     slow = full[lost]["layer"].tolist()
-    leaks = layers[_flag(layers, "cross_sequence")]["layer"].tolist()
+    leaking = layers[_flag(layers, "cross_sequence")]
+    leaks = leaking["layer"].tolist()
     row = {
         "seq_len": config.get("seq_len"),
         "padding": config.get("padding"),
@@ -55,7 +56,7 @@ def figures(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> tup
             f"padding {config['padding']}: the batch needs an explicit mask, so full layers lose "
             "the fast path by design"
         )
-    kinds = set(layers[_flag(layers, "cross_sequence")]["kind"].fillna("softmax")) if "kind" in layers else {"softmax"}
+    kinds = set(leaking["kind"].fillna("softmax")) if "kind" in layers else {"softmax"}
     if leaks and "softmax" in kinds and config.get("use_cache") is not False:
         notes.append(
             "packed with use_cache=True: a cache turns packing detection off; use_cache=False keeps the "

@@ -211,6 +211,7 @@ def _checks(scaling: list[ScalingRow], prof: kernels.Profile | None, step_wall_s
     launch = [r.seq_len for r in scaling if r.launch_bound]
     errors = [r.heldout_err_pct for r in scaling if r.in_fit and r.heldout_err_pct is not None]
     noisy = [r.seq_len for r in scaling if r.status == "ok" and not r.launch_bound and r.spread_pct > 2]
+    measured = any(r.status == "ok" for r in scaling)
     checks = [
         Check(
             name="fit_has_3_points",
@@ -228,10 +229,8 @@ def _checks(scaling: list[ScalingRow], prof: kernels.Profile | None, step_wall_s
         ),
         Check(
             name="spread_le_2pct",
-            ok=not noisy and any(r.status == "ok" for r in scaling),
-            detail=f"GPU-bound lengths above 2%: {noisy}"
-            if any(r.status == "ok" for r in scaling)
-            else "no length measured",
+            ok=measured and not noisy,
+            detail=f"GPU-bound lengths above 2%: {noisy}" if measured else "no length measured",
         ),
     ]
     if prof is not None:

@@ -49,17 +49,14 @@ def adapter_name(name: str) -> str:
     return name.replace("_orig_mod.", "")
 
 
-def perturb_lora_b(model: torch.nn.Module, seed: int) -> int:
+def perturb_lora_b(model: torch.nn.Module, seed: int) -> None:
     """Every trainable LoRA B drawn from N(0, PROBE_B_STD^2), in name order from one seeded generator:
-    the same values in every process. Returns how many were drawn (0: no `lora_B` in the model)."""
+    the same values in every process."""
     generator = torch.Generator().manual_seed(seed)
-    drawn = 0
     with torch.no_grad():
         for name, p in sorted(((adapter_name(n), p) for n, p in model.named_parameters()), key=lambda x: x[0]):
             if p.requires_grad and ".lora_B." in name:
                 p.copy_(torch.randn(p.shape, generator=generator) * PROBE_B_STD)
-                drawn += 1
-    return drawn
 
 
 def probe_gradients(step, model: torch.nn.Module) -> tuple[float, dict[str, torch.Tensor]]:

@@ -62,11 +62,16 @@ class Timings:
         return _spread(list(self.window_s))
 
     @property
+    def all_timed_s(self) -> tuple[float, ...]:
+        """Every timed step after the configured warm-up (the extension included)."""
+        start = self.num_warmup if self.num_warmup_configured is None else self.num_warmup_configured
+        return self.raw_s[start:]
+
+    @property
     def spread_all(self) -> float:
         """(max - min) / median over every timed step after the configured warm-up: not biased low
         by the choice of a quiet window."""
-        start = self.num_warmup if self.num_warmup_configured is None else self.num_warmup_configured
-        return _spread(list(self.raw_s[start:]))
+        return _spread(list(self.all_timed_s))
 
     @property
     def iqr(self) -> float:
@@ -81,8 +86,7 @@ class Timings:
     def mean_all_s(self) -> float:
         """Mean of every timed step after the configured warm-up (extension included): what a job that runs
         many such steps pays a step, its slow ones too (a sum of steps is priced from means, not medians)."""
-        start = self.num_warmup if self.num_warmup_configured is None else self.num_warmup_configured
-        return statistics.fmean(self.raw_s[start:])
+        return statistics.fmean(self.all_timed_s)
 
     @property
     def trustworthy(self) -> bool:

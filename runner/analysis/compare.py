@@ -88,7 +88,6 @@ def compare(
 ) -> Comparison:
     table, metric = _choose(store, probe, table, metric)
     extra = [metric] if table == "jobs" else ["summary_json"] if table == SUMMARY else []
-    extra += ["config_json"] if "config_json" in (store.columns("jobs") or ()) else []
     jobs = _latest_ok_jobs(store, probe, extra=extra)
     if jobs.empty:
         raise InputError(f"{store.root}: no ok jobs of probe {probe!r} stored")
@@ -145,6 +144,7 @@ def _latest_ok_jobs(store: Store, probe: str, extra: list[str] = ()) -> pd.DataF
     when that run is ok. Only the columns needed are read."""
     columns = JOB_READ_COLUMNS + [c for c in extra if c not in JOB_READ_COLUMNS]
     have = store.columns("jobs")
+    columns += ["config_json"] if "config_json" in (have or ()) else []  # older stores lack it: no config warning
     missing = [c for c in columns if have and c not in have]
     if missing:
         raise InputError(f"--metric: no column {missing[0]!r} in the jobs table (numeric: wall_s)")

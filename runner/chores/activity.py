@@ -15,7 +15,7 @@ import time
 from runner.chores.fstree import is_inside, readable, walk_tree
 
 
-def writers(folders: list[str], proc: str = "/proc") -> dict[str, list[str]]:
+def users(folders: list[str], proc: str = "/proc") -> dict[str, list[str]]:
     """Folder -> `pid N (command) writes|reads|maps|works in PATH` for each process of this host using a file
     under it now: open for writing or reading (an eval or a resume loading shards one by one), mapped
     (safetensors loads by mmap, then may close the fd), or its working directory. This process excepted."""
@@ -92,7 +92,7 @@ def training_reasons(run_path: str, quiet_s: float) -> list[str]:
     """Both signs for one run, read now (the check right before a rename)."""
     tree = walk_tree(run_path, "run", index_only=True)
     reasons = [quiet_reason(max(tree.newest(), _own_change(run_path)), quiet_s)]
-    open_now = writers([run_path]).get(run_path, [])
+    open_now = users([run_path]).get(run_path, [])
     if open_now:
         reasons.append(in_use_reason(open_now))
     return [r for r in reasons if r]

@@ -229,7 +229,7 @@ def _set_aside(root_fd: int, row: ActionRow, quiet_s: float) -> _Aside:
         # A file opened before the rename is still written through its fd: asked first, then the
         # listing (a write finished before this question shows in it).
         aside_path = os.path.join(os.path.dirname(row.real_path), moved)
-        open_now = activity.writers([aside_path]).get(aside_path, [])
+        open_now = activity.users([aside_path]).get(aside_path, [])
         if open_now or walk_tree(aside_path, CHECKPOINTS).fingerprint() != row.listing_sha256:
             _back_or_explain(run_fd, holder, "checkpoints/ changed between the last check and the rename")
             why = f"in use: {open_now[0]}" if open_now else "changed between the last check and the rename"

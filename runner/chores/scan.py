@@ -128,8 +128,8 @@ class RootIndex:
     """(st_dev, st_ino) of the folder shown at each of those mount points -> the mount point."""
     newest_ns: dict[str, int] = dataclasses.field(default_factory=dict)
     """Entry directly under the root -> its newest mtime (ns) at or under it."""
-    writers: dict[str, list[str]] = dataclasses.field(default_factory=dict)
-    """Run path -> the processes using a file under it (runner.chores.activity.writers)."""
+    users: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    """Run path -> the processes using a file under it (runner.chores.activity.users)."""
     bases: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
     """(config's path from the root, the base it names, that base's real path) of every adapter or merged
     model config under a run naming a local base: an adapter trained on a checkpoint loads on top of it."""
@@ -171,7 +171,7 @@ def index_root(root: str) -> RootIndex:
         mounts=mounts,
         mounted_dirs=mounted,
         newest_ns=trees[0][1].newest_ns,
-        writers=activity.writers(runs),
+        users=activity.users(runs),
         bases=[b for run in runs for b in _named_bases(root, run)],
     )
 
@@ -265,7 +265,7 @@ def _aside_reason(asides: list[str]) -> str:
 
 def _training_reasons(run_path: str, name: str, index: RootIndex) -> list[str]:
     quiet = activity.quiet_reason(index.newest_ns.get(name, 0), index.quiet_s)
-    open_now = index.writers.get(run_path, [])
+    open_now = index.users.get(run_path, [])
     return ([quiet] if quiet else []) + ([activity.in_use_reason(open_now, _MAX_LISTED)] if open_now else [])
 
 

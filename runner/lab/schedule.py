@@ -118,8 +118,8 @@ def line(entry: Entry, folder: Path) -> str:
     """The crontab line for `entry`: fixed words, labprobe's own paths quoted, the hex id. cron turns a
     `%` into a newline even inside quotes, so a path holding one is refused."""
     run = [*labprobe_command(), "schedule", "run", "--entries", str(folder), entry.id]
-    if any("%" in word for word in run):
-        bad = next(word for word in run if "%" in word)
+    bad = next((word for word in run if "%" in word), None)
+    if bad is not None:
         raise InputError(f"{bad}: a '%' in a path breaks a crontab line (cron reads it as a newline); move it")
     return f"{entry.cron} {shlex.join(run)}"
 
