@@ -32,6 +32,7 @@ from runner.chores import activity
 from runner.chores.fstree import (
     DIR_FLAGS,
     UNVERIFIABLE,
+    is_inside,
     readable,
     remove_tree,
     rename_noreplace,
@@ -69,6 +70,16 @@ def adapter_digests(run_path: str) -> dict[str, str] | None:
     adapter/ that is a link to no directory (dangling once what it led to is set aside) is an
     adapter that could not be read, not a run without one."""
     adapter = os.path.join(run_path, ADAPTER)
+    root = os.path.realpath(os.path.dirname(run_path))
+    if os.path.islink(adapter) and os.path.isdir(adapter) and not is_inside(os.path.realpath(adapter), root):
+        # Not walked: `adapter -> /` would hash the machine. Such a run is refused (scan's adapter checks);
+        # its link text is its digest, so the link moved or left dangling shows. A link within the runs
+        # root is walked as before: its bytes are what another run's checkpoints/ may hold.
+        try:
+            text = readable(os.readlink(adapter))
+        except OSError as exc:  # replaced meanwhile: unverifiable all the same, never a crash
+            text = f"unreadable: {exc.strerror or exc}"
+        return {"": f"{UNVERIFIABLE}adapter/ is a symlink to a directory (-> {text})"}
     if os.path.isdir(adapter):
         return tree_digests(adapter)
     return {"": f"{UNVERIFIABLE}adapter/ is a symlink to no directory"} if os.path.islink(adapter) else None

@@ -30,7 +30,7 @@ import stat
 
 from probes.result import InputError
 from runner.chores import activity
-from runner.chores.fstree import Tree, is_inside, link_trail, readable, walk_tree
+from runner.chores.fstree import READ_FLAGS, Tree, is_inside, link_trail, readable, walk_tree
 from runner.chores.mounts import mount_points_under, read_mounts
 from runner.chores.weights import weights_reasons
 
@@ -186,6 +186,8 @@ def _named_bases(root: str, run: str) -> list[tuple[str, str, str]]:
     (a loader resolves a relative one from its own working directory: any of them may be it)."""
     out = []
     for top in (ADAPTER, "merged"):
+        if os.path.islink(os.path.join(run, top)):  # walked, a link to `/` would walk the machine (refused anyway)
+            continue
         for folder, dirs, files in os.walk(os.path.join(run, top), followlinks=False):
             dirs.sort()
             for name in sorted(n for n in files if n in ("adapter_config.json", "config.json")):
@@ -198,14 +200,21 @@ def _named_bases(root: str, run: str) -> list[tuple[str, str, str]]:
 
 
 def _config_text(path: str) -> dict:
-    """A config's JSON object, or {} when it is not one (its loadability is weights.py's to judge)."""
+    """A config's JSON object, or {} when it is not one (its loadability is weights.py's to judge). Read as
+    weights.py reads: never through a link, never blocking on a FIFO, only a regular file, and no more
+    than _MAX_CONFIG_BYTES (a `config.json -> /dev/zero` would never end)."""
     try:
-        if os.path.getsize(path) > _MAX_CONFIG_BYTES:
-            return {}
-        with open(path, "rb") as handle:
-            found = json.loads(handle.read().decode("utf-8"))
-    except (OSError, ValueError):
+        fd = os.open(path, READ_FLAGS)
+    except OSError:
         return {}
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return {}
+            data = handle.read(_MAX_CONFIG_BYTES + 1)
+            found = json.loads(data.decode("utf-8")) if len(data) <= _MAX_CONFIG_BYTES else {}
+        except (OSError, ValueError):
+            return {}
     return found if isinstance(found, dict) else {}
 
 

@@ -460,3 +460,19 @@ def test_non_utf8_run_names_are_planned_deleted_shown_and_stored_readably(ray_cl
     assert not (odd_lab["root"] / os.fsdecode(b"r\xff\xfe-lora") / "checkpoints").exists()
     assert (odd_lab["root"] / os.fsdecode(b"late-\x80") / "checkpoints").is_dir()
     assert set(Store(odd_lab["store"]).jobs()["status"]) == {"ok"}
+
+
+def test_configs_read_for_their_base_never_block_never_run_forever_and_never_walk_a_link(tmp_path):
+    """The configs read for a base under checkpoints/: a FIFO named config.json and one linked to /dev/zero
+    are neither hung on nor read for ever; an adapter/ that is a link to `/` is neither walked for bases
+    nor hashed (walked, either would take the whole machine)."""
+    root = tmp_path / "runs"
+    os.mkfifo(make_run(root, "fifo") / "merged" / "config.json")
+    (make_run(root, "zero") / "merged" / "config.json").symlink_to("/dev/zero")
+    start = time.monotonic()
+    got = plan_and_execute(root, timeout_s=60)  # before the fix: blocked on the FIFO
+    assert {n: r["action"] for n, r in got["outcome"].items()} == {"fifo": "removed", "zero": "removed"}
+    linked = make_run(tmp_path / "elsewhere", "to-root", adapter=False)
+    (linked / "adapter").symlink_to("/")
+    got = plan_and_execute(linked.parent, timeout_s=60)  # before the fix: walked, then hashed, all of `/`
+    assert got["outcome"]["to-root"]["action"] == "refuse" and time.monotonic() - start < 60
