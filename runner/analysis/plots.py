@@ -46,14 +46,19 @@ def host_bars(
     title: str,
     colors: dict[str, str],
     untrusted: pd.Series | None = None,
+    labels: pd.Series | None = None,
 ) -> Figure:
-    """One panel per metric (column, label, scale), one bar per host."""
+    """One panel per metric (column, label, scale), one bar per row, named by `labels` (the host where
+    a host has one row), coloured by host."""
     fig = Figure(figsize=(3.2 * len(metrics), 2.8), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     hosts = frame["host"].astype(str).tolist()
+    names = hosts if labels is None else labels.astype(str).tolist()
     for ax, (column, label, scale) in zip(axes, metrics):
         values = pd.to_numeric(frame[column], errors="coerce").astype(float) * scale
-        bars = ax.bar(hosts, values.fillna(0.0), color=[colors.get(h, "C7") for h in hosts])
+        # positions, not category names: two rows of one host named alike would share a bar
+        bars = ax.bar(range(len(names)), values.fillna(0.0), color=[colors.get(h, "C7") for h in hosts])
+        ax.set_xticks(range(len(names)), names)
         if untrusted is not None:
             for bar, bad in zip(bars, untrusted.tolist()):
                 if bad:
@@ -68,15 +73,26 @@ def host_bars(
 
 
 def scaling_curves(
-    frame: pd.DataFrame, x: str, y: str, *, title: str, colors: dict[str, str], fit: str | None = None
+    frame: pd.DataFrame,
+    x: str,
+    y: str,
+    *,
+    title: str,
+    colors: dict[str, str],
+    fit: str | None = None,
+    labels: pd.Series | None = None,
 ) -> Figure:
-    """`y` against `x`, one line per host; the fitted values (`fit` column) dashed."""
+    """`y` against `x`, one line per `labels` value (the host where a host ran one config), coloured by
+    host, dashed lines for the fitted values (`fit` column)."""
     fig = Figure(figsize=(5.5, 3.3), layout="constrained")
     ax = fig.subplots()
-    for host, rows in frame.groupby("host", sort=True):
+    names = frame["host"].astype(str) if labels is None else labels.astype(str)
+    for k, (name, rows) in enumerate(frame.groupby(names, sort=True)):
         rows = rows.sort_values(x)
-        color = colors.get(str(host), "C7")
-        ax.plot(rows[x], pd.to_numeric(rows[y], errors="coerce"), marker="o", color=color, label=str(host))
+        # a host's colour where each host is one line; where a host ran two configs, a colour per line
+        own = rows["host"].astype(str).iloc[0]
+        color = colors.get(own, "C7") if names.nunique() == frame["host"].nunique() else f"C{k % 10}"
+        ax.plot(rows[x], pd.to_numeric(rows[y], errors="coerce"), marker="o", color=color, label=str(name))
         if fit and fit in rows and pd.to_numeric(rows[fit], errors="coerce").notna().any():
             ax.plot(
                 rows[x],
@@ -84,7 +100,7 @@ def scaling_curves(
                 linestyle="--",
                 color=color,
                 alpha=0.7,
-                label=f"{host} fit",
+                label=f"{name} fit",
             )
     ax.set_xlabel(x)
     ax.set_ylabel(y)
@@ -95,10 +111,20 @@ def scaling_curves(
 
 
 def stacked_categories(
-    frame: pd.DataFrame, *, category: str, value: str, scale: float, unit: str, title: str
+    frame: pd.DataFrame,
+    *,
+    category: str,
+    value: str,
+    scale: float,
+    unit: str,
+    title: str,
+    labels: pd.Series | None = None,
 ) -> Figure:
-    """One horizontal bar per host, stacked by category."""
-    table = frame.pivot_table(index="host", columns=category, values=value, aggfunc="sum", fill_value=0.0)
+    """One horizontal bar per `labels` value (the host where a host ran one config), stacked by category."""
+    names = frame["host"].astype(str) if labels is None else labels.astype(str)
+    table = frame.assign(_bar=names).pivot_table(
+        index="_bar", columns=category, values=value, aggfunc="sum", fill_value=0.0
+    )
     table = table[table.sum().sort_values(ascending=False).index] * scale
     fig = Figure(figsize=(7.0, 0.6 + 0.45 * len(table) + 0.6), layout="constrained")
     ax = fig.subplots()

@@ -16,7 +16,7 @@ from runner.analysis.drift import SPREAD_LIMIT_PCT, above_spread_limit, default_
 from runner.analysis.findings import findings_html
 from runner.analysis.html_table import CSS, SPAN, html_table
 from runner.analysis.report_data import RunData, problems
-from runner.analysis.report_plots import comparisons_html, marked, runs_note
+from runner.analysis.report_plots import bar_labels, comparisons_html, marked, runs_note
 from runner.store.store import KEY_COLUMNS
 from runner.tables import format_value
 
@@ -168,6 +168,7 @@ def _carriers(data: RunData) -> str:
                     metrics,
                     untrusted=_untrusted(rows),
                     colors=data.colors,
+                    labels=bar_labels(rows),
                     title=f"{checkpoint}: per host (hatched: spread above {SPREAD_LIMIT_PCT:g}%, not yet a number)",
                 )
                 parts.append(_img(fig, f"{checkpoint} per host"))
@@ -213,9 +214,12 @@ def _scaling(data: RunData) -> str:
                 title=f"{checkpoint}: {y} against {x} (dashed: fit)",
                 colors=data.colors,
                 fit="fit_s" if "fit_s" in rows else None,
+                labels=bar_labels(rows, within=(x,)),
             )
             parts.append(_img(fig, f"{checkpoint} scaling"))
-            table = rows.pivot_table(index=x, columns="host", values=y, aggfunc="median")
+            table = rows.assign(_line=bar_labels(rows, within=(x,))).pivot_table(
+                index=x, columns="_line", values=y, aggfunc="median"
+            )
             parts.append(
                 html_table(
                     [
@@ -247,11 +251,13 @@ def _kernels(data: RunData) -> str:
                     scale=1e3,
                     unit="ms per step",
                     title=f"{checkpoint}: {value} by category",
+                    labels=bar_labels(rows, within=("category",)),
                 ),
                 f"{checkpoint} kernels",
             )
         )
-        table = rows.pivot_table(index="category", columns="host", values=value, aggfunc="sum") * 1e3
+        bars = rows.assign(_bar=bar_labels(rows, within=("category",)))
+        table = bars.pivot_table(index="category", columns="_bar", values=value, aggfunc="sum") * 1e3
         table = table.loc[table.sum(axis=1).sort_values(ascending=False).index]
         parts.append(
             html_table(

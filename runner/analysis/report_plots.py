@@ -14,6 +14,7 @@ import html
 import pandas as pd
 
 from runner.analysis import plots
+from runner.analysis.drift import DIMENSIONS
 from runner.analysis.report_data import RunData
 
 PLOTTED = {"padding.strategies": ("strategy", "pad_fraction", "padding: pad fraction per batching strategy, by host")}
@@ -54,6 +55,28 @@ def merge_identical(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
             part["checkpoint"] = " = ".join(names)
             out.append(part)
     return pd.concat(out, ignore_index=True) if out else frame
+
+
+def bar_labels(rows: pd.DataFrame, within: tuple[str, ...] = ()) -> pd.Series:
+    """What names each host's bar (or line): the host, and where one host has several rows per
+    `within` values (two shapes, two configs, an earlier run's rows beside this run's), the shape or
+    config that tells them apart, so two configs never stack on one bar or zigzag on one line."""
+    hosts = rows["host"].astype(str)
+    keys = ["host", *within]
+    if not rows.duplicated(keys).any():
+        return hosts
+    tellers = [c for c in sorted(DIMENSIONS) if c in rows and c not in within]
+    tellers += [c for c in ("variant", "config_hash", "run_id", "job_id") if c in rows]
+    named: list[str] = []
+    for column in tellers:
+        if rows.groupby(keys, dropna=False)[column].nunique(dropna=False).max() > 1:
+            named.append(column)
+            if not rows.duplicated([*keys, *named]).any():
+                break
+    if not named:
+        return hosts
+    said = rows[named].astype(str).apply(lambda r: ", ".join(f"{c}={v}" for c, v in r.items()), axis=1)
+    return hosts + " (" + said + ")"
 
 
 def marked(frame: pd.DataFrame, run_id: str) -> pd.DataFrame:
