@@ -99,9 +99,10 @@ def packed_varlen(checkpoint: Path) -> dict:
     out = {}
     with torch.device(device):
         batch.kwargs.update({k: v.to(device) for k, v in batch.kwargs.items()})
-        counts = torch.unique_consecutive(batch.seq_id[0], return_counts=True)[1]
-        cu = torch.nn.functional.pad(counts.cumsum(0), (1, 0)).to(device=device, dtype=torch.int32)
-        seq_idx = torch.repeat_interleave(torch.arange(len(counts), dtype=torch.int32), counts).to(device)[None]
+        # every tensor on the device: under torch.device(cuda) a new arange lands there, beside CPU counts
+        counts = torch.unique_consecutive(batch.seq_id[0].to(device), return_counts=True)[1]
+        cu = torch.nn.functional.pad(counts.cumsum(0), (1, 0)).to(dtype=torch.int32)
+        seq_idx = torch.repeat_interleave(torch.arange(len(counts), dtype=torch.int32), counts)[None]
         given = {
             "position_ids_only": {},
             "cu_seq_lens": dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=512, max_length_k=512),

@@ -21,6 +21,7 @@ reference, so the comparison machinery itself is checked against an independent 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -98,13 +99,7 @@ def conv(device: str, T: int = 512, dim: int = 6144, width: int = 4) -> dict:
     x = torch.randn(1, T, dim, generator=gen).to(torch.bfloat16).transpose(1, 2)  # (batch, dim, seq): a view
     weight, grad_out = torch.randn(dim, width, generator=gen) / width, torch.randn(1, dim, T, generator=gen)
 
-    def run(x, weight, device, grad_out, **kw):
-        xs = x.to(device).float() if device == "cpu" else x.to(device)
-        xs, w = xs.detach().requires_grad_(), weight.to(device).requires_grad_()
-        y = m.causal_conv1d_fn(xs, w, None, activation="silu", **kw)
-        (y.float() * grad_out.to(y.device)).sum().backward()
-        return {"output": y, "d_x": xs.grad, "d_weight": w.grad}
-
+    run = functools.partial(conv_grads, m.causal_conv1d_fn)
     ref = run(x, weight, "cpu", grad_out)
     out = {"single": _compare(run(x, weight, device, grad_out), ref)}
     bounds = [0, T // 4, T // 4 + T // 2, T]
@@ -121,6 +116,17 @@ def conv(device: str, T: int = 512, dim: int = 6144, width: int = 4) -> dict:
                   "d_weight": sum(a["d_weight"] for a in alone)}  # fmt: skip
     out["packed_seq_idx"] = _compare(packed, ref_packed)
     return out
+
+
+def conv_grads(fn, x, weight, device, grad_out, **kw) -> dict:
+    """`fn`'s output and gradients on `device`, from fresh leaves: `weight` itself is never made to
+    require grad (on the CPU, `.to("cpu")` returns the same tensor: a second run would add to the first
+    run's gradient, and on the GPU its copy would be no leaf, its gradient None)."""
+    xs = x.to(device).float() if device == "cpu" else x.to(device)
+    xs, w = xs.detach().requires_grad_(), weight.to(device).detach().requires_grad_()
+    y = fn(xs, w, None, activation="silu", **kw)
+    (y.float() * grad_out.to(y.device)).sum().backward()
+    return {"output": y, "d_x": xs.grad, "d_weight": w.grad}
 
 
 def imports() -> dict[str, str]:

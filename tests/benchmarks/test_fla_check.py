@@ -26,3 +26,23 @@ def test_a_wrong_gradient_or_a_failed_part_fails_the_verdict():
     report = _report_from_a_cpu_dry_run()
     report["parts"]["causal_conv1d_fn"] = {"error": "ImportError: no causal_conv1d_cuda"}
     assert not fla_check.all_right(report)
+
+
+def test_the_conv_check_takes_fresh_gradients_each_run():
+    """The reference run made the caller's weight require grad: on the GPU the next run's weight copy was
+    no leaf (its gradient None: the H100 check failed with AttributeError), on the CPU it added to the first
+    run's gradient in place, so the two compared alike whatever they held."""
+    import torch
+    import torch.nn.functional as F
+
+    def conv(x, w, bias, activation, **kw):  # a depthwise causal conv: the shape transformers' fn has
+        y = F.conv1d(F.pad(x, (w.shape[1] - 1, 0)), w[:, None, :], groups=w.shape[0])
+        return F.silu(y)
+
+    x, weight, grad_out = torch.randn(1, 8, 16), torch.randn(8, 4), torch.randn(1, 8, 16)
+    first = fla_check.conv_grads(conv, x, weight, "cpu", grad_out)
+    kept = first["d_weight"].clone()
+    second = fla_check.conv_grads(conv, x, weight, "cpu", grad_out)
+    assert not weight.requires_grad
+    assert second["d_weight"] is not first["d_weight"]
+    assert torch.equal(first["d_weight"], kept) and torch.equal(second["d_weight"], kept)
