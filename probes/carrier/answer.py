@@ -30,7 +30,24 @@ def figures(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> tup
         rows.append(row)
     advice = summary.get("advice") or []
     notes = [f"advice: {line}" for line in advice] if isinstance(advice, list) else []
-    return rows, notes
+    return rows, notes + _launch_notes(tables["carriers"])
+
+
+def _launch_notes(carriers: pd.DataFrame) -> list[str]:
+    """A launch-bound row times the host's CPU as much as its GPU (a hybrid with its fast kernels, on an
+    H100: busy 46% of the step): say so, and what would put the GPU back to work."""
+    notes = []
+    for _, r in carriers.iterrows():
+        busy = plain(r.get("gpu_busy_frac"))
+        if plain(r.get("launch_bound")) is not True or not isinstance(busy, float):
+            continue
+        name = "/".join(str(plain(r[k])) for k in IDENTITY if k in r.index and plain(r[k]) is not None)
+        fewer = [] if "compile" in str(plain(r.get("variant")) or "") else ["fewer launches (`--variant compile`)"]
+        notes.append(
+            f"{name} is launch-bound: the GPU is busy {busy:.0%} of the step, so its time also measures how fast "
+            f"this host's CPU launches kernels; to measure next: {' or '.join(fewer + ['more tokens a step (`--batch-size`)'])}"
+        )
+    return notes
 
 
 def _trust(row: pd.Series) -> str:
