@@ -14,6 +14,8 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
+LINE_MARKERS = "os^Dv"
+"""One host's lines, one per config, in its one colour."""
 UNTRUSTED_HATCH = "//"
 """Bars whose spread is above the trust threshold are hatched: not yet a number."""
 
@@ -48,15 +50,15 @@ def host_bars(
     untrusted: pd.Series | None = None,
     labels: pd.Series | None = None,
 ) -> Figure:
-    """One panel per metric (column, label, scale), one bar per row, named by `labels` (the host where
-    a host has one row), coloured by host."""
+    """One panel per metric (column, label, scale), one bar per row, named by `labels` (default: the host),
+    coloured by host."""
     fig = Figure(figsize=(3.2 * len(metrics), 2.8), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     hosts = frame["host"].astype(str).tolist()
     names = hosts if labels is None else labels.astype(str).tolist()
     for ax, (column, label, scale) in zip(axes, metrics):
         values = pd.to_numeric(frame[column], errors="coerce").astype(float) * scale
-        # positions, not category names: two rows of one host named alike would share a bar
+        # positions, not category names: matplotlib draws rows of one name at one x, the bars over each other
         bars = ax.bar(range(len(names)), values.fillna(0.0), color=[colors.get(h, "C7") for h in hosts])
         ax.set_xticks(range(len(names)), names)
         if untrusted is not None:
@@ -82,17 +84,20 @@ def scaling_curves(
     fit: str | None = None,
     labels: pd.Series | None = None,
 ) -> Figure:
-    """`y` against `x`, one line per `labels` value (the host where a host ran one config), coloured by
-    host, dashed lines for the fitted values (`fit` column)."""
+    """`y` against `x`, one line per `labels` value (runner.analysis.report_plots.bar_labels: the host, and
+    the config where a host ran several), in the host's colour; the fitted values (`fit` column) dashed."""
     fig = Figure(figsize=(5.5, 3.3), layout="constrained")
     ax = fig.subplots()
     names = frame["host"].astype(str) if labels is None else labels.astype(str)
-    for k, (name, rows) in enumerate(frame.groupby(names, sort=True)):
+    lines_of: dict[str, int] = {}
+    for name, rows in frame.groupby(names, sort=True):
         rows = rows.sort_values(x)
-        # a host's colour where each host is one line; where a host ran two configs, a colour per line
+        # a host keeps its colour in every figure of the report: its second config gets another marker
         own = rows["host"].astype(str).iloc[0]
-        color = colors.get(own, "C7") if names.nunique() == frame["host"].nunique() else f"C{k % 10}"
-        ax.plot(rows[x], pd.to_numeric(rows[y], errors="coerce"), marker="o", color=color, label=str(name))
+        marker = LINE_MARKERS[lines_of.get(own, 0) % len(LINE_MARKERS)]
+        lines_of[own] = lines_of.get(own, 0) + 1
+        color = colors.get(own, "C7")
+        ax.plot(rows[x], pd.to_numeric(rows[y], errors="coerce"), marker=marker, color=color, label=str(name))
         if fit and fit in rows and pd.to_numeric(rows[fit], errors="coerce").notna().any():
             ax.plot(
                 rows[x],

@@ -207,6 +207,7 @@ def _scaling(data: RunData) -> str:
     for checkpoint, rows in frame.groupby("checkpoint", sort=True):
         parts.append(f"<h3>{html.escape(str(checkpoint))}</h3>")
         if x and y:
+            lines = bar_labels(rows, within=(x,))
             fig = plots.scaling_curves(
                 rows,
                 x,
@@ -214,12 +215,10 @@ def _scaling(data: RunData) -> str:
                 title=f"{checkpoint}: {y} against {x} (dashed: fit)",
                 colors=data.colors,
                 fit="fit_s" if "fit_s" in rows else None,
-                labels=bar_labels(rows, within=(x,)),
+                labels=lines,
             )
             parts.append(_img(fig, f"{checkpoint} scaling"))
-            table = rows.assign(_line=bar_labels(rows, within=(x,))).pivot_table(
-                index=x, columns="_line", values=y, aggfunc="median"
-            )
+            table = rows.assign(_line=lines).pivot_table(index=x, columns="_line", values=y, aggfunc="median")
             parts.append(
                 html_table(
                     [
@@ -242,6 +241,7 @@ def _kernels(data: RunData) -> str:
     parts = ["<h2>Kernel time by category</h2>"]
     for checkpoint, rows in frame.groupby("checkpoint", sort=True):
         parts.append(f"<h3>{html.escape(str(checkpoint))}</h3>")
+        bars = bar_labels(rows, within=("category",))
         parts.append(
             _img(
                 plots.stacked_categories(
@@ -251,13 +251,12 @@ def _kernels(data: RunData) -> str:
                     scale=1e3,
                     unit="ms per step",
                     title=f"{checkpoint}: {value} by category",
-                    labels=bar_labels(rows, within=("category",)),
+                    labels=bars,
                 ),
                 f"{checkpoint} kernels",
             )
         )
-        bars = rows.assign(_bar=bar_labels(rows, within=("category",)))
-        table = bars.pivot_table(index="category", columns="_bar", values=value, aggfunc="sum") * 1e3
+        table = rows.assign(_bar=bars).pivot_table(index="category", columns="_bar", values=value, aggfunc="sum") * 1e3
         table = table.loc[table.sum(axis=1).sort_values(ascending=False).index]
         parts.append(
             html_table(

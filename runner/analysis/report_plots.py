@@ -57,26 +57,54 @@ def merge_identical(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True) if out else frame
 
 
+LABEL_SHAPES = ("model", *sorted(DIMENSIONS))
+"""What names a host's bars apart where it has several: the model of a family, then its shape."""
+LABEL_CONFIG = ("variant", "config_hash")
+"""Named where the names so far leave two of them under one label: two configs are never one line."""
+LABEL_LAST = ("run_id", "job_id")
+"""Named only where rows would still be alike (opaque, but never two rows on one bar)."""
+
+
 def bar_labels(rows: pd.DataFrame, within: tuple[str, ...] = ()) -> pd.Series:
-    """What names each host's bar (or line): the host, and where one host has several rows per
-    `within` values (two shapes, two configs, an earlier run's rows beside this run's), the shape or
-    config that tells them apart, so two configs never stack on one bar or zigzag on one line."""
-    hosts = rows["host"].astype(str)
-    keys = ["host", *within]
-    if not rows.duplicated(keys).any():
-        return hosts
-    tellers = [c for c in sorted(DIMENSIONS) if c in rows and c not in within]
-    tellers += [c for c in ("variant", "config_hash", "run_id", "job_id") if c in rows]
-    named: list[str] = []
-    for column in tellers:
-        if rows.groupby(keys, dropna=False)[column].nunique(dropna=False).max() > 1:
+    """What names each host's bar (or line): the host, plus every model or shape that varies within it,
+    the variant or config hash where those leave two configs under one name, a run or job id where rows
+    would still be alike, and a number where nothing tells them apart. `within` columns are what the chart itself draws (a line's x, a stacked bar's category).
+    So two configs never stack on one bar or join in one line."""
+    within = tuple(c for c in within if c in rows)
+    named = [c for c in LABEL_SHAPES if c in rows and c not in within and _mixed(rows, ["host"], c)]
+    named += [c for c in LABEL_CONFIG if c in rows and _mixed(rows, ["host", *named], c)]
+    for column in LABEL_LAST:
+        if column in rows and _alike(rows, ["host", *named, *within]) and _mixed(rows, ["host"], column):
             named.append(column)
-            if not rows.duplicated([*keys, *named]).any():
-                break
-    if not named:
-        return hosts
-    said = rows[named].astype(str).apply(lambda r: ", ".join(f"{c}={v}" for c, v in r.items()), axis=1)
-    return hosts + " (" + said + ")"
+    labels = rows["host"].astype(str)
+    if named:
+        said = rows[named].apply(lambda r: ", ".join(f"{c}={_value(c, v)}" for c, v in r.items()), axis=1)
+        labels = labels + " (" + said.astype(str) + ")"
+    labelled = rows.assign(_label=labels)
+    if _alike(labelled, ["_label", *within]):
+        labels = labels + " #" + (labelled.groupby(["_label", *within]).cumcount() + 1).astype(str)
+    return labels
+
+
+def _mixed(rows: pd.DataFrame, keys: list[str], column: str) -> bool:
+    """Some group of `keys` holds more than one value of `column` (as labels read them)."""
+    values = rows[column].map(lambda v: _value(column, v))
+    return bool(values.groupby([rows[k].astype(str) for k in keys]).nunique().max() > 1)
+
+
+def _alike(rows: pd.DataFrame, keys: list[str]) -> bool:
+    """Some rows share every one of `keys`' values (read as text: NaN equals NaN)."""
+    return bool(rows[keys].astype(str).duplicated().any())
+
+
+def _value(column: str, value) -> str:
+    """A label's value as people read it: a stored float of an integer column (a NaN made it float) as an
+    integer, a missing variant as `baseline` (rows stored before variants existed are baseline rows)."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "baseline" if column == "variant" else "n/a"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def marked(frame: pd.DataFrame, run_id: str) -> pd.DataFrame:

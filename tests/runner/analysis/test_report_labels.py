@@ -40,14 +40,34 @@ def test_a_difference_outside_the_shapes_falls_back_to_the_config_hash():
     assert bar_labels(rows).tolist()[1:] == ["gx10 (config_hash=a)", "gx10 (config_hash=b)"]
 
 
-def test_the_carrier_bars_give_each_config_its_own_bar():
+def test_rows_of_one_name_never_share_a_bar():
+    """matplotlib draws bars of one category name at one x: two rows of one host were drawn over each other."""
     rows = _carriers()
-    fig = plots.host_bars(rows, [("step_s", "s/step", 1.0)], title="t", colors=COLORS, labels=bar_labels(rows))
+    fig = plots.host_bars(rows, [("step_s", "s/step", 1.0)], title="t", colors=COLORS)  # no labels: the hosts
     ax = fig.axes[0]
     positions = sorted(round(p.get_x() + p.get_width() / 2, 6) for p in ax.patches)
-    assert positions == [0.0, 1.0, 2.0]  # three bars, none drawn over another
-    assert [t.get_text() for t in ax.get_xticklabels()][2] == "gx10 (batch_size=4)"
+    assert positions == [0.0, 1.0, 2.0]
     assert sorted(round(p.get_height(), 6) for p in ax.patches) == [0.41, 0.52, 1.9]
+
+
+def test_labels_name_every_shape_that_varies_and_never_merge_rows():
+    rows = _carriers().assign(seq_len=[4096, 4096, 2048])
+    assert bar_labels(rows).tolist()[2] == "gx10 (batch_size=4, seq_len=2048)"
+    alike = pd.DataFrame({"host": ["gx10", "gx10"], "kernel_s_per_step": [0.2, 0.2]})
+    assert bar_labels(alike).tolist() == ["gx10 #1", "gx10 #2"]
+    assert bar_labels(alike, within=("not_a_column",)).tolist() == ["gx10 #1", "gx10 #2"]
+
+
+def test_an_earlier_runs_row_is_named_by_its_run_not_by_a_missing_variant():
+    rows = pd.DataFrame(
+        {"host": ["gx10", "gx10"], "variant": [None, "baseline"], "run_id": ["r0", "r1"], "config_hash": ["a", "a"]}
+    )
+    assert bar_labels(rows).tolist() == ["gx10 (run_id=r0)", "gx10 (run_id=r1)"]
+
+
+def test_a_float_column_made_by_a_missing_value_reads_as_integers():
+    rows = pd.DataFrame({"host": ["gx10", "gx10"], "batch_size": [4.0, None]})
+    assert bar_labels(rows).tolist() == ["gx10 (batch_size=4)", "gx10 (batch_size=n/a)"]
 
 
 def test_the_kernel_bars_never_add_two_configs_together():
@@ -70,17 +90,53 @@ def test_the_kernel_bars_never_add_two_configs_together():
     assert sorted(round(v, 6) for v in ends.values()) == [0.3, 1.2]  # one bar per config, not one of 1.5
 
 
-def test_the_scaling_lines_are_one_per_config():
+def test_the_scaling_lines_are_one_per_config_even_at_other_lengths_and_keep_the_hosts_colour():
     rows = pd.DataFrame(
         {
-            "host": ["gx10"] * 4,
-            "batch_size": [1, 1, 4, 4],
-            "seq_len": [1024, 2048, 1024, 2048],
-            "step_s": [0.1, 0.2, 0.4, 0.8],
+            "host": ["gx10"] * 4 + ["ana-ml2"] * 2,
+            "batch_size": [4, 4, 1, 1, 1, 1],
+            "seq_len": [1024, 2048, 4096, 8192, 1024, 2048],
+            "step_s": [0.8, 1.6, 0.9, 2.0, 0.2, 0.4],
         }
     )
     labels = bar_labels(rows, within=("seq_len",))
     fig = plots.scaling_curves(rows, "seq_len", "step_s", title="t", colors=COLORS, labels=labels)
-    lines = fig.axes[0].get_lines()
-    assert [list(line.get_ydata()) for line in lines] == [[0.1, 0.2], [0.4, 0.8]]
-    assert [line.get_label() for line in lines] == ["gx10 (batch_size=1)", "gx10 (batch_size=4)"]
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    assert list(lines["gx10 (batch_size=4)"].get_ydata()) == [0.8, 1.6]
+    assert list(lines["gx10 (batch_size=1)"].get_ydata()) == [0.9, 2.0]
+    assert {lines[k].get_color() for k in lines if k.startswith("gx10")} == {COLORS["gx10"]}
+    assert lines["ana-ml2 (batch_size=1)"].get_color() == COLORS["ana-ml2"]
+    assert lines["gx10 (batch_size=4)"].get_marker() != lines["gx10 (batch_size=1)"].get_marker()
+
+
+def test_the_report_tables_split_a_host_that_ran_two_configs(monkeypatch):
+    """Through the report's own sections: the kernel and scaling tables get a column per config, and
+    the carrier bars are drawn with a label per config."""
+    from runner.analysis import report_html
+    from runner.analysis.report_data import RunData
+
+    drawn = []
+    real = plots.host_bars
+    monkeypatch.setattr(
+        plots, "host_bars", lambda rows, metrics, **kw: drawn.append(kw["labels"]) or real(rows, metrics, **kw)
+    )
+    key = {"checkpoint": "qwen3-4b", "run_id": "r1"}
+    kernels = pd.DataFrame(
+        [{**key, "host": "gx10", "config_hash": h, "category": c, "kernel_s_per_step": v}
+         for h, c, v in (("a", "gemm", 0.2), ("a", "attention", 0.1), ("b", "gemm", 0.8), ("b", "attention", 0.4))]
+    )  # fmt: skip
+    scaling = pd.DataFrame(
+        [{**key, "host": "gx10", "batch_size": b, "seq_len": n, "step_s": t}
+         for b, n, t in ((4, 1024, 0.8), (4, 2048, 1.6), (1, 4096, 0.9), (1, 8192, 2.0))]
+    )  # fmt: skip
+    carriers = _carriers().assign(checkpoint="qwen3-4b", run_id="r1", model="qwen3-4b", tok_per_s=[1e4, 8e3, 9e3])
+    jobs = pd.DataFrame(columns=["probe", "status", "checkpoint", "host", "reason"])
+    tables = {"profile.kernels": kernels, "profile.scaling": scaling, "carrier.carriers": carriers}
+    data = RunData(run_id="r1", jobs=jobs, tables=tables, alerts=[], watched=[])
+    page = report_html._kernels(data).replace("<wbr>", "")
+    assert "gx10 (config_hash=a)" in page and "gx10 (config_hash=b)" in page
+    assert ">800.0<" in page and ">1000.0<" not in page  # b's gemm in ms a step, not a's and b's summed
+    page = report_html._scaling(data).replace("<wbr>", "")
+    assert "gx10 (batch_size=4)" in page and "gx10 (batch_size=1)" in page
+    report_html._carriers(data)
+    assert drawn and drawn[0].tolist() == ["ana-ml2 (batch_size=1)", "gx10 (batch_size=1)", "gx10 (batch_size=4)"]
