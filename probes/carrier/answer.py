@@ -34,26 +34,36 @@ def figures(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> tup
 
 
 def _launch_notes(carriers: pd.DataFrame) -> list[str]:
-    """A launch-bound row times the host's CPU as much as its GPU (a hybrid with its fast kernels, on an
-    H100: busy 46% of the step): say so, and what would put the GPU back to work."""
+    """A launch-bound row's step time depends on how fast this host's CPU launches kernels, not only on
+    its GPU: a faster GPU would not speed it up, and fewer launches or more work per launch would. The
+    figures alone do not say so, hence a note per such row."""
     notes = []
     for _, r in carriers.iterrows():
         busy = plain(r.get("gpu_busy_frac"))
-        if plain(r.get("launch_bound")) is not True or not isinstance(busy, float):
+        if not _flag(r.get("launch_bound")) or not isinstance(busy, float):
             continue
         name = "/".join(str(plain(r[k])) for k in IDENTITY if k in r.index and plain(r[k]) is not None)
-        fewer = [] if "compile" in str(plain(r.get("variant")) or "") else ["fewer launches (`--variant compile`)"]
+        compiled = "compile" in str(plain(r.get("variant")) or "")
+        remedies = ([] if compiled else ["fewer launches (`--variant compile`)"]) + [
+            "more tokens a step (`--batch-size`)"
+        ]
         notes.append(
-            f"{name} is launch-bound: the GPU is busy {busy:.0%} of the step, so its time also measures how fast "
-            f"this host's CPU launches kernels; to measure next: {' or '.join(fewer + ['more tokens a step (`--batch-size`)'])}"
+            f"{name} is launch-bound: the GPU is busy {busy:.0%} of the step, so its time also measures how "
+            f"fast this host's CPU launches kernels; to measure next: {' or '.join(remedies)}"
         )
     return notes
+
+
+def _flag(value: Any) -> bool:
+    """A stored boolean, whichever way the store kept it (True, 1.0 beside a NaN, None)."""
+    value = plain(value)
+    return value is not None and bool(value)
 
 
 def _trust(row: pd.Series) -> str:
     trust = plain(row.get("trustworthy"))
     why = []
-    if plain(row.get("launch_bound")) is True:
+    if _flag(row.get("launch_bound")):
         why.append("launch-bound")
     for column, what in (("spread_pct", "spread"), ("spread_across_pct", "processes disagree by")):
         spread = plain(row.get(column))

@@ -35,6 +35,9 @@ def test_a_compiled_row_is_not_told_to_compile_and_gpu_bound_rows_get_no_note():
     assert notes == []
 
 
-def test_without_a_device_timeline_nothing_is_claimed():
+def test_a_flag_stored_as_a_float_still_counts_and_no_timeline_claims_nothing():
+    carriers = _carriers(launch_bound=1.0)  # a bool column with a NaN beside it is read back as floats
+    figures, notes = answer.figures({"carriers": carriers}, {}, {})
+    assert len(notes) == 1 and figures[1]["trust"].startswith("no (launch-bound")
     _, notes = answer.figures({"carriers": _carriers(launch_bound=None, gpu_busy_frac=None)}, {}, {})
     assert notes == []
