@@ -103,9 +103,10 @@ def packed_varlen(checkpoint: Path) -> dict:
         counts = torch.unique_consecutive(batch.seq_id[0].to(device), return_counts=True)[1]
         cu = torch.nn.functional.pad(counts.cumsum(0), (1, 0)).to(dtype=torch.int32)
         seq_idx = torch.repeat_interleave(torch.arange(len(counts), dtype=torch.int32), counts)[None]
+        longest = int(counts.max())  # what DataCollatorWithFlattening gives: the longest sequence, not the row
         given = {
             "position_ids_only": {},
-            "cu_seq_lens": dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=512, max_length_k=512),
+            "cu_seq_lens": dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=longest, max_length_k=longest),
         }
         given["cu_seq_lens+seq_idx"] = {**given["cu_seq_lens"], "seq_idx": seq_idx}
         for name, extra in given.items():
