@@ -114,21 +114,41 @@ def labprobe(argv: list[str], out_file: Path, log: Path) -> dict:
     return json.loads(done.stdout)
 
 
+VERDICT_CHECKS = ("stack_trustworthy", "stack_of_the_fits_model")
+"""goodput's checks the hours rest on: a stack measured launch-bound or noisy, or another model's, prices
+nothing the replay could confirm. Its numerics are reported beside the verdict, not in it: the replay checks
+hours, and the lab may accept a stack's numerics price."""
+
+
 def verdict(priced: dict, replayed: dict) -> dict:
     rows = replayed["tables"].get("replay", [])
     errors = {r["strategy"]: r["error_pct"] for r in rows}
     s = priced["summary"]
+    failed = [
+        f"{probe}: {c.get('name')}"
+        for probe, result in (("goodput", priced), ("replay", replayed))
+        for c in result.get("checks") or []
+        if not c.get("ok")
+    ]
+    factors = (s.get("stack_step_factor"), replayed.get("summary", {}).get("stack_step_factor"))
+    same_price = factors[0] is not None and factors[0] == factors[1]
     return {
         "priced_with": s.get("priced_with"),
         "best_hours_per_job": s.get("best_hours_per_job"),
         "best_hours_sweep": s.get("best_hours_sweep"),
         "baseline_hours_per_job": s.get("baseline_hours_per_job"),
         "stack": s.get("stack"),
-        "stack_step_factor": s.get("stack_step_factor"),
+        "stack_step_factor": factors[0],
+        "replay_stack_step_factor": factors[1],
+        "stack_within_tolerance": s.get("stack_within_tolerance"),
+        "failed_checks": failed,
         "replayed": list(errors),
         "best_strategy_replayed": s.get("best_strategy") in errors,
         "error_pct": errors,
-        "ok": s.get("best_strategy") in errors and all(e is not None and abs(e) <= LIMIT_PCT for e in errors.values()),
+        "ok": s.get("best_strategy") in errors
+        and all(e is not None and abs(e) <= LIMIT_PCT for e in errors.values())
+        and same_price
+        and not any(f"goodput: {name}" in failed for name in VERDICT_CHECKS),
     }
 
 

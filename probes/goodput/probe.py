@@ -196,6 +196,8 @@ def with_stack(config: Config, model: StepModel) -> tuple[StepModel, stack_step.
     """The step model scaled by --stack-json's stack (the model as it is without one)."""
     if config.stack_json is None:
         return model, None
+    if config.profile is not None:
+        stack_step.refuse_stacked_profile(config.profile)
     prefer = model_name(config.checkpoint) if config.checkpoint else model.model
     stack = stack_step.read(config.stack_json, config.stack, prefer_model=prefer)
     return model.scaled(stack.factor, f"{model.source}; {stack.describe()}"), stack
@@ -239,7 +241,12 @@ def run(config: Config) -> ProbeResult:
     if stack:
         baseline = next(r for r in price_all(config, data.length, plain, budget, size) if r.strategy == best.strategy)
         summary |= _stack_summary(stack, baseline)
-        found += [_stack_check(stack), _same_model_check(stack, plain), _stack_shape_check(stack, config)]
+        found += [
+            _stack_check(stack),
+            _numerics_check(stack),
+            _same_model_check(stack, plain),
+            _stack_shape_check(stack, config),
+        ]
     return ProbeResult(probe="goodput", config=config, tables={"goodput": rows}, summary=summary, checks=found)
 
 
@@ -264,7 +271,6 @@ def _stack_summary(stack: stack_step.StackStep, baseline: GoodputRow) -> dict:
 
 
 def _stack_check(stack: stack_step.StackStep) -> Check:
-    numerics = {None: "numerics not measured", True: "numerics within tolerance", False: "numerics OUTSIDE tolerance"}
     return Check(
         name="stack_trustworthy",
         ok=stack.trustworthy,
@@ -272,9 +278,19 @@ def _stack_check(stack: stack_step.StackStep) -> Check:
             f"{stack.stack} and the baseline measured GPU-bound within 2% spreads"
             if stack.trustworthy
             else f"{stack.stack} or the baseline not trustworthy in {stack.source} (launch-bound or spread above 2%)"
-        )
-        + f"; {numerics[stack.within_tolerance]}",
+        ),
     )
+
+
+def _numerics_check(stack: stack_step.StackStep) -> Check:
+    """Hours priced with a stack whose numerics are outside tolerance are hours of another training: priced
+    and shown (the lab may accept the price), but never passed as if the step were the same."""
+    detail = {
+        None: f"{stack.stack}'s numerics not measured in {stack.source}",
+        True: f"{stack.stack}'s numerics within tolerance",
+        False: f"{stack.stack}'s numerics OUTSIDE tolerance (its `numerics` table): these hours train otherwise",
+    }[stack.within_tolerance]
+    return Check(name="stack_numerics_within_tolerance", ok=stack.within_tolerance is not False, detail=detail)
 
 
 def _stack_shape_check(stack: stack_step.StackStep, config: Config) -> Check:

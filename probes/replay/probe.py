@@ -48,7 +48,7 @@ from probes.corpus import batching
 from probes.corpus import lengths as corpus_mod
 from probes.replay import model as replay_model
 from probes.replay.config import Config
-from probes.result import Check, ProbeResult
+from probes.result import Check, InputError, ProbeResult
 from probes.step import libvariants, models, stack_step, stacks
 from probes.step.checkpoint import load_text_config, model_name
 from probes.step.session import Session, oom_guard
@@ -98,10 +98,27 @@ def _given(config: Config) -> tuple[StepModel | None, stack_step.StackStep | Non
     """--profile's step model, scaled by --stack-json's --variant step as goodput scales it (None: fit here)."""
     given = replay_model.given_model(config.profile)
     if config.stack_json is None:
+        _same_variant(config)
         return given, None
+    stack_step.refuse_stacked_profile(config.profile)
     name = stacks.get(config.variant).name
     stack = stack_step.read(config.stack_json, name, only_model=model_name(config.checkpoint))
     return given.scaled(stack.factor, f"{given.source}; {stack.describe()}"), stack
+
+
+def _same_variant(config: Config) -> None:
+    """Without --stack-json, --profile's model is the prediction as it is: it must have been measured with
+    the variant replayed, or a stack's steps are compared with the baseline's prediction (or the reverse)."""
+    if config.profile is None:
+        return
+    replayed = None if config.variant in (None, stack_step.BASELINE) else stacks.canonical(config.variant)
+    measured = stack_step.profile_variant(config.profile)
+    measured = None if measured is None else stacks.canonical(measured)
+    if measured != replayed:
+        raise InputError(
+            f"{config.profile}: measured with {measured or 'the baseline'}, replayed with {replayed or 'the baseline'}; "
+            "give --stack-json (the stack's measured step) to scale a baseline profile, or a profile of the same step"
+        )
 
 
 def shapes(config: Config, lengths: np.ndarray, strategy: str, bucket_size: int | None) -> list[np.ndarray]:

@@ -5,7 +5,8 @@ the stack, and `replay` scales its prediction by to check that price.
 
 Both rows come from the same run, at the same shape (batch_size x seq_len), each in fresh processes
 (probes.step.processes): their ratio is the stack's saving at that shape, applied to every batch shape
-the step model prices. Whether it holds at the corpus's other shapes (narrow, launch-bound batches) is what
+the step model prices. The ratio is of mean step times where the rows give them (carrier's `mean_step_s`):
+hours are a sum of steps, priced from means, and the fits goodput scales are of means too. Whether it holds at the corpus's other shapes (narrow, launch-bound batches) is what
 `replay --variant` measures. A compiled stack's one-off compiles (a few graphs a job, each about its
 `compile_s`) are not in the factor: replay pays them in its warm-up and says how many (`graphs_compiled`).
 """
@@ -36,7 +37,7 @@ class StackStep:
     seq_len: int | None = None
     """The shape both rows were measured at (the run's config), when its file gives it."""
     trustworthy: bool
-    """Both rows measured GPU-bound with spreads within 2% (carrier's and profile's `trustworthy`)."""
+    """Both rows measured with spreads within 2% (their `trustworthy`) and neither launch-bound."""
     within_tolerance: bool | None
     """The stack's numerics price within tolerance (carrier's `numerics` table); None: not measured."""
     source: str
@@ -66,8 +67,12 @@ def _rows(result: dict, source: str) -> list[dict]:
         raise InputError(f"{source}: table {name!r} is not a list of rows")
     if name == "carriers":
         return tables[name]
-    checkpoint = (result.get("config") or {}).get("checkpoint") or "profile"
-    model = model_name(checkpoint[0] if isinstance(checkpoint, list) else checkpoint)
+    config = result.get("config") if isinstance(result.get("config"), dict) else {}
+    checkpoint = config.get("checkpoint") or "profile"
+    checkpoint = checkpoint[0] if isinstance(checkpoint, list) and checkpoint else checkpoint
+    if not isinstance(checkpoint, str):
+        raise InputError(f"{source}: config.checkpoint is {checkpoint!r}, not a checkpoint's path")
+    model = model_name(checkpoint)
     return [{**r, "model": model, "tokens_per_step": r.get("tokens")} for r in tables[name]]
 
 
@@ -92,12 +97,17 @@ def _model_rows(rows: list[dict], prefer: str | None, source: str) -> tuple[str,
 
 
 def _step_s(row: dict) -> float | None:
-    """The row's step_s when it measured one: a finite number > 0 from a row that ran (ok, or carrier's
-    `not trustworthy (...)`, which goodput prices and flags); None for a failed, skipped or garbled row."""
-    step_s, status = row.get("step_s"), str(row.get("status", "ok"))
-    if isinstance(step_s, bool) or not isinstance(step_s, (int, float)) or not math.isfinite(step_s) or step_s <= 0:
+    """The row's step time when it measured one: its mean over every timed step (`mean_step_s`) where it
+    gives one, else its `step_s`; a finite number > 0 from a row that ran (ok, or carrier's `not trustworthy
+    (...)`, which goodput prices and flags); None for a failed, skipped or garbled row."""
+    status = str(row.get("status", "ok"))
+    if not (status == "ok" or status.startswith(UNTRUSTWORTHY)):
         return None
-    return float(step_s) if status == "ok" or status.startswith(UNTRUSTWORTHY) else None
+    for column in ("mean_step_s", "step_s"):
+        value = row.get(column)
+        if not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
+            return float(value)
+    return None
 
 
 def _measured(row: dict | None, name: str, known: dict, source: str) -> float:
@@ -113,35 +123,33 @@ def _measured(row: dict | None, name: str, known: dict, source: str) -> float:
 
 def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only_model: str | None = None) -> StackStep:
     """The stack's step and the baseline's from a carrier or profile `--json` file; `stack` None: the
-    fastest row whose status is ok (carrier's own choice of the fastest). InputError on a missing or
-    unreadable file, no baseline, or no measured row for the stack. `prefer_model`: the model whose rows to take
-    when the file holds several; `only_model`: the model the rows must be of (replay knows the model it runs)."""
+    fastest row measured ok whose numerics are not outside tolerance (carrier's own advice: the fastest
+    within it). InputError on a missing or unreadable file, no baseline, or no measured row for the stack.
+    `prefer_model`: the model whose rows to take when the file holds several; `only_model`: the model the
+    rows must be of (replay knows the model it runs)."""
     result = read_json_file(path, "carrier/profile JSON")
     model, rows = _model_rows(_rows(result, str(path)), only_model or prefer_model, str(path))
     if only_model is not None and model != only_model:  # another model's saving is no price of this one's step
         raise InputError(f"{path}: rows of {model} only, none of {only_model!r}, the model this prices")
+    within = _numerics(result, model, str(path))
     if stack is not None:  # carrier and profile store a stack under its canonical name: members sorted
         try:
             stack = stacks.canonical(stack)
         except FieldError as exc:  # an empty member, or baseline inside a stack: this field's error, not --variant's
             raise FieldError("stack", exc.message) from None
     else:
-        ok = [r for r in rows.values() if r.get("status") == "ok" and _step_s(r) is not None]
+        ok = [
+            r
+            for r in rows.values()
+            if r.get("status") == "ok" and _step_s(r) is not None and within.get(str(r.get("variant"))) is not False
+        ]
         if not ok:
-            raise InputError(f"{path}: no row of {model} measured ok to take the fastest from")
+            raise InputError(f"{path}: no row of {model} measured ok (and within the numerics tolerance) to take")
         stack = str(min(ok, key=_step_s)["variant"])
     baseline_s = _measured(rows.get(BASELINE), BASELINE, rows, str(path))
     stack_s = _measured(rows.get(stack), stack, rows, str(path))
-    numerics = [
-        r
-        for r in result["tables"].get("numerics") or []
-        if isinstance(r, dict) and r.get("variant") == stack and r.get("model") == model
-    ]
-    within = numerics[0].get("within_tolerance") if numerics else None
     shape = result.get("config") if isinstance(result.get("config"), dict) else {}
     batch, seq = (v if type(v) is int else None for v in (shape.get("batch_size"), shape.get("seq_len")))
-    if within not in (None, True, False):
-        raise InputError(f"{path}: table 'numerics': {stack}'s within_tolerance is {within!r}, not true, false or null")
     return StackStep(
         stack=stack,
         model=model,
@@ -150,7 +158,54 @@ def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only
         tokens_per_step=tokens if isinstance(tokens := rows[stack].get("tokens_per_step"), int) else None,
         batch_size=batch,
         seq_len=seq,
-        trustworthy=rows[stack].get("trustworthy") is True and rows[BASELINE].get("trustworthy") is True,
-        within_tolerance=within,
+        trustworthy=all(_gpu_bound_within_limits(rows[name]) for name in (stack, BASELINE)),
+        within_tolerance=within.get(stack),
         source=str(path),
     )
+
+
+def _gpu_bound_within_limits(row: dict) -> bool:
+    """Trustworthy (spread within 2%) and not launch-bound: carrier's `trustworthy` covers the spread
+    alone, and a launch-bound row's saving is the host CPU's as much as the stack's."""
+    return row.get("trustworthy") is True and row.get("launch_bound") is not True
+
+
+def _numerics(result: dict, model: str, source: str) -> dict[str, bool | None]:
+    """Each variant's `within_tolerance` in the file's `numerics` table (carrier's), for `model`."""
+    table = result["tables"].get("numerics") or []
+    if not isinstance(table, list) or not all(isinstance(r, dict) for r in table):
+        raise InputError(f"{source}: table 'numerics' is not a list of rows")
+    out: dict[str, bool | None] = {}
+    for r in table:
+        if r.get("model") != model:
+            continue
+        within = r.get("within_tolerance")
+        if within not in (None, True, False):
+            raise InputError(
+                f"{source}: table 'numerics': {r.get('variant')}'s within_tolerance is {within!r}, not true, false or null"
+            )
+        out.setdefault(str(r.get("variant")), within)
+    return out
+
+
+def profile_variant(path: Path) -> str | None:
+    """The variant or stack a `--profile` file was measured with (its config's `variant`), None for the
+    baseline: a fit measured with a stack already prices the stack, and scaling it again counts it twice."""
+    profile = read_json_file(path, "profile JSON")
+    config = profile.get("config") if isinstance(profile, dict) else None
+    variant = config.get("variant") if isinstance(config, dict) else None
+    if variant in (None, BASELINE):
+        return None
+    if not isinstance(variant, str):
+        raise InputError(f"{path}: config.variant is {variant!r}, not a variant's name")
+    return variant
+
+
+def refuse_stacked_profile(path: Path) -> None:
+    """A stack's factor scales a baseline's step model: a profile measured with a variant is refused."""
+    variant = profile_variant(path)
+    if variant is not None:
+        raise InputError(
+            f"{path}: measured with variant {variant!r}; --stack-json scales a baseline profile (measured "
+            "without --variant), or the stack would count twice"
+        )

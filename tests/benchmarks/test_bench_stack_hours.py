@@ -43,9 +43,11 @@ def test_the_commands_share_the_step_and_the_stacked_replay_is_priced_as_goodput
 
 
 def test_the_verdict_needs_every_replayed_strategy_within_5_percent():
-    priced = {"summary": {"priced_with": "packed batching, stack s", "best_strategy": "packed", "stack": "s"}}
+    summary = {"priced_with": "packed batching, stack s", "best_strategy": "packed", "stack": "s"}
+    priced = {"summary": summary | {"stack_step_factor": 0.5}, "checks": [{"name": "stack_trustworthy", "ok": True}]}
     replay = {
-        "tables": {"replay": [{"strategy": "sorted", "error_pct": -3.0}, {"strategy": "bucket", "error_pct": 4.9}]}
+        "summary": {"stack_step_factor": 0.5},
+        "tables": {"replay": [{"strategy": "sorted", "error_pct": -3.0}, {"strategy": "bucket", "error_pct": 4.9}]},
     }
     assert not bench.verdict(priced, replay)["ok"]  # goodput's best, packed, was not replayed
     replay["tables"]["replay"].append({"strategy": "packed", "error_pct": -1.0})
@@ -54,6 +56,26 @@ def test_the_verdict_needs_every_replayed_strategy_within_5_percent():
     replay["tables"]["replay"][1]["error_pct"] = 5.2
     assert not bench.verdict(priced, replay)["ok"]
     assert not bench.verdict(priced, {"tables": {}})["ok"]
+
+
+def test_the_verdict_needs_the_price_it_checked_to_rest_on_trusted_rows():
+    """Every error within 5% is no verdict on hours priced from a launch-bound or another model's stack, nor
+    when the replay scaled by another factor than goodput's; a failed numerics check is said, not hidden."""
+    replay = {
+        "summary": {"stack_step_factor": 0.5},
+        "tables": {"replay": [{"strategy": "packed", "error_pct": 1.0}]},
+        "checks": [{"name": "compiled_graphs_within_limit", "ok": True}],
+    }
+    summary = {"best_strategy": "packed", "stack_step_factor": 0.5, "stack_within_tolerance": False}
+    numerics = {"name": "stack_numerics_within_tolerance", "ok": False}
+    good = bench.verdict({"summary": summary, "checks": [numerics]}, replay)
+    assert good["ok"] and good["failed_checks"] == ["goodput: stack_numerics_within_tolerance"]
+    assert good["stack_within_tolerance"] is False
+    for name in ("stack_trustworthy", "stack_of_the_fits_model"):
+        priced = {"summary": summary, "checks": [{"name": name, "ok": False}]}
+        assert not bench.verdict(priced, replay)["ok"], name
+    other = {**replay, "summary": {"stack_step_factor": 0.6}}
+    assert not bench.verdict({"summary": summary, "checks": []}, other)["ok"]
 
 
 def test_labprobe_runs_with_the_checkout_first_and_the_callers_path_after_it(tmp_path, monkeypatch):

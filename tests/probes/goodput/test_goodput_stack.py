@@ -11,6 +11,7 @@ from lengths_util import write_lengths
 from stack_util import carrier_json
 
 from probes.goodput import probe as goodput
+from probes.result import InputError
 from runner.cli import main
 
 STEPS = {"baseline": 0.40, "bf16-adapters": 0.30, "bf16-adapters+compile+fused-adamw": 0.20, "liger": None}
@@ -82,8 +83,10 @@ def test_a_profiles_variants_table_serves_and_an_untrustworthy_row_fails_its_che
     assert (
         result.summary["stack_step_factor"] == pytest.approx(0.75) and result.summary["stack_model"] == "qwen3-4b-base"
     )
-    check = {c.name: c for c in result.checks}["stack_trustworthy"]
-    assert not check.ok and "numerics not measured" in check.detail
+    checks = {c.name: c for c in result.checks}
+    assert not checks["stack_trustworthy"].ok and "not trustworthy" in checks["stack_trustworthy"].detail
+    assert checks["stack_numerics_within_tolerance"].ok  # not measured: said, not failed
+    assert "numerics not measured" in checks["stack_numerics_within_tolerance"].detail
     # a profile given its checkpoint as the config.json: the model is still the folder (carrier's name for it)
     profile.write_text(
         json.dumps({"config": {"checkpoint": "/m/qwen3-4b-base/config.json"}, "tables": {"variants": rows}})
@@ -175,9 +178,10 @@ def test_a_stack_file_whose_rows_do_not_price_is_one_line_exit_2(lengths, tmp_pa
     path = edited("tokens.json", lambda t: t["carriers"][1].update(tokens_per_step="4k"))
     summary = goodput.run(_config(lengths, stack_json=path, stack="bf16-adapters")).summary
     assert summary["stack_tokens_per_step"] is None and "tokens a step" not in summary["step_model"]
-    # unset --stack: a NaN row is not the fastest, the next one prices
+    # unset --stack: a NaN row is not the fastest, and bf16-adapters is outside the numerics tolerance (the
+    # fixture's numerics): the baseline is the fastest left
     path = edited("nan.json", step("bf16-adapters+compile+fused-adamw", float("nan")))
-    assert goodput.run(_config(lengths, stack_json=path)).summary["stack"] == "bf16-adapters"
+    assert goodput.run(_config(lengths, stack_json=path)).summary["stack"] == "baseline"
 
 
 def test_priced_with_names_the_bucket_size_that_priced_the_hours(lengths, tmp_path):
@@ -249,3 +253,41 @@ def test_a_stack_measured_at_another_shape_says_so(lengths, tmp_path):
     unknown = carrier_json(tmp_path / "c.json", "qwen3-4b-base", STEPS)
     check = {c.name: c for c in goodput.run(_config(lengths, stack_json=unknown)).checks}["stack_at_priced_shape"]
     assert not check.ok and "a shape its file does not give" in check.detail
+
+
+def test_what_the_price_rests_on_is_checked(lengths, tmp_path):
+    """A stack outside the numerics tolerance fails its own check (priced, never passed as the same step); a
+    launch-bound row is not `GPU-bound` however small its spread; the factor is of means where rows give them;
+    a garbled numerics table or checkpoint is one line, exit 2."""
+    outside = carrier_json(tmp_path / "outside.json", "qwen3-4b-base", STEPS)
+    checks = {c.name: c for c in goodput.run(_config(lengths, stack_json=outside, stack="bf16-adapters")).checks}
+    assert (
+        not checks["stack_numerics_within_tolerance"].ok
+        and "OUTSIDE" in checks["stack_numerics_within_tolerance"].detail
+    )
+    assert checks["stack_trustworthy"].ok
+
+    def rewrite(name, edit):
+        data = json.loads(outside.read_text())
+        edit(data)
+        path = tmp_path / name
+        path.write_text(json.dumps(data))
+        return path
+
+    launch = rewrite("launch.json", lambda d: d["tables"]["carriers"][2].update(launch_bound=True))
+    checks = {c.name: c for c in goodput.run(_config(lengths, stack_json=launch)).checks}
+    assert not checks["stack_trustworthy"].ok
+
+    def means(d):
+        for row, mean in zip(d["tables"]["carriers"], (0.44, 0.31, 0.22)):
+            row["mean_step_s"] = mean
+
+    summary = goodput.run(_config(lengths, stack_json=rewrite("means.json", means))).summary
+    assert summary["stack_step_factor"] == pytest.approx(0.22 / 0.44)  # not the medians' 0.20 / 0.40
+    garbled = rewrite("numerics.json", lambda d: d["tables"].update(numerics=3))
+    with pytest.raises(InputError, match="table 'numerics' is not a list of rows"):
+        goodput.run(_config(lengths, stack_json=garbled))
+    garbled = tmp_path / "ckpt.json"  # a profile's variants table names its model by the config's checkpoint
+    garbled.write_text(json.dumps({"config": {"checkpoint": 7}, "tables": {"variants": [{"variant": "baseline"}]}}))
+    with pytest.raises(InputError, match="config.checkpoint is 7, not a checkpoint's path"):
+        goodput.run(_config(lengths, stack_json=garbled))

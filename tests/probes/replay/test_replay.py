@@ -18,6 +18,7 @@ from stack_util import carrier_json
 from probes.corpus import batching
 from probes.replay import model as replay_model
 from probes.replay import probe as replay
+from probes.result import InputError
 from probes.step import steptime
 from runner.cli import main
 
@@ -350,7 +351,11 @@ def _from_profile(tiny: Path, lengths_file: Path, profile: Path, **changes) -> r
 
 
 def _compiled(tiny: Path, lengths_file: Path, profile: Path) -> replay.Config:
-    """A replay of `compile` predicted from --profile."""
+    """A replay of `compile` predicted from --profile, marked as measured with compile (a baseline profile
+    replayed with a stack and no --stack-json is refused: its prediction is of another step)."""
+    data = json.loads(profile.read_text())
+    data["config"] = {**(data.get("config") or {}), "variant": "compile"}
+    profile.write_text(json.dumps(data))
     return _from_profile(tiny, lengths_file, profile, variant="compile")
 
 
@@ -403,3 +408,20 @@ def test_fixed_is_refused_in_one_line_not_replayed_as_longest(capsys):
     code = main(["probe", "replay", "--lengths", "x.csv", "--checkpoint", ".", "--strategies", "fixed"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "cannot replay ['fixed']" in err
+
+
+def test_a_profile_of_another_step_is_refused_in_one_line(tiny, lengths_file, tmp_path):
+    """Without --stack-json the profile's prediction is compared as it is: a baseline profile replayed with a
+    stack (or the reverse) compared two different steps; with --stack-json a profile measured with a stack
+    would have been scaled by it twice."""
+    baseline = _linear_profile(tmp_path / "p.json")
+    with pytest.raises(InputError, match="measured with the baseline, replayed with compile; give --stack-json"):
+        replay.run(_from_profile(tiny, lengths_file, baseline, variant="compile"))
+    stacked = tmp_path / "stacked.json"
+    stacked.write_text(json.dumps({**json.loads(baseline.read_text()), "config": {"variant": "compile"}}))
+    with pytest.raises(InputError, match="measured with compile, replayed with the baseline"):
+        replay.run(_from_profile(tiny, lengths_file, stacked))
+    stack_file = carrier_json(tmp_path / "carrier.json", tiny.name, {"baseline": 0.4, "compile": 0.3})
+    config = dataclasses.replace(_from_profile(tiny, lengths_file, stacked, variant="compile"), stack_json=stack_file)
+    with pytest.raises(InputError, match="measured with variant 'compile'; --stack-json scales a baseline profile"):
+        replay.run(config)
