@@ -97,6 +97,9 @@ def _session(config: Config) -> Session:
 def _given(config: Config) -> tuple[StepModel | None, stack_step.StackStep | None]:
     """--profile's step model, scaled by --stack-json's --variant step as goodput scales it (None: fit here)."""
     given = replay_model.given_model(config.profile)
+    runs = model_name(config.checkpoint)
+    if given is not None and given.model is not None and given.model != runs:  # another model's fit predicts nothing
+        raise InputError(f"{config.profile}: a fit of {given.model}, and this replay runs {runs} (--checkpoint)")
     if config.stack_json is None:
         _same_variant(config)
         return given, None

@@ -421,6 +421,10 @@ def test_a_profile_of_another_step_is_refused_in_one_line(tiny, lengths_file, tm
     stacked.write_text(json.dumps({**json.loads(baseline.read_text()), "config": {"variant": "compile"}}))
     with pytest.raises(InputError, match="measured with compile, replayed with the baseline"):
         replay.run(_from_profile(tiny, lengths_file, stacked))
+    other = tmp_path / "other.json"  # another model's fit: it predicted the replay within 5% before, exit 0
+    other.write_text(json.dumps({**json.loads(baseline.read_text()), "config": {"checkpoint": "/m/qwen3-4b-base"}}))
+    with pytest.raises(InputError, match=f"a fit of qwen3-4b-base, and this replay runs {tiny.name}"):
+        replay.run(_from_profile(tiny, lengths_file, other))
     stack_file = carrier_json(tmp_path / "carrier.json", tiny.name, {"baseline": 0.4, "compile": 0.3})
     config = dataclasses.replace(_from_profile(tiny, lengths_file, stacked, variant="compile"), stack_json=stack_file)
     with pytest.raises(InputError, match="measured with variant 'compile'; --stack-json scales a baseline profile"):
