@@ -291,3 +291,13 @@ def test_what_the_price_rests_on_is_checked(lengths, tmp_path):
     garbled.write_text(json.dumps({"config": {"checkpoint": 7}, "tables": {"variants": [{"variant": "baseline"}]}}))
     with pytest.raises(InputError, match="config.checkpoint is 7, not a checkpoint's path"):
         goodput.run(_config(lengths, stack_json=garbled))
+
+
+def test_the_best_strategy_is_the_one_of_fewest_hours_one_offs_included(lengths):
+    """At 200 s a new shape (a compile, say), `longest` has the higher steady goodput and many shapes; `fixed` one shape."""
+    result = goodput.run(_config(lengths, strategies=("fixed", "longest"), new_shape_s=200.0))
+    rows = {r.strategy: r for r in result.tables["goodput"]}
+    assert rows["longest"].goodput_tok_per_s > rows["fixed"].goodput_tok_per_s
+    assert rows["fixed"].hours_per_job < rows["longest"].hours_per_job
+    assert result.summary["best_strategy"] == "fixed"
+    assert result.summary["best_hours_per_job"] == rows["fixed"].hours_per_job
