@@ -189,12 +189,13 @@ def _numerics(result: dict, model: str, source: str) -> dict[str, bool | None]:
 
 
 def profile_variant(path: Path) -> str | None:
-    """The variant or stack a `--profile` file was measured with (its config's `variant`), None for the
-    baseline: a fit measured with a stack already prices the stack, and scaling it again counts it twice."""
+    """The variant or stack a `--profile` file's fit was measured with (a replay's config `variant`), None for
+    the baseline: a fit measured with a stack already prices the stack, and scaling it again counts it twice.
+    A profile's `variant` is a list: the variants it measured beside its fit, which is the baseline's."""
     profile = read_json_file(path, "profile JSON")
     config = profile.get("config") if isinstance(profile, dict) else None
     variant = config.get("variant") if isinstance(config, dict) else None
-    if variant in (None, BASELINE):
+    if variant in (None, BASELINE) or isinstance(variant, list):
         return None
     if not isinstance(variant, str):
         raise InputError(f"{path}: config.variant is {variant!r}, not a variant's name")

@@ -301,3 +301,22 @@ def test_the_best_strategy_is_the_one_of_fewest_hours_one_offs_included(lengths)
     assert rows["fixed"].hours_per_job < rows["longest"].hours_per_job
     assert result.summary["best_strategy"] == "fixed"
     assert result.summary["best_hours_per_job"] == rows["fixed"].hours_per_job
+
+
+def test_a_profiles_variant_list_is_no_stacked_fit_and_a_replays_variant_is(tmp_path):
+    """profile --variant measures variants beside its fit, which stays the baseline's (config `variant`, a list);
+    replay --variant fits the step it replays (a name): only that one would count a stack twice."""
+    from probes.step import stack_step
+
+    path = tmp_path / "p.json"
+    for variant, measured in (
+        (["bf16-adapters", "compile"], None),
+        ([], None),
+        ("baseline", None),
+        ("compile", "compile"),
+    ):
+        path.write_text(json.dumps({"config": {"variant": variant}, "tables": {}}))
+        assert stack_step.profile_variant(path) == measured, variant
+    path.write_text(json.dumps({"config": {"variant": 3}, "tables": {}}))
+    with pytest.raises(InputError, match="config.variant is 3"):
+        stack_step.profile_variant(path)
