@@ -105,7 +105,7 @@ def _given(config: Config) -> tuple[StepModel | None, stack_step.StackStep | Non
         return given, None
     stack_step.refuse_stacked_profile(config.profile)
     name = stacks.get(config.variant).name
-    stack = stack_step.read(config.stack_json, name, only_model=model_name(config.checkpoint))
+    stack = stack_step.read(config.stack_json, name, only_model=runs)
     return given.scaled(stack.factor, f"{given.source}; {stack.describe()}"), stack
 
 
@@ -119,8 +119,8 @@ def _same_variant(config: Config) -> None:
     measured = None if measured is None else stacks.canonical(measured)
     if measured != replayed:
         raise InputError(
-            f"{config.profile}: measured with {measured or 'the baseline'}, replayed with {replayed or 'the baseline'}; "
-            "give --stack-json (the stack's measured step) to scale a baseline profile, or a profile of the same step"
+            f"{config.profile}: measured with {measured or 'the baseline'}, "
+            f"replayed with {replayed or 'the baseline'}; give --stack-json (the stack's measured step) to scale a baseline profile, or a profile of the same step"
         )
 
 

@@ -6,8 +6,8 @@ the stack, and `replay` scales its prediction by to check that price.
 Both rows come from the same run, at the same shape (batch_size x seq_len), each in fresh processes
 (probes.step.processes): their ratio is the stack's saving at that shape, applied to every batch shape
 the step model prices. The ratio is of mean step times where the rows give them (carrier's `mean_step_s`):
-hours are a sum of steps, priced from means, and the fits goodput scales are of means too. Whether it holds at the corpus's other shapes (narrow, launch-bound batches) is what
-`replay --variant` measures. A compiled stack's one-off compiles (a few graphs a job, each about its
+hours are a sum of steps, priced from means, and the fits goodput scales are of means too. Whether it
+holds at the corpus's other shapes (narrow, launch-bound batches) is what `replay --variant` measures. A compiled stack's one-off compiles (a few graphs a job, each about its
 `compile_s`) are not in the factor: replay pays them in its warm-up and says how many (`graphs_compiled`).
 """
 
@@ -182,7 +182,8 @@ def _numerics(result: dict, model: str, source: str) -> dict[str, bool | None]:
         within = r.get("within_tolerance")
         if within not in (None, True, False):
             raise InputError(
-                f"{source}: table 'numerics': {r.get('variant')}'s within_tolerance is {within!r}, not true, false or null"
+                f"{source}: table 'numerics': {r.get('variant')}'s within_tolerance is {within!r}, "
+                "not true, false or null"
             )
         out.setdefault(str(r.get("variant")), within)
     return out

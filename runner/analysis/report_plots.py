@@ -13,6 +13,7 @@ import html
 
 import pandas as pd
 
+from probes.result import plain
 from runner.analysis import plots
 from runner.analysis.drift import DIMENSIONS
 from runner.analysis.report_data import RunData
@@ -68,8 +69,9 @@ LABEL_LAST = ("run_id", "job_id")
 def bar_labels(rows: pd.DataFrame, within: tuple[str, ...] = ()) -> pd.Series:
     """What names each host's bar (or line): the host, plus every model or shape that varies within it,
     the variant or config hash where those leave two configs under one name, a run or job id where rows
-    would still be alike, and a number where nothing tells them apart. `within` columns are what the chart itself draws (a line's x, a stacked bar's category).
-    So two configs never stack on one bar or join in one line."""
+    would still be alike, and a number where nothing tells them apart. `within` columns are what the chart
+    itself draws (a line's x, a stacked bar's category). So two configs never stack on one bar or join in
+    one line."""
     within = tuple(c for c in within if c in rows)
     named = [c for c in LABEL_SHAPES if c in rows and c not in within and _mixed(rows, ["host"], c)]
     named += [c for c in LABEL_CONFIG if c in rows and _mixed(rows, ["host", *named], c)]
@@ -100,7 +102,8 @@ def _alike(rows: pd.DataFrame, keys: list[str]) -> bool:
 def _value(column: str, value) -> str:
     """A label's value as people read it: a stored float of an integer column (a NaN made it float) as an
     integer, a missing variant as `baseline` (rows stored before variants existed are baseline rows)."""
-    if value is None or (isinstance(value, float) and pd.isna(value)):
+    value = plain(value)
+    if value is None:
         return "baseline" if column == "variant" else "n/a"
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
