@@ -10,6 +10,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from runner.analysis import plots
 from runner.analysis.compare import Comparison, better
 
 COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C")
@@ -50,7 +51,7 @@ def plot_comparison(result: Comparison, path: Path) -> Path:
             va="top",
         )
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plots.literal_text(fig).savefig(path, dpi=120, bbox_inches="tight")
     return path
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 LINE_MARKERS = "os^Dv"
 """One host's lines, one per config, in its one colour."""
@@ -20,7 +21,16 @@ UNTRUSTED_HATCH = "//"
 """Bars whose spread is above the trust threshold are hatched: not yet a number."""
 
 
+def literal_text(fig: Figure) -> Figure:
+    """Every text of the figure drawn as written: matplotlib reads `$...$` as math, so a model, host or
+    checkpoint named with two `$` (`a$\\frac$b`) failed the whole report's rendering, or was typeset."""
+    for text in fig.findobj(Text):
+        text.set_parse_math(False)
+    return fig
+
+
 def png_bytes(fig: Figure, *, dpi: int = 90) -> bytes:
+    literal_text(fig)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
     return buffer.getvalue()

@@ -339,3 +339,14 @@ def test_hosts_that_ran_different_configs_are_warned_naming_the_fields(tmp_path)
     assert warning.startswith(
         "checkpoint A: hosts ran different configs (seq_len: ana-ml2 4096, gx10 2048)"
     )  # host order
+
+
+def test_the_compare_plot_draws_a_checkpoint_named_with_dollar_signs(tmp_path):
+    """matplotlib reads `$...$` as math: `--plot` of a checkpoint `a$\\frac$b` raised in the middle of saving."""
+    from runner.analysis.compare_plot import plot_comparison
+
+    store = Store(tmp_path / "store")
+    for host, step_s in (("gx10", 0.1), ("ana-ml2", 0.2)):
+        put(store, host=host, ckpt="a$\\frac$b", run=1, values={1024: step_s})
+    path = plot_comparison(compare(store, "profile"), tmp_path / "cmp.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

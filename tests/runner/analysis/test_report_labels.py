@@ -140,3 +140,13 @@ def test_the_report_tables_split_a_host_that_ran_two_configs(monkeypatch):
     assert "gx10 (batch_size=4)" in page and "gx10 (batch_size=1)" in page
     report_html._carriers(data)
     assert drawn and drawn[0].tolist() == ["ana-ml2 (batch_size=1)", "gx10 (batch_size=1)", "gx10 (batch_size=4)"]
+
+
+def test_names_with_dollar_signs_are_drawn_as_written_not_as_math():
+    """matplotlib reads `$...$` as math: a model named `q$\\frac$x` failed the report's whole rendering."""
+    rows = _carriers().assign(model=["m", "q$\\frac$x", "m"], checkpoint="c$\\frac$")
+    fig = plots.host_bars(
+        rows, [("step_s", "s/step", 1.0)], title="c$\\frac$: per host", colors=COLORS, labels=bar_labels(rows)
+    )
+    assert plots.png_bytes(fig)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()][1] == "gx10 (model=q$\\frac$x, batch_size=1)"
