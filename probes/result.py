@@ -13,6 +13,7 @@ import inspect
 import itertools
 import json
 import math
+import os
 import re
 import reprlib
 import textwrap
@@ -192,13 +193,27 @@ def _own_field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+MAX_JSON_BYTES = 64 * 2**20
+"""A labprobe `--json` output is kilobytes; more than this is another file (or /dev/zero), never read whole."""
+
+
 def read_json_file(path: Path, what: str) -> Any:
-    """The JSON held in `path`, `what` naming the file's kind in the error: an unreadable, empty or
-    malformed file is an InputError of one line (an empty file is said so, not as json's 'Expecting value')."""
+    """The JSON held in `path`, `what` naming the file's kind in the error: an unreadable, empty, malformed
+    or oversized file is an InputError of one line (an empty file is said so, not as json's 'Expecting
+    value'). Opened without blocking, so a FIFO nobody writes reads as empty instead of hanging; a pipe
+    that is written (`--profile <(...)`) is read as it comes."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, ValueError) as exc:  # a folder, no such file, bytes that are not UTF-8
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        os.set_blocking(fd, True)  # only the open must not wait for a writer
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read(MAX_JSON_BYTES + 1)
+        text = data.decode("utf-8")
+    except OSError as exc:  # a folder, no such file (strerror: the fd number str(exc) names says nothing)
+        raise InputError(f"{path}: unreadable {what}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # bytes that are not UTF-8
         raise InputError(f"{path}: unreadable {what}: {exc}") from None
+    if len(data) > MAX_JSON_BYTES:
+        raise InputError(f"{path}: unreadable {what}: larger than {MAX_JSON_BYTES // 2**20} MiB")
     if not text.strip():
         raise InputError(f"{path}: unreadable {what}: the file is empty")
     try:

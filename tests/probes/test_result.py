@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +64,34 @@ def test_field_docs_read_a_base_class_and_let_a_redeclared_field_say_more():
     assert docs["checkpoint"] != base["checkpoint"] and "vocabulary size" in docs["checkpoint"]  # redeclared
     assert "repeat --checkpoint" in field_docs(carrier.Config)["checkpoint"]
     assert field_docs(carrier.Config)["lora_rank"] == "LoRA rank on every target module the harness discovers."
+
+
+def test_a_json_file_that_never_ends_or_never_comes_is_one_line_not_a_hang(tmp_path):
+    """A FIFO nobody writes blocked the open for ever (a sweep's goodput job hung all night); /dev/zero was
+    read until memory ran out; a folder named its fd. Each is now one InputError naming the file."""
+    import os
+    import threading
+
+    from probes.result import read_json_file
+
+    fifo = tmp_path / "profile.json"
+    os.mkfifo(fifo)
+    found: list[str] = []
+
+    def read() -> None:
+        try:
+            read_json_file(fifo, "profile JSON")
+        except InputError as exc:
+            found.append(str(exc))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout=20)
+    assert not reader.is_alive() and found == [f"{fifo}: unreadable profile JSON: the file is empty"]
+    with pytest.raises(InputError, match="larger than 64 MiB"):
+        read_json_file(Path("/dev/zero"), "profile JSON")
+    with pytest.raises(InputError, match="unreadable profile JSON: Is a directory$"):
+        read_json_file(tmp_path, "profile JSON")
+    written = tmp_path / "ok.json"
+    written.write_text('{"a": 1}')
+    assert read_json_file(written, "profile JSON") == {"a": 1}
