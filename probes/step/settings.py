@@ -11,6 +11,7 @@ Liger's fused linear CE where `liger` keeps the harness's.
 from __future__ import annotations
 
 import dataclasses
+import shlex
 
 from probes.step import stacks, variants
 
@@ -65,5 +66,6 @@ def command(stack: str, checkpoint: str, config) -> str:
     setting of `config` (a carrier Config) that differs from its default."""
     defaults = {f.name: f.default for f in dataclasses.fields(config)}
     names = [*ALWAYS, *(n for n in WHEN_SET if getattr(config, n) != defaults.get(n))]
-    flags = " ".join(f"--{n.replace('_', '-')} {getattr(config, n)}" for n in names)
-    return f"labprobe probe carrier --checkpoint {checkpoint} {flags} --variant {stack}"
+    # quoted: the line is meant to be pasted into a shell, and a path may hold spaces or `$(...)`
+    flags = " ".join(f"--{n.replace('_', '-')} {shlex.quote(str(getattr(config, n)))}" for n in names)
+    return f"labprobe probe carrier --checkpoint {shlex.quote(checkpoint)} {flags} --variant {shlex.quote(stack)}"

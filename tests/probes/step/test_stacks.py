@@ -275,3 +275,19 @@ def test_advice_marks_a_speedup_read_from_untrustworthy_timings():
         None,
         "not predicted: the baseline was not measured (failed: exit 1)",
     )
+
+
+def test_the_reproducing_command_pastes_into_a_shell_as_one_argument_each(tmp_path):
+    """A checkpoint path with a space or `$(...)` was printed bare: pasted, it split or ran the command."""
+    import shlex
+
+    from probes.carrier.config import Config
+
+    ckpt = tmp_path / "run $(touch pwned) `id`"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    line = settings.command("bf16-adapters+compile", str(ckpt), Config(checkpoint=(ckpt,), device="cpu"))
+    words = shlex.split(line)
+    assert words[words.index("--checkpoint") + 1] == str(ckpt)
+    assert words[words.index("--variant") + 1] == "bf16-adapters+compile"
+    assert words[words.index("--device") + 1] == "cpu"
