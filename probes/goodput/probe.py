@@ -33,7 +33,8 @@ summary says what priced them (`priced_with`: the best batching and the stack), 
 measured, and the best strategy's hours without the stack (`baseline_hours_per_job`); check
 `stack_trustworthy` says whether both rows were GPU-bound within 2% spreads, and the numerics verdict;
 `stack_of_the_fits_model` whether the stack was measured on the model the profile fitted (when it names it;
-its model also picks the stack file's rows when --checkpoint does not). `replay --variant` checks such a price on the GPU.
+its model also picks the stack file's rows when --checkpoint does not), `stack_of_the_fits_step` whether
+through the same harness, LoRA rank and CE chunk (those both files name). `replay --variant` checks such a price on the GPU.
 """
 
 from __future__ import annotations
@@ -247,6 +248,7 @@ def run(config: Config) -> ProbeResult:
             _stack_check(stack),
             _numerics_check(stack),
             _same_model_check(stack, plain),
+            _same_setup_check(stack, plain),
             _stack_shape_check(stack, config),
         ]
     return ProbeResult(probe="goodput", config=config, tables={"goodput": rows}, summary=summary, checks=found)
@@ -319,6 +321,24 @@ def _same_model_check(stack: stack_step.StackStep, model: StepModel) -> Check:
             f"the stack measured on {stack.model}, the fit on {model.model or 'a model the profile does not name'}"
             if same
             else f"the stack measured on {stack.model}, the fit on {model.model}: another model's saving priced"
+        ),
+    )
+
+
+def _same_setup_check(stack: stack_step.StackStep, model: StepModel) -> Check:
+    """The stack's saving was measured through one harness, LoRA rank and CE chunk: through another, the step
+    it scales is another step (a fused loss saves nothing where the harness already chunks it)."""
+    differ = stack_step.setup_differences(stack.setup, model.setup)
+    compared = [k for k in stack_step.SETUP_KEYS if k in stack.setup and k in model.setup]
+    return Check(
+        name="stack_of_the_fits_step",
+        ok=not differ,
+        detail=(
+            f"the stack and the fit measured through another step: {'; '.join(differ)}"
+            if differ
+            else f"the stack and the fit measured through the same {', '.join(compared)}"
+            if compared
+            else "neither file names the harness, LoRA rank or CE chunk it measured through: not compared"
         ),
     )
 

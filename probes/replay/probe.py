@@ -106,6 +106,9 @@ def _given(config: Config) -> tuple[StepModel | None, stack_step.StackStep | Non
     stack_step.refuse_stacked_profile(config.profile)
     name = stacks.get(config.variant).name
     stack = stack_step.read(config.stack_json, name, only_model=runs)
+    differ = stack_step.setup_differences(stack.setup, stack_step.setup_of(config))
+    if differ:  # the saving of another step: its price is no prediction of the step replayed
+        raise InputError(f"{config.stack_json}: measured through another step than this replay's: {'; '.join(differ)}")
     return given.scaled(stack.factor, f"{given.source}; {stack.describe()}"), stack
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from probes.result import FieldError, InputError, read_json_file
 from probes.step import stacks
 from probes.step.checkpoint import model_name
+from probes.step.steptime import SETUP_KEYS, setup_of
 
 BASELINE = "baseline"
 UNTRUSTWORTHY = "not trustworthy"
@@ -41,6 +42,8 @@ class StackStep:
     within_tolerance: bool | None
     """The stack's numerics price within tolerance (carrier's `numerics` table); None: not measured."""
     source: str
+    setup: dict = dataclasses.field(default_factory=dict)
+    """The run's SETUP_KEYS its file names (harness, LoRA rank, CE chunk)."""
 
     @property
     def factor(self) -> float:
@@ -161,7 +164,15 @@ def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only
         trustworthy=all(_gpu_bound_within_limits(rows[name]) for name in (stack, BASELINE)),
         within_tolerance=within.get(stack),
         source=str(path),
+        setup=setup_of(shape),
     )
+
+
+def setup_differences(stack: dict, other: dict) -> list[str]:
+    """Each SETUP_KEY both name with different values, as `key A (stack) vs B`; keys one side lacks are not
+    compared (an older file, a typed-in fit)."""
+    return [f"{key} {stack[key]} (stack) vs {other[key]}" for key in SETUP_KEYS if key in stack and key in other
+            and stack[key] != other[key]]  # fmt: skip
 
 
 def _gpu_bound_within_limits(row: dict) -> bool:

@@ -15,6 +15,11 @@ import numpy as np
 from probes.result import InputError, read_json_file
 from probes.step.checkpoint import model_name
 
+SETUP_KEYS = ("harness", "lora_rank", "ce_chunk")
+"""What a step's time depends on beside the model, the shape and the variant: a stack's saving measured
+through another harness, LoRA rank or loss chunk is another step's saving (the weights' values and LoRA's
+alpha change no time)."""
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class StepModel:
@@ -38,6 +43,9 @@ class StepModel:
     source: str = "given"
     model: str | None = None
     """The model the fit measured (its checkpoint folder's name), when the profile's config names it."""
+    setup: dict = dataclasses.field(default_factory=dict)
+    """The harness, LoRA rank and CE chunk the fit measured through, those the profile's config names
+    (SETUP_KEYS)."""
 
     def poly(self, rows, widths) -> np.ndarray:
         rows, widths = np.asarray(rows, float), np.asarray(widths, float)
@@ -122,7 +130,8 @@ def model_from_profile(profile: dict, source: str = "profile") -> StepModel:
     )
     unknown = any(r.get("launch_bound") is None for r in fitted)
     new_shape_s = (profile.get("summary") or {}).get("new_shape_s") or 0.0
-    checkpoint = (profile.get("config") or {}).get("checkpoint")
+    config = profile.get("config") if isinstance(profile.get("config"), dict) else {}
+    checkpoint = config.get("checkpoint")
     if isinstance(checkpoint, list):  # carrier-like configs list their checkpoints; a profile has one
         checkpoint = checkpoint[0] if len(checkpoint) == 1 else None
     return StepModel(
@@ -138,6 +147,7 @@ def model_from_profile(profile: dict, source: str = "profile") -> StepModel:
         new_shape_s=new_shape_s,
         source=source,
         model=model_name(checkpoint) if isinstance(checkpoint, str) and checkpoint else None,
+        setup=setup_of(config),
     )
 
 
@@ -145,3 +155,9 @@ def from_profile_file(path: Path) -> StepModel:
     """The step model of a `labprobe probe profile --json` file (an unreadable one is an InputError)."""
     profile = read_json_file(path, "profile JSON")
     return model_from_profile(profile, source=str(path))
+
+
+def setup_of(config: object) -> dict:
+    """The SETUP_KEYS a run's config names: a JSON object's keys, or a StepConfig's fields."""
+    get = config.get if isinstance(config, dict) else lambda key: getattr(config, key, None)
+    return {key: get(key) for key in SETUP_KEYS if get(key) is not None}

@@ -71,7 +71,7 @@ def test_the_verdict_needs_the_price_it_checked_to_rest_on_trusted_rows():
     good = bench.verdict({"summary": summary, "checks": [numerics]}, replay)
     assert good["ok"] and good["failed_checks"] == ["goodput: stack_numerics_within_tolerance"]
     assert good["stack_within_tolerance"] is False
-    for name in ("stack_trustworthy", "stack_of_the_fits_model"):
+    for name in ("stack_trustworthy", "stack_of_the_fits_model", "stack_of_the_fits_step"):
         priced = {"summary": summary, "checks": [{"name": name, "ok": False}]}
         assert not bench.verdict(priced, replay)["ok"], name
     other = {**replay, "summary": {"stack_step_factor": 0.6}}

@@ -204,13 +204,14 @@ def test_the_factor_scales_the_steady_steps_and_the_new_shape_one_offs_stay(leng
         assert row.hours_per_job == pytest.approx((base.hours_per_job - once_h) * 0.75 + once_h)
 
 
-def _profile(path: Path, checkpoint: str) -> Path:
+def _profile(path: Path, checkpoint: str, **setup) -> Path:
     """A profile --json with a fit (and the checkpoint it measured, as profile's config holds it)."""
     fit = [{"term": t, "coef": c} for t, c in (("quadratic", 1e-8), ("linear", 2e-5), ("fixed", 0.05))]
     scaling = [
         {"seq_len": n, "batch_size": 4, "tokens": 4 * n, "in_fit": True, "launch_bound": False} for n in (256, 2048)
     ]
-    path.write_text(json.dumps({"config": {"checkpoint": checkpoint}, "tables": {"fit": fit, "scaling": scaling}}))
+    config = {"checkpoint": checkpoint, **setup}
+    path.write_text(json.dumps({"config": config, "tables": {"fit": fit, "scaling": scaling}}))
     return path
 
 
@@ -241,6 +242,30 @@ def test_a_stack_of_another_model_than_the_fits_fails_its_check_and_the_fits_mod
         goodput.Config(profile=profile, stack_json=tmp_path / "both.json", stack="bf16-adapters", **kw)
     )
     assert picked.summary["stack_model"] == "qwen3-1.7b-base" and picked.summary["stack_step_factor"] == 0.5
+
+
+def test_a_stack_measured_through_another_harness_rank_or_chunk_fails_its_check(lengths, tmp_path):
+    """A stack's saving through one harness is no price of a fit through another (a fused loss saves nothing
+    where the harness already chunks it): the check names each difference; what one file lacks is not compared."""
+    kw = dict(lengths=lengths, batch_size=4, max_length=2048, token_budget=5_000_000)
+    plain = {"harness": "benchmarks.harness_plain", "lora_rank": 32, "ce_chunk": 1024}
+    stack = carrier_json(tmp_path / "s.json", "qwen3-4b-base", STEPS, setup=plain)
+
+    def check(**setup):
+        profile = _profile(tmp_path / "p.json", "/m/qwen3-4b-base", **setup)
+        return {c.name: c for c in goodput.run(goodput.Config(profile=profile, stack_json=stack, **kw)).checks}[
+            "stack_of_the_fits_step"
+        ]
+
+    other = check(harness="probes.step.harness", lora_rank=16, ce_chunk=1024)
+    assert not other.ok and other.detail == (
+        "the stack and the fit measured through another step: harness benchmarks.harness_plain (stack) vs "
+        "probes.step.harness; lora_rank 32 (stack) vs 16"
+    )
+    same = check(**plain)
+    assert same.ok and same.detail.endswith("the same harness, lora_rank, ce_chunk")
+    older = check()  # a profile that names none of them
+    assert older.ok and "not compared" in older.detail
 
 
 def test_a_stack_measured_at_another_shape_says_so(lengths, tmp_path):

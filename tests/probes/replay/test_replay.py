@@ -429,3 +429,10 @@ def test_a_profile_of_another_step_is_refused_in_one_line(tiny, lengths_file, tm
     config = dataclasses.replace(_from_profile(tiny, lengths_file, stacked, variant="compile"), stack_json=stack_file)
     with pytest.raises(InputError, match="measured with variant 'compile'; --stack-json scales a baseline profile"):
         replay.run(config)
+    # a stack measured through another LoRA rank: its saving is another step's
+    lora8 = carrier_json(tmp_path / "c8.json", tiny.name, {"baseline": 0.4, "compile": 0.3}, setup={"lora_rank": 8})
+    config = dataclasses.replace(_from_profile(tiny, lengths_file, baseline, variant="compile"), stack_json=lora8)
+    with pytest.raises(
+        InputError, match=r"c8.json: measured through another step than this replay's: lora_rank 8 \(stack\) vs "
+    ):
+        replay.run(config)
