@@ -7,7 +7,8 @@ process; the collector was ruled out. Both periods are about one second of wall 
 times the same step with each suspect switched off or changed in turn and records, per step: the GPU time
 of each phase (forward + loss, backward, optimizer) from CUDA events, the host's wall time to launch the
 step and the whole step's wall time, the allocator's counters (cudaMalloc/cudaFree calls, alloc retries:
-a retry frees the cache, which synchronises) and the collector's. Segments, each `--steps` steps after
+a retry frees the cache, which synchronises), the collector's, and the card's SM clock, power and clock-event
+reasons after each step (NVML). Segments, each `--steps` steps after
 warm-up, in one process (the model and its compiled graphs are shared):
   probe_like   as the probe times it: events around the step, waited on every step, collector frozen
   no_sync      no wait per step (the host runs ahead; one sync at the end): a host-side bump vanishes
@@ -124,6 +125,34 @@ def _nvml_poller(stop: threading.Event, trace: list) -> threading.Thread:
     return thread
 
 
+class CardState:
+    """The card's SM clock (MHz), power (W) and clock-event reasons bitmask, read once after each step (after its
+    wait, outside its events): a bump that is the power or clock controller's shows as a dip at the bump steps
+    (periods near a second in every process, counted from when the load began). None without NVML."""
+
+    def __init__(self, cuda: bool):
+        self.handle = None
+        if not cuda:
+            return
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        except Exception:  # noqa: BLE001 - no NVML: the records say so (None), the timing runs as before
+            self.handle = None
+
+    def read(self) -> dict | None:
+        if self.handle is None:
+            return None
+        n, h = self.nvml, self.handle
+        reasons = (
+            getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or n.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
+        return {"sm_mhz": n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM), "power_w": n.nvmlDeviceGetPowerUsage(h) / 1e3,
+                "reasons": int(reasons(h))}  # fmt: skip
+
+
 def run_segment(name: str, step, steps: int, cuda: bool) -> list[dict]:
     """`steps` steps under segment `name`'s condition; one record per step."""
     stop, trace = threading.Event(), []
@@ -132,7 +161,7 @@ def run_segment(name: str, step, steps: int, cuda: bool) -> list[dict]:
     gc.collect()
     if frozen:
         gc.freeze()
-    records, clocks, origin = [], [], time.perf_counter()
+    records, clocks, origin, card = [], [], time.perf_counter(), CardState(cuda)
     try:
         for _ in range(steps):
             clock, before = Clock(cuda), _alloc_counts(cuda)
@@ -146,7 +175,7 @@ def run_segment(name: str, step, steps: int, cuda: bool) -> list[dict]:
                 torch.cuda.empty_cache()
             after = _alloc_counts(cuda)
             records.append({"t_s": begin - origin, "launch_ms": 1e3 * (launched - begin), "wall_ms": 1e3 * (done - begin),
-                            "delta": {k: after[k] - before[k] for k in after}})  # fmt: skip
+                            "delta": {k: after[k] - before[k] for k in after}, "card": card.read()})  # fmt: skip
             clocks.append(clock)
             if name == "sleep_50ms":
                 time.sleep(0.05)
@@ -196,7 +225,23 @@ def summarize(records: list[dict]) -> dict:
         "launch_ms": {"calm": mean_at(calm, lambda r: r["launch_ms"]), "bumps": mean_at(bumps, lambda r: r["launch_ms"])},
         "counters_at_bumps": {k: sum(records[i]["delta"][k] for i in bumps) for k in records[0]["delta"]},
         "counters_elsewhere": {k: sum(records[i]["delta"][k] for i in calm) for k in records[0]["delta"]},
+        "card": _card_at(records, bumps, calm),
     }  # fmt: skip
+
+
+def _card_at(records: list[dict], bumps: list[int], calm: list[int]) -> dict | None:
+    """Mean SM clock and power at the bump steps and elsewhere, and the reasons bitmasks seen at each."""
+    if any(r.get("card") is None for r in records):
+        return None
+    out = {}
+    for where, idx in (("bumps", bumps), ("calm", calm)):
+        cards = [records[i]["card"] for i in idx]
+        out[where] = {
+            "sm_mhz": statistics.fmean(c["sm_mhz"] for c in cards) if cards else None,
+            "power_w": statistics.fmean(c["power_w"] for c in cards) if cards else None,
+            "reasons": sorted({c["reasons"] for c in cards}),
+        }
+    return out
 
 
 def _tiny_checkpoint() -> Path:
