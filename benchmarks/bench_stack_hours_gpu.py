@@ -63,7 +63,7 @@ def tiny_checkpoint(out: Path) -> Path:
 def common(args) -> list[str]:
     """The model and step options carrier and both replays share (like with like)."""
     out = ["--checkpoint", str(args.checkpoint), "--weights", "random", "--harness", args.harness]
-    out += ["--lora-rank", "32", "--lora-alpha", "64", "--batch-size", "6"]
+    out += ["--lora-rank", "32", "--lora-alpha", "64", "--batch-size", str(args.batch_size)]
     return out + (["--device", "cpu"] if args.tiny else [])
 
 
@@ -93,7 +93,7 @@ def replay_argv(args, *extra: str) -> list[str]:
 
 def goodput_argv(args, baseline: Path, carrier: Path) -> list[str]:
     argv = ["probe", "goodput", "--lengths", str(LENGTHS), "--profile", str(baseline), "--stack-json", str(carrier)]
-    argv += ["--batch-size", "6", "--max-length", str(args.max_length), *BUDGET]
+    argv += ["--batch-size", str(args.batch_size), "--max-length", str(args.max_length), *BUDGET]
     return argv + (["--stack", args.stack] if args.stack else [])
 
 
@@ -162,6 +162,9 @@ def main() -> int:
     parser.add_argument("--search-budget-s", type=float, default=900.0)
     parser.add_argument("--baseline-profile", type=Path, default=None)
     parser.add_argument("--num-steps", type=int, default=200)
+    parser.add_argument(
+        "--batch-size", type=int, default=6, help="rows a batch (6 x 2,048 needs about 104 GiB for the baseline)"
+    )
     parser.add_argument("--tiny", action="store_true", help="a CPU dry run with a tiny random Qwen3")
     args = parser.parse_args()
     args.out = args.out.resolve()

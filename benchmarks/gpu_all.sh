@@ -127,7 +127,7 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
       phase=${PHASE:-all} hours_out=$OUT/stack_hours
       [ "$phase" = rest ] || [ "$phase" = baseline ] && hours_out=.gpu-hours
       timeout $(within $(( $(left) - 10 ))) python3 benchmarks/bench_stack_hours_gpu.py --out "$hours_out" --phase "$phase" \
-        $([ -n "$dry" ] && echo --tiny) --stack "$stack" --num-steps "${NUM_STEPS:-80}" || rc=$?
+        $([ -n "$dry" ] && echo --tiny) --stack "$stack" --num-steps "${NUM_STEPS:-80}" --batch-size "${BATCH:-6}" || rc=$?
       [ "$hours_out" = .gpu-hours ] && cp -r .gpu-hours "$OUT/stack_hours"
     fi
     echo "[gpu_all.sh --next: done, exit $rc after $(( $(date +%s) - start )) s]"

@@ -65,15 +65,26 @@ def _settings(config, checkpoint: Path, out: Measured) -> list[str]:
             else f" (numerics OUTSIDE tolerance: {verdict.basis})"
         )
     )
-    speed = out.baseline.step_s / best.step_s if best.step_s else None
     what = "the search's best" if searched else "fastest"
-    head = f"{checkpoint.name}: {what} {name}" + (f", x{speed:.3f} the baseline's tok/s" if speed else "") + mark
+    head = f"{checkpoint.name}: {what} {name}" + _speed_up(out.baseline, best) + mark
     command = settings.command(name, str(checkpoint), config)
     return [head, *(f"  {line}" for line in settings.lines(name)), f"  reproduce: {command}", _within(out)]
 
 
+def _speed_up(baseline: Measurement, best: Measurement) -> str:
+    """`, xN the baseline's tok/s`; said unknown where the baseline did not measure (out of memory where a
+    leaner stack fit), empty where the best did not either."""
+    if not best.step_s or best is baseline:
+        return ""
+    if not baseline.step_s:
+        return " (the baseline did not measure: its speed-up is unknown)"
+    return f", x{baseline.step_s / best.step_s:.3f} the baseline's tok/s"
+
+
 def _within(out: Measured) -> str:
     """The fastest measured change whose numerics are within tolerance (the baseline's always are)."""
+    if out.baseline.status != "ok" or not out.baseline.step_s:  # nothing to compare the numerics or speed with
+        return "fastest within the numerics tolerance: not measured (the baseline did not measure)"
     within = {r.variant for r in out.numerics_rows if r.within_tolerance}
     ok = [r for r in (out.baseline, *out.others) if r.status == "ok" and r.variant.name in within]
     if not out.numerics_rows or not ok:

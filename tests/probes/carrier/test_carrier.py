@@ -145,6 +145,27 @@ def test_an_oom_is_a_row_and_the_family_goes_on(family, lab_path, monkeypatch):
     assert not check.ok and family[0].name in check.detail and family[1].name in check.detail
 
 
+def test_a_baseline_out_of_memory_beside_a_stack_that_fits_is_a_row_not_a_traceback(
+    family, lab_path, monkeypatch, capsys
+):
+    """The 4B's baseline at 6 x 2,048 ran out of memory on an H100 where its bf16-adapters stack fit: the
+    settings divided by the baseline's missing step time and the whole carrier died with a TypeError."""
+    monkeypatch.setenv("HARNESS_OOM_FP32_ADAPTERS", "1")
+    argv = ["probe", "carrier", "--checkpoint", str(family[0]), "--weights", "random", "--lora-rank", "2"]
+    argv += ["--seq-len", "8", "--warmup-steps", "0", "--steps", "1", "--max-steps", "1", "--device", "cpu"]
+    argv += ["--processes", "1", "--harness", "harness_oom", "--variant", "bf16-adapters", "--numerics-steps", "2"]
+    assert main(argv) == 1  # a row did not measure: all_measured fails
+    printed = capsys.readouterr().out
+    assert main([*argv, "--json"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    rows = {r["variant"]: r for r in result["tables"]["carriers"]}
+    assert rows["baseline"]["status"].startswith("oom while timing") and rows["bf16-adapters"]["step_s"] > 0
+    head, *_, within = result["summary"]["settings"]
+    assert head.endswith("fastest bf16-adapters (the baseline did not measure: its speed-up is unknown)"), head
+    assert within == "fastest within the numerics tolerance: not measured (the baseline did not measure)"
+    assert head in printed and "oom while timing" in printed
+
+
 def test_a_checkpoint_without_config_is_refused_before_anything_runs(family, tmp_path):
     with pytest.raises(InputError, match=str(tmp_path)):
         carrier.run(carrier.Config(checkpoint=(family[0], tmp_path), steps=0))
