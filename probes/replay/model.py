@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from probes.result import Check
 from probes.step import session as session_mod
 from probes.step import steptime
 from probes.step.fit import ScalingRow, fit_scaling
@@ -45,16 +46,23 @@ def with_busy(session: Session, row: ScalingRow) -> ScalingRow:
     return session_mod.with_busy(session, row, real_lengths=_padded_rows(row.batch_size, row.seq_len))
 
 
-def new_shape_s(raw: dict[str, dict], first: str) -> float:
-    """The one-off cost of a batch shape's first step: over the fit points, the mean of (first
-    warm-up step - mean timed step), the mean since a replay sums them. The first point timed in the
-    process is left out: it also pays the process's own first-step costs."""
-    extra = [
-        t["raw_s"][0] - float(np.mean(t["raw_s"][t["num_warmup_configured"] :]))
+def new_shape_excess_s(raw: dict[str, dict], first: str) -> dict[str, float]:
+    """Each fit point's first warm-up step less its timed mean, by fit key (`fit/WIDTH`). The first point
+    timed in the process is left out: it also pays the process's own first-step costs."""
+    return {
+        key: t["raw_s"][0] - float(np.mean(t["raw_s"][t["num_warmup_configured"] :]))
         for key, t in raw.items()
         if key.startswith("fit/") and key != first and t["num_warmup_configured"]
-    ]
-    return max(0.0, float(np.mean(extra))) if extra else 0.0
+    }
+
+
+def new_shape_s(raw: dict[str, dict], first: str) -> float:
+    """The one-off cost of a batch shape's first step: the MEDIAN of the fit points' excesses
+    (new_shape_excess_s). A replay sums one-offs, so a mean would be its estimator, but over the seven or
+    so fit points one outlier rules a mean: on an H100 (4B, 3 x 2,048) the mean came to 1.25 s where the
+    replay's own 132 new-shape steps cost 0.15-0.16 s more than their steady prediction."""
+    extra = list(new_shape_excess_s(raw, first).values())
+    return max(0.0, float(np.median(extra))) if extra else 0.0
 
 
 def model_here(session: Session, rows: list[ScalingRow]):
@@ -86,3 +94,31 @@ def model_here(session: Session, rows: list[ScalingRow]):
 def given_model(profile: Path | None) -> StepModel | None:
     """The step model of a `labprobe probe profile --json` file; None without one."""
     return None if profile is None else steptime.from_profile_file(profile)
+
+
+NEW_SHAPE_MIN_STEPS = 5
+NEW_SHAPE_SLACK_S = 0.02
+"""Below this the one-off's disagreement is noise (a CPU's tiny steps, a GPU's jitter)."""
+
+
+def new_shape_replayed(steps: list, compiled: set[tuple[str, int]], priced_s: float) -> tuple[dict, Check]:
+    """The one-off measured a second way: over the replay's steps at a new shape (those where dynamo compiled
+    a graph left out), the mean of measured less the steady prediction. `steps`: the replay's StepRows;
+    `compiled`: (strategy, step) pairs that compiled. Its check fails where the priced one-off is off by more
+    than half and NEW_SHAPE_SLACK_S: hours priced with it count each new shape wrong (goodput --new-shape-s
+    takes the replayed value)."""
+    excess = [
+        s.measured_s - (s.predicted_s - priced_s) for s in steps if s.new_shape and (s.strategy, s.step) not in compiled
+    ]
+    replayed = float(np.mean(excess)) if excess else None
+    summary = {"new_shape_replayed_s": replayed, "new_shape_replayed_steps": len(excess)}
+    if len(excess) < NEW_SHAPE_MIN_STEPS:
+        detail, ok = f"{len(excess)} new-shape steps replayed (fewer than {NEW_SHAPE_MIN_STEPS}): not compared", True
+    else:
+        ok = abs(replayed - priced_s) <= max(NEW_SHAPE_SLACK_S, 0.5 * priced_s)
+        detail = (
+            f"the replay's {len(excess)} new-shape steps cost {replayed:.3f} s each over their steady prediction, "
+            f"the model charged {priced_s:.3f} s"
+            + ("" if ok else f": price with goodput --new-shape-s {max(0.0, replayed):.3f}")
+        )
+    return summary, Check(name="new_shape_s_confirmed", ok=ok, detail=detail)

@@ -16,8 +16,11 @@ timing) left out of the fit and interpolated below it. A fit point's `step_s` he
 its timed steps, not the median: a replay sums steps, and a launch-bound point's jitter is skewed.
 The first step at a batch shape the process has not run yet costs more (on an H200, ~0.2 s: kernel
 plans for the new shape, allocator growth), and a replay of a long-tailed corpus meets a new width
-almost every step: the model's `new_shape_s` is the mean excess of the fit points' first warm-up
-step over their timed mean, charged to every replayed step whose (rows, width) is new (`new_shape`).
+almost every step: the model's `new_shape_s` is the median excess of the fit points' first warm-up
+step over their timed mean (each in `new_shape_fit_excess_s`), charged to every replayed step whose (rows,
+width) is new (`new_shape`). The replay measures it a second way, `new_shape_replayed_s`: its new-shape
+steps' mean excess over their steady prediction; check `new_shape_s_confirmed` fails where the two differ by
+more than half (and 20 ms), naming the value to price with (goodput --new-shape-s).
 A compiled stack also compiles a few more graphs (graph_warm_indices says which batches make it): those
 batches run in the warm-up too, as a job pays its compiles once at its start.
 
@@ -425,8 +428,15 @@ def run(config: Config) -> ProbeResult:
         graphs_compiled=sum(t.warmup_graphs for t in done.values()) if compiled else None,
         **{f"compiled_in_steps_{s}": t.compiled_in for s, t in done.items() if compiled},
     )
+    compiled_steps = {(s, i) for s, t in done.items() for i in t.compiled_in}
+    one_off, one_off_check = replay_model.new_shape_replayed(step_rows, compiled_steps, model.new_shape_s)
+    if not given:  # each fit point's excess, of which new_shape_s is the median
+        one_off["new_shape_fit_excess_s"] = replay_model.new_shape_excess_s(
+            session.raw, f"fit/{max(r.seq_len for r in points)}"
+        )
+    result.summary.update(one_off)
     result.artifacts["timings.json"] = json.dumps(session.raw, indent=1)
-    result.checks.append(_within_limit(replay_rows))
+    result.checks += [_within_limit(replay_rows), one_off_check]
     if compiled:
         result.checks.append(_graphs_within_limit(sum(t.limit_hits for t in done.values())))
     return result

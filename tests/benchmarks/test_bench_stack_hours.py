@@ -25,6 +25,7 @@ def _args(**kw) -> argparse.Namespace:
         stack=None,
         search_budget_s=900.0,
         num_steps=200,
+        batch_size=6,
     )
     return argparse.Namespace(**(base | kw))
 
@@ -40,6 +41,17 @@ def test_the_commands_share_the_step_and_the_stacked_replay_is_priced_as_goodput
     priced = bench.goodput_argv(args, Path("b.json"), Path("c.json"))
     assert priced[priced.index("--profile") + 1] == "b.json" and priced[priced.index("--stack-json") + 1] == "c.json"
     assert "23400000" in priced and "--stack" not in priced
+    # one batch size everywhere: the carrier's factor, the fit and the price are of the same batches
+    three = _args(batch_size=3)
+    for argv, rows in (
+        (carrier, "6"),
+        (stacked, "6"),
+        (priced, "6"),
+        (bench.carrier_argv(three), "3"),
+        (bench.replay_argv(three), "3"),
+        (bench.goodput_argv(three, Path("b"), Path("c")), "3"),
+    ):
+        assert argv[argv.index("--batch-size") + 1] == rows  # fmt: skip
 
 
 def test_the_verdict_needs_every_replayed_strategy_within_5_percent():
