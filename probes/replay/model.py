@@ -58,9 +58,12 @@ def new_shape_excess_s(raw: dict[str, dict], first: str) -> dict[str, float]:
 
 def new_shape_s(raw: dict[str, dict], first: str) -> float:
     """The one-off cost of a batch shape's first step: the MEDIAN of the fit points' excesses
-    (new_shape_excess_s). A replay sums one-offs, so a mean would be its estimator, but over the seven or
-    so fit points one outlier rules a mean: on an H100 (4B, 3 x 2,048) the mean came to 1.25 s where the
-    replay's own 132 new-shape steps cost 0.15-0.16 s more than their steady prediction."""
+    (new_shape_excess_s). A replay sums one-offs, so a mean would be its estimator, but over seven or so
+    fit points one outlier rules a mean: on an H100 (4B, 3 x 2,048) the mean came to 1.25 s where the
+    replay's own 132 new-shape steps cost 0.15-0.16 s more than their steady prediction. That run kept no
+    per-point excess, so an outlier is the likelier cause, not a proven one (each fit point follows an
+    emptied allocator cache; a replayed shape mostly does not): the summary now keeps every point's, and
+    replay's new_shape_s_confirmed compares the one-off with the replayed one."""
     extra = list(new_shape_excess_s(raw, first).values())
     return max(0.0, float(np.median(extra))) if extra else 0.0
 
