@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from probes.result import require
-from probes.step import variants
+from probes.step import models, variants
 from probes.step.config import StepConfig, VariantChoice
 
 
@@ -46,6 +46,10 @@ class Config(StepConfig, VariantChoice):
     """Wall-clock budget of --search per checkpoint, seconds; stacks past it are listed as not tried."""
     numerics_steps: int = 30
     """Steps of the numerics price of every variant and stack on a fixed batch (probes.step.numerics; 0: none)."""
+    rows: str = "full"
+    """How the measured batch's rows are filled: full (no mask: SDPA's causal fast path), padded (the last
+    row half padding: an explicit mask) or packed (four sequences a row, positions restarting: a packing
+    collator's block-diagonal mask). A stack saves less on masked rows: measure it as the lab batches."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -58,4 +62,5 @@ class Config(StepConfig, VariantChoice):
         require(self.peak_tflops is None or self.peak_tflops > 0, "peak_tflops", "must be > 0")
         require(self.search_budget_s > 0, "search_budget_s", "must be > 0")
         require(self.numerics_steps >= 0, "numerics_steps", "must be >= 0")
+        require(self.rows in models.ROWS, "rows", f"must be one of {', '.join(models.ROWS)}, got {self.rows!r}")
         self.resolved_variants  # noqa: B018 - resolved here, once: a bad name is this Config's FieldError

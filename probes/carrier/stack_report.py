@@ -30,7 +30,7 @@ def _numerics_steps(config, chosen: tuple[variants.Variant, ...]) -> int:
 def measure(config, checkpoint: Path, model: str) -> Measured:
     """The config's resolved variants (or the search over them) on one checkpoint."""
     chosen = config.resolved_variants
-    spec = Spec.of(config, checkpoint, numerics_steps=_numerics_steps(config, chosen))
+    spec = Spec.of(config, checkpoint, numerics_steps=_numerics_steps(config, chosen), rows=config.rows)
     if config.search:
         candidates = tuple(v for v in chosen if v.name != variants.BASELINE) or search.CANDIDATES
         outcome = search.run(spec, candidates, config.processes, config.search_budget_s, model)

@@ -303,10 +303,11 @@ def _numerics_check(stack: stack_step.StackStep) -> Check:
 def _stack_shape_check(
     stack: stack_step.StackStep, config: Config, lengths: np.ndarray, best: GoodputRow, model: StepModel
 ) -> Check:
-    """The stack's saving was measured at one shape, full unmasked rows (carrier's); the best strategy's other
-    batches (narrower, padded, packed: masked) may save otherwise, as packed rows did on an H100 (x0.474
-    replayed against x0.439 measured): the share of its predicted time at the measured shape says how far the
-    price leans on that assumption, and replay --variant measures it."""
+    """The stack's saving was measured at one shape and one row fill (carrier's --rows: full rows unmasked,
+    padded or packed rows masked); the best strategy's other batches may save otherwise, as packed rows did
+    on an H100 (x0.474 replayed against x0.439 measured on full rows): the share of its predicted time in
+    batches like the measured one says how far the price leans on that assumption; replay --variant
+    measures it."""
     measured = (stack.batch_size, stack.seq_len)
     if None in measured:
         return Check(
@@ -317,19 +318,18 @@ def _stack_shape_check(
     kw = dict(batch_size=config.batch_size, max_length=config.max_length, seed=config.seed)
     batches = batching.make(best.strategy, lengths, bucket_size=best.bucket_size, **kw)
     time_s = model.predict(batches.rows, batches.widths, batches.masked)
-    like = (batches.rows == measured[0]) & (batches.widths == measured[1]) & ~np.asarray(batches.masked, bool)
+    masked = np.asarray(batches.masked, bool)
+    like = (batches.rows == measured[0]) & (batches.widths == measured[1]) & (masked == (stack.rows != "full"))
     share = 100 * float(time_s[like].sum() / time_s.sum()) if time_s.sum() else 0.0
     ok = share >= STACK_SHAPE_SHARE_PCT
+    kind = "full unmasked rows" if stack.rows == "full" else f"{stack.rows} rows (masked)"
+    other = "masked (padded or packed)" if stack.rows == "full" else "unmasked"
     return Check(
         name="stack_at_priced_shape",
         ok=ok,
-        detail=f"the stack measured at {measured[0]} x {measured[1]:,} tokens, full unmasked rows; {share:.0f}% of "
+        detail=f"the stack measured at {measured[0]} x {measured[1]:,} tokens, {kind}; {share:.0f}% of "
         f"{best.strategy}'s priced time is in such batches"
-        + (
-            ""
-            if ok
-            else " (the rest narrower, padded or packed: masked): its saving assumed there; replay --variant checks it"
-        ),
+        + ("" if ok else f" (the rest narrower or {other}): its saving assumed there; replay --variant checks it"),
     )
 
 

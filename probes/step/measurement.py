@@ -46,6 +46,8 @@ class Spec:
     """CE chunk sizes the micro-benchmark times (those of the ce-chunk variants asked for)."""
     numerics_steps: int = 0
     """Steps of the numerics price after the timing (0: none; probes.step.numerics)."""
+    rows: str = "full"
+    """How the measured batch's rows are filled (probes.step.models.row_fill): full, padded or packed."""
     numerics_dir: str = ""
     """Folder of the baseline's first-step gradient: the baseline saves it there, the others compare."""
 

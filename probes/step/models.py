@@ -102,6 +102,25 @@ def make_batch(
     return {k: v.to(device) for k, v in batch.items()}
 
 
+ROWS = ("full", "padded", "packed")
+"""How a measured batch's rows are filled (probes.step.measurement.Spec.rows)."""
+PACKED_PER_ROW = 4
+"""Sequences in a `packed` row: enough that its block-diagonal mask is far from the causal one."""
+
+
+def row_fill(rows: str, batch_size: int, seq_len: int) -> dict:
+    """make_batch's keyword for `rows`: full (every row seq_len real tokens: no mask, SDPA's causal fast
+    path), padded (the last row half padding, an explicit mask, as replay's fit points), packed (each row
+    PACKED_PER_ROW sequences, positions restarting: the block-diagonal mask of a packing collator)."""
+    if rows == "padded":
+        return {"real_lengths": [seq_len] * (batch_size - 1) + [max(1, seq_len // 2)]}
+    if rows == "packed":
+        part = max(1, seq_len // PACKED_PER_ROW)
+        row = [part] * (PACKED_PER_ROW - 1) + [seq_len - part * (PACKED_PER_ROW - 1)]
+        return {"packed": [[n for n in row if n > 0]] * batch_size}
+    return {}
+
+
 def _restarting_positions(lengths, width: int) -> torch.Tensor:
     """0..n-1 for each sequence of the row, then for the padding after them (its own span)."""
     spans = [int(n) for n in lengths] + ([width - int(sum(lengths))] if sum(lengths) < width else [])

@@ -56,7 +56,7 @@ ALWAYS = ("weights", "harness", "batch_size", "seq_len")
 """The step's identity, always on the reproducing command."""
 WHEN_SET = (
     "lora_rank", "lora_alpha", "ce_chunk", "seed", "device", "warmup_steps", "steps", "max_steps", "processes",
-    "numerics_steps",
+    "numerics_steps", "rows",
 )  # fmt: skip
 """Fields that change what is measured, on the command when they differ from the probe's default."""
 

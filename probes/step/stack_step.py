@@ -37,6 +37,8 @@ class StackStep:
     batch_size: int | None = None
     seq_len: int | None = None
     """The shape both rows were measured at (the run's config), when its file gives it."""
+    rows: str = "full"
+    """How the measured rows were filled (carrier's --rows): full (unmasked), padded or packed (masked)."""
     trustworthy: bool
     """Both rows measured with spreads within 2% (their `trustworthy`) and neither launch-bound."""
     within_tolerance: bool | None
@@ -161,11 +163,20 @@ def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only
         tokens_per_step=tokens if isinstance(tokens := rows[stack].get("tokens_per_step"), int) else None,
         batch_size=batch,
         seq_len=seq,
+        rows=_rows_kind(shape, str(path)),
         trustworthy=all(_gpu_bound_within_limits(rows[name]) for name in (stack, BASELINE)),
         within_tolerance=within.get(stack),
         source=str(path),
         setup=setup_of(shape),
     )
+
+
+def _rows_kind(config: dict, source: str) -> str:
+    """The config's `rows` (full where an older file names none); anything else is this file's error."""
+    rows = config.get("rows", "full")
+    if rows not in ("full", "padded", "packed"):
+        raise InputError(f"{source}: config.rows is {rows!r}, not full, padded or packed")
+    return rows
 
 
 def setup_differences(stack: dict, other: dict) -> list[str]:

@@ -93,13 +93,14 @@ def build(spec: Spec, pieces: contract.Contract, variant: variants.Variant, devi
 
 
 def make_step(spec: Spec, model, pieces: contract.Contract, chunk: int, device: torch.device) -> models.TrainStep:
-    """The spec's training step on its seeded random batch."""
+    """The spec's training step on its seeded random batch, its rows filled as spec.rows says."""
     batch = models.make_batch(
         vocab_size=model.config.vocab_size,
         batch_size=spec.batch_size,
         seq_len=spec.seq_len,
         device=device,
         seed=spec.seed,
+        **models.row_fill(spec.rows, spec.batch_size, spec.seq_len),
     )
     return models.train_step(model, pieces.harness, batch, chunk_tokens=chunk, contract=pieces)
 

@@ -26,6 +26,7 @@ def _args(**kw) -> argparse.Namespace:
         search_budget_s=900.0,
         num_steps=200,
         batch_size=6,
+        rows="packed",
     )
     return argparse.Namespace(**(base | kw))
 
@@ -34,6 +35,7 @@ def test_the_commands_share_the_step_and_the_stacked_replay_is_priced_as_goodput
     args = _args()
     carrier = bench.carrier_argv(args)
     assert carrier[:2] == ["probe", "carrier"] and "--search" in carrier and "--seq-len" in carrier
+    assert carrier[carrier.index("--rows") + 1] == "packed"  # masked rows, as the packed batches priced
     assert bench.carrier_argv(_args(stack="compile+fused-adamw"))[-2:] == ["--variant", "compile+fused-adamw"]
     shared = bench.common(args)
     stacked = bench.replay_argv(args, "--variant", "S", "--profile", "b.json", "--stack-json", "c.json")

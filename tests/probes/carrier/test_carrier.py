@@ -266,3 +266,17 @@ def test_checks_are_not_ok_on_nothing_measured_and_claim_no_gpu_bound_on_a_cpu()
     assert not nothing["rows_trustworthy"].ok and not nothing["fast_kernels"].ok
     detail = {c.name: c for c in carrier._checks(config, [cpu])}["rows_trustworthy"].detail
     assert "GPU-bound" not in detail and "launch-bound unknown" in detail
+
+
+def test_rows_are_measured_as_asked_reproduced_and_a_bad_fill_is_one_line(family, capsys):
+    argv = ["probe", "carrier", "--checkpoint", str(family[0]), "--weights", "random", "--lora-rank", "2"]
+    argv += ["--seq-len", "8", "--warmup-steps", "0", "--steps", "2", "--max-steps", "2", "--device", "cpu"]
+    argv += ["--processes", "1", "--variant", "bf16-adapters", "--numerics-steps", "0"]
+    main([*argv, "--rows", "packed", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert result["config"]["rows"] == "packed"
+    assert all(r["step_s"] > 0 for r in result["tables"]["carriers"])
+    assert any("--rows packed --variant bf16-adapters" in line for line in result["summary"]["settings"])
+    assert main([*argv, "--rows", "ragged"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "rows" in err and "full, padded, packed" in err

@@ -355,3 +355,19 @@ def test_a_profiles_variant_list_is_no_stacked_fit_and_a_replays_variant_is(tmp_
     path.write_text(json.dumps({"config": {"variant": 3}, "tables": {}}))
     with pytest.raises(InputError, match="config.variant is 3"):
         stack_step.profile_variant(path)
+
+
+def test_a_stack_measured_on_packed_rows_prices_packed_batches_at_its_shape(lengths, tmp_path):
+    """carrier --rows packed measures the stack on masked rows like packed batches: the check passes there,
+    and fails for a corpus of full, unmasked rows; a garbled fill is the file's one-line error."""
+    packed = carrier_json(tmp_path / "p.json", "qwen3-4b-base", STEPS, shape=(4, 2048), setup={"rows": "packed"})
+    run = goodput.run(_config(lengths, stack_json=packed, strategies=("packed",)))
+    check = {c.name: c for c in run.checks}["stack_at_priced_shape"]
+    assert check.ok and "4 x 2,048 tokens, packed rows (masked); 9" in check.detail
+    long_only = write_lengths(tmp_path / "long.parquet", [3000] * 40)
+    full = goodput.run(_config(long_only, stack_json=packed, strategies=("longest",)))
+    check = {c.name: c for c in full.checks}["stack_at_priced_shape"]
+    assert not check.ok and "0% of longest's priced time" in check.detail and "unmasked" in check.detail
+    bad = carrier_json(tmp_path / "b.json", "qwen3-4b-base", STEPS, shape=(4, 2048), setup={"rows": 7})
+    with pytest.raises(InputError, match="b.json: config.rows is 7, not full, padded or packed"):
+        goodput.run(_config(lengths, stack_json=bad))
