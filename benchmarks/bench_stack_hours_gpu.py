@@ -22,7 +22,8 @@ On an H200 one device call holds at most 600 s: run it in phases with the same -
 to the next), `--phase carrier` (the carrier with --stack: 5 minutes on 2026-12-05, the baseline's and the
 stack's fresh processes, compile and numerics included), `--phase baseline` (the baseline's replay: its fit,
 then 4 strategies x --num-steps steps, packed rows of 6 x 2,048 at 1.1 s a step; more than 4.5 minutes at 80
-steps), then `--phase rest` (the pricing and the stacked replay with its compiles). `--tiny` runs all four on the CPU with a tiny random Qwen3 in seconds a step
+steps), then `--phase rest` (the pricing and the stacked replay with its compiles); `--phase first` is carrier
+and baseline in one call (at 3 x 2,048 and 60 steps on an H100: 3.5 and 5 minutes, within one call's 10). `--tiny` runs all four on the CPU with a tiny random Qwen3 in seconds a step
 (a dry run of the commands: its figures are no GPU result).
 """
 
@@ -156,7 +157,7 @@ def verdict(priced: dict, replayed: dict) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--phase", choices=("all", "carrier", "baseline", "rest"), default="all")
+    parser.add_argument("--phase", choices=("all", "first", "carrier", "baseline", "rest"), default="all")
     parser.add_argument("--checkpoint", type=Path, default=CHECKPOINT)
     parser.add_argument("--harness", default="benchmarks.harness_plain")
     parser.add_argument("--stack", default=None, help="the stack to price and replay; unset: carrier --search")
@@ -183,11 +184,11 @@ def main() -> int:
         args.stack = args.stack or "bf16-adapters+fused-adamw"
     log, carrier = args.out / "stack_hours_commands.sh", args.out / "carrier.json"
     baseline = args.baseline_profile or args.out / "replay_baseline.json"
-    if args.phase in ("all", "carrier"):
+    if args.phase in ("all", "first", "carrier"):
         labprobe(carrier_argv(args), carrier, log)
-    if args.phase in ("all", "baseline") and args.baseline_profile is None:
+    if args.phase in ("all", "first", "baseline") and args.baseline_profile is None:
         labprobe(replay_argv(args), baseline, log)
-    if args.phase in ("carrier", "baseline"):
+    if args.phase in ("first", "carrier", "baseline"):
         return 0
     priced = labprobe(goodput_argv(args, baseline, carrier), args.out / "goodput_stack.json", log)
     stack = priced["summary"]["stack"]

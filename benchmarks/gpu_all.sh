@@ -121,11 +121,12 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
       # the stack --search found on the 4B at 1 x 4,096 (0.199 s against 0.410), measured beside the baseline at
       # the replay's 6 x 2,048. Three calls: PHASE=carrier (~5 min), PHASE=baseline (the baseline's replay,
       # ~6 min), PHASE=rest (the pricing and the stacked replay, ~5 min); the last two carry .gpu-hours, what the
-      # calls before left in $OUT/stack_hours copied there (benchmarks/results/stack_hours holds carrier.json)
+      # calls before left in $OUT/stack_hours copied there (benchmarks/results/stack_hours holds carrier.json).
+      # PHASE=first: carrier and baseline in one call, into .gpu-hours (an H100 at BATCH=3 NUM_STEPS=60: ~8.5 min)
       stack=${STACK:-bf16-adapters+compile+fused-adamw}
       [ -n "$dry" ] && stack=${STACK:-bf16-adapters+fused-adamw}  # no compile on the CPU
       phase=${PHASE:-all} hours_out=$OUT/stack_hours
-      [ "$phase" = rest ] || [ "$phase" = baseline ] && hours_out=.gpu-hours
+      [ "$phase" = rest ] || [ "$phase" = baseline ] || [ "$phase" = first ] && hours_out=.gpu-hours
       timeout $(within $(( $(left) - 10 ))) python3 benchmarks/bench_stack_hours_gpu.py --out "$hours_out" --phase "$phase" \
         $([ -n "$dry" ] && echo --tiny) --stack "$stack" --num-steps "${NUM_STEPS:-80}" --batch-size "${BATCH:-6}" || rc=$?
       [ "$hours_out" = .gpu-hours ] && cp -r .gpu-hours "$OUT/stack_hours"
