@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 from pathlib import Path
+
+import pytest
 
 SPEC = importlib.util.spec_from_file_location(
     "bench_stack_hours_gpu", Path(__file__).resolve().parents[2] / "benchmarks" / "bench_stack_hours_gpu.py"
@@ -108,3 +111,23 @@ def test_labprobe_runs_with_the_checkout_first_and_the_callers_path_after_it(tmp
     monkeypatch.delenv("PYTHONPATH")
     bench.labprobe(["probe", "carrier"], tmp_path / "c.json", tmp_path / "log.sh")
     assert seen["path"] == str(bench.ROOT)
+
+
+@pytest.mark.parametrize(
+    "phase, probes",
+    [("first", ["carrier", "replay"]), ("carrier", ["carrier"]), ("baseline", ["replay"]),
+     ("rest", ["goodput", "replay"])],
+)  # fmt: skip
+def test_each_phase_runs_its_commands_and_first_is_carrier_and_baseline(phase, probes, tmp_path, monkeypatch):
+    """A call holds at most 600 s: `first` gives an H100 at 3 x 2,048 the carrier and the baseline's replay in
+    one call, `rest` the price and the stacked replay in the next."""
+    ran = []
+
+    def labprobe(argv, out_file, log):
+        ran.append(argv[1])
+        return {"summary": {"stack": "s", "best_strategy": "packed"}, "tables": {"replay": []}, "checks": []}
+
+    monkeypatch.setattr(bench, "labprobe", labprobe)
+    monkeypatch.setattr(sys, "argv", ["bench", "--out", str(tmp_path), "--phase", phase, "--stack", "s"])
+    bench.main()
+    assert ran == probes
