@@ -50,9 +50,9 @@ class Config(CorpusConfig):
     stack: str | None = None
     """The stack of --stack-json to price with (a --variant value, e.g. bf16-adapters+compile+fused-adamw);
     unset: its fastest row measured ok. Of --checkpoint's model when the file holds several."""
-    new_shape_s: float = 0.0
+    new_shape_s: float | None = None
     """One-off seconds of the first step at each batch shape new to the process (with --profile: replaces
-    the profile's own figure, if any)."""
+    the profile's own figure, 0 included; unset: the profile's, or 0 for a fit typed in)."""
     token_budget: int | None = None
     """Real training tokens a job (cluster.yaml budget.tokens_per_job); unset: one epoch of the corpus."""
     num_arms: int = 1
@@ -91,7 +91,11 @@ class Config(CorpusConfig):
             "the given step model takes 0 s a step: give `fixed_s`, `linear_s` or `quadratic_s` above 0",
         )
         require(self.token_budget is None or self.token_budget >= 1, "token_budget", "must be >= 1")
-        require(math.isfinite(self.new_shape_s) and self.new_shape_s >= 0, "new_shape_s", "must be a number >= 0")
+        require(
+            self.new_shape_s is None or (math.isfinite(self.new_shape_s) and self.new_shape_s >= 0),
+            "new_shape_s",
+            "must be a number >= 0",
+        )
         require(
             self.stack is None or self.stack_json is not None, "stack", "needs `stack_json`, the run that measured it"
         )

@@ -86,7 +86,8 @@ def sweep_hours(arm_hours: Sequence[float], budget: Budget) -> float:
 def step_model(config: Config) -> StepModel:
     if config.profile is not None:
         model = steptime.from_profile_file(config.profile)
-        return dataclasses.replace(model, new_shape_s=config.new_shape_s) if config.new_shape_s else model
+        given = config.new_shape_s is not None  # 0 too: replay's new_shape_s_confirmed may advise it
+        return dataclasses.replace(model, new_shape_s=config.new_shape_s) if given else model
     floor = () if config.floor_s is None else ((0, config.floor_s),)
     return StepModel(
         quadratic_s=config.quadratic_s,
@@ -98,7 +99,7 @@ def step_model(config: Config) -> StepModel:
         launch_points=floor,
         mask_penalty_pct=config.mask_penalty_pct,
         launch_bound_in_fit=config.fit_launch_bound,
-        new_shape_s=config.new_shape_s,
+        new_shape_s=config.new_shape_s or 0.0,
     )
 
 

@@ -371,3 +371,15 @@ def test_a_stack_measured_on_packed_rows_prices_packed_batches_at_its_shape(leng
     bad = carrier_json(tmp_path / "b.json", "qwen3-4b-base", STEPS, shape=(4, 2048), setup={"rows": 7})
     with pytest.raises(InputError, match="b.json: config.rows is 7, not full, padded or packed"):
         goodput.run(_config(lengths, stack_json=bad))
+
+
+def test_new_shape_s_zero_replaces_the_profiles_one_off(lengths, tmp_path):
+    """replay's new_shape_s_confirmed may advise `--new-shape-s 0.000`: 0 replaced nothing (read as unset)."""
+    path = _profile(tmp_path / "p.json", "/m/qwen3-4b-base")
+    profile = json.loads(path.read_text())
+    path.write_text(json.dumps({**profile, "summary": {"new_shape_s": 1.25}}))
+    kw = dict(lengths=lengths, batch_size=4, max_length=2048, token_budget=5_000_000, profile=path)
+    kept = goodput.run(goodput.Config(**kw)).tables["goodput"]
+    zero = goodput.run(goodput.Config(**kw, new_shape_s=0.0)).tables["goodput"]
+    assert all(r.new_shapes_s == pytest.approx(1.25 * r.num_shapes) and r.num_shapes > 0 for r in kept)
+    assert all(r.new_shapes_s == 0 for r in zero)
