@@ -106,13 +106,14 @@ NEW_SHAPE_SLACK_S = 0.02
 
 def new_shape_replayed(steps: list, compiled: set[tuple[str, int]], priced_s: float) -> tuple[dict, Check]:
     """The one-off measured a second way: over the replay's steps at a new shape (those where dynamo compiled
-    a graph left out), the mean of measured less the steady prediction. `steps`: the replay's StepRows;
+    a graph left out), the mean of measured less the steady prediction, less the steady prediction's own miss
+    on the same strategy's other steps (a steady model 10% off is no one-off). `steps`: the replay's StepRows;
     `compiled`: (strategy, step) pairs that compiled. Its check fails where the priced one-off is off by more
     than half and NEW_SHAPE_SLACK_S: hours priced with it count each new shape wrong (goodput --new-shape-s
     takes the replayed value)."""
-    excess = [
-        s.measured_s - (s.predicted_s - priced_s) for s in steps if s.new_shape and (s.strategy, s.step) not in compiled
-    ]
+    counted = [s for s in steps if (s.strategy, s.step) not in compiled]
+    miss = _steady_miss(counted)
+    excess = [s.measured_s - (s.predicted_s - priced_s) - miss[s.strategy] for s in counted if s.new_shape]
     replayed = float(np.mean(excess)) if excess else None
     summary = {"new_shape_replayed_s": replayed, "new_shape_replayed_steps": len(excess)}
     if len(excess) < NEW_SHAPE_MIN_STEPS:
@@ -120,8 +121,20 @@ def new_shape_replayed(steps: list, compiled: set[tuple[str, int]], priced_s: fl
     else:
         ok = abs(replayed - priced_s) <= max(NEW_SHAPE_SLACK_S, 0.5 * priced_s)
         detail = (
-            f"the replay's {len(excess)} new-shape steps cost {replayed:.3f} s each over their steady prediction, "
-            f"the model charged {priced_s:.3f} s"
+            f"the replay's {len(excess)} new-shape steps cost {replayed:.3f} s each over their steady prediction "
+            f"(its miss on the other steps taken out), the model charged {priced_s:.3f} s"
             + ("" if ok else f": price with goodput --new-shape-s {max(0.0, replayed):.3f}")
         )
     return summary, Check(name="new_shape_s_confirmed", ok=ok, detail=detail)
+
+
+def _steady_miss(steps: list) -> dict[str, float]:
+    """Each strategy's mean of measured less predicted over its steps at shapes already seen; a strategy of
+    new shapes only takes the others' mean (0 where no strategy has such a step)."""
+    miss = {}
+    for strategy in {s.strategy for s in steps}:
+        seen = [s.measured_s - s.predicted_s for s in steps if s.strategy == strategy and not s.new_shape]
+        miss[strategy] = float(np.mean(seen)) if seen else None
+    known = [m for m in miss.values() if m is not None]
+    fallback = float(np.mean(known)) if known else 0.0
+    return {strategy: fallback if m is None else m for strategy, m in miss.items()}

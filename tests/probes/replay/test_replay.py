@@ -91,7 +91,9 @@ def test_replays_the_strategies_batches_in_order(tiny, lengths_file):
     fit_excess = result.summary["new_shape_fit_excess_s"]
     assert set(fit_excess) == {"fit/8", "fit/16", "fit/32"}
     assert extra == pytest.approx(max(0.0, float(np.median(list(fit_excess.values())))))
-    new = [s.measured_s - (s.predicted_s - extra) for s in steps if s.new_shape]
+    miss = {k: np.mean([s.measured_s - s.predicted_s for s in steps if s.strategy == k and not s.new_shape])
+            for k in ("longest", "bucket")}  # fmt: skip
+    new = [s.measured_s - (s.predicted_s - extra) - miss[s.strategy] for s in steps if s.new_shape]
     assert result.summary["new_shape_replayed_steps"] == len(new)
     assert result.summary["new_shape_replayed_s"] == pytest.approx(float(np.mean(new)))
 
@@ -198,6 +200,14 @@ def test_the_one_off_replayed_a_second_way_names_the_price_that_fits():
     summary, check = replay_model.new_shape_replayed(steps, {("longest", 7)}, 1.25)
     assert summary == {"new_shape_replayed_s": pytest.approx(0.15), "new_shape_replayed_steps": 6}
     assert not check.ok and check.detail.endswith("the model charged 1.250 s: price with goodput --new-shape-s 0.150")
+    # a steady model 10% short on every step, new or not, and no one-off: none is measured
+    off = [step(i, 0.33 + 1.25 * (i < 6), new=i < 6) for i in range(8)]
+    summary, check = replay_model.new_shape_replayed(off, set(), 1.25)
+    assert summary["new_shape_replayed_s"] == pytest.approx(1.25) and check.ok
+    # a strategy of new shapes only takes the others' steady miss
+    only_new = [step(i, 0.33 + 0.2, strategy="sorted") for i in range(5)]
+    summary, _ = replay_model.new_shape_replayed(off[6:] + only_new, set(), 1.25)
+    assert summary["new_shape_replayed_s"] == pytest.approx(0.2)
     _, close = replay_model.new_shape_replayed([step(i, 0.3 + 1.0, True) for i in range(6)], set(), 1.25)
     assert close.ok  # 1.0 against 1.25: within half
     _, few = replay_model.new_shape_replayed(steps[:4], set(), 1.25)
