@@ -353,17 +353,17 @@ def _same_setup_check(stack: stack_step.StackStep, model: StepModel) -> Check:
     it scales is another step (a fused loss saves nothing where the harness already chunks it)."""
     differ = stack_step.setup_differences(stack.setup, model.setup)
     compared = [k for k in stack_step.SETUP_KEYS if k in stack.setup and k in model.setup]
-    return Check(
-        name="stack_of_the_fits_step",
-        ok=not differ,
-        detail=(
-            f"the stack and the fit measured through another step: {'; '.join(differ)}"
-            if differ
-            else f"the stack and the fit measured through the same {', '.join(compared)}"
-            if compared
-            else "neither file names the harness, LoRA rank or CE chunk it measured through: not compared"
-        ),
-    )
+    if differ:
+        detail = f"the stack and the fit measured through another step (stack vs fit): {'; '.join(differ)}"
+    elif compared:
+        detail = f"the stack and the fit measured through the same {', '.join(compared)}"
+    else:
+        named = [f"the {who} names {', '.join(setup)}" for who, setup in (("stack", stack.setup), ("fit", model.setup))
+                 if setup]  # fmt: skip
+        detail = (
+            f"no harness, LoRA rank or CE chunk named by both ({'; '.join(named) or 'neither names one'}): not compared"
+        )
+    return Check(name="stack_of_the_fits_step", ok=not differ, detail=detail)
 
 
 def checks(rows: list[GoodputRow], model: StepModel, given: bool = False) -> list[Check]:

@@ -103,6 +103,11 @@ def _given(config: Config) -> tuple[StepModel | None, stack_step.StackStep | Non
     runs = model_name(config.checkpoint)
     if given is not None and given.model is not None and given.model != runs:  # another model's fit predicts nothing
         raise InputError(f"{config.profile}: a fit of {given.model}, and this replay runs {runs} (--checkpoint)")
+    differ = [] if given is None else stack_step.setup_differences(given.setup, stack_step.setup_of(config))
+    if differ:  # a fit through another harness, rank or chunk predicts another step
+        raise InputError(
+            f"{config.profile}: measured through another step than this replay's (profile vs replay): {'; '.join(differ)}"
+        )
     if config.stack_json is None:
         _same_variant(config)
         return given, None
@@ -111,7 +116,10 @@ def _given(config: Config) -> tuple[StepModel | None, stack_step.StackStep | Non
     stack = stack_step.read(config.stack_json, name, only_model=runs)
     differ = stack_step.setup_differences(stack.setup, stack_step.setup_of(config))
     if differ:  # the saving of another step: its price is no prediction of the step replayed
-        raise InputError(f"{config.stack_json}: measured through another step than this replay's: {'; '.join(differ)}")
+        raise InputError(
+            f"{config.stack_json}: measured through another step than this replay's (stack vs replay): "
+            + "; ".join(differ)
+        )
     return given.scaled(stack.factor, f"{given.source}; {stack.describe()}"), stack
 
 

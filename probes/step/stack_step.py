@@ -179,11 +179,16 @@ def _rows_kind(config: dict, source: str) -> str:
     return rows
 
 
-def setup_differences(stack: dict, other: dict) -> list[str]:
-    """Each SETUP_KEY both name with different values, as `key A (stack) vs B`; keys one side lacks are not
-    compared (an older file, a typed-in fit)."""
-    return [f"{key} {stack[key]} (stack) vs {other[key]}" for key in SETUP_KEYS if key in stack and key in other
-            and stack[key] != other[key]]  # fmt: skip
+def setup_differences(mine: dict, other: dict) -> list[str]:
+    """Each SETUP_KEY both name with different values, as `key A vs B` (A: the file's, B: the other's); keys
+    one side lacks are not compared (an older file, a typed-in fit)."""
+    return [f"{key} {mine[key]!r} vs {other[key]!r}" for key in SETUP_KEYS if key in mine and key in other
+            and not _same(mine[key], other[key])]  # fmt: skip
+
+
+def _same(a, b) -> bool:
+    """Equal, a bool never equal to a number (True == 1 in Python; a rank of True is no rank of 1)."""
+    return (type(a) is bool) == (type(b) is bool) and a == b
 
 
 def _gpu_bound_within_limits(row: dict) -> bool:

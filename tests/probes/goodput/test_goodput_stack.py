@@ -259,13 +259,18 @@ def test_a_stack_measured_through_another_harness_rank_or_chunk_fails_its_check(
 
     other = check(harness="probes.step.harness", lora_rank=16, ce_chunk=1024)
     assert not other.ok and other.detail == (
-        "the stack and the fit measured through another step: harness benchmarks.harness_plain (stack) vs "
-        "probes.step.harness; lora_rank 32 (stack) vs 16"
+        "the stack and the fit measured through another step (stack vs fit): harness 'benchmarks.harness_plain' "
+        "vs 'probes.step.harness'; lora_rank 32 vs 16"
     )
     same = check(**plain)
     assert same.ok and same.detail.endswith("the same harness, lora_rank, ce_chunk")
     older = check()  # a profile that names none of them
-    assert older.ok and "not compared" in older.detail
+    assert older.ok and older.detail.startswith("no harness, LoRA rank or CE chunk named by both (the stack names")
+    assert check(ce_chunk=4096).detail.endswith("ce_chunk 1024 vs 4096")
+    from probes.step import stack_step
+
+    assert stack_step.setup_differences({"lora_rank": 1}, {"lora_rank": True}) == ["lora_rank 1 vs True"]
+    assert stack_step.setup_differences({"lora_rank": 32}, {"lora_rank": 32.0}) == []  # a store's float
 
 
 def test_a_stack_measured_at_another_shape_says_so(lengths, tmp_path):

@@ -467,6 +467,10 @@ def test_a_profile_of_another_step_is_refused_in_one_line(tiny, lengths_file, tm
     other.write_text(json.dumps({**json.loads(baseline.read_text()), "config": {"checkpoint": "/m/qwen3-4b-base"}}))
     with pytest.raises(InputError, match=f"a fit of qwen3-4b-base, and this replay runs {tiny.name}"):
         replay.run(_from_profile(tiny, lengths_file, other))
+    rank8 = tmp_path / "rank8.json"  # a fit through another LoRA rank predicts another step
+    rank8.write_text(json.dumps({**json.loads(baseline.read_text()), "config": {"lora_rank": 8}}))
+    with pytest.raises(InputError, match=r"rank8.json: measured through another step than this replay's \(profile vs"):
+        replay.run(_from_profile(tiny, lengths_file, rank8))
     stack_file = carrier_json(tmp_path / "carrier.json", tiny.name, {"baseline": 0.4, "compile": 0.3})
     config = dataclasses.replace(_from_profile(tiny, lengths_file, stacked, variant="compile"), stack_json=stack_file)
     with pytest.raises(InputError, match="measured with variant 'compile'; --stack-json scales a baseline profile"):
@@ -475,6 +479,7 @@ def test_a_profile_of_another_step_is_refused_in_one_line(tiny, lengths_file, tm
     lora8 = carrier_json(tmp_path / "c8.json", tiny.name, {"baseline": 0.4, "compile": 0.3}, setup={"lora_rank": 8})
     config = dataclasses.replace(_from_profile(tiny, lengths_file, baseline, variant="compile"), stack_json=lora8)
     with pytest.raises(
-        InputError, match=r"c8.json: measured through another step than this replay's: lora_rank 8 \(stack\) vs "
+        InputError,
+        match=r"c8.json: measured through another step than this replay's \(stack vs replay\): lora_rank 8 vs ",
     ):
         replay.run(config)
