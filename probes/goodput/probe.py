@@ -34,7 +34,8 @@ measured, and the best strategy's hours without the stack (`baseline_hours_per_j
 `stack_trustworthy` says whether both rows were GPU-bound within 2% spreads, and the numerics verdict;
 `stack_of_the_fits_model` whether the stack was measured on the model the profile fitted (when it names it;
 its model also picks the stack file's rows when --checkpoint does not), `stack_of_the_fits_step` whether
-through the same harness, LoRA rank and CE chunk (those both files name). `replay --variant` checks such a price on the GPU.
+through the same harness, LoRA rank and CE chunk and on the same card (those both files name). `replay
+--variant` checks such a price on the GPU.
 """
 
 from __future__ import annotations

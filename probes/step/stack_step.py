@@ -20,7 +20,7 @@ from pathlib import Path
 from probes.result import FieldError, InputError, read_json_file
 from probes.step import stacks
 from probes.step.checkpoint import model_name
-from probes.step.steptime import SETUP_KEYS, setup_of
+from probes.step.steptime import SETUP_KEYS, card_of, setup_of
 
 BASELINE = "baseline"
 UNTRUSTWORTHY = "not trustworthy"
@@ -45,7 +45,7 @@ class StackStep:
     """The stack's numerics price within tolerance (carrier's `numerics` table); None: not measured."""
     source: str
     setup: dict = dataclasses.field(default_factory=dict)
-    """The run's SETUP_KEYS its file names (harness, LoRA rank, CE chunk)."""
+    """The run's SETUP_KEYS its file names (harness, LoRA rank, CE chunk, card)."""
 
     @property
     def factor(self) -> float:
@@ -167,7 +167,7 @@ def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only
         trustworthy=all(_gpu_bound_within_limits(rows[name]) for name in (stack, BASELINE)),
         within_tolerance=within.get(stack),
         source=str(path),
-        setup=setup_of(shape),
+        setup=setup_of(shape) | card_of(result),
     )
 
 

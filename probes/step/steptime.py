@@ -15,10 +15,10 @@ import numpy as np
 from probes.result import InputError, read_json_file
 from probes.step.checkpoint import model_name
 
-SETUP_KEYS = ("harness", "lora_rank", "ce_chunk")
+SETUP_KEYS = ("harness", "lora_rank", "ce_chunk", "card")
 """What a step's time depends on beside the model, the shape and the variant: a stack's saving measured
-through another harness, LoRA rank or loss chunk is another step's saving (the weights' values and LoRA's
-alpha change no time)."""
+through another harness, LoRA rank or loss chunk, or on another card (the result's summary `device`), is
+another step's saving (the weights' values and LoRA's alpha change no time)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -147,7 +147,7 @@ def model_from_profile(profile: dict, source: str = "profile") -> StepModel:
         new_shape_s=new_shape_s,
         source=source,
         model=model_name(checkpoint) if isinstance(checkpoint, str) and checkpoint else None,
-        setup=setup_of(config),
+        setup=setup_of(config) | card_of(profile),
     )
 
 
@@ -161,3 +161,11 @@ def setup_of(config: object) -> dict:
     """The SETUP_KEYS a run's config names: a JSON object's keys, or a StepConfig's fields."""
     get = config.get if isinstance(config, dict) else lambda key: getattr(config, key, None)
     return {key: get(key) for key in SETUP_KEYS if get(key) is not None}
+
+
+def card_of(result: dict) -> dict:
+    """{"card": the GPU's name} from a result's summary `device` (carrier, profile, replay write it), {} where
+    it names none."""
+    summary = result.get("summary") if isinstance(result, dict) else None
+    device = summary.get("device") if isinstance(summary, dict) else None
+    return {"card": device} if isinstance(device, str) and device else {}

@@ -267,6 +267,15 @@ def test_a_stack_measured_through_another_harness_rank_or_chunk_fails_its_check(
     older = check()  # a profile that names none of them
     assert older.ok and older.detail.startswith("no harness, LoRA rank or CE chunk named by both (the stack names")
     assert check(ce_chunk=4096).detail.endswith("ce_chunk 1024 vs 4096")
+    # on another card: the price and its replay must come from one
+    h200 = json.loads(stack.read_text()) | {"summary": {"device": "NVIDIA H200"}}
+    (tmp_path / "h200.json").write_text(json.dumps(h200))
+    profile = _profile(tmp_path / "p.json", "/m/qwen3-4b-base", **plain)
+    profile.write_text(json.dumps(json.loads(profile.read_text()) | {"summary": {"device": "NVIDIA H100 80GB HBM3"}}))
+    run = goodput.run(goodput.Config(profile=profile, stack_json=tmp_path / "h200.json", **kw))
+    card = {c.name: c for c in run.checks}["stack_of_the_fits_step"]
+    assert not card.ok and card.detail.endswith("card 'NVIDIA H200' vs 'NVIDIA H100 80GB HBM3'")
+
     from probes.step import stack_step
 
     assert stack_step.setup_differences({"lora_rank": 1}, {"lora_rank": True}) == ["lora_rank 1 vs True"]
