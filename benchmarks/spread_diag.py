@@ -108,7 +108,7 @@ def _nvml_poller(stop: threading.Event, trace: list) -> threading.Thread:
             import pynvml
 
             pynvml.nvmlInit()
-            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            handle = _nvml_handle(pynvml)
         except Exception:  # noqa: BLE001 - no NVML: the segment runs without a poller, and says so
             return
         reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
@@ -138,19 +138,30 @@ class CardState:
             import pynvml
 
             pynvml.nvmlInit()
-            self.nvml, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+            self.nvml, self.handle = pynvml, _nvml_handle(pynvml)
         except Exception:  # noqa: BLE001 - no NVML: the records say so (None), the timing runs as before
             self.handle = None
 
     def read(self) -> dict | None:
+        """One sample, None where NVML cannot give it (power on a MIG slice or vGPU): never the run's end."""
         if self.handle is None:
             return None
         n, h = self.nvml, self.handle
-        reasons = (
-            getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or n.nvmlDeviceGetCurrentClocksThrottleReasons
+        reasons = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            n, "nvmlDeviceGetCurrentClocksThrottleReasons", None
         )
-        return {"sm_mhz": n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM), "power_w": n.nvmlDeviceGetPowerUsage(h) / 1e3,
-                "reasons": int(reasons(h))}  # fmt: skip
+        try:
+            return {"sm_mhz": n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM), "power_w": n.nvmlDeviceGetPowerUsage(h) / 1e3,
+                    "reasons": int(reasons(h)) if reasons else -1}  # fmt: skip
+        except Exception:  # noqa: BLE001 - a sample NVML refuses is a missing sample
+            return None
+
+
+def _nvml_handle(pynvml):
+    """NVML's handle of the card torch runs on, by UUID: NVML ignores CUDA_VISIBLE_DEVICES and numbers cards
+    in PCI order, so CUDA's index can name another card."""
+    uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+    return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
 
 
 def run_segment(name: str, step, steps: int, cuda: bool) -> list[dict]:
@@ -230,8 +241,11 @@ def summarize(records: list[dict]) -> dict:
 
 
 def _card_at(records: list[dict], bumps: list[int], calm: list[int]) -> dict | None:
-    """Mean SM clock and power at the bump steps and elsewhere, and the reasons bitmasks seen at each."""
-    if any(r.get("card") is None for r in records):
+    """Mean SM clock and power at the bump steps and elsewhere, and the reasons bitmasks seen at each (over the
+    steps that got a sample). One sample a step, read when its wait ends (no_sync: no wait), not during it."""
+    bumps = [i for i in bumps if records[i].get("card") is not None]
+    calm = [i for i in calm if records[i].get("card") is not None]
+    if not bumps and not calm:
         return None
     out = {}
     for where, idx in (("bumps", bumps), ("calm", calm)):
