@@ -307,7 +307,7 @@ def _stack_shape_check(
 ) -> Check:
     """The stack's saving was measured at one shape and one row fill (carrier's --rows: full rows unmasked,
     padded or packed rows masked); the best strategy's other batches may save otherwise, as packed rows did
-    on an H100 (x0.474 replayed against x0.439 measured on full rows): the share of its predicted time in
+    on an H100 (x0.479 replayed against x0.439 measured on full rows): the share of its predicted time in
     batches like the measured one says how far the price leans on that assumption; replay --variant
     measures it."""
     measured = (stack.batch_size, stack.seq_len)
