@@ -117,8 +117,8 @@ def labprobe(argv: list[str], out_file: Path, log: Path) -> dict:
 
 
 VERDICT_CHECKS = ("stack_trustworthy", "stack_of_the_fits_model", "stack_of_the_fits_step")
-"""goodput's checks the hours rest on: a stack measured launch-bound or noisy, or another model's, prices
-nothing the replay could confirm. Its numerics are reported beside the verdict, not in it: the replay checks
+"""goodput's checks the hours rest on: a stack measured launch-bound or noisy, another model's, or through
+another harness, LoRA rank, CE chunk or card, prices nothing the replay could confirm. Its numerics are reported beside the verdict, not in it: the replay checks
 hours, and the lab may accept a stack's numerics price."""
 
 

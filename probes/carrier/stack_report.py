@@ -73,7 +73,7 @@ def _settings(config, checkpoint: Path, out: Measured) -> list[str]:
 
 def _speed_up(baseline: Measurement, best: Measurement) -> str:
     """`, xN the baseline's tok/s`; said unknown where the baseline did not measure (out of memory where a
-    leaner stack fit), empty where the best did not either."""
+    leaner stack fit); empty where the best is the baseline itself (no x1.000) or did not measure either."""
     if not best.step_s or best is baseline:
         return ""
     if not baseline.step_s:

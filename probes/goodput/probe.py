@@ -329,9 +329,13 @@ def _stack_shape_check(
     return Check(
         name="stack_at_priced_shape",
         ok=ok,
-        detail=f"the stack measured at {measured[0]} x {measured[1]:,} tokens, {kind}; {share:.0f}% of "
+        detail=f"the stack measured at {measured[0]} x {measured[1]:,} tokens, {kind}; {share:.1f}% of "
         f"{best.strategy}'s priced time is in such batches"
-        + ("" if ok else f" (the rest narrower or {other}): its saving assumed there; replay --variant checks it"),
+        + (
+            ""
+            if ok
+            else f" (the rest of other shapes or {other}): its saving assumed there; replay --variant checks it"
+        ),
     )
 
 

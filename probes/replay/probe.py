@@ -436,18 +436,25 @@ def run(config: Config) -> ProbeResult:
         graphs_compiled=sum(t.warmup_graphs for t in done.values()) if compiled else None,
         **{f"compiled_in_steps_{s}": t.compiled_in for s, t in done.items() if compiled},
     )
-    compiled_steps = {(s, i) for s, t in done.items() for i in t.compiled_in}
-    one_off, one_off_check = replay_model.new_shape_replayed(step_rows, compiled_steps, model.new_shape_s)
-    if not given:  # each fit point's excess, of which new_shape_s is the median
-        one_off["new_shape_fit_excess_s"] = replay_model.new_shape_excess_s(
-            session.raw, f"fit/{max(r.seq_len for r in points)}"
-        )
-    result.summary.update(one_off)
+    one_off_check = _one_off(result, step_rows, done, model, session.raw, None if given else points)
     result.artifacts["timings.json"] = json.dumps(session.raw, indent=1)
     result.checks += [_within_limit(replay_rows), one_off_check]
     if compiled:
         result.checks.append(_graphs_within_limit(sum(t.limit_hits for t in done.values())))
     return result
+
+
+def _one_off(result: ProbeResult, step_rows: list, done: dict, model: StepModel, raw: dict, points) -> Check:
+    """new_shape_s measured a second way from the replayed steps (those that compiled a graph left out) into
+    the summary, with each fit point's excess when the fit was measured here (`points`), and its check."""
+    compiled_steps = {(s, i) for s, t in done.items() for i in t.compiled_in}
+    one_off, check = replay_model.new_shape_replayed(step_rows, compiled_steps, model.new_shape_s)
+    if points:  # each fit point's excess, of which new_shape_s is the median
+        one_off["new_shape_fit_excess_s"] = replay_model.new_shape_excess_s(
+            raw, f"fit/{max(r.seq_len for r in points)}"
+        )
+    result.summary.update(one_off)
+    return check
 
 
 def _graphs_within_limit(hits: int) -> Check:

@@ -288,14 +288,16 @@ def test_a_stack_measured_at_another_shape_says_so(lengths, tmp_path):
     (positions restart): on an H100 the stack saved x0.479 there where it measured x0.439 on full rows."""
     elsewhere = carrier_json(tmp_path / "a.json", "qwen3-4b-base", STEPS, shape=(1, 4096))
     check = {c.name: c for c in goodput.run(_config(lengths, stack_json=elsewhere)).checks}["stack_at_priced_shape"]
-    assert not check.ok and check.detail.startswith("the stack measured at 1 x 4,096 tokens, full unmasked rows; 0% of")
+    assert not check.ok and check.detail.startswith(
+        "the stack measured at 1 x 4,096 tokens, full unmasked rows; 0.0% of"
+    )
     same = carrier_json(tmp_path / "b.json", "qwen3-4b-base", STEPS, shape=(4, 2048))
     packed = {c.name: c for c in goodput.run(_config(lengths, stack_json=same)).checks}["stack_at_priced_shape"]
-    assert not packed.ok and "0% of packed's priced time" in packed.detail  # the same rows and width, masked
+    assert not packed.ok and "0.0% of packed's priced time" in packed.detail  # the same rows and width, masked
     long_only = write_lengths(tmp_path / "long.parquet", [3000] * 40)  # every row cut to 2,048: full, unmasked
     full = goodput.run(_config(long_only, stack_json=same, strategies=("longest",)))
     check = {c.name: c for c in full.checks}["stack_at_priced_shape"]
-    assert check.ok and "100% of longest's priced time is in such batches" in check.detail
+    assert check.ok and "100.0% of longest's priced time is in such batches" in check.detail
     mixed = write_lengths(tmp_path / "mixed.parquet", [3000] * 36 + [100] * 4)  # sorted: one narrow batch
     check = {c.name: c for c in goodput.run(_config(mixed, stack_json=same, strategies=("sorted",))).checks}
     assert check["stack_at_priced_shape"].ok  # 9 of 10 batches full: most of the time
@@ -381,7 +383,7 @@ def test_a_stack_measured_on_packed_rows_prices_packed_batches_at_its_shape(leng
     long_only = write_lengths(tmp_path / "long.parquet", [3000] * 40)
     full = goodput.run(_config(long_only, stack_json=packed, strategies=("longest",)))
     check = {c.name: c for c in full.checks}["stack_at_priced_shape"]
-    assert not check.ok and "0% of longest's priced time" in check.detail and "unmasked" in check.detail
+    assert not check.ok and "0.0% of longest's priced time" in check.detail and "unmasked" in check.detail
     bad = carrier_json(tmp_path / "b.json", "qwen3-4b-base", STEPS, shape=(4, 2048), setup={"rows": 7})
     with pytest.raises(InputError, match="b.json: config.rows is 7, not full, padded or packed"):
         goodput.run(_config(lengths, stack_json=bad))
