@@ -114,10 +114,10 @@ def row_fill(rows: str, batch_size: int, seq_len: int) -> dict:
     PACKED_PER_ROW sequences, positions restarting: the block-diagonal mask of a packing collator)."""
     if rows == "padded":
         return {"real_lengths": [seq_len] * (batch_size - 1) + [max(1, seq_len // 2)]}
-    if rows == "packed":
-        part = max(1, seq_len // PACKED_PER_ROW)
-        row = [part] * (PACKED_PER_ROW - 1) + [seq_len - part * (PACKED_PER_ROW - 1)]
-        return {"packed": [[n for n in row if n > 0]] * batch_size}
+    if rows == "packed":  # at most one sequence a token: a row of 2 tokens packs two
+        parts = min(PACKED_PER_ROW, seq_len)
+        part = seq_len // parts
+        return {"packed": [[part] * (parts - 1) + [seq_len - part * (parts - 1)]] * batch_size}
     return {}
 
 

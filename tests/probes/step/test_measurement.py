@@ -124,3 +124,11 @@ def test_the_measured_batch_is_filled_as_its_rows_say(tiny, rows):
         assert batch["attention_mask"].sum(dim=1).tolist() == [16, 8] and (batch["labels"][1, 8:] == -100).all()
     else:
         assert batch["position_ids"].tolist() == [[0, 1, 2, 3] * 4] * 2 and (batch["labels"] != -100).all()
+
+
+@pytest.mark.parametrize("seq_len", [2, 3, 4, 5, 16, 4099])
+def test_a_packed_row_fills_its_width_exactly(seq_len):
+    from probes.step import models
+
+    (row,) = {tuple(r) for r in models.row_fill("packed", 3, seq_len)["packed"]}
+    assert sum(row) == seq_len and all(n >= 1 for n in row) and len(row) == min(4, seq_len)
