@@ -30,7 +30,7 @@ def figures(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> tup
         rows.append(row)
     advice = summary.get("advice") or []
     notes = [f"advice: {line}" for line in advice] if isinstance(advice, list) else []
-    return rows, notes + _launch_notes(tables["carriers"]) + _host_notes(tables["carriers"])
+    return rows, notes + _launch_notes(tables["carriers"])
 
 
 def _launch_notes(carriers: pd.DataFrame) -> list[str]:
@@ -50,27 +50,6 @@ def _launch_notes(carriers: pd.DataFrame) -> list[str]:
         notes.append(
             f"{name} is launch-bound: the GPU is busy {busy:.0%} of the step, so its time also measures how "
             f"fast this host's CPU launches kernels; to measure next: {' or '.join(remedies)}"
-        )
-    return notes
-
-
-HOST_PACE_FRAC = 0.75
-"""A GPU-bound row whose host launches at least this share of its step: the host's hiccups reach the step."""
-
-
-def _host_notes(carriers: pd.DataFrame) -> list[str]:
-    """A row the GPU's timeline calls busy can still wait on its host: a compiled 4B step on an H100 took 167
-    ms to launch and 207 ms to run, and its 30-50 ms launch hiccups were its whole spread (benchmarks/
-    RESULTS.md, issue 27). The figures alone do not say why such a row spreads, hence a note."""
-    notes = []
-    for _, r in carriers.iterrows():
-        frac = plain(r.get("host_launch_frac"))
-        if _flag(r.get("launch_bound")) or not isinstance(frac, float) or frac < HOST_PACE_FRAC:
-            continue
-        name = "/".join(str(plain(r[k])) for k in IDENTITY if k in r.index and plain(r[k]) is not None)
-        notes.append(
-            f"{name}: the host takes {frac:.0%} of the step to launch it, so a hiccup of the host's becomes step "
-            "time (the spread); fewer launches (CUDA graphs) or more tokens a step leave it more room"
         )
     return notes
 

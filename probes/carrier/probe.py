@@ -10,9 +10,7 @@ the statistics use), `spread_all_pct` (over every timed step after warm-up: the 
 being quiet, so spread_pct is biased low), `iqr_pct` (interquartile range / median),
 `spread_across_pct` (the baseline only: (max-min)/median of the medians of `--processes` fresh
 processes, the spread a rerun sees), `peak_mem_bytes`, `gpu_busy_frac` (kernel time from
-torch.profiler over step time), `host_launch_frac` (the host's median time inside the step call, launching
-its work, over the median step: near 1 the host sets the pace however busy the GPU's timeline looks, and
-its hiccups become step time; GPU only), MFU named by its peak (probes.step.flops states the FLOP formula):
+torch.profiler over step time), MFU named by its peak (probes.step.flops states the FLOP formula):
 `mfu_vs_measured_peak` (a bf16 matmul on this GPU, or --peak-tflops) and `mfu_vs_datasheet_peak`
 (989 TFLOP/s dense bf16 for an H100/H200 SXM; None for a device not listed), projected hours for
 `--token-budget` tokens per job (`hours_per_job`, from `mean_step_s`, the mean of every timed step after
@@ -102,7 +100,6 @@ class CarrierRow:
     spread_across_pct: float | None = None
     peak_mem_bytes: int | None = None
     gpu_busy_frac: float | None = None
-    host_launch_frac: float | None = None
     mfu_vs_measured_peak: float | None = None
     mfu_vs_datasheet_peak: float | None = None
     hours_per_job: float | None = None
@@ -168,7 +165,6 @@ def _row(config: Config, name: str, r: Measurement, peaks: tuple[float | None, f
         spread_across_pct=across,
         peak_mem_bytes=r.peak_mem_bytes,
         gpu_busy_frac=busy,
-        host_launch_frac=r.host_launch_frac,
         mfu_vs_measured_peak=mfu[0],
         mfu_vs_datasheet_peak=mfu[1],
         hours_per_job=hours,

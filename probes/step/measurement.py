@@ -124,9 +124,6 @@ class Measurement:
     kernel_s_per_step: float | None = None
     gpu_busy_frac: float | None = None
     """Kernel time over step time; None on the CPU (no device timeline)."""
-    host_launch_frac: float | None = None
-    """The host's time to launch a step over the step (probes.step.timing.Timings.host_launch_frac); None
-    on the CPU."""
     kernel_table: list[dict] | None = None
     attributed_s: dict[str, float] | None = None
     """Kernel seconds per step by scope/phase/kind (probes.step.attribution), with `predict` only."""

@@ -103,7 +103,6 @@ def merge(results: list[Measurement]) -> Measurement:
         iqr_pct=worst("iqr_pct"),
         peak_mem_bytes=worst("peak_mem_bytes"),
         gpu_busy_frac=worst("gpu_busy_frac", min),
-        host_launch_frac=worst("host_launch_frac"),
     )
 
 

@@ -43,9 +43,6 @@ class Timings:
     device: str
     num_warmup_configured: int | None = None
     """The configured warm-up alone (None: num_warmup, no extension); spread_all starts after it."""
-    launch_s: tuple[float, ...] | None = None
-    """On a GPU, the host's seconds inside each `step()` call, aligned with raw_s: the time to launch the
-    step's work (None on the CPU, where the call is the step)."""
 
     @property
     def window_s(self) -> tuple[float, ...]:
@@ -92,14 +89,6 @@ class Timings:
         return statistics.fmean(self.all_timed_s)
 
     @property
-    def host_launch_frac(self) -> float | None:
-        """The host's median launch time over the median step, over the window: near 1, the host sets the
-        pace (its hiccups become step time, the spread), however busy the GPU's own timeline looks."""
-        if self.launch_s is None:
-            return None
-        return statistics.median(self.launch_s[self.num_warmup :]) / self.median_s
-
-    @property
     def trustworthy(self) -> bool:
         """The last window of timed steps, at least MIN_TRUSTED_STEPS of them, agreed within 2% (see the
         module docstring): one or two steps have a spread that says nothing."""
@@ -116,26 +105,20 @@ class Timings:
             "iqr": self.iqr,
             "mean_all_s": self.mean_all_s,
             "num_warmup_configured": self.num_warmup_configured,
-            "launch_s": None if self.launch_s is None else list(self.launch_s),
-            "host_launch_frac": self.host_launch_frac,
         }
 
 
-def _timed_call(step: Callable[[], object], device: torch.device, clock: Callable[[], float]) -> tuple[float, float]:
-    """(step seconds, host seconds inside step()): on a GPU, events time the step and the clock its launch."""
+def _timed_call(step: Callable[[], object], device: torch.device, clock: Callable[[], float]) -> float:
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        begin = clock()
         step()
-        launched = clock() - begin
         end.record()
         end.synchronize()
-        return start.elapsed_time(end) / 1000.0, launched
+        return start.elapsed_time(end) / 1000.0
     begin = clock()
     step()
-    elapsed = clock() - begin
-    return elapsed, elapsed
+    return clock() - begin
 
 
 def time_steps(
@@ -155,16 +138,12 @@ def time_steps(
     max_steps = max(steps, max_steps or steps)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    calls = [_timed_call(step, device, clock) for _ in range(warmup + steps)]
-    while len(calls) - warmup < max_steps and _spread([t for t, _ in calls[-steps:]]) > max_spread:
-        calls.append(_timed_call(step, device, clock))
-    return Timings(
-        raw_s=tuple(t for t, _ in calls),
-        num_warmup=len(calls) - steps,
-        device=device.type,
-        num_warmup_configured=warmup,
-        launch_s=tuple(h for _, h in calls) if device.type == "cuda" else None,
-    )
+    raw = [_timed_call(step, device, clock) for _ in range(warmup)]
+    timed = [_timed_call(step, device, clock) for _ in range(steps)]
+    while len(timed) < max_steps and _spread(timed[-steps:]) > max_spread:
+        timed.append(_timed_call(step, device, clock))
+    num_warmup = warmup + len(timed) - steps
+    return Timings(raw_s=tuple(raw + timed), num_warmup=num_warmup, device=device.type, num_warmup_configured=warmup)
 
 
 def _spread(values: list[float]) -> float:

@@ -158,7 +158,6 @@ def _timed(spec: Spec, model, step, device: torch.device, out: Measurement) -> N
         )
     out.timings, out.step_s, out.mean_all_s = t.to_dict(), t.median_s, t.mean_all_s
     out.spread_pct, out.spread_all_pct, out.iqr_pct = 100 * t.spread, 100 * t.spread_all, 100 * t.iqr
-    out.host_launch_frac = t.host_launch_frac
     out.trustworthy, out.steps, out.warmup_steps = t.trustworthy, t.num_steps, t.num_warmup + 1
     out.peak_mem_bytes = models.peak_mem_bytes(device)
     out.optimizer = out.harness_step["optimizer_class"] = contract.optimizer_class(step.optimizer)

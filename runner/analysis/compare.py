@@ -385,7 +385,7 @@ def _spread_warnings(rows: pd.DataFrame, cells: pd.DataFrame, dims: list[str]) -
 
 
 _HIGHER = ("per_s", "mfu", "gain_vs_random", "gpu_busy_frac", "entropy_ratio", "sources_per_batch")
-_LOWER = ("_s", "_bytes", "_pct", "pad_fraction", "hours", "_tokens", "_samples", "host_launch_frac")
+_LOWER = ("_s", "_bytes", "_pct", "pad_fraction", "hours", "_tokens", "_samples")
 
 
 def better(metric: str) -> str:

@@ -41,17 +41,3 @@ def test_a_flag_stored_as_a_float_still_counts_and_no_timeline_claims_nothing():
     assert len(notes) == 1 and figures[1]["trust"].startswith("no (launch-bound")
     _, notes = answer.figures({"carriers": _carriers(launch_bound=None, gpu_busy_frac=None)}, {}, {})
     assert notes == []
-
-
-def test_a_gpu_bound_row_whose_host_launches_most_of_its_step_is_named():
-    """gpu_busy 0.95 called the compiled 4B GPU-bound, yet its host launched 81% of the step and its launch
-    hiccups were its spread (H100, benchmarks/RESULTS.md): the note says why such a row spreads."""
-    host_paced = _carriers(launch_bound=False, gpu_busy_frac=0.95, host_launch_frac=0.81, variant="compile")
-    _, notes = answer.figures({"carriers": host_paced}, {}, {})
-    [note] = notes
-    assert note.startswith("qwen3.5-0.8b/compile: the host takes 81% of the step to launch it")
-    assert "CUDA graphs" in note
-    _, notes = answer.figures({"carriers": _carriers(launch_bound=False, host_launch_frac=0.5)}, {}, {})
-    assert notes == []  # room enough
-    _, notes = answer.figures({"carriers": _carriers(host_launch_frac=0.9)}, {}, {})
-    assert len(notes) == 1 and "launch-bound" in notes[0]  # the launch-bound note says it already

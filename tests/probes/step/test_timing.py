@@ -95,37 +95,3 @@ def test_the_mean_of_every_timed_step_prices_a_job_and_one_step_is_never_trusted
     assert timings.mean_all_s == pytest.approx(sum(timed) / len(timed)) and timings.mean_all_s > 1.0
     one = time_steps(lambda: None, device="cpu", warmup=0, steps=1, clock=iter([0.0, 1.0]).__next__)
     assert one.spread == 0 and not one.trustworthy
-
-
-def test_on_a_gpu_the_host_launch_is_timed_beside_the_step(monkeypatch):
-    """The events time the GPU's step; the clock times the host inside step(): its share of the step says
-    whether the host sets the pace (a compiled 4B step on an H100 launched 167 ms of its 207 ms)."""
-    gpu_ms = iter([210.0, 207.0, 207.0, 208.0, 206.0, 250.0])
-
-    class Event:  # CUDA's event pair, replayed: elapsed_time gives the scripted GPU time of each call
-        def __init__(self, enable_timing=True):
-            pass
-
-        def record(self):
-            pass
-
-        def synchronize(self):
-            pass
-
-        def elapsed_time(self, end):
-            return next(gpu_ms)
-
-    monkeypatch.setattr(torch.cuda, "Event", Event)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
-    clock = ScriptedClock([0.170, 0.166, 0.167, 0.168, 0.165, 0.215])
-    t = time_steps(clock.step, device="cuda", warmup=1, steps=5, clock=clock)
-    assert t.raw_s == pytest.approx((0.210, 0.207, 0.207, 0.208, 0.206, 0.250))
-    assert t.launch_s == pytest.approx((0.170, 0.166, 0.167, 0.168, 0.165, 0.215))
-    assert t.host_launch_frac == pytest.approx(0.167 / 0.207)  # medians of the window, warm-up left out
-    assert t.to_dict()["host_launch_frac"] == pytest.approx(0.167 / 0.207)
-
-
-def test_on_the_cpu_there_is_no_launch_to_tell_apart():
-    clock = ScriptedClock([0.1, 0.1, 0.1])
-    t = time_steps(clock.step, device="cpu", warmup=0, steps=3, clock=clock)
-    assert t.launch_s is None and t.host_launch_frac is None and t.to_dict()["launch_s"] is None
