@@ -47,9 +47,9 @@ class Config(StepConfig, VariantChoice):
     numerics_steps: int = 30
     """Steps of the numerics price of every variant and stack on a fixed batch (probes.step.numerics; 0: none)."""
     rows: str = "full"
-    """How the measured batch's rows are filled: full (no mask: SDPA's causal fast path), padded (the last
-    row half padding: an explicit mask) or packed (four sequences a row, positions restarting: a packing
-    collator's block-diagonal mask). A stack saves less on masked rows: measure it as the lab batches."""
+    """How the measured batch's rows are filled: full (no mask: SDPA's causal fast path) or packed (four
+    sequences a row, positions restarting: a packing collator's block-diagonal mask). A stack saves less on
+    masked rows: measure it as the lab batches."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

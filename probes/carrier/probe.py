@@ -20,8 +20,8 @@ transformers' reference PyTorch code in the timed process: probes.step.kernel_wa
 may change besides speed) and `compile_s`.
 
 The measured batch is `--batch-size` rows of `--seq-len` tokens, filled as `--rows` says: full (no mask:
-SDPA's causal fast path), padded (the last row half padding) or packed (four sequences a row, positions
-restarting). A stack saves less on masked rows than on full ones: measure the fill the lab trains on.
+SDPA's causal fast path) or packed (four sequences a row, positions restarting: every position a real
+token). A stack saves less on masked rows than on full ones: measure the fill the lab trains on.
 
 Every measurement runs in its own fresh process with the same seed and data (probes.step.processes):
 the baseline in `--processes` of them (>= 2 by default), each other variant in one. A spread above

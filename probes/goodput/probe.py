@@ -306,7 +306,7 @@ def _stack_shape_check(
     stack: stack_step.StackStep, config: Config, lengths: np.ndarray, best: GoodputRow, model: StepModel
 ) -> Check:
     """The stack's saving was measured at one shape and one row fill (carrier's --rows: full rows unmasked,
-    padded or packed rows masked); the best strategy's other batches may save otherwise, as packed rows did
+    packed rows masked); the best strategy's other batches may save otherwise, as packed rows did
     on an H100 (x0.479 replayed against x0.439 measured on full rows): the share of its predicted time in
     batches like the measured one says how far the price leans on that assumption; replay --variant
     measures it."""
@@ -324,7 +324,7 @@ def _stack_shape_check(
     like = (batches.rows == measured[0]) & (batches.widths == measured[1]) & (masked == (stack.rows != "full"))
     share = 100 * float(time_s[like].sum() / time_s.sum()) if time_s.sum() else 0.0
     ok = share >= STACK_SHAPE_SHARE_PCT
-    kind = "full unmasked rows" if stack.rows == "full" else f"{stack.rows} rows (masked)"
+    kind = "full unmasked rows" if stack.rows == "full" else f"{stack.rows} rows (masked; any mask counts alike)"
     other = "masked (padded or packed)" if stack.rows == "full" else "unmasked"
     return Check(
         name="stack_at_priced_shape",

@@ -47,7 +47,7 @@ class Spec:
     numerics_steps: int = 0
     """Steps of the numerics price after the timing (0: none; probes.step.numerics)."""
     rows: str = "full"
-    """How the measured batch's rows are filled (probes.step.models.row_fill): full, padded or packed."""
+    """How the measured batch's rows are filled (probes.step.models.row_fill): full or packed."""
     numerics_dir: str = ""
     """Folder of the baseline's first-step gradient: the baseline saves it there, the others compare."""
 

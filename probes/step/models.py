@@ -102,7 +102,7 @@ def make_batch(
     return {k: v.to(device) for k, v in batch.items()}
 
 
-ROWS = ("full", "padded", "packed")
+ROWS = ("full", "packed")
 """How a measured batch's rows are filled (probes.step.measurement.Spec.rows)."""
 PACKED_PER_ROW = 4
 """Sequences in a `packed` row: enough that its block-diagonal mask is far from the causal one."""
@@ -110,10 +110,10 @@ PACKED_PER_ROW = 4
 
 def row_fill(rows: str, batch_size: int, seq_len: int) -> dict:
     """make_batch's keyword for `rows`: full (every row seq_len real tokens: no mask, SDPA's causal fast
-    path), padded (the last row half padding, an explicit mask, as replay's fit points), packed (each row
-    PACKED_PER_ROW sequences, positions restarting: the block-diagonal mask of a packing collator)."""
-    if rows == "padded":
-        return {"real_lengths": [seq_len] * (batch_size - 1) + [max(1, seq_len // 2)]}
+    path) or packed (each row PACKED_PER_ROW sequences, positions restarting: the block-diagonal mask of a
+    packing collator; every position a real token, so tokens a step stay batch_size x seq_len)."""
+    if rows not in ROWS:
+        raise ValueError(f"rows must be one of {', '.join(ROWS)}, got {rows!r}")
     if rows == "packed":  # at most one sequence a token: a row of 2 tokens packs two
         parts = min(PACKED_PER_ROW, seq_len)
         part = seq_len // parts

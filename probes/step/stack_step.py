@@ -38,7 +38,7 @@ class StackStep:
     seq_len: int | None = None
     """The shape both rows were measured at (the run's config), when its file gives it."""
     rows: str = "full"
-    """How the measured rows were filled (carrier's --rows): full (unmasked), padded or packed (masked)."""
+    """How the measured rows were filled (carrier's --rows): full (unmasked) or packed (masked)."""
     trustworthy: bool
     """Both rows measured with spreads within 2% (their `trustworthy`) and neither launch-bound."""
     within_tolerance: bool | None
@@ -174,8 +174,8 @@ def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only
 def _rows_kind(config: dict, source: str) -> str:
     """The config's `rows` (full where an older file names none); anything else is this file's error."""
     rows = config.get("rows", "full")
-    if rows not in ("full", "padded", "packed"):
-        raise InputError(f"{source}: config.rows is {rows!r}, not full, padded or packed")
+    if rows not in ("full", "packed"):
+        raise InputError(f"{source}: config.rows is {rows!r}, not full or packed")
     return rows
 
 

@@ -157,10 +157,17 @@ def from_profile_file(path: Path) -> StepModel:
     return model_from_profile(profile, source=str(path))
 
 
+HARNESS_ALIASES = {"probes.harness": "probes.step.harness"}
+"""Older files name the reference harness where it lived before probes/ became packages: the same harness."""
+
+
 def setup_of(config: object) -> dict:
     """The SETUP_KEYS a run's config names: a JSON object's keys, or a StepConfig's fields."""
     get = config.get if isinstance(config, dict) else lambda key: getattr(config, key, None)
-    return {key: get(key) for key in SETUP_KEYS if get(key) is not None}
+    setup = {key: get(key) for key in SETUP_KEYS if get(key) is not None}
+    if isinstance(setup.get("harness"), str):
+        setup["harness"] = HARNESS_ALIASES.get(setup["harness"], setup["harness"])
+    return setup
 
 
 def card_of(result: dict) -> dict:

@@ -280,6 +280,9 @@ def test_a_stack_measured_through_another_harness_rank_or_chunk_fails_its_check(
 
     assert stack_step.setup_differences({"lora_rank": 1}, {"lora_rank": True}) == ["lora_rank 1 vs True"]
     assert stack_step.setup_differences({"lora_rank": 32}, {"lora_rank": 32.0}) == []  # a store's float
+    # files from before probes/ became packages name the reference harness where it lived then
+    old = stack_step.setup_of({"harness": "probes.harness", "lora_rank": 32})
+    assert stack_step.setup_differences(old, stack_step.setup_of({"harness": "probes.step.harness"})) == []
 
 
 def test_a_stack_measured_at_another_shape_says_so(lengths, tmp_path):
@@ -379,13 +382,13 @@ def test_a_stack_measured_on_packed_rows_prices_packed_batches_at_its_shape(leng
     packed = carrier_json(tmp_path / "p.json", "qwen3-4b-base", STEPS, shape=(4, 2048), setup={"rows": "packed"})
     run = goodput.run(_config(lengths, stack_json=packed, strategies=("packed",)))
     check = {c.name: c for c in run.checks}["stack_at_priced_shape"]
-    assert check.ok and "4 x 2,048 tokens, packed rows (masked); 9" in check.detail
+    assert check.ok and "4 x 2,048 tokens, packed rows (masked; any mask counts alike); 9" in check.detail
     long_only = write_lengths(tmp_path / "long.parquet", [3000] * 40)
     full = goodput.run(_config(long_only, stack_json=packed, strategies=("longest",)))
     check = {c.name: c for c in full.checks}["stack_at_priced_shape"]
     assert not check.ok and "0.0% of longest's priced time" in check.detail and "unmasked" in check.detail
     bad = carrier_json(tmp_path / "b.json", "qwen3-4b-base", STEPS, shape=(4, 2048), setup={"rows": 7})
-    with pytest.raises(InputError, match="b.json: config.rows is 7, not full, padded or packed"):
+    with pytest.raises(InputError, match="b.json: config.rows is 7, not full or packed"):
         goodput.run(_config(lengths, stack_json=bad))
 
 
