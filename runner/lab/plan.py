@@ -71,9 +71,20 @@ def _placeholder_config(entry: PlanEntry) -> dict[str, Any]:
     return config_to_dict(build_probe_config(entry.probe, entry.config, placeholders=True, corpus=entry.corpus))
 
 
+HASHED_AS_BEFORE = {"rows": ("full", None), "new_shape_s": (None, 0.0)}
+"""Fields added or changed since jobs were stored, at the value that measures as before: hashed as before
+(None: left out), so a sweep does not measure again what its store already holds (carrier's `rows` full is
+the batch it always measured; goodput's `new_shape_s` unset is the 0 it was)."""
+
+
 def plan_config_hash(entry: PlanEntry, built: dict[str, Any], checkpoint_weights: str) -> str:
     """`built` is _placeholder_config(entry): its runner fields give way to the names they came from."""
     fields = {k: v for k, v in built.items() if k not in RUNNER_FIELDS}
+    for name, (now, before) in HASHED_AS_BEFORE.items():
+        if name in fields and fields[name] == now:
+            del fields[name]
+            if before is not None:
+                fields[name] = before
     fields["corpus"] = entry.corpus
     fields["weights"] = checkpoint_weights
     blob = json.dumps([entry.probe, fields], sort_keys=True).encode()

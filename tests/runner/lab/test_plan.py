@@ -120,3 +120,23 @@ def test_each_entry_builds_its_probe_config_once(tmp_path, monkeypatch):
     plans = {"p": [{"probe": "mask", "config": {"seq_len": 64}}, {"probe": "padding", "corpus": "demo"}]}
     jobs = expand(load_cluster(cluster_file(tmp_path, plans)), "p")
     assert len(jobs) == 2 * 2 * 2 and calls == ["mask", "padding"]
+
+
+def test_a_field_added_at_the_value_that_measures_as_before_keeps_a_stored_jobs_hash():
+    """carrier's `rows` (full: the batch carrier always measured) and goodput's `new_shape_s` (unset: the 0 it
+    was) are hashed as before, so the next sweep does not measure every stored carrier job again on a GPU."""
+    from runner.lab.cluster import PlanEntry
+    from runner.lab.plan import plan_config_hash
+
+    entry = PlanEntry(probe="carrier")
+    before = {"seq_len": 4096, "batch_size": 1}
+    same = plan_config_hash(entry, {**before, "rows": "full"}, "random")
+    assert same == plan_config_hash(entry, before, "random")
+    assert plan_config_hash(entry, {**before, "rows": "packed"}, "random") != same
+    goodput = PlanEntry(probe="goodput")
+    assert plan_config_hash(goodput, {"new_shape_s": None}, "random") == plan_config_hash(
+        goodput, {"new_shape_s": 0.0}, "random"
+    )
+    assert plan_config_hash(goodput, {"new_shape_s": 0.2}, "random") != plan_config_hash(
+        goodput, {"new_shape_s": 0.0}, "random"
+    )
