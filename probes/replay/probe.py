@@ -19,7 +19,8 @@ plans for the new shape, allocator growth), and a replay of a long-tailed corpus
 almost every step: the model's `new_shape_s` is the median excess of the fit points' first warm-up
 step over their timed mean (each in `new_shape_fit_excess_s`), charged to every replayed step whose (rows,
 width) is new (`new_shape`). The replay measures it a second way, `new_shape_replayed_s`: its new-shape
-steps' mean excess over their steady prediction; check `new_shape_s_confirmed` fails where the two differ by
+steps' mean excess over their steady prediction, less that prediction's miss on the same strategy's other
+steps; check `new_shape_s_confirmed` fails where the two differ by
 more than half (and 20 ms), naming the value to price with (goodput --new-shape-s).
 A compiled stack also compiles a few more graphs (graph_warm_indices says which batches make it): those
 batches run in the warm-up too, as a job pays its compiles once at its start.
@@ -121,6 +122,15 @@ def _given(config: Config) -> tuple[StepModel | None, stack_step.StackStep | Non
             + "; ".join(differ)
         )
     return given.scaled(stack.factor, f"{given.source}; {stack.describe()}"), stack
+
+
+def _same_card(card: str, *files) -> None:
+    """A fit or a stack measured on another card predicts another card's steps: refused before the model
+    loads. `files`: (path, StepModel or StackStep or None) pairs; one whose file names no card passes."""
+    for path, measured in files:
+        theirs = None if measured is None else measured.setup.get("card")
+        if theirs is not None and theirs != card:
+            raise InputError(f"{path}: measured on {theirs}, and this replay runs on {card}")
 
 
 def _same_variant(config: Config) -> None:
@@ -395,10 +405,12 @@ def run(config: Config) -> ProbeResult:
         why := libvariants.not_applicable(session.variant, session.device, _type(config))
     ):
         return _failed(result, "variant_applicable", why)
+    card = torch.cuda.get_device_name(session.device) if session.device.type == "cuda" else "cpu"
+    _same_card(card, (config.profile, given), (config.stack_json, stack))
     failed = oom_guard(session, session.load, lambda msg: msg.replace("oom:", "oom while loading:", 1))
     if failed:
         return _failed(result, "model_loaded", failed)
-    result.summary["device"] = torch.cuda.get_device_name(session.device) if session.device.type == "cuda" else "cpu"
+    result.summary["device"] = card
     # every timing first (fit points, then the replays), every profiler run after: CUPTI lingers
     # widest first: the allocator reaches its peak before the jittery launch-bound points are timed
     widest_first = [] if given else [replay_model.fit_point(session, w) for w in config.widths()[::-1]]

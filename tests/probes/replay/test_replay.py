@@ -200,7 +200,7 @@ def test_the_one_off_replayed_a_second_way_names_the_price_that_fits():
     summary, check = replay_model.new_shape_replayed(steps, {("longest", 7)}, 1.25)
     assert summary == {"new_shape_replayed_s": pytest.approx(0.15), "new_shape_replayed_steps": 6}
     assert not check.ok and check.detail.endswith("the model charged 1.250 s: price with goodput --new-shape-s 0.150")
-    # a steady model 10% short on every step, new or not, and no one-off: none is measured
+    # a steady model 0.03 s short on every step, new or not: only the 1.25 s one-off is measured
     off = [step(i, 0.33 + 1.25 * (i < 6), new=i < 6) for i in range(8)]
     summary, check = replay_model.new_shape_replayed(off, set(), 1.25)
     assert summary["new_shape_replayed_s"] == pytest.approx(1.25) and check.ok
@@ -467,6 +467,10 @@ def test_a_profile_of_another_step_is_refused_in_one_line(tiny, lengths_file, tm
     other.write_text(json.dumps({**json.loads(baseline.read_text()), "config": {"checkpoint": "/m/qwen3-4b-base"}}))
     with pytest.raises(InputError, match=f"a fit of qwen3-4b-base, and this replay runs {tiny.name}"):
         replay.run(_from_profile(tiny, lengths_file, other))
+    h100 = tmp_path / "h100.json"  # a fit on another card predicts that card's steps
+    h100.write_text(json.dumps({**json.loads(baseline.read_text()), "summary": {"device": "NVIDIA H100 80GB HBM3"}}))
+    with pytest.raises(InputError, match="h100.json: measured on NVIDIA H100 80GB HBM3, and this replay runs on cpu"):
+        replay.run(_from_profile(tiny, lengths_file, h100))
     rank8 = tmp_path / "rank8.json"  # a fit through another LoRA rank predicts another step
     rank8.write_text(json.dumps({**json.loads(baseline.read_text()), "config": {"lora_rank": 8}}))
     with pytest.raises(InputError, match=r"rank8.json: measured through another step than this replay's \(profile vs"):
