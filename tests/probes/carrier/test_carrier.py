@@ -271,11 +271,15 @@ def test_checks_are_not_ok_on_nothing_measured_and_claim_no_gpu_bound_on_a_cpu()
 def test_rows_are_measured_as_asked_reproduced_and_a_bad_fill_is_one_line(family, capsys):
     argv = ["probe", "carrier", "--checkpoint", str(family[0]), "--weights", "random", "--lora-rank", "2"]
     argv += ["--seq-len", "8", "--warmup-steps", "0", "--steps", "2", "--max-steps", "2", "--device", "cpu"]
-    argv += ["--processes", "1", "--variant", "bf16-adapters", "--numerics-steps", "0"]
-    main([*argv, "--rows", "packed", "--json"])
-    result = json.loads(capsys.readouterr().out)
-    assert result["config"]["rows"] == "packed"
-    assert all(r["step_s"] > 0 for r in result["tables"]["carriers"])
+    argv += ["--processes", "1", "--variant", "bf16-adapters", "--numerics-steps", "1"]
+    first_loss = {}
+    for rows in ("full", "packed"):
+        main([*argv, "--rows", rows, "--json"])
+        result = json.loads(capsys.readouterr().out)
+        assert result["config"]["rows"] == rows and all(r["step_s"] > 0 for r in result["tables"]["carriers"])
+        first_loss[rows] = {r["variant"]: r["loss_first"] for r in result["tables"]["numerics"]}["baseline"]
+    # the fill reached the worker processes: positions restarting at each sequence change the first loss
+    assert first_loss["full"] != pytest.approx(first_loss["packed"], rel=1e-6)
     assert any("--rows packed --variant bf16-adapters" in line for line in result["summary"]["settings"])
     assert main([*argv, "--rows", "ragged"]) == 2
     err = capsys.readouterr().err
