@@ -115,10 +115,13 @@ def _nvml_poller(stop: threading.Event, trace: list) -> threading.Thread:
             pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", lambda h: -1
         )
         while not stop.wait(0.05):
-            util = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
-            pynvml.nvmlDeviceGetMemoryInfo(handle)
-            clock = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
-            trace.append((time.perf_counter(), clock, util, int(reasons(handle))))
+            try:
+                util = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
+                pynvml.nvmlDeviceGetMemoryInfo(handle)
+                clock = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+                trace.append((time.perf_counter(), clock, util, int(reasons(handle))))
+            except Exception:  # noqa: BLE001 - a sample NVML refuses is a missing sample, the poller goes on
+                continue
 
     thread = threading.Thread(target=poll, daemon=True)
     thread.start()
@@ -161,7 +164,7 @@ def _nvml_handle(pynvml):
     """NVML's handle of the card torch runs on, by UUID: NVML ignores CUDA_VISIBLE_DEVICES and numbers cards
     in PCI order, so CUDA's index can name another card."""
     uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
-    return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+    return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
 
 
 def run_segment(name: str, step, steps: int, cuda: bool) -> list[dict]:
