@@ -61,8 +61,18 @@ def _stored(store: Store, probe: str, host: str, checkpoint: str, tables: tuple[
         "source": f"store {store.root}: {probe} job {newest['job_id']} ({host}, {checkpoint}, {newest['finished_at']})",
         "job_id": newest["job_id"],
         "config": _config(newest),  # the shape it measured at (goodput's stack_at_priced_shape reads it)
+        "summary": _summary(newest),  # its card (`device`), which goodput's stack_of_the_fits_step compares
         "tables": found,
     }
+
+
+def _summary(job) -> dict:
+    """The job's summary as it ran, {} when the jobs table has none that reads."""
+    try:
+        found = json.loads(job.get("summary_json") or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def _config(job) -> dict:

@@ -186,6 +186,28 @@ def test_goodput_priced_with_the_newest_stored_carriers_stack(tmp_path, capsys):
     assert "no ok carrier of checkpoint 'gemma-3-4b' on host 'gx10'" in err and len(err.splitlines()) == 1
 
 
+def test_a_stored_carrier_of_another_card_fails_stack_of_the_fits_step(tmp_path, capsys):
+    """The store keeps each job's summary: its card reaches goodput as a --stack-json file's does."""
+    store = Store(tmp_path / "results")
+    rows = [{"model": "qwen3-4b-base", "variant": v, "step_s": s, "tokens_per_step": 512, "trustworthy": True,
+             "status": "ok"} for v, s in (("baseline", 0.4), ("bf16-adapters", 0.3))]  # fmt: skip
+    for job, probe, result in (
+        ("jp", "profile", dataclasses.replace(profile_result(0.2), summary={"device": "NVIDIA H100 80GB HBM3"})),
+        ("jc", "carrier", ProbeResult(probe="carrier", config=carrier.Config(checkpoint=(Path("qwen3-4b-base"),),
+              seq_len=512), tables={"carriers": rows}, summary={"device": "NVIDIA H200"})),
+    ):  # fmt: skip
+        key = JobKey(run_id="r", job_id=job, probe=probe, host="gx10", checkpoint="qwen3-4b-base",
+                     checkpoint_fp="fp", config_hash="c", code_version="v", finished_at=T0)  # fmt: skip
+        store.write_result(key, result, started_at=T0, wall_s=1.0, env={})
+    lengths = tmp_path / "l.parquet"
+    pq.write_table(pa.table({"length": [512] * 40}), lengths)
+    argv = ["goodput", "--host", "gx10", "--profile-checkpoint", "qwen3-4b-base", "--store", str(store.root)]
+    argv += ["--lengths", str(lengths), "--batch-size", "1", "--max-length", "512", "--json", "--stack-from-store"]
+    assert main(argv) == 1
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert checks["stack_of_the_fits_step"]["detail"].endswith("card 'NVIDIA H200' vs 'NVIDIA H100 80GB HBM3'")
+
+
 def test_a_store_that_is_a_file_is_named_so(tmp_path, capsys):
     lengths = tmp_path / "l.parquet"
     pq.write_table(pa.table({"length": [5, 6]}), lengths)
