@@ -60,25 +60,21 @@ def _stored(store: Store, probe: str, host: str, checkpoint: str, tables: tuple[
     return {
         "source": f"store {store.root}: {probe} job {newest['job_id']} ({host}, {checkpoint}, {newest['finished_at']})",
         "job_id": newest["job_id"],
-        "config": _config(newest),  # the shape it measured at (goodput's stack_at_priced_shape reads it)
-        "summary": _summary(newest),  # its card (`device`), which goodput's stack_of_the_fits_step compares
+        "config": _job_json(
+            newest, "config_json"
+        ),  # the shape it measured at (goodput's stack_at_priced_shape reads it)
+        "summary": _job_json(
+            newest, "summary_json"
+        ),  # its card (`device`), which goodput's stack_of_the_fits_step compares
         "tables": found,
     }
 
 
-def _summary(job) -> dict:
-    """The job's summary as it ran, {} when the jobs table has none that reads."""
+def _job_json(job, column: str) -> dict:
+    """The jobs table's JSON object in `column` (config_json: the probe's config as it ran; summary_json: its
+    summary), {} when it has none that reads."""
     try:
-        found = json.loads(job.get("summary_json") or "{}")
-    except (TypeError, ValueError):
-        return {}
-    return found if isinstance(found, dict) else {}
-
-
-def _config(job) -> dict:
-    """The job's probe config as it ran, {} when the jobs table has none that reads."""
-    try:
-        found = json.loads(job.get("config_json") or "{}")
+        found = json.loads(job.get(column) or "{}")
     except (TypeError, ValueError):
         return {}
     return found if isinstance(found, dict) else {}
