@@ -22,8 +22,9 @@ On an H200 one device call holds at most 600 s: run it in phases with the same -
 to the next), `--phase carrier` (the carrier with --stack: 5 minutes on 2026-12-05, the baseline's and the
 stack's fresh processes, compile and numerics included), `--phase baseline` (the baseline's replay: its fit,
 then 4 strategies x --num-steps steps, packed rows of 6 x 2,048 at 1.1 s a step; more than 4.5 minutes at 80
-steps), then `--phase rest` (the pricing and the stacked replay with its compiles); `--phase first` is carrier
-and baseline in one call (at 3 x 2,048 and 60 steps on an H100: 3.5 and 5 minutes, within one call's 10). `--tiny` runs all four on the CPU with a tiny random Qwen3 in seconds a step
+steps), then `--phase rest` (the pricing and the stacked replay with its compiles); `--phase first` is
+carrier and baseline in one call (at 3 x 2,048 and 60 steps on an H100: 3.5 and 5 minutes, within one
+call's 10). `--tiny` runs all four on the CPU with a tiny random Qwen3 in seconds a step
 (a dry run of the commands: its figures are no GPU result).
 """
 
@@ -117,9 +118,10 @@ def labprobe(argv: list[str], out_file: Path, log: Path) -> dict:
 
 
 VERDICT_CHECKS = ("stack_trustworthy", "stack_of_the_fits_model", "stack_of_the_fits_step")
-"""goodput's checks the hours rest on: a stack measured launch-bound or noisy, another model's, or through
-another harness, LoRA rank, CE chunk or card, prices nothing the replay could confirm. Its numerics are reported beside the verdict, not in it: the replay checks
-hours, and the lab may accept a stack's numerics price."""
+"""goodput's checks the hours rest on: a stack measured launch-bound or noisy, another model's, or
+through another harness, LoRA rank, CE chunk or card, prices nothing the replay could confirm. Its
+numerics are reported beside the verdict, not in it: the replay checks hours, and the lab may accept a
+stack's numerics price."""
 
 
 def verdict(priced: dict, replayed: dict) -> dict:

@@ -107,7 +107,8 @@ def _given(config: Config) -> tuple[StepModel | None, stack_step.StackStep | Non
     differ = [] if given is None else stack_step.setup_differences(given.setup, stack_step.setup_of(config))
     if differ:  # a fit through another harness, rank or chunk predicts another step
         raise InputError(
-            f"{config.profile}: measured through another step than this replay's (profile vs replay): {'; '.join(differ)}"
+            f"{config.profile}: measured through another step than this replay's (profile vs replay): "
+            + "; ".join(differ)
         )
     if config.stack_json is None:
         _same_variant(config)
