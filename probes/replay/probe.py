@@ -125,13 +125,16 @@ def _given(config: Config) -> tuple[StepModel | None, stack_step.StackStep | Non
     return given.scaled(stack.factor, f"{given.source}; {stack.describe()}"), stack
 
 
-def _same_card(card: str, *files) -> None:
-    """A fit or a stack measured on another card predicts another card's steps: refused before the model
-    loads. `files`: (path, StepModel or StackStep or None) pairs; one whose file names no card passes."""
+def _same_card(session: Session, *files) -> str:
+    """The card this replay runs on ("cpu" off a GPU). A fit or a stack measured on another card predicts
+    another card's steps: refused before the model loads. `files`: (path, StepModel or StackStep or None)
+    pairs; one whose file names no card passes."""
+    card = torch.cuda.get_device_name(session.device) if session.device.type == "cuda" else "cpu"
     for path, measured in files:
         theirs = None if measured is None else measured.setup.get("card")
         if theirs is not None and theirs != card:
             raise InputError(f"{path}: measured on {theirs}, and this replay runs on {card}")
+    return card
 
 
 def _same_variant(config: Config) -> None:
@@ -406,8 +409,7 @@ def run(config: Config) -> ProbeResult:
         why := libvariants.not_applicable(session.variant, session.device, _type(config))
     ):
         return _failed(result, "variant_applicable", why)
-    card = torch.cuda.get_device_name(session.device) if session.device.type == "cuda" else "cpu"
-    _same_card(card, (config.profile, given), (config.stack_json, stack))
+    card = _same_card(session, (config.profile, given), (config.stack_json, stack))
     failed = oom_guard(session, session.load, lambda msg: msg.replace("oom:", "oom while loading:", 1))
     if failed:
         return _failed(result, "model_loaded", failed)
