@@ -203,7 +203,7 @@ def with_stack(config: Config, model: StepModel) -> tuple[StepModel, stack_step.
     if config.stack_json is None:
         return model, None
     if config.profile is not None:
-        stack_step.refuse_stacked_profile(config.profile)
+        stack_step.refuse_stacked_profile(model)
     prefer = model_name(config.checkpoint) if config.checkpoint else model.model
     stack = stack_step.read(config.stack_json, config.stack, prefer_model=prefer)
     return model.scaled(stack.factor, f"{model.source}; {stack.describe()}"), stack

@@ -104,25 +104,25 @@ def _given(config: Config) -> tuple[StepModel | None, stack_step.StackStep | Non
     runs = model_name(config.checkpoint)
     if given is not None and given.model is not None and given.model != runs:  # another model's fit predicts nothing
         raise InputError(f"{config.profile}: a fit of {given.model}, and this replay runs {runs} (--checkpoint)")
-    differ = [] if given is None else stack_step.setup_differences(given.setup, stack_step.setup_of(config))
-    if differ:  # a fit through another harness, rank or chunk predicts another step
-        raise InputError(
-            f"{config.profile}: measured through another step than this replay's (profile vs replay): "
-            + "; ".join(differ)
-        )
+    if given is not None:  # a fit through another harness, rank or chunk predicts another step
+        _same_step(config, config.profile, "profile", given.setup)
     if config.stack_json is None:
-        _same_variant(config)
+        _same_variant(config, given)
         return given, None
-    stack_step.refuse_stacked_profile(config.profile)
+    stack_step.refuse_stacked_profile(given)
     name = stacks.get(config.variant).name
     stack = stack_step.read(config.stack_json, name, only_model=runs)
-    differ = stack_step.setup_differences(stack.setup, stack_step.setup_of(config))
-    if differ:  # the saving of another step: its price is no prediction of the step replayed
-        raise InputError(
-            f"{config.stack_json}: measured through another step than this replay's (stack vs replay): "
-            + "; ".join(differ)
-        )
+    _same_step(config, config.stack_json, "stack", stack.setup)  # another step's saving predicts nothing here
     return given.scaled(stack.factor, f"{given.source}; {stack.describe()}"), stack
+
+
+def _same_step(config: Config, path, what: str, setup: dict) -> None:
+    """A file measured through another harness, LoRA rank or CE chunk than this replay's is refused."""
+    differ = stack_step.setup_differences(setup, stack_step.setup_of(config))
+    if differ:
+        raise InputError(
+            f"{path}: measured through another step than this replay's ({what} vs replay): " + "; ".join(differ)
+        )
 
 
 def _same_card(session: Session, *files) -> str:
@@ -137,13 +137,13 @@ def _same_card(session: Session, *files) -> str:
     return card
 
 
-def _same_variant(config: Config) -> None:
+def _same_variant(config: Config, given: StepModel | None) -> None:
     """Without --stack-json, --profile's model is the prediction as it is: it must have been measured with
     the variant replayed, or a stack's steps are compared with the baseline's prediction (or the reverse)."""
-    if config.profile is None:
+    if given is None:
         return
     replayed = None if config.variant in (None, stack_step.BASELINE) else stacks.canonical(config.variant)
-    measured = stack_step.profile_variant(config.profile)
+    measured = stack_step.profile_variant(given.variant, given.source)
     measured = None if measured is None else stacks.canonical(measured)
     if measured != replayed:
         raise InputError(

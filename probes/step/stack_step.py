@@ -18,9 +18,9 @@ import math
 from pathlib import Path
 
 from probes.result import FieldError, InputError, read_json_file
-from probes.step import stacks
+from probes.step import models, stacks
 from probes.step.checkpoint import model_name
-from probes.step.steptime import SETUP_KEYS, card_of, setup_of
+from probes.step.steptime import SETUP_KEYS, StepModel, card_of, setup_of
 
 BASELINE = "baseline"
 UNTRUSTWORTHY = "not trustworthy"
@@ -174,8 +174,8 @@ def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only
 def _rows_kind(config: dict, source: str) -> str:
     """The config's `rows` (full where an older file names none); anything else is this file's error."""
     rows = config.get("rows", "full")
-    if rows not in ("full", "packed"):
-        raise InputError(f"{source}: config.rows is {rows!r}, not full or packed")
+    if rows not in models.ROWS:
+        raise InputError(f"{source}: config.rows is {rows!r}, not {' or '.join(models.ROWS)}")
     return rows
 
 
@@ -216,25 +216,23 @@ def _numerics(result: dict, model: str, source: str) -> dict[str, bool | None]:
     return out
 
 
-def profile_variant(path: Path) -> str | None:
-    """The variant or stack a `--profile` file's fit was measured with (a replay's config `variant`), None for
-    the baseline: a fit measured with a stack already prices the stack, and scaling it again counts it twice.
-    A profile's `variant` is a list: the variants it measured beside its fit, which is the baseline's."""
-    profile = read_json_file(path, "profile JSON")
-    config = profile.get("config") if isinstance(profile, dict) else None
-    variant = config.get("variant") if isinstance(config, dict) else None
+def profile_variant(variant: object, source: str) -> str | None:
+    """The variant or stack a `--profile` fit was measured with (its config `variant`, kept as the StepModel's
+    `variant`: a replay's is a name), None for the baseline: a fit measured with a stack already prices the
+    stack, and scaling it again counts it twice. A profile's `variant` is a list: the variants it measured
+    beside its fit, which is the baseline's."""
     if variant in (None, BASELINE) or isinstance(variant, list):
         return None
     if not isinstance(variant, str):
-        raise InputError(f"{path}: config.variant is {variant!r}, not a variant's name")
+        raise InputError(f"{source}: config.variant is {variant!r}, not a variant's name")
     return variant
 
 
-def refuse_stacked_profile(path: Path) -> None:
+def refuse_stacked_profile(model: StepModel) -> None:
     """A stack's factor scales a baseline's step model: a profile measured with a variant is refused."""
-    variant = profile_variant(path)
+    variant = profile_variant(model.variant, model.source)
     if variant is not None:
         raise InputError(
-            f"{path}: measured with variant {variant!r}; --stack-json scales a baseline profile (measured "
+            f"{model.source}: measured with variant {variant!r}; --stack-json scales a baseline profile (measured "
             "without --variant), or the stack would count twice"
         )

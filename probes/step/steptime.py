@@ -43,6 +43,9 @@ class StepModel:
     source: str = "given"
     model: str | None = None
     """The model the fit measured (its checkpoint folder's name), when the profile's config names it."""
+    variant: object = None
+    """The profile's config `variant` as it gives it (a name, a list, None), read once with the fit:
+    probes.step.stack_step.profile_variant says whether the fit was a stack's."""
     setup: dict = dataclasses.field(default_factory=dict)
     """The harness, LoRA rank and CE chunk the fit measured through, those the profile's config names
     (SETUP_KEYS)."""
@@ -147,6 +150,7 @@ def model_from_profile(profile: dict, source: str = "profile") -> StepModel:
         new_shape_s=new_shape_s,
         source=source,
         model=model_name(checkpoint) if isinstance(checkpoint, str) and checkpoint else None,
+        variant=config.get("variant"),
         setup=setup_of(config) | card_of(profile),
     )
 

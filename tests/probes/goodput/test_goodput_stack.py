@@ -370,10 +370,10 @@ def test_a_profiles_variant_list_is_no_stacked_fit_and_a_replays_variant_is(tmp_
         ("compile", "compile"),
     ):
         path.write_text(json.dumps({"config": {"variant": variant}, "tables": {}}))
-        assert stack_step.profile_variant(path) == measured, variant
+        assert stack_step.profile_variant(json.loads(path.read_text())["config"]["variant"], str(path)) == measured
     path.write_text(json.dumps({"config": {"variant": 3}, "tables": {}}))
     with pytest.raises(InputError, match="config.variant is 3"):
-        stack_step.profile_variant(path)
+        stack_step.profile_variant(3, str(path))
 
 
 def test_a_stack_measured_on_packed_rows_prices_packed_batches_at_its_shape(lengths, tmp_path):
@@ -402,3 +402,21 @@ def test_new_shape_s_zero_replaces_the_profiles_one_off(lengths, tmp_path):
     zero = goodput.run(goodput.Config(**kw, new_shape_s=0.0)).tables["goodput"]
     assert all(r.new_shapes_s == pytest.approx(1.25 * r.num_shapes) and r.num_shapes > 0 for r in kept)
     assert all(r.new_shapes_s == 0 for r in zero)
+
+
+def test_a_profile_given_as_a_pipe_is_read_once(lengths, tmp_path):
+    """`--profile <(cat p.json)` with --stack-json: the profile was read again to see whether its fit was a
+    stack's, and the drained pipe read as an empty file."""
+    import os
+
+    profile = _profile(tmp_path / "p.json", "/m/qwen3-4b-base").read_bytes()
+    read_end, write_end = os.pipe()  # what a shell's process substitution hands over: /dev/fd/N
+    os.write(write_end, profile)
+    os.close(write_end)
+    stack = carrier_json(tmp_path / "s.json", "qwen3-4b-base", STEPS)
+    kw = dict(lengths=lengths, batch_size=4, max_length=2048, token_budget=5_000_000)
+    try:
+        result = goodput.run(goodput.Config(profile=Path(f"/dev/fd/{read_end}"), stack_json=stack, **kw))
+    finally:
+        os.close(read_end)
+    assert result.summary["stack_step_factor"] == pytest.approx(0.5)
