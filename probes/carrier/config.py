@@ -49,7 +49,8 @@ class Config(StepConfig, VariantChoice):
     rows: str = "full"
     """How the measured batch's rows are filled: full (no mask: SDPA's causal fast path) or packed (four
     sequences a row, positions restarting: a packing collator's block-diagonal mask). A stack saves less on
-    masked rows: measure it as the lab batches."""
+    masked rows: measure it as the lab batches. Packed rows carry positions only: a hybrid's linear-attention
+    layers run each row as one sequence (the `mask` probe's cross_sequence names what keeps them apart)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -60,12 +60,10 @@ def _stored(store: Store, probe: str, host: str, checkpoint: str, tables: tuple[
     return {
         "source": f"store {store.root}: {probe} job {newest['job_id']} ({host}, {checkpoint}, {newest['finished_at']})",
         "job_id": newest["job_id"],
-        "config": _job_json(
-            newest, "config_json"
-        ),  # the shape it measured at (goodput's stack_at_priced_shape reads it)
-        "summary": _job_json(
-            newest, "summary_json"
-        ),  # its card (`device`), which goodput's stack_of_the_fits_step compares
+        # the shape it measured at, and its card (`device`): goodput's stack_at_priced_shape and
+        # stack_of_the_fits_step read them
+        "config": _job_json(newest, "config_json"),
+        "summary": _job_json(newest, "summary_json"),
         "tables": found,
     }
 
