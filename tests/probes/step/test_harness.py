@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM, Qwen3Config
 
 from probes.carrier import probe as carrier
@@ -110,6 +111,48 @@ def test_chunked_ce_equals_full_logits_in_loss_and_gradients(chunk):
     torch.testing.assert_close(got[0], expected.detach())
     torch.testing.assert_close(got[1], hidden.grad)
     torch.testing.assert_close(got[2], weight.grad)
+
+
+SYNCING_OPS = ("nonzero", "_local_scalar_dense", "is_nonzero", "masked_select", "equal", "unique")
+"""aten ops whose output size or value the host must read back: on CUDA each waits for the GPU."""
+
+
+class _OpLog(TorchDispatchMode):
+    """The ops a call runs, and those that read back from the device: SYNCING_OPS, and indexing by a boolean
+    mask (CUDA runs nonzero inside it; the CPU's kernel does it below the dispatcher, out of sight)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names, self.read_back = [], []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        self.names.append(name)
+        indices = args[1] if name.startswith(("index", "_index_put")) and len(args) > 1 else ()
+        if name in SYNCING_OPS or any(getattr(t, "dtype", None) == torch.bool for t in indices or ()):
+            self.read_back.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def test_chunked_ce_waits_for_no_result_of_the_gpu_and_keeps_the_old_values_to_the_bit():
+    g = torch.Generator().manual_seed(3)
+    hidden = torch.randn(37, 12, generator=g, requires_grad=True)
+    weight = torch.randn(50, 12, generator=g)
+    labels = torch.randint(0, 50, (37,), generator=g)
+    labels[::3] = -100
+    with _OpLog() as log:
+        harness.cross_entropy(hidden, weight, labels, 8).backward()
+    assert "scatter_add_" in log.names and log.read_back == []
+    # the gradient the boolean-indexing version (which ran nonzero per chunk) gave, chunk by chunk
+    expected = torch.zeros_like(hidden)
+    for start in range(0, 37, 8):
+        h, y = hidden.detach()[start : start + 8], labels[start : start + 8]
+        grad = F.linear(h, weight).softmax(-1)
+        keep = y != -100
+        grad[keep, y[keep]] -= 1.0
+        grad[~keep] = 0.0
+        expected[start : start + 8] = (grad / (labels != -100).sum()) @ weight
+    assert torch.equal(hidden.grad, expected)
 
 
 def test_compute_loss_is_the_models_own_next_token_loss(tiny):
