@@ -165,7 +165,11 @@ def cross_entropy_table(session: Session) -> list[CeRow]:
 
 
 def with_ce_share(rows: list[CeRow], step_s: float | None) -> list[CeRow]:
-    return [dataclasses.replace(r, share_of_step_pct=100 * r.ce_s / step_s) if r.ce_s and step_s else r for r in rows]
+    """Each CE time as a share of the step; none where the step is unknown or the fit gives no step there (a
+    noisy fit can dip to zero or below between its points: production_step_in_fit says so)."""
+    if not step_s or step_s <= 0:
+        return rows
+    return [dataclasses.replace(r, share_of_step_pct=100 * r.ce_s / step_s) if r.ce_s else r for r in rows]
 
 
 def kernel_profile(session: Session) -> kernels.Profile | None:
