@@ -385,6 +385,7 @@ WRITER = """
 import json, os, sys, time
 ckpt, log, go, stop = sys.argv[1:5]
 wrote, step = {}, 0
+open(log + ".ready", "w").close()  # the test waits for this: a slow start must not miss the whole window
 while not os.path.exists(go):  # started ahead, resumes training the moment `go` appears
     time.sleep(0.0005)
 while not os.path.exists(stop):
@@ -418,6 +419,12 @@ def test_a_live_writer_loses_nothing_it_wrote(tmp_path, monkeypatch, resume):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     code = [sys.executable, "-c", WRITER, str(run / "checkpoints"), str(log), str(go), str(stop)]
     writer = subprocess.Popen(code, env=env)
+    ready = Path(f"{log}.ready")
+    for _ in range(6000):  # up to 60 s for the interpreter to start on a loaded machine
+        if ready.exists() or writer.poll() is not None:
+            break
+        time.sleep(0.01)
+    assert ready.exists(), "the writer never started"
     real_scan = deletion.scan_root
 
     def scan_then_train(*args):
