@@ -16,6 +16,13 @@ warm-up, in one process (the model and its compiled graphs are shared):
   nvml_thread  a thread polling NVML every 50 ms (what a gpu_busy sampler would do) during the steps
   gc_live      the collector not frozen (as a training loop that never freezes)
   empty_cache  torch.cuda.empty_cache() after every step: every step re-allocates from the driver
+  ce_sync      the chunked loss as it was before 2026-12-05 (boolean indexing: nonzero, which waits for the
+               GPU, in every chunk): against probe_like, what the loss's waits did to the bumps
+  profiled     as probe_like under the torch profiler (CPU and GPU timelines, benchmarks/timeline.py): per
+               step, kernel time against idle gaps, the gaps where the host was late and what it ran then,
+               and the kernels that grew at the bump steps; each step's profiled span beside its CUDA events
+After the segments, one step under a sync census (CUDA: torch.cuda.set_sync_debug_mode; CPU: the aten ops
+that read a result back) lists where the step still waits for the device.
 and in a second fresh process, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (set before CUDA starts),
 the probe_like and no_sync segments. Writes $OUT/spread_diag.json: the raw per-step records and, per
 segment, median, spread (all steps and the worst window of 5, the probe's window), the bump steps
@@ -29,6 +36,8 @@ the allocator or collector moved at the bumps.
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import gc
 import json
 import os
@@ -38,14 +47,23 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
+import warnings
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile, record_function
+from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script, no install
 
+import timeline  # noqa: E402 - benchmarks/timeline.py, beside this script
+
+from probes.step import harness  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-SEGMENTS = ("probe_like", "no_sync", "sleep_50ms", "nvml_thread", "gc_live", "empty_cache")
+SEGMENTS = ("probe_like", "no_sync", "sleep_50ms", "nvml_thread", "gc_live", "empty_cache", "ce_sync", "profiled")
 ALLOC_SEGMENTS = ("probe_like", "no_sync")
 BUMP = 1.03
 WINDOW = 5
@@ -167,6 +185,50 @@ def _nvml_handle(pynvml):
     return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
 
 
+class SyncingCE(torch.autograd.Function):
+    """The chunked loss as probes/step/harness.py had it before 2026-12-05, line for line: boolean indexing per
+    chunk runs nonzero, whose output size the host must read back, so the host waits for the GPU every chunk."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, chunk_tokens: int):
+        num_labelled = (labels != -100).sum().clamp(min=1)
+        loss = torch.zeros((), device=hidden.device, dtype=harness._upcast(hidden[:0]).dtype)
+        grad_hidden = torch.zeros_like(hidden) if hidden.requires_grad else None
+        grad_weight = torch.zeros_like(harness._upcast(weight)) if weight.requires_grad else None
+        for start in range(0, hidden.shape[0], chunk_tokens):
+            h, y = hidden[start : start + chunk_tokens], labels[start : start + chunk_tokens]
+            logits = harness._upcast(F.linear(h, weight))
+            loss += F.cross_entropy(logits, y, ignore_index=-100, reduction="sum")
+            grad = logits.softmax(-1)
+            keep = y != -100
+            grad[keep, y[keep]] -= 1.0
+            grad[~keep] = 0.0
+            grad = (grad / num_labelled).to(hidden.dtype)
+            if grad_hidden is not None:
+                grad_hidden[start : start + chunk_tokens] = grad @ weight
+            if grad_weight is not None:
+                grad_weight += harness._upcast(grad.t() @ h)
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.weight_dtype = weight.dtype
+        return loss / num_labelled
+
+    backward = staticmethod(harness._ChunkedLinearCE.backward)  # unchanged: it only scales the saved gradients
+
+
+@contextlib.contextmanager
+def _condition(name: str, cuda: bool):
+    """The segment's condition around its steps; yields a dict where `profiled` leaves its profile."""
+    held, swapped = {}, harness._ChunkedLinearCE
+    with contextlib.ExitStack() as stack:
+        if name == "ce_sync":  # the frozen base weight needs no gradient: SyncingCE gives none, as the harness
+            harness._ChunkedLinearCE = SyncingCE
+            stack.callback(setattr, harness, "_ChunkedLinearCE", swapped)
+        if name == "profiled":
+            activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+            held["prof"] = stack.enter_context(profile(activities=activities))
+        yield held
+
+
 def run_segment(name: str, step, steps: int, cuda: bool) -> list[dict]:
     """`steps` steps under segment `name`'s condition; one record per step."""
     stop, trace = threading.Event(), []
@@ -177,24 +239,26 @@ def run_segment(name: str, step, steps: int, cuda: bool) -> list[dict]:
         gc.freeze()
     records, clocks, origin, card = [], [], time.perf_counter(), CardState(cuda)
     try:
-        for _ in range(steps):
-            clock, before = Clock(cuda), _alloc_counts(cuda)
-            begin = time.perf_counter()
-            phased_step(step, clock)
-            launched = time.perf_counter()
-            if cuda and name != "no_sync":
-                clock.marks[-1].synchronize()
-            done = time.perf_counter()
-            if name == "empty_cache" and cuda:
-                torch.cuda.empty_cache()
-            after = _alloc_counts(cuda)
-            records.append({"t_s": begin - origin, "launch_ms": 1e3 * (launched - begin), "wall_ms": 1e3 * (done - begin),
-                            "delta": {k: after[k] - before[k] for k in after}, "card": card.read()})  # fmt: skip
-            clocks.append(clock)
-            if name == "sleep_50ms":
-                time.sleep(0.05)
-        if cuda:
-            torch.cuda.synchronize()
+        with _condition(name, cuda) as held:
+            for i in range(steps):
+                clock, before = Clock(cuda), _alloc_counts(cuda)
+                begin = time.perf_counter()
+                with record_function(f"{timeline.STEP_MARK}{i}") if name == "profiled" else contextlib.nullcontext():
+                    phased_step(step, clock)
+                launched = time.perf_counter()
+                if cuda and name != "no_sync":
+                    clock.marks[-1].synchronize()
+                done = time.perf_counter()
+                if name == "empty_cache" and cuda:
+                    torch.cuda.empty_cache()
+                after = _alloc_counts(cuda)
+                records.append({"t_s": begin - origin, "launch_ms": 1e3 * (launched - begin), "wall_ms": 1e3 * (done - begin),
+                                "delta": {k: after[k] - before[k] for k in after}, "card": card.read()})  # fmt: skip
+                clocks.append(clock)
+                if name == "sleep_50ms":
+                    time.sleep(0.05)
+            if cuda:
+                torch.cuda.synchronize()
     finally:
         stop.set()
         if frozen:
@@ -204,7 +268,81 @@ def run_segment(name: str, step, steps: int, cuda: bool) -> list[dict]:
         record["step_ms"] = sum(record["phase_ms"])
     if poller is not None:  # samples as (seconds from the segment's start, SM MHz, util %, reasons)
         records[0]["nvml_trace"] = [(round(t - origin, 3), c, u, r) for t, c, u, r in trace] or "NVML not available"
+    if "prof" in held:
+        _add_timeline(records, held["prof"])
     return records
+
+
+def _add_timeline(records: list[dict], prof) -> None:
+    """Each record gets its step's profiled timeline (benchmarks/timeline.py); the first also the launch share
+    found. The profiled span is the step's time measured a second way, beside its CUDA events."""
+    steps, found = timeline.per_step(timeline.spans(prof))
+    for record, measured in zip(records, steps):
+        record["timeline"] = measured
+    records[0]["timeline_launches_found"] = found
+
+
+READS_BACK = ("nonzero", "_local_scalar_dense", "is_nonzero", "masked_select", "equal", "unique")
+"""aten ops whose output size or value the host reads back: on CUDA each waits for the GPU."""
+INDEXING = ("index", "index_put", "index_put_", "_index_put_impl_")
+"""Indexing ops: with a boolean mask among the indices, CUDA runs nonzero inside them (the CPU's kernel does
+it below the dispatcher, so the census looks at the indices)."""
+
+
+def reads_back(func, args) -> str | None:
+    """What the op reads back from the device, None when nothing."""
+    name = func.overloadpacket.__name__
+    if name in READS_BACK:
+        return name
+    indices = args[1] if name in INDEXING and len(args) > 1 else ()
+    masks = [t for t in indices or () if isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8)]
+    return f"{name} by a boolean mask (nonzero)" if masks else None
+
+
+class _ReadBacks(TorchDispatchMode):
+    """Counts the ops that read back (`reads_back`) by the innermost frame outside torch (CPU census; the GPU's
+    own check is CUDA's sync debug mode, which also sees the syncs inside compiled code)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        what = reads_back(func, args)
+        if what:
+            self.seen[(what, _caller())] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _caller() -> str:
+    outside = [f for f in traceback.extract_stack()[:-2] if f"{os.sep}torch{os.sep}" not in f.filename]
+    frame = outside[-1] if outside else traceback.extract_stack()[-3]
+    return f"{Path(frame.filename).name}:{frame.lineno}"
+
+
+def sync_census(step, cuda: bool) -> list[dict]:
+    """Where one step waits for the device: CUDA's sync debug mode on a GPU (every synchronising call, with the
+    Python line that made it), the ops that read a result back on the CPU. Run after the timed segments: the
+    census slows the step it watches."""
+    seen = collections.Counter()
+    if cuda:
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                step()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            torch.cuda.synchronize()  # the step's end, after the census: this wait is the caller's, not the step's
+        for w in caught:
+            if "synchroniz" in str(w.message):
+                seen[(str(w.message)[:80], f"{Path(w.filename).name}:{w.lineno}")] += 1
+    else:
+        with _ReadBacks() as log:
+            step()
+        seen = log.seen
+    return [{"what": what, "where": where, "count": n} for (what, where), n in seen.most_common()]
 
 
 def _spread(values: list[float]) -> float:
@@ -240,7 +378,20 @@ def summarize(records: list[dict]) -> dict:
         "counters_at_bumps": {k: sum(records[i]["delta"][k] for i in bumps) for k in records[0]["delta"]},
         "counters_elsewhere": {k: sum(records[i]["delta"][k] for i in calm) for k in records[0]["delta"]},
         "card": _card_at(records, bumps, calm),
+        **(_timeline_summary(records, bumps) if "timeline" in records[0] else {}),
     }  # fmt: skip
+
+
+def _timeline_summary(records: list[dict], bumps: list[int]) -> dict:
+    """The profiled segment: bumps against the rest (benchmarks/timeline.py), and the profiled span against
+    the CUDA events' step time, step by step (two ways of timing one step: they should agree within a ms)."""
+    steps = [r["timeline"] for r in records]
+    differ = [abs(t["span_ms"] - r["step_ms"]) for t, r in zip(steps, records) if t["gpu_ops"]]
+    return {
+        "timeline": timeline.compare(steps, bumps),
+        "timeline_launches_found": records[0].get("timeline_launches_found"),
+        "profiled_span_vs_events_ms": {"median": statistics.median(differ), "max": max(differ)} if differ else None,
+    }
 
 
 def _card_at(records: list[dict], bumps: list[int], calm: list[int]) -> dict | None:
@@ -298,7 +449,13 @@ def worker(args: argparse.Namespace) -> dict:
     for name in args.segments:
         records = run_segment(name, step, args.steps, device.type == "cuda")
         out["segments"][name] = {"summary": summarize(records), "records": records}
+        for record in records:  # the summary compared every kernel; the file keeps each step's ten longest
+            if "timeline" in record:
+                kernels = record["timeline"]["kernels_ms"]
+                record["timeline"]["kernels_ms"] = dict(sorted(kernels.items(), key=lambda kv: -kv[1])[:10])
         print(f"[spread_diag] {args.alloc or 'default'} {name}: " + json.dumps(out["segments"][name]["summary"])[:400], flush=True)  # fmt: skip
+    out["sync_census"] = sync_census(step, device.type == "cuda")
+    print(f"[spread_diag] {args.alloc or 'default'} sync census: {json.dumps(out['sync_census'])[:600]}", flush=True)
     return out
 
 

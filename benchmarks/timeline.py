@@ -1,0 +1,168 @@
+"""Where a step's GPU time goes, from the torch profiler's CPU and GPU timelines (issue 27's bump).
+
+A step timed by CUDA events is the GPU's span from the step's first launch to its last kernel's end. That
+span is kernel time plus idle gaps; a gap is the host's when the kernel after it was launched only after
+the GPU had run out of work (the host was late), else the device's (a queued kernel started late). A slow
+step whose kernels took longer is the GPU's doing (clocks, memory); one whose extra time is host-starved
+gaps is the host's, and the CPU ops running during those gaps say what the host was doing.
+
+`spans(prof)` turns a finished `torch.profiler.profile` into plain `Span`s; `per_step(...)` measures each
+step marked by a `record_function(f"{STEP_MARK}{i}")`; `compare(steps, bumps)` sets the bump steps
+beside the others. Kept apart from spread_diag.py so the arithmetic is tested on hand-made timelines.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import dataclasses
+import statistics
+
+import numpy as np
+
+STEP_MARK = "spread_diag_step_"
+GPU_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
+LAUNCH_KINDS = ("cuda_runtime", "cuda_driver")
+CPU_KINDS = ("cpu_op", "user_annotation", "python_function")
+GAP_MIN_US = 20.0
+"""Idle gaps shorter than this are a launch's own latency, not a wait worth naming."""
+TOP = 6
+
+
+@dataclasses.dataclass(frozen=True)
+class Span:
+    start_us: float
+    end_us: float
+    name: str
+    corr: int = -1
+    """CUPTI's correlation id: a GPU op's launch carries the same."""
+
+
+@dataclasses.dataclass
+class Timeline:
+    gpu: list[Span]
+    launches: list[Span]
+    cpu: list[Span]
+    steps: list[Span]
+
+
+def spans(prof) -> Timeline:
+    """The profile's events as Spans, by kind (kineto's raw events: building FunctionEvents for a few
+    hundred thousand events would take minutes)."""
+    out = Timeline([], [], [], [])
+    for e in prof.profiler.kineto_results.events():
+        kind, name = e.activity_type(), e.name()
+        span = Span(e.start_ns() / 1e3, e.end_ns() / 1e3, name, int(e.correlation_id()))
+        if kind in GPU_KINDS:
+            out.gpu.append(span)
+        elif kind in LAUNCH_KINDS:
+            out.launches.append(span)
+        elif kind == "user_annotation" and name.startswith(STEP_MARK):
+            out.steps.append(span)
+        elif kind in CPU_KINDS:
+            out.cpu.append(span)
+    out.steps.sort(key=lambda s: int(s.name.removeprefix(STEP_MARK)))
+    return out
+
+
+def per_step(timeline: Timeline, gap_min_us: float = GAP_MIN_US) -> tuple[list[dict], float]:
+    """One record per marked step, and the share of GPU ops whose launch was found. A GPU op belongs to the
+    step during whose CPU range it was launched (the next step's start closes the range); an op whose
+    launch was not found goes by its own start."""
+    launch_at = {s.corr: s.start_us for s in timeline.launches if s.corr >= 0}
+    starts = [s.start_us for s in timeline.steps]
+    by_step: list[list[tuple[Span, float | None]]] = [[] for _ in timeline.steps]
+    found = 0
+    for op in timeline.gpu:
+        launched = launch_at.get(op.corr)
+        found += launched is not None
+        i = bisect.bisect_right(starts, op.start_us if launched is None else launched) - 1
+        if i >= 0:
+            by_step[i].append((op, launched))
+    cpu = _CpuOps([s for s in timeline.cpu if not s.name.startswith(STEP_MARK)])
+    records = [_one_step(ops, cpu, start, gap_min_us) for ops, start in zip(by_step, starts)]
+    return records, found / len(timeline.gpu) if timeline.gpu else 0.0
+
+
+class _CpuOps:
+    """CPU ops sorted by start, as arrays: a gap's overlapping ops in one vectorised pass."""
+
+    def __init__(self, ops: list[Span]):
+        ops = sorted(ops, key=lambda s: s.start_us)
+        self.names = [s.name[:80] for s in ops]
+        self.starts = np.array([s.start_us for s in ops], dtype=float)
+        self.ends = np.array([s.end_us for s in ops], dtype=float)
+
+    def attribute(self, since: float, a: float, b: float, into: dict[str, float]) -> None:
+        """Add to `into` each op's overlap with [a, b] in ms, every nesting level and every thread (kineto's
+        launch events carry the OS thread, its CPU ops torch's own numbering: the two do not match). Only
+        ops that began after `since` (the step's start) are looked at: the step's own, not the whole run."""
+        lo, hi = np.searchsorted(self.starts, since), np.searchsorted(self.starts, b)
+        overlap = np.minimum(self.ends[lo:hi], b) - np.maximum(self.starts[lo:hi], a)
+        for k in np.nonzero(overlap > 0)[0]:
+            into[self.names[lo + k]] += float(overlap[k]) / 1e3
+
+
+def _one_step(ops: list[tuple[Span, float | None]], cpu: _CpuOps, since: float, gap_min_us: float) -> dict:
+    """Busy (the union of GPU ops), span, idle, the host-starved part of the idle and what the CPU ran then,
+    and each kernel name's time."""
+    ops = sorted(ops, key=lambda o: o[0].start_us)
+    kernels: dict[str, float] = collections.defaultdict(float)
+    busy = starved = 0.0
+    host_ops: dict[str, float] = collections.defaultdict(float)
+    gaps = []
+    frontier = ops[0][0].start_us if ops else 0.0
+    for op, launched in ops:
+        kernels[op.name[:100]] += (op.end_us - op.start_us) / 1e3
+        gap = op.start_us - frontier
+        if gap > gap_min_us:
+            late = 0.0 if launched is None else max(0.0, min(launched, op.start_us) - frontier)
+            starved += late
+            if late > gap_min_us:
+                cpu.attribute(since, frontier, frontier + late, host_ops)
+            gaps.append({"at_us": frontier, "idle_ms": gap / 1e3, "host_late_ms": late / 1e3, "next": op.name[:60]})
+        busy += max(0.0, op.end_us - max(op.start_us, frontier))
+        frontier = max(frontier, op.end_us)
+    span = (frontier - ops[0][0].start_us) if ops else 0.0
+    top_gaps = sorted(gaps, key=lambda g: -g["idle_ms"])[:3]
+    return {"gpu_ops": len(ops), "span_ms": span / 1e3, "busy_ms": busy / 1e3, "idle_ms": (span - busy) / 1e3,
+            "host_starved_ms": starved / 1e3, "host_ops_ms": dict(host_ops), "kernels_ms": dict(kernels),
+            "largest_gaps": top_gaps}  # fmt: skip
+
+
+def compare(records: list[dict], bumps: list[int]) -> dict:
+    """The bump steps beside the others: mean busy, idle and host-starved ms, the kernels that grew most and
+    the CPU ops that ran most during host-starved gaps (ms a step)."""
+    calm = [i for i in range(len(records)) if i not in bumps]
+    out = {}
+    for key in ("span_ms", "busy_ms", "idle_ms", "host_starved_ms"):
+        out[key] = {"bumps": _mean(records, bumps, key), "calm": _mean(records, calm, key)}
+    out["kernels_grew_ms"] = _top_growth(records, bumps, calm, "kernels_ms")
+    out["host_ops_at_bumps_ms"] = _top_mean(records, bumps, "host_ops_ms")
+    out["host_ops_calm_ms"] = _top_mean(records, calm, "host_ops_ms")
+    out["largest_gaps_at_bumps"] = {i: records[i]["largest_gaps"] for i in bumps}
+    return out
+
+
+def _mean(records: list[dict], idx: list[int], key: str) -> float | None:
+    return statistics.fmean(records[i][key] for i in idx) if idx else None
+
+
+def _per_name(records: list[dict], idx: list[int], key: str) -> dict[str, float]:
+    """Mean ms a step of each name over the steps `idx` (a name absent from a step counts 0 there)."""
+    total: dict[str, float] = collections.defaultdict(float)
+    for i in idx:
+        for name, ms in records[i][key].items():
+            total[name] += ms
+    return {name: ms / len(idx) for name, ms in total.items()} if idx else {}
+
+
+def _top_mean(records: list[dict], idx: list[int], key: str) -> list[tuple[str, float]]:
+    means = _per_name(records, idx, key)
+    return sorted(((n, round(ms, 3)) for n, ms in means.items()), key=lambda t: -t[1])[:TOP]
+
+
+def _top_growth(records: list[dict], bumps: list[int], calm: list[int], key: str) -> list[tuple[str, float]]:
+    at_bumps, elsewhere = _per_name(records, bumps, key), _per_name(records, calm, key)
+    growth = {n: at_bumps.get(n, 0.0) - elsewhere.get(n, 0.0) for n in {*at_bumps, *elsewhere}}
+    return sorted(((n, round(ms, 3)) for n, ms in growth.items()), key=lambda t: -t[1])[:TOP]

@@ -1,0 +1,83 @@
+"""The timeline arithmetic of spread_diag's profiled segment, on hand-made timelines and a real CPU profile."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import timeline  # noqa: E402
+from timeline import STEP_MARK, Span, Timeline  # noqa: E402
+
+
+def _two_steps() -> Timeline:
+    """Step 0: kernels 0-100 and 150-250 us, the second launched at 140 (the GPU idled 50 us, 40 of them
+    waiting for the host, which ran `aten::nonzero` then). Step 1: kernels 1000-1100 and 1110-1300, the
+    second launched at 1010, early: its 10 us gap is below the threshold."""
+    steps = [Span(-10, 900, f"{STEP_MARK}0"), Span(990, 1400, f"{STEP_MARK}1")]
+    gpu = [Span(0, 100, "gemm", 1), Span(150, 250, "softmax", 2), Span(1000, 1100, "gemm", 3)]
+    gpu.append(Span(1110, 1300, "gemm", 4))
+    launches = [Span(-5, -4, "cudaLaunchKernel", 1), Span(140, 141, "cuLaunchKernel", 2)]
+    launches += [Span(995, 996, "cudaLaunchKernel", 3), Span(1010, 1011, "cudaLaunchKernel", 4)]
+    cpu = [Span(90, 140, "aten::nonzero"), Span(95, 120, "cudaStreamSynchronize"), Span(300, 400, "aten::mm")]
+    return Timeline(gpu, launches, cpu, steps)
+
+
+def test_gpu_ops_go_to_the_step_that_launched_them_and_host_late_gaps_are_named():
+    records, found = timeline.per_step(_two_steps())
+    assert found == 1.0 and [r["gpu_ops"] for r in records] == [2, 2]
+    first, second = records
+    assert first["span_ms"] == pytest.approx(0.25) and first["busy_ms"] == pytest.approx(0.2)
+    assert first["idle_ms"] == pytest.approx(0.05) and first["host_starved_ms"] == pytest.approx(0.04)
+    # the host was late from 100 to 140 us: nonzero covers all 40, the sync within it 20; mm ran later
+    assert first["host_ops_ms"] == pytest.approx({"aten::nonzero": 0.04, "cudaStreamSynchronize": 0.02})
+    assert first["largest_gaps"][0]["next"] == "softmax"
+    assert second["idle_ms"] == pytest.approx(0.01) and second["host_starved_ms"] == 0
+    assert second["largest_gaps"] == [] and second["kernels_ms"] == {"gemm": pytest.approx(0.29)}
+
+
+def test_a_kernel_queued_in_time_but_started_late_is_the_devices_gap():
+    late_start = _two_steps()
+    late_start.launches[1] = Span(60, 61, "cudaLaunchKernel", 2)  # launched while the GPU was busy
+    first = timeline.per_step(late_start)[0][0]
+    assert first["idle_ms"] == pytest.approx(0.05) and first["host_starved_ms"] == 0 and first["host_ops_ms"] == {}
+
+
+def test_an_op_whose_launch_is_missing_goes_by_its_start_and_lowers_the_found_share():
+    missing = _two_steps()
+    missing.launches.pop(2)
+    records, found = timeline.per_step(missing)
+    assert found == 0.75 and [r["gpu_ops"] for r in records] == [2, 2]
+
+
+def test_compare_sets_bump_steps_beside_the_others():
+    records = [
+        {"span_ms": 10.0, "busy_ms": 9.0, "idle_ms": 1.0, "host_starved_ms": 0.5, "largest_gaps": [],
+         "kernels_ms": {"gemm": 8.0, "ce": 1.0}, "host_ops_ms": {"aten::mm": 0.5}},
+        {"span_ms": 14.0, "busy_ms": 9.0, "idle_ms": 5.0, "host_starved_ms": 4.5, "largest_gaps": [{"idle_ms": 4}],
+         "kernels_ms": {"gemm": 8.0, "ce": 1.0}, "host_ops_ms": {"aten::nonzero": 4.0, "aten::mm": 0.5}},
+        {"span_ms": 10.0, "busy_ms": 9.0, "idle_ms": 1.0, "host_starved_ms": 0.5, "largest_gaps": [],
+         "kernels_ms": {"gemm": 7.0, "ce": 2.0}, "host_ops_ms": {}},
+    ]  # fmt: skip
+    out = timeline.compare(records, bumps=[1])
+    assert out["idle_ms"] == {"bumps": 5.0, "calm": 1.0} and out["host_starved_ms"]["bumps"] == 4.5
+    assert out["host_ops_at_bumps_ms"][0] == ("aten::nonzero", 4.0)
+    assert out["host_ops_calm_ms"] == [("aten::mm", 0.25)]
+    assert dict(out["kernels_grew_ms"]) == {"gemm": 0.5, "ce": -0.5}
+    assert out["largest_gaps_at_bumps"] == {1: [{"idle_ms": 4}]}
+
+
+def test_a_real_cpu_profile_gives_its_steps_in_order_and_no_gpu_ops():
+    model = torch.nn.Linear(16, 16)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for i in range(3):
+            with record_function(f"{STEP_MARK}{i}"):
+                model(torch.randn(4, 16)).sum().backward()
+    got = timeline.spans(prof)
+    assert [s.name for s in got.steps] == [f"{STEP_MARK}{i}" for i in range(3)]
+    assert got.gpu == [] and any(s.name == "aten::linear" for s in got.cpu)
+    records, found = timeline.per_step(got)
+    assert len(records) == 3 and found == 0.0 and all(r["gpu_ops"] == 0 for r in records)
