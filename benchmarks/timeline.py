@@ -36,6 +36,8 @@ class Span:
     name: str
     corr: int = -1
     """CUPTI's correlation id: a GPU op's launch carries the same."""
+    linked: int = 0
+    """The CPU op a GPU op or a launch belongs to (kineto's linked correlation id; 0 for the CPU op itself)."""
 
 
 @dataclasses.dataclass
@@ -52,7 +54,7 @@ def spans(prof) -> Timeline:
     out = Timeline([], [], [], [])
     for e in prof.profiler.kineto_results.events():
         kind, name = e.activity_type(), e.name()
-        span = Span(e.start_ns() / 1e3, e.end_ns() / 1e3, name, int(e.correlation_id()))
+        span = Span(e.start_ns() / 1e3, e.end_ns() / 1e3, name, int(e.correlation_id()), int(e.linked_correlation_id()))
         if kind in GPU_KINDS:
             out.gpu.append(span)
         elif kind in LAUNCH_KINDS:
@@ -69,19 +71,41 @@ def per_step(timeline: Timeline, gap_min_us: float = GAP_MIN_US) -> tuple[list[d
     """One record per marked step, and the share of GPU ops whose launch was found. A GPU op belongs to the
     step during whose CPU range it was launched (the next step's start closes the range); an op whose
     launch was not found goes by its own start."""
-    launch_at = {s.corr: s.start_us for s in timeline.launches if s.corr >= 0}
+    launched_at = _launch_times(timeline)
     starts = [s.start_us for s in timeline.steps]
     by_step: list[list[tuple[Span, float | None]]] = [[] for _ in timeline.steps]
     found = 0
-    for op in timeline.gpu:
-        launched = launch_at.get(op.corr)
+    for op, launched in zip(timeline.gpu, launched_at):
         found += launched is not None
         i = bisect.bisect_right(starts, op.start_us if launched is None else launched) - 1
         if i >= 0:
             by_step[i].append((op, launched))
-    cpu = _CpuOps([s for s in timeline.cpu if not s.name.startswith(STEP_MARK)])
+    # the host's side of a gap: CPU ops and the runtime's own calls (a synchronize, a copy back)
+    cpu = _CpuOps([s for s in [*timeline.cpu, *timeline.launches] if not s.name.startswith(STEP_MARK)])
     records = [_one_step(ops, cpu, start, gap_min_us) for ops, start in zip(by_step, starts)]
     return records, found / len(timeline.gpu) if timeline.gpu else 0.0
+
+
+def _launch_times(timeline: Timeline) -> list[float | None]:
+    """Each GPU op's launch time: the runtime call with its CUPTI correlation id; where fewer than half match
+    so (another torch's numbering), the k-th op and the k-th launch linked to the same CPU op, in time order."""
+    by_corr = {s.corr: s.start_us for s in timeline.launches if s.corr > 0}
+    times = [by_corr.get(op.corr) for op in timeline.gpu]
+    if sum(t is not None for t in times) >= len(times) / 2:
+        return times
+    queues: dict[int, list[float]] = collections.defaultdict(list)
+    for launch in sorted(timeline.launches, key=lambda s: s.start_us):
+        if launch.linked > 0:
+            queues[launch.linked].append(launch.start_us)
+    taken: dict[int, int] = collections.defaultdict(int)
+    out: list[float | None] = [None] * len(timeline.gpu)
+    # in the order the ops started: one stream runs a CPU op's launches in the order it made them
+    for i in sorted(range(len(timeline.gpu)), key=lambda i: timeline.gpu[i].start_us):
+        linked = timeline.gpu[i].linked
+        queue, k = queues.get(linked, []), taken[linked]
+        out[i] = queue[k] if k < len(queue) else None
+        taken[linked] += 1
+    return out
 
 
 class _CpuOps:
@@ -104,12 +128,12 @@ class _CpuOps:
 
 
 def _one_step(ops: list[tuple[Span, float | None]], cpu: _CpuOps, since: float, gap_min_us: float) -> dict:
-    """Busy (the union of GPU ops), span, idle, the host-starved part of the idle and what the CPU ran then,
-    and each kernel name's time."""
+    """Busy (the union of GPU ops), span and idle; of the idle, the gaps where the host was late (and what the
+    CPU ran then) and those before an op whose launch was not found (unattributed); each GPU op name's time."""
     ops = sorted(ops, key=lambda o: o[0].start_us)
     kernels: dict[str, float] = collections.defaultdict(float)
-    busy = starved = 0.0
     host_ops: dict[str, float] = collections.defaultdict(float)
+    busy = starved = unknown = 0.0
     gaps = []
     frontier = ops[0][0].start_us if ops else 0.0
     for op, launched in ops:
@@ -118,16 +142,16 @@ def _one_step(ops: list[tuple[Span, float | None]], cpu: _CpuOps, since: float, 
         if gap > gap_min_us:
             late = 0.0 if launched is None else max(0.0, min(launched, op.start_us) - frontier)
             starved += late
+            unknown += gap if launched is None else 0.0
             if late > gap_min_us:
                 cpu.attribute(since, frontier, frontier + late, host_ops)
             gaps.append({"at_us": frontier, "idle_ms": gap / 1e3, "host_late_ms": late / 1e3, "next": op.name[:60]})
         busy += max(0.0, op.end_us - max(op.start_us, frontier))
         frontier = max(frontier, op.end_us)
     span = (frontier - ops[0][0].start_us) if ops else 0.0
-    top_gaps = sorted(gaps, key=lambda g: -g["idle_ms"])[:3]
     return {"gpu_ops": len(ops), "span_ms": span / 1e3, "busy_ms": busy / 1e3, "idle_ms": (span - busy) / 1e3,
-            "host_starved_ms": starved / 1e3, "host_ops_ms": dict(host_ops), "kernels_ms": dict(kernels),
-            "largest_gaps": top_gaps}  # fmt: skip
+            "host_starved_ms": starved / 1e3, "unattributed_idle_ms": unknown / 1e3, "host_ops_ms": dict(host_ops),
+            "kernels_ms": dict(kernels), "largest_gaps": sorted(gaps, key=lambda g: -g["idle_ms"])[:3]}  # fmt: skip
 
 
 def compare(records: list[dict], bumps: list[int]) -> dict:
@@ -135,7 +159,7 @@ def compare(records: list[dict], bumps: list[int]) -> dict:
     the CPU ops that ran most during host-starved gaps (ms a step)."""
     calm = [i for i in range(len(records)) if i not in bumps]
     out = {}
-    for key in ("span_ms", "busy_ms", "idle_ms", "host_starved_ms"):
+    for key in ("span_ms", "busy_ms", "idle_ms", "host_starved_ms", "unattributed_idle_ms"):
         out[key] = {"bumps": _mean(records, bumps, key), "calm": _mean(records, calm, key)}
     out["kernels_grew_ms"] = _top_growth(records, bumps, calm, "kernels_ms")
     out["host_ops_at_bumps_ms"] = _top_mean(records, bumps, "host_ops_ms")

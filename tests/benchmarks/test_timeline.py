@@ -1,5 +1,6 @@
 """The timeline arithmetic of spread_diag's profiled segment, on hand-made timelines and a real CPU profile."""
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -51,16 +52,30 @@ def test_an_op_whose_launch_is_missing_goes_by_its_start_and_lowers_the_found_sh
     missing.launches.pop(2)
     records, found = timeline.per_step(missing)
     assert found == 0.75 and [r["gpu_ops"] for r in records] == [2, 2]
+    assert records[1]["unattributed_idle_ms"] == 0  # the op without a launch came first in its step: no gap
+    missing.launches.pop(1)  # now the op after step 0's 50 us gap has none: its gap is not the host's
+    first = timeline.per_step(missing)[0][0]
+    assert first["host_starved_ms"] == 0 and first["unattributed_idle_ms"] == pytest.approx(0.05)
+
+
+def test_where_the_correlation_ids_do_not_match_launches_pair_by_their_cpu_op_in_order():
+    other = _two_steps()
+    # every id renumbered on one side; each op and its launch still linked to the same CPU op (two ops of op 7)
+    other.gpu = [dataclasses.replace(op, corr=op.corr + 100, linked=7 if op.corr < 3 else op.corr) for op in other.gpu]
+    other.launches = [dataclasses.replace(s, linked=7 if s.corr < 3 else s.corr) for s in other.launches]
+    records, found = timeline.per_step(other)
+    assert found == 1.0 and records[0]["host_starved_ms"] == pytest.approx(0.04)
 
 
 def test_compare_sets_bump_steps_beside_the_others():
     records = [
         {"span_ms": 10.0, "busy_ms": 9.0, "idle_ms": 1.0, "host_starved_ms": 0.5, "largest_gaps": [],
-         "kernels_ms": {"gemm": 8.0, "ce": 1.0}, "host_ops_ms": {"aten::mm": 0.5}},
+         "unattributed_idle_ms": 0, "kernels_ms": {"gemm": 8.0, "ce": 1.0}, "host_ops_ms": {"aten::mm": 0.5}},
         {"span_ms": 14.0, "busy_ms": 9.0, "idle_ms": 5.0, "host_starved_ms": 4.5, "largest_gaps": [{"idle_ms": 4}],
-         "kernels_ms": {"gemm": 8.0, "ce": 1.0}, "host_ops_ms": {"aten::nonzero": 4.0, "aten::mm": 0.5}},
+         "unattributed_idle_ms": 0, "kernels_ms": {"gemm": 8.0, "ce": 1.0},
+         "host_ops_ms": {"aten::nonzero": 4.0, "aten::mm": 0.5}},
         {"span_ms": 10.0, "busy_ms": 9.0, "idle_ms": 1.0, "host_starved_ms": 0.5, "largest_gaps": [],
-         "kernels_ms": {"gemm": 7.0, "ce": 2.0}, "host_ops_ms": {}},
+         "unattributed_idle_ms": 0, "kernels_ms": {"gemm": 7.0, "ce": 2.0}, "host_ops_ms": {}},
     ]  # fmt: skip
     out = timeline.compare(records, bumps=[1])
     assert out["idle_ms"] == {"bumps": 5.0, "calm": 1.0} and out["host_starved_ms"]["bumps"] == 4.5
