@@ -29,7 +29,9 @@ segment, median, spread (all steps and the worst window of 5, the probe's window
 (> 3% over the median), their period in steps and seconds, which phase carries the excess, and whether
 the allocator or collector moved at the bumps.
 
-    PYTHONPATH=. python3 benchmarks/spread_diag.py --out DIR                 # H200, about 2.5 minutes
+    PYTHONPATH=. python3 benchmarks/spread_diag.py --out DIR                 # H200, about 3.5 minutes
+    PYTHONPATH=. python3 benchmarks/spread_diag.py --out DIR --no-expandable \
+        --segments probe_like ce_sync profiled no_sync                       # what is still open: ~1.5 min
     PYTHONPATH=. python3 benchmarks/spread_diag.py --out DIR --tiny --steps 12   # CPU dry run
 """
 
@@ -470,6 +472,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--tiny", action="store_true", help="a two-layer Qwen3 on the CPU (a dry run)")
     parser.add_argument("--segments", nargs="+", default=list(SEGMENTS), choices=SEGMENTS)
+    parser.add_argument("--no-expandable", action="store_true", help="no second process with expandable_segments")
     parser.add_argument("--alloc", default=None, help="(worker) PYTORCH_CUDA_ALLOC_CONF of this process")
     parser.add_argument("--worker-json", type=Path, default=None, help="(internal) run one process's segments")
     args = parser.parse_args()
@@ -478,7 +481,8 @@ def main() -> int:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"argv": sys.argv[1:], "processes": {}}
-    for alloc, segments in ((None, args.segments), ("expandable_segments:True", ALLOC_SEGMENTS)):
+    processes = [(None, args.segments)] + ([] if args.no_expandable else [("expandable_segments:True", ALLOC_SEGMENTS)])
+    for alloc, segments in processes:
         env = dict(os.environ, **({"PYTORCH_CUDA_ALLOC_CONF": alloc} if alloc else {}))
         target = args.out / f"spread_diag_{'default' if alloc is None else 'expandable'}.part.json"
         cmd = [sys.executable, __file__, *sys.argv[1:], "--segments", *segments, "--worker-json", str(target)]
