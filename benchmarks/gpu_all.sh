@@ -102,7 +102,7 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
       # (~1.5 min): the loss's waits (ce_sync against probe_like, whose loss no longer waits) and the profiled
       # timelines; the allocator, the collector, NVML and the clocks were ruled out then (RESULTS.md)
       timeout $(within 180) python3 benchmarks/spread_diag.py --out "$OUT" --no-expandable \
-        --segments probe_like ce_sync profiled no_sync $([ -n "$dry" ] && echo --tiny --steps 6 --seq-len 128 || echo --steps 30)
+        --segments probe_like ce_sync no_sync profiled $([ -n "$dry" ] && echo --tiny --steps 6 --seq-len 128 || echo --steps 30)
       rc_diag=$?; [ "$rc" -eq 0 ] && rc=$rc_diag
       echo "[gpu_all.sh --next: spread_diag exit $rc_diag at $(( $(date +%s) - start )) s]"
       # the 1.7B search with fused-adamw as a third candidate, in whatever time is left (the search stops

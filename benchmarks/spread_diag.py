@@ -31,7 +31,7 @@ the allocator or collector moved at the bumps.
 
     PYTHONPATH=. python3 benchmarks/spread_diag.py --out DIR                 # H200, about 3.5 minutes
     PYTHONPATH=. python3 benchmarks/spread_diag.py --out DIR --no-expandable \
-        --segments probe_like ce_sync profiled no_sync                       # what is still open: ~1.5 min
+        --segments probe_like ce_sync no_sync profiled                       # what is still open: ~1.5 min
     PYTHONPATH=. python3 benchmarks/spread_diag.py --out DIR --tiny --steps 12   # CPU dry run
 """
 
@@ -271,7 +271,10 @@ def run_segment(name: str, step, steps: int, cuda: bool) -> list[dict]:
     if poller is not None:  # samples as (seconds from the segment's start, SM MHz, util %, reasons)
         records[0]["nvml_trace"] = [(round(t - origin, 3), c, u, r) for t, c, u, r in trace] or "NVML not available"
     if "prof" in held:
-        _add_timeline(records, held["prof"])
+        try:
+            _add_timeline(records, held["prof"])
+        except Exception as exc:  # noqa: BLE001 - the segment's CUDA-event timings stand without the analysis
+            records[0]["timeline_error"] = f"{type(exc).__name__}: {exc}"
     return records
 
 
@@ -279,6 +282,8 @@ def _add_timeline(records: list[dict], prof) -> None:
     """Each record gets its step's profiled timeline (benchmarks/timeline.py); the first also the launch share
     found. The profiled span is the step's time measured a second way, beside its CUDA events."""
     steps, found = timeline.per_step(timeline.spans(prof))
+    if len(steps) != len(records):
+        raise ValueError(f"{len(steps)} profiled step marks for {len(records)} steps")
     for record, measured in zip(records, steps):
         record["timeline"] = measured
     records[0]["timeline_launches_found"] = found
@@ -316,10 +321,24 @@ class _ReadBacks(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+_CENSUS_FRAMES = ("_caller", "_seen_sync", "<lambda>", "__torch_dispatch__", "_showwarnmsg", "_warn_unawaited")
+
+
 def _caller() -> str:
-    outside = [f for f in traceback.extract_stack()[:-2] if f"{os.sep}torch{os.sep}" not in f.filename]
-    frame = outside[-1] if outside else traceback.extract_stack()[-3]
+    """`file:line` of the innermost frame outside torch, the warnings module and the census's own hooks."""
+    stack = traceback.extract_stack()
+    outside = [
+        f for f in stack
+        if f"{os.sep}torch{os.sep}" not in f.filename and Path(f.filename).name != "warnings.py"
+        and f.name not in _CENSUS_FRAMES
+    ]  # fmt: skip
+    frame = outside[-1] if outside else stack[0]
     return f"{Path(frame.filename).name}:{frame.lineno}"
+
+
+def _seen_sync(seen: collections.Counter, message: str) -> None:
+    if "synchroniz" in message:
+        seen[(message[:80], _caller())] += 1
 
 
 def sync_census(step, cuda: bool) -> list[dict]:
@@ -329,17 +348,17 @@ def sync_census(step, cuda: bool) -> list[dict]:
     seen = collections.Counter()
     if cuda:
         torch.cuda.synchronize()
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings():
             warnings.simplefilter("always")
+            # a hook, not record=True: the stack at the warning says which line outside torch made the sync
+            # (a backward's syncs surface when it returns, at the line that called backward)
+            warnings.showwarning = lambda message, *rest, **kw: _seen_sync(seen, str(message))
             torch.cuda.set_sync_debug_mode("warn")
             try:
                 step()
             finally:
                 torch.cuda.set_sync_debug_mode("default")
-            torch.cuda.synchronize()  # the step's end, after the census: this wait is the caller's, not the step's
-        for w in caught:
-            if "synchroniz" in str(w.message):
-                seen[(str(w.message)[:80], f"{Path(w.filename).name}:{w.lineno}")] += 1
+        torch.cuda.synchronize()  # the step's end, after the census: this wait is the caller's, not the step's
     else:
         with _ReadBacks() as log:
             step()
@@ -381,6 +400,7 @@ def summarize(records: list[dict]) -> dict:
         "counters_elsewhere": {k: sum(records[i]["delta"][k] for i in calm) for k in records[0]["delta"]},
         "card": _card_at(records, bumps, calm),
         **(_timeline_summary(records, bumps) if "timeline" in records[0] else {}),
+        **({"timeline_error": records[0]["timeline_error"]} if "timeline_error" in records[0] else {}),
     }  # fmt: skip
 
 
@@ -425,7 +445,9 @@ def _tiny_checkpoint() -> Path:
     return folder
 
 
-def worker(args: argparse.Namespace) -> dict:
+def worker(args: argparse.Namespace, target: Path) -> None:
+    """One process's segments, written to `target` after each (a segment that fails keeps those before it),
+    then the sync census."""
     from probes.step import contract, stacks
     from probes.step import harness as reference
     from probes.step import worker as step_worker
@@ -435,7 +457,7 @@ def worker(args: argparse.Namespace) -> dict:
     spec = Spec(
         checkpoint=str(_tiny_checkpoint() if args.tiny else args.checkpoint), weights="random",
         harness="benchmarks.harness_plain", lora_rank=32, lora_alpha=64.0, batch_size=args.batch,
-        seq_len=args.seq_len, warmup_steps=3, steps=args.steps, max_steps=args.steps, ce_chunk=1024,
+        seq_len=args.seq_len, warmup_steps=3, steps=args.steps, max_steps=args.steps, ce_chunk=32 if args.tiny else 1024,
         device=device.type, variant=stacks.get(args.variant),
     )  # fmt: skip
     variant = spec.variant
@@ -456,9 +478,13 @@ def worker(args: argparse.Namespace) -> dict:
                 kernels = record["timeline"]["kernels_ms"]
                 record["timeline"]["kernels_ms"] = dict(sorted(kernels.items(), key=lambda kv: -kv[1])[:10])
         print(f"[spread_diag] {args.alloc or 'default'} {name}: " + json.dumps(out["segments"][name]["summary"])[:400], flush=True)  # fmt: skip
-    out["sync_census"] = sync_census(step, device.type == "cuda")
+        target.write_text(json.dumps(out))
+    try:
+        out["sync_census"] = sync_census(step, device.type == "cuda")
+    except Exception as exc:  # noqa: BLE001 - the census is a diagnosis of its own: the timings stand without it
+        out["sync_census"] = f"failed: {type(exc).__name__}: {exc}"
     print(f"[spread_diag] {args.alloc or 'default'} sync census: {json.dumps(out['sync_census'])[:600]}", flush=True)
-    return out
+    target.write_text(json.dumps(out))
 
 
 def main() -> int:
@@ -477,7 +503,7 @@ def main() -> int:
     parser.add_argument("--worker-json", type=Path, default=None, help="(internal) run one process's segments")
     args = parser.parse_args()
     if args.worker_json:
-        args.worker_json.write_text(json.dumps(worker(args)))
+        worker(args, args.worker_json)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"argv": sys.argv[1:], "processes": {}}
@@ -490,7 +516,9 @@ def main() -> int:
         begin = time.perf_counter()
         rc = subprocess.run(cmd, env=env).returncode  # a fresh process: the allocator reads its conf at start
         key = alloc or "default"
-        report["processes"][key] = json.loads(target.read_text()) if rc == 0 and target.exists() else {"exit": rc}
+        # what a failed process wrote before it failed is kept, beside its exit status
+        report["processes"][key] = json.loads(target.read_text()) if target.exists() else {}
+        report["processes"][key]["exit"] = rc
         report["processes"][key]["process_wall_s"] = time.perf_counter() - begin
         target.unlink(missing_ok=True)
         (args.out / "spread_diag.json").write_text(json.dumps(report, indent=1))

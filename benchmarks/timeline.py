@@ -53,7 +53,7 @@ def spans(prof) -> Timeline:
     hundred thousand events would take minutes)."""
     out = Timeline([], [], [], [])
     for e in prof.profiler.kineto_results.events():
-        kind, name = e.activity_type(), e.name()
+        kind, name = _kind(e), e.name()
         span = Span(e.start_ns() / 1e3, e.end_ns() / 1e3, name, int(e.correlation_id()), int(e.linked_correlation_id()))
         if kind in GPU_KINDS:
             out.gpu.append(span)
@@ -67,15 +67,33 @@ def spans(prof) -> Timeline:
     return out
 
 
+def _kind(e) -> str:
+    """kineto's activity type; from the device and the name where this torch's events lack `activity_type`."""
+    if hasattr(e, "activity_type"):
+        return e.activity_type()
+    if str(e.device_type()).endswith("CUDA"):
+        name = e.name()
+        return "gpu_memcpy" if "Memcpy" in name else "gpu_memset" if "Memset" in name else "kernel"
+    if e.name().startswith(("cuda", "cu")) and e.linked_correlation_id() > 0:
+        return "cuda_runtime"
+    return "user_annotation" if e.name().startswith(STEP_MARK) else "cpu_op"
+
+
 def per_step(timeline: Timeline, gap_min_us: float = GAP_MIN_US) -> tuple[list[dict], float]:
     """One record per marked step, and the share of GPU ops whose launch was found. A GPU op belongs to the
     step during whose CPU range it was launched (the next step's start closes the range); an op whose
-    launch was not found goes by its own start."""
+    launch was not found goes by its own start. An op whose clock is off (ending before it starts, starting
+    before its launch: kineto has given such records at a session's head) is left out and counted in the
+    first record's `gpu_ops_dropped`."""
     launched_at = _launch_times(timeline)
     starts = [s.start_us for s in timeline.steps]
     by_step: list[list[tuple[Span, float | None]]] = [[] for _ in timeline.steps]
     found = 0
+    dropped = 0
     for op, launched in zip(timeline.gpu, launched_at):
+        if op.end_us < op.start_us or (launched is not None and op.start_us < launched):
+            dropped += 1  # a record whose clock is off (a kernel cannot start before it was launched)
+            continue
         found += launched is not None
         i = bisect.bisect_right(starts, op.start_us if launched is None else launched) - 1
         if i >= 0:
@@ -83,7 +101,10 @@ def per_step(timeline: Timeline, gap_min_us: float = GAP_MIN_US) -> tuple[list[d
     # the host's side of a gap: CPU ops and the runtime's own calls (a synchronize, a copy back)
     cpu = _CpuOps([s for s in [*timeline.cpu, *timeline.launches] if not s.name.startswith(STEP_MARK)])
     records = [_one_step(ops, cpu, start, gap_min_us) for ops, start in zip(by_step, starts)]
-    return records, found / len(timeline.gpu) if timeline.gpu else 0.0
+    if records:
+        records[0]["gpu_ops_dropped"] = dropped
+    kept = len(timeline.gpu) - dropped
+    return records, found / kept if kept else 0.0
 
 
 def _launch_times(timeline: Timeline) -> list[float | None]:

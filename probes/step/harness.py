@@ -195,12 +195,12 @@ class _ChunkedLinearCE(torch.autograd.Function):
             loss += F.cross_entropy(logits, y, ignore_index=-100, reduction="sum")
             # d(sum CE)/d logits = softmax - onehot, zero on ignored rows. Written without boolean indexing:
             # `grad[keep, y[keep]]` runs nonzero, which waits for the GPU in every chunk and leaves it idle
-            # while the host launches what follows (the same values, to the bit: x - 1 and x * 1).
+            # while the host launches what follows. The same values to the bit (x + -1 is x - 1; an ignored
+            # row is filled with 0, NaN or not), on the cast chunk: half the bytes where hidden is bf16.
             grad = logits.softmax(-1)
-            keep = (y != -100).unsqueeze(1).to(grad.dtype)
-            grad.scatter_add_(1, y.clamp(min=0).unsqueeze(1), -keep)
-            grad.mul_(keep)
-            grad = (grad / num_labelled).to(hidden.dtype)
+            keep = (y != -100).unsqueeze(1)
+            grad.scatter_add_(1, y.clamp(min=0).unsqueeze(1), -keep.to(grad.dtype))
+            grad = (grad / num_labelled).to(hidden.dtype).masked_fill_(~keep, 0.0)
             if grad_hidden is not None:
                 grad_hidden[start : start + chunk_tokens] = grad @ weight
             if grad_weight is not None:

@@ -67,6 +67,38 @@ def test_where_the_correlation_ids_do_not_match_launches_pair_by_their_cpu_op_in
     assert found == 1.0 and records[0]["host_starved_ms"] == pytest.approx(0.04)
 
 
+def test_ops_overlapping_on_two_streams_count_once_and_an_op_with_a_clock_off_is_dropped():
+    steps = [Span(0, 500, f"{STEP_MARK}0")]
+    # 10-100 on one stream, 20-50 inside it and 60-200 across its end on another, then 300-310 after a gap
+    gpu = [Span(10, 100, "a", 1), Span(20, 50, "b", 2), Span(60, 200, "c", 3), Span(300, 310, "d", 4)]
+    launches = [Span(5, 6, "l", 1), Span(15, 16, "l", 2), Span(55, 56, "l", 3), Span(290, 291, "l", 4)]
+    skewed = Span(-1e11, -1e11 + 5, "a", 5)  # a kernel that "ran" long before its launch at 7 us
+    records, found = timeline.per_step(Timeline([*gpu, skewed], [*launches, Span(7, 8, "l", 5)], [], steps))
+    (only,) = records
+    assert only["gpu_ops_dropped"] == 1 and only["gpu_ops"] == 4 and found == 1.0
+    assert only["span_ms"] == pytest.approx(0.3) and only["busy_ms"] == pytest.approx(0.2)
+    assert only["idle_ms"] == pytest.approx(0.1) and only["host_starved_ms"] == pytest.approx(0.09)
+
+
+def test_without_activity_type_an_event_is_sorted_by_its_device_and_name():
+    class Event:  # what an older torch's _KinetoEvent offers
+        def __init__(self, name, device, linked=0):
+            self._name, self._device, self._linked = name, device, linked
+
+        def name(self):
+            return self._name
+
+        def device_type(self):
+            return f"DeviceType.{self._device}"
+
+        def linked_correlation_id(self):
+            return self._linked
+
+    kinds = [timeline._kind(Event(*a)) for a in (("sm90_gemm", "CUDA"), ("Memcpy DtoH", "CUDA"),
+             ("cudaLaunchKernel", "CPU", 4), (f"{STEP_MARK}3", "CPU"), ("aten::mm", "CPU"))]  # fmt: skip
+    assert kinds == ["kernel", "gpu_memcpy", "cuda_runtime", "user_annotation", "cpu_op"]
+
+
 def test_compare_sets_bump_steps_beside_the_others():
     records = [
         {"span_ms": 10.0, "busy_ms": 9.0, "idle_ms": 1.0, "host_starved_ms": 0.5, "largest_gaps": [],

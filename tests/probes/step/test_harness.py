@@ -134,25 +134,46 @@ class _OpLog(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_chunked_ce_waits_for_no_result_of_the_gpu_and_keeps_the_old_values_to_the_bit():
-    g = torch.Generator().manual_seed(3)
-    hidden = torch.randn(37, 12, generator=g, requires_grad=True)
-    weight = torch.randn(50, 12, generator=g)
-    labels = torch.randint(0, 50, (37,), generator=g)
-    labels[::3] = -100
-    with _OpLog() as log:
-        harness.cross_entropy(hidden, weight, labels, 8).backward()
-    assert "scatter_add_" in log.names and log.read_back == []
-    # the gradient the boolean-indexing version (which ran nonzero per chunk) gave, chunk by chunk
-    expected = torch.zeros_like(hidden)
-    for start in range(0, 37, 8):
-        h, y = hidden.detach()[start : start + 8], labels[start : start + 8]
-        grad = F.linear(h, weight).softmax(-1)
+def _old_chunked_ce_grads(hidden, weight, labels, chunk):
+    """The gradients of hidden and weight the boolean-indexing version gave (it ran nonzero per chunk)."""
+    grad_hidden, grad_weight = torch.zeros_like(hidden), torch.zeros_like(weight, dtype=torch.float32)
+    grad_weight = grad_weight.to(torch.float64) if weight.dtype == torch.float64 else grad_weight
+    for start in range(0, hidden.shape[0], chunk):
+        h, y = hidden.detach()[start : start + chunk], labels[start : start + chunk]
+        logits = harness._upcast(F.linear(h, weight))
+        grad = logits.softmax(-1)
         keep = y != -100
         grad[keep, y[keep]] -= 1.0
         grad[~keep] = 0.0
-        expected[start : start + 8] = (grad / (labels != -100).sum()) @ weight
-    assert torch.equal(hidden.grad, expected)
+        grad = (grad / (labels != -100).sum().clamp(min=1)).to(hidden.dtype)
+        grad_hidden[start : start + chunk] = grad @ weight
+        grad_weight += harness._upcast(grad.t() @ h)
+    return grad_hidden, grad_weight.to(weight.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_chunked_ce_waits_for_no_result_of_the_gpu_and_keeps_the_old_values_to_the_bit(dtype):
+    g = torch.Generator().manual_seed(3)
+    hidden = torch.randn(37, 12, generator=g).to(dtype).requires_grad_()
+    weight = torch.randn(50, 12, generator=g).to(dtype).requires_grad_()
+    labels = torch.randint(0, 50, (37,), generator=g)
+    labels[::3] = -100
+    labels[8:16] = -100  # a chunk with nothing to learn; the last chunk is short (5 tokens)
+    with _OpLog() as log:
+        harness.cross_entropy(hidden, weight, labels, 8).backward()
+    assert "scatter_add_" in log.names and log.read_back == []
+    expected_hidden, expected_weight = _old_chunked_ce_grads(hidden, weight.detach(), labels, 8)
+    assert torch.equal(hidden.grad, expected_hidden) and torch.equal(weight.grad, expected_weight)
+
+
+def test_an_ignored_row_gets_no_gradient_even_when_its_logits_are_not_finite():
+    hidden = torch.randn(6, 4, requires_grad=True)
+    weight = torch.randn(9, 4)
+    labels = torch.tensor([1, 2, -100, 3, 4, 5])
+    with torch.no_grad():
+        hidden[2] = float("nan")
+    harness.cross_entropy(hidden, weight, labels, 4).backward()
+    assert torch.equal(hidden.grad[2], torch.zeros(4)) and torch.isfinite(hidden.grad).all()
 
 
 def test_compute_loss_is_the_models_own_next_token_loss(tiny):

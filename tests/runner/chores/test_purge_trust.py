@@ -424,7 +424,9 @@ def test_a_live_writer_loses_nothing_it_wrote(tmp_path, monkeypatch, resume):
         if ready.exists() or writer.poll() is not None:
             break
         time.sleep(0.01)
-    assert ready.exists(), "the writer never started"
+    if not ready.exists():
+        writer.kill()
+        pytest.fail(f"the writer never started (exit {writer.wait()})")
     real_scan = deletion.scan_root
 
     def scan_then_train(*args):
