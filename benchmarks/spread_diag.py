@@ -38,7 +38,6 @@ the allocator or collector moved at the bumps.
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import gc
 import json
@@ -49,20 +48,17 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
-import warnings
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile, record_function
-from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script, no install
 
 import timeline  # noqa: E402 - benchmarks/timeline.py, beside this script
 
-from probes.step import harness  # noqa: E402
+from probes.step import harness, syncs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SEGMENTS = ("probe_like", "no_sync", "sleep_50ms", "nvml_thread", "gc_live", "empty_cache", "ce_sync", "profiled")
@@ -289,81 +285,10 @@ def _add_timeline(records: list[dict], prof) -> None:
     records[0]["timeline_launches_found"] = found
 
 
-READS_BACK = ("nonzero", "_local_scalar_dense", "is_nonzero", "masked_select", "equal", "unique")
-"""aten ops whose output size or value the host reads back: on CUDA each waits for the GPU."""
-INDEXING = ("index", "index_put", "index_put_", "_index_put_impl_")
-"""Indexing ops: with a boolean mask among the indices, CUDA runs nonzero inside them (the CPU's kernel does
-it below the dispatcher, so the census looks at the indices)."""
-
-
-def reads_back(func, args) -> str | None:
-    """What the op reads back from the device, None when nothing."""
-    name = func.overloadpacket.__name__
-    if name in READS_BACK:
-        return name
-    indices = args[1] if name in INDEXING and len(args) > 1 else ()
-    masks = [t for t in indices or () if isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8)]
-    return f"{name} by a boolean mask (nonzero)" if masks else None
-
-
-class _ReadBacks(TorchDispatchMode):
-    """Counts the ops that read back (`reads_back`) by the innermost frame outside torch (CPU census; the GPU's
-    own check is CUDA's sync debug mode, which also sees the syncs inside compiled code)."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        what = reads_back(func, args)
-        if what:
-            self.seen[(what, _caller())] += 1
-        return func(*args, **(kwargs or {}))
-
-
-_CENSUS_FRAMES = ("_caller", "_seen_sync", "<lambda>", "__torch_dispatch__", "_showwarnmsg", "_warn_unawaited")
-
-
-def _caller() -> str:
-    """`file:line` of the innermost frame outside torch, the warnings module and the census's own hooks."""
-    stack = traceback.extract_stack()
-    outside = [
-        f for f in stack
-        if f"{os.sep}torch{os.sep}" not in f.filename and Path(f.filename).name != "warnings.py"
-        and f.name not in _CENSUS_FRAMES
-    ]  # fmt: skip
-    frame = outside[-1] if outside else stack[0]
-    return f"{Path(frame.filename).name}:{frame.lineno}"
-
-
-def _seen_sync(seen: collections.Counter, message: str) -> None:
-    if "synchroniz" in message:
-        seen[(message[:80], _caller())] += 1
-
-
 def sync_census(step, cuda: bool) -> list[dict]:
-    """Where one step waits for the device: CUDA's sync debug mode on a GPU (every synchronising call, with the
-    Python line that made it), the ops that read a result back on the CPU. Run after the timed segments: the
-    census slows the step it watches."""
-    seen = collections.Counter()
-    if cuda:
-        torch.cuda.synchronize()
-        with warnings.catch_warnings():
-            warnings.simplefilter("always")
-            # a hook, not record=True: the stack at the warning says which line outside torch made the sync
-            # (a backward's syncs surface when it returns, at the line that called backward)
-            warnings.showwarning = lambda message, *rest, **kw: _seen_sync(seen, str(message))
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                step()
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-        torch.cuda.synchronize()  # the step's end, after the census: this wait is the caller's, not the step's
-    else:
-        with _ReadBacks() as log:
-            step()
-        seen = log.seen
-    return [{"what": what, "where": where, "count": n} for (what, where), n in seen.most_common()]
+    """Where one step waits for the device (probes.step.syncs), after the timed segments: it slows the step."""
+    rows = syncs.census(step, torch.device("cuda" if cuda else "cpu"))
+    return [{"what": r.what, "where": r.where, "count": r.count_per_step} for r in rows]
 
 
 def _spread(values: list[float]) -> float:

@@ -14,7 +14,7 @@ import dataclasses
 import torch
 
 from probes.profile.config import Config
-from probes.step import fast_path, kernels, models
+from probes.step import fast_path, kernels, models, syncs
 from probes.step import harness as reference
 from probes.step.attention_calls import ForwardConfig
 from probes.step.fit import ScalingRow
@@ -170,6 +170,19 @@ def with_ce_share(rows: list[CeRow], step_s: float | None) -> list[CeRow]:
     if not step_s or step_s <= 0:
         return rows
     return [dataclasses.replace(r, share_of_step_pct=100 * r.ce_s / step_s) if r.ce_s else r for r in rows]
+
+
+def sync_census(session: Session) -> list[syncs.SyncRow] | None:
+    """Where the production step waits for the device (probes.step.syncs), after a warm step; None when it
+    runs out of memory."""
+    c = session.config
+    step = session.step(c.batch_size, c.seq_len)
+
+    def measure() -> list[syncs.SyncRow]:
+        step()
+        return syncs.census(step, session.device)
+
+    return oom_guard(session, measure, lambda msg: None)
 
 
 def kernel_profile(session: Session) -> kernels.Profile | None:

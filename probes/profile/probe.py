@@ -29,6 +29,10 @@ Tables (times in seconds, medians of timed steps after warm-up; probes.step.timi
 - `kernels`: torch.profiler over `--profile-steps` steps at the production shape, device kernel rows
   only (probes.step.kernels), by category. Artifacts: the unedited key_averages() table and every raw
   timing. On the CPU (CI) the rows are CPU ops by self time and gpu_busy_frac is None.
+- `syncs`: where one production step waits for the device (`.item()`, nonzero, indexing by a boolean
+  mask), by the line outside torch that made it wait, with summary `host_waits_per_step`. After each
+  wait the GPU idles until the host launches again (probes.step.syncs). On the CPU the ops that would
+  wait on CUDA.
 
 - `variants` and `whatif` (with `--variant`): the step at `--batch-size` x `--seq-len` under each
   variant in its own fresh process (the baseline in `--processes`), and each variant's saving
@@ -73,6 +77,9 @@ def run(config: Config) -> ProbeResult:
     prof = measure.kernel_profile(session)
     result.tables["kernels"] = [] if prof is None else kernels.kernel_table(prof)
     _summarise(result, session, scaling, step_s, prof)
+    waits = measure.sync_census(session)  # after the timings and the profile: the census slows its step
+    result.tables["syncs"] = waits or []
+    result.summary["host_waits_per_step"] = None if waits is None else sum(w.count_per_step for w in waits)
     result.artifacts["timings.json"] = json.dumps(session.raw, indent=1)
     if prof is not None:
         result.artifacts["kernels_key_averages.txt"] = prof.table

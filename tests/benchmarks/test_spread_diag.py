@@ -29,10 +29,10 @@ def tiny_step():
 
 def test_the_old_loss_reads_back_in_every_chunk_and_the_harness_loss_never(tiny_step):
     now = spread_diag.sync_census(tiny_step, cuda=False)
-    assert not [c for c in now if c["where"].startswith(("spread_diag.py", "harness.py"))]
+    assert not [c for c in now if c["where"].startswith(("benchmarks/spread_diag.py", "step/harness.py"))]
     with spread_diag._condition("ce_sync", cuda=False):
         before = spread_diag.sync_census(tiny_step, cuda=False)
-    old = [c for c in before if c["where"].startswith("spread_diag.py") and "boolean mask" in c["what"]]
+    old = [c for c in before if c["where"].startswith("benchmarks/spread_diag.py") and "boolean mask" in c["what"]]
     # 2 x 48 tokens less the last of each row: 94 in six 16-token chunks, each indexing by a mask four times
     # (y[keep]; grad[keep, y[keep]] read and written back; grad[~keep] = 0)
     assert sum(c["count"] for c in old) == 4 * 6

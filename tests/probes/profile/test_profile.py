@@ -60,6 +60,10 @@ def test_the_probe_runs_on_the_cpu_with_every_table(result):
     assert result.summary["step_s_source"] == "measured"
     assert result.tables["kernels"] and result.summary["gpu_busy_frac"] is None
     assert "kernels_key_averages.txt" in result.artifacts and "scaling/8" in result.artifacts["timings.json"]
+    # the reference harness's loss reads nothing back: the step's one wait is transformers' mask code
+    waits = result.tables["syncs"]
+    assert not [w for w in waits if w.where.startswith("step/harness.py")]
+    assert result.summary["host_waits_per_step"] == sum(w.count_per_step for w in waits)
 
 
 def test_an_oom_at_one_length_is_a_row_not_a_crash(tiny, monkeypatch):
