@@ -370,6 +370,25 @@ def _tiny_checkpoint() -> Path:
     return folder
 
 
+def _threads() -> dict:
+    """Who else runs in this process after the warm-up: Python threads by name (a poller, a compile pool's
+    reader holding the GIL would delay the host) and native threads by name (/proc: OpenMP, the autograd
+    engine's, the driver's), and child processes (compile workers)."""
+    native: dict[str, int] = {}
+    for task in Path("/proc/self/task").glob("*/comm"):
+        try:
+            name = task.read_text().strip()
+        except OSError:  # a thread that ended between the listing and the read
+            continue
+        native[name] = native.get(name, 0) + 1
+    children = Path(f"/proc/self/task/{os.getpid()}/children")
+    return {
+        "python": sorted(t.name for t in threading.enumerate()),
+        "native": dict(sorted(native.items(), key=lambda kv: -kv[1])),
+        "child_processes": len(children.read_text().split()) if children.exists() else None,
+    }
+
+
 def worker(args: argparse.Namespace, target: Path) -> None:
     """One process's segments, written to `target` after each (a segment that fails keeps those before it),
     then the sync census."""
@@ -395,6 +414,7 @@ def worker(args: argparse.Namespace, target: Path) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
     out = {"device": device.type, "variant": variant.name, "warmup_s": time.perf_counter() - begin, "segments": {}}
+    out["threads"] = _threads()
     for name in args.segments:
         records = run_segment(name, step, args.steps, device.type == "cuda")
         out["segments"][name] = {"summary": summarize(records), "records": records}

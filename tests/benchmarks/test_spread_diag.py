@@ -62,3 +62,17 @@ def test_the_profiled_segment_keeps_a_timeline_per_step_and_a_summary(tiny_step)
     # on the CPU no GPU op is launched: the comparison is there, with nothing to compare
     assert summary["timeline_launches_found"] == 0.0 and summary["profiled_span_vs_events_ms"] is None
     assert set(summary["timeline"]) >= {"busy_ms", "host_starved_ms", "kernels_grew_ms", "host_ops_at_bumps_ms"}
+
+
+def test_the_thread_census_lists_this_thread_and_a_started_one_by_name():
+    import threading
+
+    stop = threading.Event()
+    extra = threading.Thread(target=stop.wait, name="poller-under-test", daemon=True)
+    extra.start()
+    try:
+        seen = spread_diag._threads()
+    finally:
+        stop.set()
+    assert {"MainThread", "poller-under-test"} <= set(seen["python"])
+    assert sum(seen["native"].values()) >= 2 and seen["child_processes"] == 0
