@@ -6,7 +6,8 @@ queue then runs dry and it idles while the host launches what follows, so a hicc
 moment lands whole in the step's time. One step under a census counts each wait by the innermost line
 outside torch: on CUDA through `torch.cuda.set_sync_debug_mode("warn")` (every synchronising call, compiled
 code's too); on the CPU, which never waits, through a dispatch mode that flags the ops that would.
-A backward's waits surface when it returns, at the line that called backward.
+A backward's waits surface when it returns, at the line that called backward. On the CPU a copy to the host
+(`.cpu()`, `.tolist()`) is no copy and goes unseen: the GPU's census sees it.
 """
 
 from __future__ import annotations
@@ -22,8 +23,12 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-READS_BACK = ("nonzero", "_local_scalar_dense", "is_nonzero", "masked_select", "equal", "unique")
-"""aten ops whose output size or value the host reads back: on CUDA each waits for the GPU."""
+READS_BACK = (
+    "nonzero", "_local_scalar_dense", "is_nonzero", "masked_select", "equal", "_unique2", "unique_consecutive",
+    "unique_dim", "bincount",
+)  # fmt: skip
+"""aten ops whose output size or value the host reads back: on CUDA each waits for the GPU. `.item()`,
+`bool(t)` and `int(t.max())` arrive as _local_scalar_dense; `torch.where(c)` and argwhere as nonzero."""
 INDEXING = ("index", "index_put", "index_put_", "_index_put_impl_")
 """Indexing ops: with a boolean mask among the indices, CUDA runs nonzero inside them (the CPU's kernel does
 it below the dispatcher, so the census looks at the indices)."""
@@ -60,11 +65,13 @@ def census(step: Callable[[], object], device: torch.device) -> list[SyncRow]:
     return [SyncRow(what, where, n) for (what, where), n in seen.most_common()]
 
 
-def reads_back(func, args) -> str | None:
+def reads_back(func, args, kwargs=None) -> str | None:
     """What the op reads back from the device, None when nothing."""
     name = func.overloadpacket.__name__
     if name in READS_BACK:
         return name
+    if name == "repeat_interleave" and func._overloadname != "self_int" and (kwargs or {}).get("output_size") is None:
+        return "repeat_interleave by a tensor of counts (its output size)"
     indices = args[1] if name in INDEXING and len(args) > 1 else ()
     masks = [t for t in indices or () if isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8)]
     return f"{name} by a boolean mask (nonzero)" if masks else None
@@ -76,7 +83,7 @@ class _ReadBacks(TorchDispatchMode):
         self.seen = seen
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        what = reads_back(func, args)
+        what = reads_back(func, args, kwargs)
         if what:
             self.seen[(what, _caller())] += 1
         return func(*args, **(kwargs or {}))
