@@ -101,10 +101,22 @@ def per_step(timeline: Timeline, gap_min_us: float = GAP_MIN_US) -> tuple[list[d
     # the host's side of a gap: CPU ops and the runtime's own calls (a synchronize, a copy back)
     cpu = _CpuOps([s for s in [*timeline.cpu, *timeline.launches] if not s.name.startswith(STEP_MARK)])
     records = [_one_step(ops, cpu, start, gap_min_us) for ops, start in zip(by_step, starts)]
+    for record, step in zip(records, timeline.steps):
+        record["sync_calls"] = _sync_calls(timeline.launches, step)
     if records:
         records[0]["gpu_ops_dropped"] = dropped
     kept = len(timeline.gpu) - dropped
     return records, found / kept if kept else 0.0
+
+
+def _sync_calls(launches: list[Span], step: Span) -> dict[str, int]:
+    """The runtime's synchronising calls made inside the step's own mark (the timing's wait after it is not),
+    by name: the step's waits counted a second way, beside probes.step.syncs' census."""
+    calls: dict[str, int] = collections.defaultdict(int)
+    for s in launches:
+        if "ynchronize" in s.name and step.start_us <= s.start_us <= step.end_us:
+            calls[s.name] += 1
+    return dict(calls)
 
 
 def _launch_times(timeline: Timeline) -> list[float | None]:
@@ -182,6 +194,11 @@ def compare(records: list[dict], bumps: list[int]) -> dict:
     out = {}
     for key in ("span_ms", "busy_ms", "idle_ms", "host_starved_ms", "unattributed_idle_ms"):
         out[key] = {"bumps": _mean(records, bumps, key), "calm": _mean(records, calm, key)}
+    waits = [{"sync_calls_total": sum(r.get("sync_calls", {}).values())} for r in records]
+    out["sync_calls_per_step"] = {
+        "bumps": _mean(waits, bumps, "sync_calls_total"),
+        "calm": _mean(waits, calm, "sync_calls_total"),
+    }
     out["kernels_grew_ms"] = _top_growth(records, bumps, calm, "kernels_ms")
     out["host_ops_at_bumps_ms"] = _top_mean(records, bumps, "host_ops_ms")
     out["host_ops_calm_ms"] = _top_mean(records, calm, "host_ops_ms")

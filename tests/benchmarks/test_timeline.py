@@ -38,6 +38,15 @@ def test_gpu_ops_go_to_the_step_that_launched_them_and_host_late_gaps_are_named(
     assert first["largest_gaps"][0]["next"] == "softmax"
     assert second["idle_ms"] == pytest.approx(0.01) and second["host_starved_ms"] == 0
     assert second["largest_gaps"] == [] and second["kernels_ms"] == {"gemm": pytest.approx(0.29)}
+    assert first["sync_calls"] == {} and second["sync_calls"] == {}
+
+
+def test_the_runtimes_synchronising_calls_inside_a_step_are_counted_and_the_timings_wait_after_it_is_not():
+    marked = _two_steps()
+    marked.launches += [Span(100, 120, "cudaStreamSynchronize"), Span(300, 301, "cudaStreamSynchronize")]
+    marked.launches += [Span(950, 960, "cudaEventSynchronize")]  # after step 0's mark ends at 900
+    first, second = timeline.per_step(marked)[0]
+    assert first["sync_calls"] == {"cudaStreamSynchronize": 2} and second["sync_calls"] == {}
 
 
 def test_a_kernel_queued_in_time_but_started_late_is_the_devices_gap():
@@ -105,12 +114,13 @@ def test_compare_sets_bump_steps_beside_the_others():
          "unattributed_idle_ms": 0, "kernels_ms": {"gemm": 8.0, "ce": 1.0}, "host_ops_ms": {"aten::mm": 0.5}},
         {"span_ms": 14.0, "busy_ms": 9.0, "idle_ms": 5.0, "host_starved_ms": 4.5, "largest_gaps": [{"idle_ms": 4}],
          "unattributed_idle_ms": 0, "kernels_ms": {"gemm": 8.0, "ce": 1.0},
-         "host_ops_ms": {"aten::nonzero": 4.0, "aten::mm": 0.5}},
+         "host_ops_ms": {"aten::nonzero": 4.0, "aten::mm": 0.5}, "sync_calls": {"cudaStreamSynchronize": 4}},
         {"span_ms": 10.0, "busy_ms": 9.0, "idle_ms": 1.0, "host_starved_ms": 0.5, "largest_gaps": [],
          "unattributed_idle_ms": 0, "kernels_ms": {"gemm": 7.0, "ce": 2.0}, "host_ops_ms": {}},
     ]  # fmt: skip
     out = timeline.compare(records, bumps=[1])
     assert out["idle_ms"] == {"bumps": 5.0, "calm": 1.0} and out["host_starved_ms"]["bumps"] == 4.5
+    assert out["sync_calls_per_step"] == {"bumps": 4, "calm": 0}
     assert out["host_ops_at_bumps_ms"][0] == ("aten::nonzero", 4.0)
     assert out["host_ops_calm_ms"] == [("aten::mm", 0.25)]
     assert dict(out["kernels_grew_ms"]) == {"gemm": 0.5, "ce": -0.5}
