@@ -172,17 +172,23 @@ def with_ce_share(rows: list[CeRow], step_s: float | None) -> list[CeRow]:
     return [dataclasses.replace(r, share_of_step_pct=100 * r.ce_s / step_s) if r.ce_s else r for r in rows]
 
 
-def sync_census(session: Session) -> list[syncs.SyncRow] | None:
-    """Where the production step waits for the device (probes.step.syncs), after a warm step; None when it
-    runs out of memory."""
+def sync_census(session: Session) -> tuple[list[syncs.SyncRow] | None, str | None]:
+    """Where the production step waits for the device (probes.step.syncs), after a warm step, and why there
+    is no answer when there is none: out of memory, or a census the step does not survive (a lab harness's
+    own code under the census's dispatch mode). The census is an aside: it never ends the probe."""
     c = session.config
     step = session.step(c.batch_size, c.seq_len)
 
-    def measure() -> list[syncs.SyncRow]:
+    def measure() -> tuple[list[syncs.SyncRow] | None, str | None]:
         step()
-        return syncs.census(step, session.device)
+        try:
+            return syncs.census(step, session.device), None
+        except Exception as exc:  # noqa: BLE001 - the timings above stand; the summary says why there is no census
+            if models.is_oom(exc):
+                raise  # to oom_guard, which gives the memory back
+            return None, f"not taken: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}"
 
-    return oom_guard(session, measure, lambda msg: None)
+    return oom_guard(session, measure, lambda msg: (None, f"not taken: {msg}"))
 
 
 def kernel_profile(session: Session) -> kernels.Profile | None:

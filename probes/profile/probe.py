@@ -77,9 +77,11 @@ def run(config: Config) -> ProbeResult:
     prof = measure.kernel_profile(session)
     result.tables["kernels"] = [] if prof is None else kernels.kernel_table(prof)
     _summarise(result, session, scaling, step_s, prof)
-    waits = measure.sync_census(session)  # after the timings and the profile: the census slows its step
+    waits, why_not = measure.sync_census(session)  # after the timings and the profile: it slows its step
     result.tables["syncs"] = waits or []
     result.summary["host_waits_per_step"] = None if waits is None else sum(w.count_per_step for w in waits)
+    if why_not:
+        result.summary["syncs_census"] = why_not
     result.artifacts["timings.json"] = json.dumps(session.raw, indent=1)
     if prof is not None:
         result.artifacts["kernels_key_averages.txt"] = prof.table

@@ -209,6 +209,24 @@ def test_a_production_length_beyond_the_fit_is_said_extrapolated_and_fails_its_c
     assert check.detail.startswith("--seq-len 96: step_s extrapolated") or "no step time" in check.detail
 
 
+def test_a_step_the_sync_census_breaks_still_gives_its_profile_and_says_why(tiny, monkeypatch):
+    from probes.step import syncs
+
+    def census(step, device):
+        raise RuntimeError("a dispatch mode met a compiled graph\nsecond line")
+
+    monkeypatch.setattr(syncs, "census", census)
+    out = profile.run(
+        profile.Config(
+            checkpoint=tiny, weights="random", lora_rank=4, seq_lens=(8, 16, 24), seq_len=16, warmup_steps=0,
+            steps=1, max_steps=1, profile_steps=1, device="cpu",
+        )
+    )  # fmt: skip
+    assert out.tables["syncs"] == [] and out.summary["host_waits_per_step"] is None
+    assert out.summary["syncs_census"] == "not taken: RuntimeError: a dispatch mode met a compiled graph"
+    assert out.tables["kernels"] and out.summary["step_s"] is not None
+
+
 def test_an_oom_while_loading_is_a_result_not_a_crash(tiny, monkeypatch):
     def with_lora(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
