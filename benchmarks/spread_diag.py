@@ -381,11 +381,12 @@ def _threads() -> dict:
         except OSError:  # a thread that ended between the listing and the read
             continue
         native[name] = native.get(name, 0) + 1
-    children = Path(f"/proc/self/task/{os.getpid()}/children")
+    lists = list(Path("/proc/self/task").glob("*/children"))  # each thread's own children: read them all
+    children = sum(len(p.read_text().split()) for p in lists if p.exists()) if lists else None
     return {
         "python": sorted(t.name for t in threading.enumerate()),
         "native": dict(sorted(native.items(), key=lambda kv: -kv[1])),
-        "child_processes": len(children.read_text().split()) if children.exists() else None,
+        "child_processes": children,
     }
 
 

@@ -32,7 +32,8 @@ Tables (times in seconds, medians of timed steps after warm-up; probes.step.timi
 - `syncs`: where one production step waits for the device (`.item()`, nonzero, indexing by a boolean
   mask), by the line outside torch that made it wait, with summary `host_waits_per_step`. After each
   wait the GPU idles until the host launches again (probes.step.syncs). On the CPU the ops that would
-  wait on CUDA.
+  wait on CUDA. Waits of ops a compiled graph calls directly are not seen (a lab harness that compiles its
+  loss); summary `syncs_census` says why when the census could not run.
 
 - `variants` and `whatif` (with `--variant`): the step at `--batch-size` x `--seq-len` under each
   variant in its own fresh process (the baseline in `--processes`), and each variant's saving

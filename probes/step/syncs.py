@@ -4,10 +4,14 @@ A step that reads a result back (`.item()` to log the loss, `if mask.any():`, in
 which runs nonzero) stops the host until the GPU has finished everything queued before it. The GPU's
 queue then runs dry and it idles while the host launches what follows, so a hiccup of the host at that
 moment lands whole in the step's time. One step under a census counts each wait by the innermost line
-outside torch: on CUDA through `torch.cuda.set_sync_debug_mode("warn")` (every synchronising call, compiled
-code's too); on the CPU, which never waits, through a dispatch mode that flags the ops that would.
-A backward's waits surface when it returns, at the line that called backward. On the CPU a copy to the host
-(`.cpu()`, `.tolist()`) is no copy and goes unseen: the GPU's census sees it.
+outside torch:
+- on CUDA through `torch.cuda.set_sync_debug_mode("warn")`. It sees the waits of ops called from Python;
+  an op a compiled or FX graph calls directly (`torch.ops.aten...`) waits unseen, so for a compiled step
+  count the runtime's synchronising calls in a profile instead (benchmarks/timeline.py does);
+- on the CPU, which never waits, through a dispatch mode that flags the ops that would. A copy to the host
+  (`.cpu()`, `.tolist()`) is no copy there and goes unseen, and compiled code runs eagerly under the mode.
+A backward's waits surface when it returns, at the line that called backward. The census must follow a warm
+step: a first call of a compiled function under the CPU's dispatch mode would leave it uncompiled for good.
 """
 
 from __future__ import annotations
@@ -24,32 +28,34 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 READS_BACK = (
-    "nonzero", "_local_scalar_dense", "is_nonzero", "masked_select", "equal", "_unique2", "unique_consecutive",
-    "unique_dim", "bincount",
+    "nonzero", "_local_scalar_dense", "is_nonzero", "masked_select", "equal", "allclose", "_unique2",
+    "unique_consecutive", "unique_dim", "unique_dim_consecutive", "bincount",
 )  # fmt: skip
 """aten ops whose output size or value the host reads back: on CUDA each waits for the GPU. `.item()`,
 `bool(t)` and `int(t.max())` arrive as _local_scalar_dense; `torch.where(c)` and argwhere as nonzero."""
 INDEXING = ("index", "index_put", "index_put_", "_index_put_impl_")
 """Indexing ops: with a boolean mask among the indices, CUDA runs nonzero inside them (the CPU's kernel does
 it below the dispatcher, so the census looks at the indices)."""
-_OWN_FRAMES = ("_caller", "_seen", "<lambda>", "__torch_dispatch__", "_showwarnmsg")
+_HERE = os.path.abspath(__file__)
+_OPTIM = f"{os.sep}torch{os.sep}optim{os.sep}"
 
 
 @dataclasses.dataclass(frozen=True)
 class SyncRow:
     what: str
-    """The op (CPU census) or the warning's text (CUDA)."""
+    """The op (CPU census) or the warning's text without its build path (CUDA)."""
     where: str
     """`folder/file:line` of the innermost frame outside torch."""
     count_per_step: int
 
 
 def census(step: Callable[[], object], device: torch.device) -> list[SyncRow]:
-    """One call of `step` under the census; its waits, most frequent first. Run it after a warm step (a first
-    step's autotuning and compiling wait too) and outside any timing: the census slows the step it watches."""
+    """One call of `step` under the census; its waits, most frequent first. Call it after a warm step (a
+    first step's autotuning and compiling wait too) and outside any timing: the census slows its step."""
     seen: collections.Counter = collections.Counter()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+        before = torch.cuda.get_sync_debug_mode()
         with warnings.catch_warnings():
             warnings.simplefilter("always")  # every wait, not the first of each line
             warnings.showwarning = lambda message, *rest, **kw: _seen(seen, str(message))
@@ -57,7 +63,7 @@ def census(step: Callable[[], object], device: torch.device) -> list[SyncRow]:
             try:
                 step()
             finally:
-                torch.cuda.set_sync_debug_mode("default")
+                torch.cuda.set_sync_debug_mode(before)  # the lab's own setting ("error", say) back
         torch.cuda.synchronize(device)  # the step's end, after the census: the caller's wait, not the step's
     else:
         with _ReadBacks(seen):
@@ -66,15 +72,35 @@ def census(step: Callable[[], object], device: torch.device) -> list[SyncRow]:
 
 
 def reads_back(func, args, kwargs=None) -> str | None:
-    """What the op reads back from the device, None when nothing."""
+    """What the op would read back from a CUDA device, None when nothing."""
     name = func.overloadpacket.__name__
     if name in READS_BACK:
-        return name
+        return None if name == "_local_scalar_dense" and _in_optimizer() else name
     if name == "repeat_interleave" and func._overloadname != "self_int" and (kwargs or {}).get("output_size") is None:
         return "repeat_interleave by a tensor of counts (its output size)"
+    if name == "histc" and (args[2] if len(args) > 2 else 0) == (args[3] if len(args) > 3 else 0):
+        return "histc over the data's own range (its min and max)"  # min == max (0, 0 by default)
+    return _mask_index(name, args)
+
+
+def _mask_index(name: str, args) -> str | None:
+    """Indexing by a boolean mask runs nonzero on CUDA, except `t[mask] = scalar`: one mask and one value,
+    which CUDA turns into masked_fill (no size to learn)."""
     indices = args[1] if name in INDEXING and len(args) > 1 else ()
     masks = [t for t in indices or () if isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8)]
-    return f"{name} by a boolean mask (nonzero)" if masks else None
+    if not masks:
+        return None
+    accumulate = len(args) > 3 and bool(args[3])
+    value = args[2] if name != "index" and len(args) > 2 else None
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and len(indices) == 1 and not accumulate:
+        return None
+    return f"{name} by a boolean mask (nonzero)"
+
+
+def _in_optimizer() -> bool:
+    """A `.item()` inside torch.optim: the step counter of a non-fused AdamW, which lives on the CPU even
+    when the parameters are on a GPU (no wait there)."""
+    return any(_OPTIM in f.filename for f in traceback.extract_stack())
 
 
 class _ReadBacks(TorchDispatchMode):
@@ -91,16 +117,16 @@ class _ReadBacks(TorchDispatchMode):
 
 def _seen(seen: collections.Counter, message: str) -> None:
     if "synchroniz" in message:
-        seen[(message[:80], _caller())] += 1
+        seen[(message.split(" (Triggered")[0][:100], _caller())] += 1  # no build path: hosts compare
 
 
 def _caller() -> str:
-    """`folder/file:line` of the innermost frame outside torch, the warnings module and the census's hooks."""
+    """`folder/file:line` of the innermost frame outside torch, the warnings module and this module."""
     stack = traceback.extract_stack()
     outside = [
         f for f in stack
         if f"{os.sep}torch{os.sep}" not in f.filename and Path(f.filename).name != "warnings.py"
-        and f.name not in _OWN_FRAMES
+        and os.path.abspath(f.filename) != _HERE
     ]  # fmt: skip
     frame = outside[-1] if outside else stack[0]
     path = Path(frame.filename)

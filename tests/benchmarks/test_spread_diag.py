@@ -33,9 +33,10 @@ def test_the_old_loss_reads_back_in_every_chunk_and_the_harness_loss_never(tiny_
     with spread_diag._condition("ce_sync", cuda=False):
         before = spread_diag.sync_census(tiny_step, cuda=False)
     old = [c for c in before if c["where"].startswith("benchmarks/spread_diag.py") and "boolean mask" in c["what"]]
-    # 2 x 48 tokens less the last of each row: 94 in six 16-token chunks, each indexing by a mask four times
-    # (y[keep]; grad[keep, y[keep]] read and written back; grad[~keep] = 0)
-    assert sum(c["count"] for c in old) == 4 * 6
+    # 2 x 48 tokens less the last of each row: 94 in six 16-token chunks, each indexing by a mask three times
+    # in a way that waits on CUDA (y[keep]; grad[keep, y[keep]] read and written back); grad[~keep] = 0 is a
+    # masked_fill there
+    assert sum(c["count"] for c in old) == 3 * 6
     from probes.step import harness
 
     assert harness._ChunkedLinearCE is not spread_diag.SyncingCE  # the condition put the harness's loss back
@@ -75,4 +76,5 @@ def test_the_thread_census_lists_this_thread_and_a_started_one_by_name():
     finally:
         stop.set()
     assert {"MainThread", "poller-under-test"} <= set(seen["python"])
-    assert sum(seen["native"].values()) >= 2 and isinstance(seen["child_processes"], int)  # Ray may have some
+    # Ray may have child processes here; /proc may not list children (the kernel's option): None then
+    assert sum(seen["native"].values()) >= 2 and (seen["child_processes"] is None or seen["child_processes"] >= 0)

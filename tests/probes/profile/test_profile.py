@@ -66,6 +66,28 @@ def test_the_probe_runs_on_the_cpu_with_every_table(result):
     assert result.summary["host_waits_per_step"] == sum(w.count_per_step for w in waits)
 
 
+def test_a_harness_that_logs_its_loss_every_step_is_named_in_the_syncs_table(tiny, tmp_path, monkeypatch):
+    (tmp_path / "logging_harness.py").write_text(
+        "from probes.step.harness import apply_lora, discover_target_modules  # noqa: F401\n"
+        "from probes.step.harness import compute_loss as reference_loss\n"
+        "LOSSES = []\n"
+        "def compute_loss(model, batch):\n"
+        "    loss = reference_loss(model, batch)\n"
+        "    LOSSES.append(loss.item())  # a lab's logging: on a GPU it waits for the step's forward\n"
+        "    return loss\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = profile.run(
+        profile.Config(
+            checkpoint=tiny, weights="random", lora_rank=4, seq_lens=(8, 16, 24), seq_len=16, warmup_steps=0,
+            steps=1, max_steps=1, profile_steps=1, device="cpu", harness="logging_harness",
+        )
+    )  # fmt: skip
+    logged = [w for w in out.tables["syncs"] if w.where == f"{tmp_path.name}/logging_harness.py:6"]
+    assert [(w.what, w.count_per_step) for w in logged] == [("_local_scalar_dense", 1)]
+    assert out.summary["host_waits_per_step"] >= 1
+
+
 def test_an_oom_at_one_length_is_a_row_not_a_crash(tiny, monkeypatch):
     real_step = step_session.Session.step
 

@@ -1,5 +1,7 @@
 """The sync census names each wait for the device by the line outside torch that made it, per step."""
 
+import warnings
+
 import pytest
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
@@ -46,6 +48,10 @@ def test_a_step_that_waits_for_nothing_has_no_rows_and_the_census_leaves_no_mode
         (lambda x: torch.repeat_interleave(x, x), "repeat_interleave by a tensor of counts (its output size)"),
         (lambda x: bool(x[0]), "_local_scalar_dense"),
         (lambda x: int(x.max()), "_local_scalar_dense"),
+        (lambda x: torch.allclose(x, x), "allclose"),
+        (lambda x: torch.histc(x.float(), bins=4), "histc over the data's own range (its min and max)"),
+        (lambda x: x.float()[x > 1, None], "index by a boolean mask (nonzero)"),
+        (lambda x: x.clone().index_put_((x > 1,), torch.tensor([7, 8, 9])), "index_put_ by a boolean mask (nonzero)"),
     ],
 )
 def test_the_ops_whose_output_size_or_value_the_host_needs_are_each_named(call, what):
@@ -55,5 +61,34 @@ def test_the_ops_whose_output_size_or_value_the_host_needs_are_each_named(call, 
 
 def test_ops_the_gpu_runs_without_the_host_are_not_waits():
     x = torch.tensor([1, 2, 2, 0, 3])
-    step = lambda: (x.masked_fill(x > 1, 0), x.repeat_interleave(2, output_size=10), (x > 1).any(), x.sum())  # noqa: E731
+
+    def step():
+        x.masked_fill(x > 1, 0), x.repeat_interleave(2, output_size=10), (x > 1).any(), x.sum()
+        torch.histc(x.float(), bins=4, min=0, max=3)  # a range given: no read back
+        x.clone()[x > 1] = 0  # one mask, one value: CUDA fills by the mask, nothing to count
+
     assert syncs.census(step, torch.device("cpu")) == []
+
+
+def test_the_cuda_census_counts_the_sync_warnings_by_line_and_puts_the_lab_mode_back(monkeypatch):
+    modes = ["error"]  # the lab's own setting, before the census
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: modes[-1])
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    message = "called a synchronizing CUDA operation (Triggered internally at /pytorch/c10/cuda/CUDAFunctions.cpp:1)"
+
+    def step():
+        for _ in range(3):
+            warnings.warn(message, UserWarning, stacklevel=1)
+        warnings.warn("an unrelated warning", UserWarning, stacklevel=1)
+
+    (row,) = syncs.census(step, torch.device("cuda"))
+    assert row.what == "called a synchronizing CUDA operation" and row.count_per_step == 3
+    assert row.where.startswith("step/test_syncs.py:") and modes == ["error", "warn", "error"]
+
+    def failing():
+        raise RuntimeError("the step broke")
+
+    with pytest.raises(RuntimeError):
+        syncs.census(failing, torch.device("cuda"))
+    assert modes[-1] == "error"
