@@ -91,6 +91,14 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
       --fla-path "$FLA_PATH" ${CONV:---conv-shim} --lift-fla-640 $([ -d "${FLA_ALSO:-}" ] && echo --fla-also "$FLA_ALSO") \
       $([ "$which" = 26 ] && echo --time-also) --skip moe hybrid_no_fla || rc=$?
   }
+  # issue 27's bump (~1.5 min): the loss's waits (ce_sync against probe_like, whose loss no longer waits) and
+  # the profiled timelines; the allocator, the collector, NVML and the clocks were ruled out on 2026-12-05
+  spread_diag_27() {
+    timeout $(within 180) python3 benchmarks/spread_diag.py --out "$OUT" --no-expandable \
+      --segments probe_like ce_sync no_sync profiled $([ -n "$dry" ] && echo --tiny --steps 6 --seq-len 128 || echo --steps 30)
+    local rc_diag=$?; [ "$rc" -eq 0 ] && rc=$rc_diag
+    echo "[gpu_all.sh --next: spread_diag exit $rc_diag at $(( $(date +%s) - start )) s]"
+  }
   {
     nvidia-smi --query-gpu=name,driver_version,memory.used,utilization.gpu,clocks.sm --format=csv
     python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
@@ -98,13 +106,8 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
       if [ -f .gpu-site/site26.tar.xz ]; then next26; else next26_lifted; fi
       echo "[gpu_all.sh --next: carriers exit $rc at $(( $(date +%s) - start )) s]"
     fi
-    if [ "$which" = all ] || [ "$which" = 27 ]; then  # issue 27: the bump; what 2026-12-05's H100 call left open
-      # (~1.5 min): the loss's waits (ce_sync against probe_like, whose loss no longer waits) and the profiled
-      # timelines; the allocator, the collector, NVML and the clocks were ruled out then (RESULTS.md)
-      timeout $(within 180) python3 benchmarks/spread_diag.py --out "$OUT" --no-expandable \
-        --segments probe_like ce_sync no_sync profiled $([ -n "$dry" ] && echo --tiny --steps 6 --seq-len 128 || echo --steps 30)
-      rc_diag=$?; [ "$rc" -eq 0 ] && rc=$rc_diag
-      echo "[gpu_all.sh --next: spread_diag exit $rc_diag at $(( $(date +%s) - start )) s]"
+    if [ "$which" = all ] || [ "$which" = 27 ]; then  # issue 27: the bump, then the 1.7B search
+      spread_diag_27
       # the 1.7B search with fused-adamw as a third candidate, in whatever time is left (the search stops
       # within its budget and says what it did not try); 40 s kept for the last process and the summary
       # (SEARCH_17B=0: the diagnosis alone, when another part shares the call)
@@ -132,6 +135,8 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
       timeout $(within $(( $(left) - 10 ))) python3 benchmarks/bench_stack_hours_gpu.py --out "$hours_out" --phase "$phase" \
         $([ -n "$dry" ] && echo --tiny) --stack "$stack" --num-steps "${NUM_STEPS:-80}" --batch-size "${BATCH:-6}" || rc=$?
       [ "$hours_out" = .gpu-hours ] && cp -r .gpu-hours "$OUT/stack_hours"
+      # THEN_27=1: the bump's diagnosis after the hours, in the same call (PHASE=rest leaves room for it)
+      [ "${THEN_27:-0}" = 1 ] && spread_diag_27
     fi
     echo "[gpu_all.sh --next: done, exit $rc after $(( $(date +%s) - start )) s]"
     exit $rc
