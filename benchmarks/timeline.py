@@ -101,20 +101,21 @@ def per_step(timeline: Timeline, gap_min_us: float = GAP_MIN_US) -> tuple[list[d
     # the host's side of a gap: CPU ops and the runtime's own calls (a synchronize, a copy back)
     cpu = _CpuOps([s for s in [*timeline.cpu, *timeline.launches] if not s.name.startswith(STEP_MARK)])
     records = [_one_step(ops, cpu, start, gap_min_us) for ops, start in zip(by_step, starts)]
+    waits = [s for s in timeline.launches if "ynchronize" in s.name]  # once: launches run to hundreds of thousands
     for record, step in zip(records, timeline.steps):
-        record["sync_calls"] = _sync_calls(timeline.launches, step)
+        record["sync_calls"] = _sync_calls(waits, step)
     if records:
         records[0]["gpu_ops_dropped"] = dropped
     kept = len(timeline.gpu) - dropped
     return records, found / kept if kept else 0.0
 
 
-def _sync_calls(launches: list[Span], step: Span) -> dict[str, int]:
-    """The runtime's synchronising calls made inside the step's own mark (the timing's wait after it is not),
-    by name: the step's waits counted a second way, beside probes.step.syncs' census."""
+def _sync_calls(waits: list[Span], step: Span) -> dict[str, int]:
+    """The runtime's synchronising calls (`waits`) made inside the step's own mark (the timing's wait after it
+    is not), by name: the step's waits counted a second way, beside probes.step.syncs' census."""
     calls: dict[str, int] = collections.defaultdict(int)
-    for s in launches:
-        if "ynchronize" in s.name and step.start_us <= s.start_us <= step.end_us:
+    for s in waits:
+        if step.start_us <= s.start_us <= step.end_us:
             calls[s.name] += 1
     return dict(calls)
 

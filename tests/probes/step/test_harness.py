@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, Qwen3Config
 from probes.carrier import probe as carrier
 from probes.profile import probe as profile
 from probes.result import InputError
-from probes.step import harness
+from probes.step import harness, syncs
 from runner.cli import main
 
 
@@ -113,13 +113,8 @@ def test_chunked_ce_equals_full_logits_in_loss_and_gradients(chunk):
     torch.testing.assert_close(got[2], weight.grad)
 
 
-SYNCING_OPS = ("nonzero", "_local_scalar_dense", "is_nonzero", "masked_select", "equal", "unique")
-"""aten ops whose output size or value the host must read back: on CUDA each waits for the GPU."""
-
-
 class _OpLog(TorchDispatchMode):
-    """The ops a call runs, and those that read back from the device: SYNCING_OPS, and indexing by a boolean
-    mask (CUDA runs nonzero inside it; the CPU's kernel does it below the dispatcher, out of sight)."""
+    """The ops a call runs, and those that would read back from a CUDA device (probes.step.syncs)."""
 
     def __init__(self):
         super().__init__()
@@ -128,8 +123,7 @@ class _OpLog(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
         self.names.append(name)
-        indices = args[1] if name.startswith(("index", "_index_put")) and len(args) > 1 else ()
-        if name in SYNCING_OPS or any(getattr(t, "dtype", None) == torch.bool for t in indices or ()):
+        if syncs.reads_back(func, args, kwargs):
             self.read_back.append(name)
         return func(*args, **(kwargs or {}))
 
