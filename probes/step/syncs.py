@@ -130,4 +130,6 @@ def _caller() -> str:
     ]  # fmt: skip
     frame = outside[-1] if outside else stack[0]
     path = Path(frame.filename)
-    return f"{path.parent.name}/{path.name}:{frame.lineno}"  # its folder too: a lab's harness.py is not ours
+    where = f"{path.parent.name}/{path.name}:{frame.lineno}"  # its folder too: a lab's harness.py is not ours
+    # a name in bytes that are not UTF-8 (kept as surrogates) would stop the store and the JSON printer
+    return where.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

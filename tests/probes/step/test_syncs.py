@@ -92,3 +92,17 @@ def test_the_cuda_census_counts_the_sync_warnings_by_line_and_puts_the_lab_mode_
     with pytest.raises(RuntimeError):
         syncs.census(failing, torch.device("cuda"))
     assert modes[-1] == "error"
+
+
+def test_a_step_in_a_folder_named_in_bytes_that_are_not_utf8_is_named_in_utf8(tmp_path):
+    import importlib.util
+    import os
+
+    folder = tmp_path / os.fsdecode(b"lab\xff")
+    folder.mkdir()
+    (folder / "harness.py").write_text("def step(x):\n    return x.sum().item()\n")
+    spec = importlib.util.spec_from_file_location("lab_harness_not_utf8", folder / "harness.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (row,) = syncs.census(lambda: module.step(torch.ones(3)), torch.device("cpu"))
+    assert row.where == "lab\ufffd/harness.py:2" and row.where.encode("utf-8")
