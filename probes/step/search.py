@@ -49,6 +49,8 @@ class SearchRow:
     error_pct: float | None = None
     """(predicted_step_s - measured) / measured, percent."""
     error_from_singles_pct: float | None = None
+    error_attribution_pct: float | None = None
+    """Round 1: (predicted_attribution_step_s - measured) / measured, percent."""
     speedup: float | None = None
     """The baseline's step over this one's."""
     gain_pct: float | None = None
@@ -106,6 +108,16 @@ class _Search:
         return _row(self.model, round_, parent.name, parent_s, base_s, (predicted, from_singles, attributed), result)
 
 
+def _additions(current: variants.Variant, pool: list[variants.Variant], measured: set[str]) -> list[variants.Variant]:
+    """The stacks one candidate larger than `current`: a candidate whose every member is in it already adds
+    nothing (a stack candidate, `a+b` beside a stack holding a and b), and a stack measured in an earlier
+    round lost to a stack no faster than `current`, so neither is measured again."""
+    have = set(stacks.members(current.name))
+    fits = [c for c in pool if not set(stacks.members(c.name)) <= have and stacks.compatible(current, c) is None]
+    grown = {s.name: s for s in (stacks.add(current, c) for c in fits)}  # two candidates may give one stack
+    return [s for name, s in grown.items() if name not in measured]
+
+
 def _error(predicted: float | None, measured: float | None) -> float | None:
     return None if predicted is None or measured is None else 100 * (predicted - measured) / measured
 
@@ -124,6 +136,7 @@ def _row(model, round_, parent: str, parent_s, base_s, predictions, result: Meas
         measured_step_s=measured,
         error_pct=_error(predicted, measured),
         error_from_singles_pct=_error(from_singles, measured),
+        error_attribution_pct=_error(attributed, measured),
         speedup=None if measured is None else base_s / measured,
         gain_pct=None if measured is None else 100 * (parent_s - measured) / parent_s,
         status=result.status,
@@ -155,12 +168,7 @@ def _grow(search: _Search, out: Outcome, candidates: tuple[variants.Variant, ...
     current, current_s, round_ = variants.BASELINE_VARIANT, base_s, 1
     pool = list(candidates)
     while True:
-        tries = list(pool)
-        if round_ > 1:
-            fits = [
-                c for c in pool if c.name not in stacks.members(current.name) and stacks.compatible(current, c) is None
-            ]
-            tries = [stacks.add(current, c) for c in fits]
+        tries = list(pool) if round_ == 1 else _additions(current, pool, {r.stack for r in out.rows})
         rows = [r for t in tries if (r := search.measure(round_, t, current, current_s)) is not None]
         out.rows += rows
         if round_ == 1:

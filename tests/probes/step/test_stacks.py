@@ -207,6 +207,11 @@ def test_the_search_grows_the_best_stack_predicting_each_before_measuring(tiny):
     singles = [r for r in rows if r.round == 1]
     assert [r.stack for r in singles] == ["bf16-adapters", "fused-adamw", "ce-chunk=8"]
     assert all(r.parent == "baseline" and r.predicted_from_singles_step_s is None for r in singles)
+    attributed = [r for r in singles if r.predicted_attribution_step_s is not None]
+    assert attributed, "no single predicted from the attribution"
+    for r in attributed:
+        error = 100 * (r.predicted_attribution_step_s - r.measured_step_s) / r.measured_step_s
+        assert r.error_attribution_pct == pytest.approx(error)
     later = [r for r in rows if r.round > 1]
     for r in later:  # predicted from the singles before measured, the error after
         assert r.predicted_step_s is not None and r.measured_step_s is not None
@@ -220,6 +225,36 @@ def test_the_search_grows_the_best_stack_predicting_each_before_measuring(tiny):
     assert result.summary["settings"][0].startswith(f"{rows[0].model}: the search's best {best}")
     measured = {r.variant for r in result.tables["carriers"]}
     assert {r.stack for r in rows} <= measured and {r.variant for r in result.tables["numerics"]} == measured
+
+
+def test_the_search_never_measures_a_stack_twice_whatever_the_candidates(tiny, monkeypatch):
+    """A candidate may be a stack: beside a current stack holding its members it adds nothing, and a stack
+    measured in an earlier round is not measured again (goodput refuses a file with a variant twice)."""
+    speed = {"baseline": 1.0, "compile": 0.5, "fused-adamw": 0.9, "compile+fused-adamw": 0.45, "ce-chunk=8": 0.95}
+    speed["ce-chunk=8+compile+fused-adamw"] = 0.44
+    measured = []
+
+    def fake_run(spec, timeout_s=0):
+        measured.append(spec.variant.name)
+        step_s = speed[spec.variant.name]
+        return Measurement(variant=spec.variant, step_s=step_s, mean_all_s=step_s, spread_pct=0.1, trustworthy=True)
+
+    def fake_baseline(spec, chosen, n):
+        out = fake_run(dataclasses.replace(spec, variant=variants.BASELINE_VARIANT))
+        out.spread_across_pct, out.processes = 0.5, n
+        return out
+
+    monkeypatch.setattr(search.processes, "run", fake_run)
+    monkeypatch.setattr(search.processes, "measure_baseline", fake_baseline)
+    config = carrier.Config(checkpoint=(tiny,), **STEP, processes=2, numerics_steps=0, search=True,
+                            variant=("compile", "fused-adamw", "compile+fused-adamw", "ce-chunk=8"))  # fmt: skip
+    result = carrier.run(config)
+    assert len(measured) == len(set(measured)), measured
+    grown = ["compile+fused-adamw", "ce-chunk=8", "ce-chunk=8+compile+fused-adamw"]
+    assert sorted(measured) == sorted(["baseline", "compile", "fused-adamw", *grown])
+    assert result.summary["search_best"] == ["ce-chunk=8+compile+fused-adamw"]
+    carriers = [r.variant for r in result.tables["carriers"]]
+    assert len(carriers) == len(set(carriers))
 
 
 def test_the_search_budget_says_what_was_not_tried(tiny):
