@@ -54,6 +54,8 @@ def _settings(config, checkpoint: Path, out: Measured) -> list[str]:
     addition, when it searched), its numerics verdict and the command."""
     searched = out.notes.get("search_best")
     best = next((r for r in (out.baseline, *out.others) if r.variant.name == searched), None) or fastest(out)
+    if not best.step_s:  # every row failed: the baseline's row is no advice
+        return [f"{checkpoint.name}: nothing measured, no change to advise", _within(out)]
     name = best.variant.name
     verdict = next((r for r in out.numerics_rows if r.variant == name), None)
     mark = (

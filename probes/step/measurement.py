@@ -130,6 +130,9 @@ class Measurement:
     numerics: dict | None = None
     """probes.step.numerics' record (the gradient probe and the curve), with `numerics_steps` only."""
     microbench: dict | None = None
+    not_measured: dict[str, str] | None = None
+    """Stages after the timing that ran out of memory, each with the error's first line (`numerics`,
+    `micro-benchmarks`): the timing stands, those figures are missing and say why."""
     stage_s: dict[str, float] | None = None
     kernel_fallbacks: list[str] | None = None
     process_wall_s: float | None = None

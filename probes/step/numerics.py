@@ -188,7 +188,10 @@ def compare(model: str, baseline: Measurement, result: Measurement) -> NumericsR
     base, mine = baseline.numerics, result.numerics
     name = result.variant.name
     if not base or not mine or not base.get("losses") or not mine.get("losses"):
-        why = result.status if result.status != "ok" else "no numerics recorded"
+        late = (result.not_measured or {}).get("numerics")
+        if late is None and (base_late := (baseline.not_measured or {}).get("numerics")) is not None:
+            late = f"the baseline's: {base_late}"
+        why = result.status if result.status != "ok" else late or "no numerics recorded"
         return NumericsRow(model=model, variant=name, basis=f"not measured: {why}")
     b, v = base["losses"], mine["losses"]
     first_b, first_v = base.get("probe_loss", b[0]), mine.get("probe_loss", v[0])

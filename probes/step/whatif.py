@@ -72,6 +72,8 @@ def predict(variant: variants.Variant, baseline: Measurement) -> tuple[float | N
     att, bench, step_s = baseline.attributed_s, baseline.microbench, baseline.step_s
     if baseline.status != "ok":
         return None, f"not predicted: the baseline was not measured ({baseline.status})"
+    if (late := (baseline.not_measured or {}).get("micro-benchmarks")) is not None:
+        return None, f"not predicted: the baseline's micro-benchmarks did not run ({late})"
     if not att or not bench or not step_s:
         return None, "not predicted: the baseline has no attributed profile or micro-benchmarks"
     covered = 1.0 - attribution.total(att, scope="unattributed") / (sum(att.values()) or 1.0)

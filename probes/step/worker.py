@@ -206,9 +206,13 @@ def measure(spec: Spec) -> Measurement:
     except Exception as exc:
         if not models.is_oom(exc):
             raise
-        out.status = f"oom while {stage[0]}: {str(exc).splitlines()[0][:100]}"
+        out.status = f"oom while {stage[0]}: {_first_line(exc)}"
     out.kernel_fallbacks = kernel_watch.fallbacks(logged)
     return out
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:100]
 
 
 def _numerics(spec: Spec, model, built: list, pieces: contract.Contract, chunk: int, device: torch.device) -> dict:
@@ -255,14 +259,33 @@ def _measured(spec: Spec, pieces, device: torch.device, chunk: int, out: Measure
     clock("profiling")
     if spec.numerics_steps:
         stage[0] = "numerics"
-        out.numerics = _numerics(spec, model, built, pieces, chunk, device)
+        out.numerics = _unless_oom(
+            out, "numerics", device, lambda: _numerics(spec, model, built, pieces, chunk, device)
+        )
         clock("numerics")
     if spec.predict:
         stage[0] = "micro-benchmarks"
         del step
         models.release(device)
-        out.microbench = microbench.run(model, pieces, spec, device, chunk)
+        out.microbench = _unless_oom(
+            out, "micro-benchmarks", device, lambda: microbench.run(model, pieces, spec, device, chunk)
+        )
         clock("micro-benchmarks")
+
+
+def _unless_oom(out: Measurement, stage: str, device: torch.device, work):
+    """`work()`, or None with the reason in out.not_measured when it runs out of memory: a stage after the
+    timing (the numerics' fresh optimizer, the micro-benchmarks' shapes) can need more than the step, and
+    its OOM is no reason to throw away the step time measured before it."""
+    try:
+        return work()
+    except Exception as exc:
+        if not models.is_oom(exc):
+            raise
+        why = f"oom: {_first_line(exc)}"
+    models.release(device)  # outside the except: its traceback no longer holds the failed stage's tensors
+    out.not_measured = {**(out.not_measured or {}), stage: why}
+    return None
 
 
 class _Stages:

@@ -163,7 +163,28 @@ def test_a_baseline_out_of_memory_beside_a_stack_that_fits_is_a_row_not_a_traceb
     head, *_, within = result["summary"]["settings"]
     assert head.endswith("fastest bf16-adapters (the baseline did not measure: its speed-up is unknown)"), head
     assert within == "fastest within the numerics tolerance: not measured (the baseline did not measure)"
+    fp32_only = [a if a != "bf16-adapters" else "fused-adamw" for a in argv]  # every row out of memory
+    assert main([*fp32_only, "--json"]) == 1
+    settings = json.loads(capsys.readouterr().out)["summary"]["settings"]
+    assert settings[0] == f"{family[0].name}: nothing measured, no change to advise", settings
     assert head in printed and "oom while timing" in printed
+
+
+def test_a_stage_after_the_timing_out_of_memory_keeps_the_step_time_and_says_what_is_missing(family, lab_path):
+    """tests/data/harness_late_oom.py times its step, then runs out of memory building the numerics' and the
+    micro-benchmarks' optimizers: the row keeps its step time, and the numerics and the what-if say why."""
+    config = carrier.Config(checkpoint=(family[0],), weights="random", lora_rank=2, seq_len=8, warmup_steps=0,
+                            steps=1, max_steps=1, device="cpu", processes=1, harness="harness_late_oom",
+                            variant=("bf16-adapters",), numerics_steps=2)  # fmt: skip
+    result = carrier.run(config)
+    rows = {r.variant: r for r in result.tables["carriers"]}
+    assert all("oom" not in r.status and r.step_s > 0 for r in rows.values()), rows
+    numerics = {r.variant: r for r in result.tables["numerics"]}
+    assert numerics["bf16-adapters"].within_tolerance is None
+    assert numerics["bf16-adapters"].basis == "not measured: oom: CUDA out of memory. Tried to allocate 3.00 GiB"
+    whatif = {r.variant: r for r in result.tables["whatif"]}["bf16-adapters"]
+    assert whatif.basis.startswith("not predicted: the baseline's micro-benchmarks did not run (oom: CUDA")
+    assert result.summary["settings"][-1] == "fastest within the numerics tolerance: not measured"
 
 
 def test_a_checkpoint_without_config_is_refused_before_anything_runs(family, tmp_path):
