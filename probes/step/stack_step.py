@@ -101,18 +101,43 @@ def _model_rows(rows: list[dict], prefer: str | None, source: str) -> tuple[str,
     raise InputError(f"{source}: rows of {len(by_model)} models ({', '.join(sorted(by_model))}), {which}")
 
 
-def _step_s(row: dict) -> float | None:
+STEP_COLUMNS = ("mean_step_s", "step_s")
+FACTOR_RANGE = (1e-3, 1e3)
+"""A stack's step over the baseline's outside this is no measurement of one model's step (a garbled file)."""
+
+
+def _step_s(row: dict, columns: tuple[str, ...] = STEP_COLUMNS) -> float | None:
     """The row's step time when it measured one: its mean over every timed step (`mean_step_s`) where it
     gives one, else its `step_s`; a finite number > 0 from a row that ran (ok, or carrier's `not trustworthy
     (...)`, which goodput prices and flags); None for a failed, skipped or garbled row."""
     status = str(row.get("status", "ok"))
     if not (status == "ok" or status.startswith(UNTRUSTWORTHY)):
         return None
-    for column in ("mean_step_s", "step_s"):
+    for column in columns:
         value = row.get(column)
         if not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
             return float(value)
     return None
+
+
+def _pair(rows: dict[str, dict], stack: str, source: str) -> tuple[float, float]:
+    """The baseline's and the stack's step, from the one column both give (a mean over a median would
+    price the stack by how skewed its steps are), their ratio checked."""
+    for name in (BASELINE, stack):
+        _measured(rows.get(name), name, rows, source)
+    column = next((c for c in STEP_COLUMNS if all(_step_s(rows[n], (c,)) for n in (BASELINE, stack))), None)
+    if column is None:
+        raise InputError(
+            f"{source}: {stack!r} and the baseline give no step time in one column ({', '.join(STEP_COLUMNS)})"
+        )
+    base_s, stack_s = (_step_s(rows[n], (column,)) for n in (BASELINE, stack))
+    factor = stack_s / base_s
+    if not FACTOR_RANGE[0] <= factor <= FACTOR_RANGE[1]:
+        raise InputError(
+            f"{source}: {stack!r}'s {column} is x{factor:.3g} the baseline's ({stack_s:.4g} s vs {base_s:.4g} s): "
+            f"no measured stack is outside x{FACTOR_RANGE[0]:g}-x{FACTOR_RANGE[1]:g}"
+        )
+    return base_s, stack_s
 
 
 def _measured(row: dict | None, name: str, known: dict, source: str) -> float:
@@ -151,8 +176,7 @@ def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only
         if not ok:
             raise InputError(f"{path}: no row of {model} measured ok (and within the numerics tolerance) to take")
         stack = str(min(ok, key=_step_s)["variant"])
-    baseline_s = _measured(rows.get(BASELINE), BASELINE, rows, str(path))
-    stack_s = _measured(rows.get(stack), stack, rows, str(path))
+    baseline_s, stack_s = _pair(rows, stack, str(path))
     shape = result.get("config") if isinstance(result.get("config"), dict) else {}
     batch, seq = (v if type(v) is int else None for v in (shape.get("batch_size"), shape.get("seq_len")))
     return StackStep(

@@ -166,6 +166,8 @@ def test_a_stack_file_whose_rows_do_not_price_is_one_line_exit_2(lengths, tmp_pa
         (step("baseline", -0.4), "'baseline' has no measured step_s (status: ok, step_s: -0.4)"),
         (step("baseline", 0.4, "failed: the process died"), "(status: failed: the process died, step_s: 0.4)"),
         (lambda t: t["carriers"].append(dict(t["carriers"][1])), "two rows of qwen3-4b-base, variant 'bf16-adapters'"),
+        (step("bf16-adapters", 1e-300), "'bf16-adapters''s step_s is x2.5e-300 the baseline's (1e-300 s vs 0.4 s)"),
+        (step("baseline", 1e308), "'bf16-adapters''s step_s is x3e-309 the baseline's"),
         (lambda t: t.update(carriers={"baseline": 0.4}), "table 'carriers' is not a list of rows"),
         (lambda t: t["numerics"][1].update(within_tolerance="yes"), "bf16-adapters's within_tolerance is 'yes', not"),
     ]
@@ -174,6 +176,11 @@ def test_a_stack_file_whose_rows_do_not_price_is_one_line_exit_2(lengths, tmp_pa
         assert main(base + ["--stack-json", str(path), "--stack", "bf16-adapters"]) == 2, needle
         err = capsys.readouterr().err.strip()
         assert f"c{i}.json: " in err and needle in err and len(err.splitlines()) == 1, err
+    # a factor is of one column: the baseline's mean over the stack's median would price how skewed the steps are
+    path = edited("mixed.json", lambda t: t["carriers"][0].update(mean_step_s=0.42))
+    assert goodput.run(_config(lengths, stack_json=path, stack="bf16-adapters")).summary[
+        "stack_step_factor"
+    ] == pytest.approx(0.75)
     # tokens_per_step only describes the shape: one that is no count is left out of the description, no traceback
     path = edited("tokens.json", lambda t: t["carriers"][1].update(tokens_per_step="4k"))
     summary = goodput.run(_config(lengths, stack_json=path, stack="bf16-adapters")).summary
