@@ -197,6 +197,15 @@ MAX_JSON_BYTES = 64 * 2**20
 """A labprobe `--json` output is kilobytes; more than this is another file (or /dev/zero), never read whole."""
 
 
+def loads(text: str | bytes) -> Any:
+    """json.loads, where nesting too deep for its parser (a file of 100,000 `[`) is a JSONDecodeError like
+    any malformed JSON: json raises RecursionError, which no reader's `except ValueError` catches."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text if isinstance(text, str) else "", 0) from None
+
+
 def read_json_file(path: Path, what: str) -> Any:
     """The JSON held in `path`, `what` naming the file's kind in the error: an unreadable, empty, malformed
     or oversized file is an InputError of one line (an empty file is said so, not as json's 'Expecting
@@ -217,7 +226,7 @@ def read_json_file(path: Path, what: str) -> Any:
     if not text.strip():
         raise InputError(f"{path}: unreadable {what}: the file is empty")
     try:
-        return json.loads(text)
+        return loads(text)
     except ValueError as exc:
         raise InputError(f"{path}: unreadable {what}: {exc}") from None
 

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from probes.result import InputError
+from probes.result import InputError, loads
 
 DEFAULT_SOURCE = "default"
 
@@ -63,7 +63,7 @@ def _read_jsonl_corpus(path: Path) -> Records:
             continue
         number = len(records.items) + 1
         try:
-            record = json.loads(line)
+            record = loads(line)
         except json.JSONDecodeError as exc:
             raise InputError(
                 f"{path}: record {number} (line {line_no}): malformed JSON: {exc.msg} (column {exc.colno})"

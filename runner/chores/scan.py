@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import json
 import os
 import stat
 
-from probes.result import InputError
+from probes.result import InputError, loads
 from runner.chores import activity
 from runner.chores.fstree import READ_FLAGS, Tree, is_inside, link_trail, readable, walk_tree
 from runner.chores.mounts import mount_points_under, read_mounts
@@ -212,7 +211,7 @@ def _config_text(path: str) -> dict:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return {}
             data = handle.read(_MAX_CONFIG_BYTES + 1)
-            found = json.loads(data.decode("utf-8")) if len(data) <= _MAX_CONFIG_BYTES else {}
+            found = loads(data.decode("utf-8")) if len(data) <= _MAX_CONFIG_BYTES else {}
         except (OSError, ValueError):
             return {}
     return found if isinstance(found, dict) else {}

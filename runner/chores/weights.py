@@ -13,12 +13,12 @@ element is refused too: a loader takes it, but it holds no trained weights.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import stat
 import struct
 
+from probes.result import loads
 from runner.chores.fstree import READ_FLAGS, file_kind, walk
 
 WEIGHTS_NAMES = ("adapter_model.safetensors", "adapter_model.bin")
@@ -72,7 +72,7 @@ def check_config(path: str) -> None:
         if not stat.S_ISREG(mode):
             raise NotWeights(f"is a {file_kind(mode)}, not a file")
         try:
-            config = json.loads(handle.read(_MAX_HEADER_BYTES).decode("utf-8"))
+            config = loads(handle.read(_MAX_HEADER_BYTES).decode("utf-8"))
         except OSError as exc:
             raise NotWeights(f"cannot be read ({exc.strerror or exc})") from None
         except (UnicodeDecodeError, ValueError) as exc:
@@ -109,7 +109,7 @@ def _check_safetensors(handle, size: int) -> None:
     if not 2 <= length <= min(_MAX_HEADER_BYTES, size - 8):
         raise NotWeights(f"header length {length} does not fit a {size}-byte file")
     try:
-        header = json.loads(handle.read(length).decode("utf-8"))
+        header = loads(handle.read(length).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise NotWeights(f"the header is not JSON ({exc})") from exc
     if not isinstance(header, dict):

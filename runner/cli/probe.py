@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import probes
+from probes.result import loads
 from runner.cli.options import (
     OneLineParser,
     add_config_options,
@@ -99,7 +100,7 @@ def slow_on_cpu(name: str, config) -> str | None:
 def approx_params(checkpoint: Path) -> int:
     """Embedding plus attention and MLP weights from config.json (0 when unreadable: no warning)."""
     try:
-        cfg = json.loads((checkpoint / "config.json").read_text())
+        cfg = loads((checkpoint / "config.json").read_text())
         cfg = cfg.get("text_config", cfg)
         h, i, n = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
         return int(cfg["vocab_size"] * h + n * (4 * h * h + 3 * h * i))

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from crontab import CronSlices
 
-from probes.result import InputError, shown
+from probes.result import InputError, loads, shown
 from runner.clock import parse_deadline
 from runner.lab.cluster import Cluster
 from runner.lab.names import is_safe_name, refuse_control
@@ -98,7 +98,7 @@ def read_entry(folder: Path, eid: str) -> Entry:
         raise InputError(f"entry id {shown(eid)}: expected 16 hex digits")
     path = folder / f"{eid}.json"
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = loads(path.read_text(encoding="utf-8"))
         entry = Entry(**raw)
     except FileNotFoundError:
         raise InputError(f"{path}: no such schedule entry (reinstall it with `labprobe schedule install`)") from None

@@ -92,6 +92,10 @@ def test_a_json_file_that_never_ends_or_never_comes_is_one_line_not_a_hang(tmp_p
         read_json_file(Path("/dev/zero"), "profile JSON")
     with pytest.raises(InputError, match="unreadable profile JSON: Is a directory$"):
         read_json_file(tmp_path, "profile JSON")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)  # json raises RecursionError here, which is no ValueError
+    with pytest.raises(InputError, match=f"^{deep}: unreadable profile JSON: nested too deeply"):
+        read_json_file(deep, "profile JSON")
     written = tmp_path / "ok.json"
     written.write_text('{"a": 1}')
     assert read_json_file(written, "profile JSON") == {"a": 1}

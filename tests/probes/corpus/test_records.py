@@ -65,6 +65,7 @@ def _bad_corpus(tmp_path: Path, kind: str) -> Path:
         "text_type": f"{good}\n{json.dumps({'text': 42})}\n".encode(),
         "turn": f"{json.dumps({'messages': [{'role': 'user', 'content': None}]})}\n".encode(),
         "not_object": b"[1, 2]\n",
+        "deep": f"{good}\n".encode() + b"[" * 100_000 + b"\n",  # json raises RecursionError, no ValueError
     }[kind]
     path.write_bytes(content)
     return path
@@ -80,6 +81,7 @@ def _bad_corpus(tmp_path: Path, kind: str) -> Path:
         ("text_type", ["bad.jsonl", "record 2", "field 'text'"]),
         ("turn", ["bad.jsonl", "record 1", "field 'messages[0].content'"]),
         ("not_object", ["bad.jsonl", "record 1", "not a JSON object"]),
+        ("deep", ["bad.jsonl", "record 2 (line 2)", "malformed JSON: nested too deeply"]),
     ],
 )
 @pytest.mark.parametrize("probe", ["padding", "bucket"])

@@ -109,6 +109,7 @@ def test_an_adapter_that_does_not_load_refuses_its_run_and_nothing_is_removed(tm
     _safetensors(_adapter(root, "st-empty-tensor") / "adapter_model.safetensors", {"w": empty}, b"")
     (make_run(root, "no-config") / "adapter" / "adapter_config.json").unlink()
     (make_run(root, "config-not-json") / "adapter" / "adapter_config.json").write_text("{r: 8")
+    (make_run(root, "config-too-deep") / "adapter" / "adapter_config.json").write_text("[" * 100_000)
     expected = {
         "bin-cut-to-200": "torch.load(weights_only=True) fails on its 200 bytes",
         "bin-header-only": "torch.load(weights_only=True) fails on its 15 bytes",
@@ -119,6 +120,7 @@ def test_an_adapter_that_does_not_load_refuses_its_run_and_nothing_is_removed(tm
         "st-empty-tensor": "tensor 'w' is empty (shape [0, 16])",
         "no-config": "final adapter's adapter/adapter_config.json is missing",
         "config-not-json": "final adapter's adapter/adapter_config.json is not JSON",
+        "config-too-deep": "adapter_config.json is not JSON (nested too deeply",
     }
     before = listing(root)
     plan, done = approve_all(root)
