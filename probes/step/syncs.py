@@ -21,6 +21,7 @@ import dataclasses
 import os
 import traceback
 import warnings
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -71,8 +72,9 @@ def census(step: Callable[[], object], device: torch.device) -> list[SyncRow]:
     return [SyncRow(what, where, n) for (what, where), n in seen.most_common()]
 
 
-def reads_back(func, args, kwargs=None) -> str | None:
-    """What the op would read back from a CUDA device, None when nothing."""
+def reads_back(func, args, kwargs=None, host_values=()) -> str | None:
+    """What the op would read back from a CUDA device, None when nothing. `host_values`: the tensors that
+    would be on the host on CUDA too (the constants Python makes of `t[mask] = 0.0`'s number)."""
     name = func.overloadpacket.__name__
     if name in READS_BACK:
         return None if name == "_local_scalar_dense" and _in_optimizer() else name
@@ -80,19 +82,22 @@ def reads_back(func, args, kwargs=None) -> str | None:
         return "repeat_interleave by a tensor of counts (its output size)"
     if name == "histc" and (args[2] if len(args) > 2 else 0) == (args[3] if len(args) > 3 else 0):
         return "histc over the data's own range (its min and max)"  # min == max (0, 0 by default)
-    return _mask_index(name, args)
+    return _mask_index(name, args, host_values)
 
 
-def _mask_index(name: str, args) -> str | None:
-    """Indexing by a boolean mask runs nonzero on CUDA, except `t[mask] = scalar`: one mask and one value,
-    which CUDA turns into masked_fill (no size to learn)."""
-    indices = args[1] if name in INDEXING and len(args) > 1 else ()
-    masks = [t for t in indices or () if isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8)]
+def _mask_index(name: str, args, host_values) -> str | None:
+    """Indexing by a boolean mask runs nonzero on CUDA, except where ATen's index_put_ fills by the mask
+    instead (its canDispatchToMaskedFill: no size to learn): one mask the only index tensor (`None`s for
+    whole dimensions beside it allowed), one value of one element that is on the host, no accumulate.
+    `t[mask] = 0.0` is such; `t[mask] = t.mean()` is not (its value is on the GPU)."""
+    indices = [t for t in (args[1] if name in INDEXING and len(args) > 1 else ()) or () if t is not None]
+    masks = [t for t in indices if isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8)]
     if not masks:
         return None
     accumulate = len(args) > 3 and bool(args[3])
     value = args[2] if name != "index" and len(args) > 2 else None
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and len(indices) == 1 and not accumulate:
+    on_host = isinstance(value, torch.Tensor) and value.numel() == 1 and any(value is t for t in host_values)
+    if on_host and len(indices) == 1 and not accumulate:
         return None
     return f"{name} by a boolean mask (nonzero)"
 
@@ -107,12 +112,17 @@ class _ReadBacks(TorchDispatchMode):
     def __init__(self, seen: collections.Counter):
         super().__init__()
         self.seen = seen
+        self.host_values: weakref.WeakSet = weakref.WeakSet()
+        """Constants Python made of a number or a literal (aten.lift_fresh): on the host on CUDA too."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        what = reads_back(func, args, kwargs)
+        what = reads_back(func, args, kwargs, self.host_values)
         if what:
             self.seen[(what, _caller())] += 1
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket.__name__ == "lift_fresh":
+            self.host_values.add(out)
+        return out
 
 
 def _seen(seen: collections.Counter, message: str) -> None:

@@ -52,6 +52,7 @@ def test_a_step_that_waits_for_nothing_has_no_rows_and_the_census_leaves_no_mode
         (lambda x: torch.histc(x.float(), bins=4), "histc over the data's own range (its min and max)"),
         (lambda x: x.float()[x > 1, None], "index by a boolean mask (nonzero)"),
         (lambda x: x.clone().index_put_((x > 1,), torch.tensor([7, 8, 9])), "index_put_ by a boolean mask (nonzero)"),
+        (lambda x: x.clone().__setitem__(x > 1, x.max()), "index_put_ by a boolean mask (nonzero)"),  # value on the GPU
     ],
 )
 def test_the_ops_whose_output_size_or_value_the_host_needs_are_each_named(call, what):
@@ -66,6 +67,7 @@ def test_ops_the_gpu_runs_without_the_host_are_not_waits():
         x.masked_fill(x > 1, 0), x.repeat_interleave(2, output_size=10), (x > 1).any(), x.sum()
         torch.histc(x.float(), bins=4, min=0, max=3)  # a range given: no read back
         x.clone()[x > 1] = 0  # one mask, one value: CUDA fills by the mask, nothing to count
+        x.clone().view(1, 5)[:, x > 1] = 7  # a whole dimension beside the mask: filled by the mask too
 
     assert syncs.census(step, torch.device("cpu")) == []
 
