@@ -62,6 +62,7 @@ class Config(StepConfig, VariantChoice):
         require(self.seq_len >= 2, "seq_len", f"must be >= 2, got {self.seq_len}")
         require(self.peak_tflops is None or self.peak_tflops > 0, "peak_tflops", "must be > 0")
         require(self.search_budget_s > 0, "search_budget_s", "must be > 0")
+        require(not self.search or self.steps >= 1, "search", "needs `steps` >= 1 (`steps` 0 counts parameters only)")
         require(self.numerics_steps >= 0, "numerics_steps", "must be >= 0")
         require(self.rows in models.ROWS, "rows", f"must be one of {', '.join(models.ROWS)}, got {self.rows!r}")
-        self.resolved_variants  # noqa: B018 - resolved here, once: a bad name is this Config's FieldError
+        self.resolve_variants()

@@ -46,4 +46,4 @@ class Config(StepConfig, VariantChoice):
             require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         require(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
         require(self.max_steps >= self.steps, "max_steps", f"`max_steps` {self.max_steps} < `steps` {self.steps}")
-        self.resolved_variants  # noqa: B018 - resolved here, once: a bad name is this Config's FieldError
+        self.resolve_variants()

@@ -45,9 +45,16 @@ class StepConfig:
 
 
 class VariantChoice:
-    """A Config's `variant` values (the names as given, which the store keeps) and the Variants they name,
-    resolved once: the Config's __post_init__ resolves them (a bad name is its FieldError, before anything
-    runs), the probe hands these objects to probes.step.processes."""
+    """A Config's `variant` values and the Variants they name, resolved once: the Config's __post_init__
+    resolves them (a bad name is its FieldError, before anything runs), the probe hands these objects to
+    probes.step.processes."""
+
+    def resolve_variants(self) -> None:
+        """The values in their canonical spelling (a stack's members sorted, blanks and a CE chunk's leading
+        zeros dropped, each once), which the store keeps and a sweep hashes: `b+a` is the job `a+b` is, not
+        a second measurement of one stack. Then the Variants, resolved."""
+        object.__setattr__(self, "variant", tuple(dict.fromkeys(stacks.canonical(name) for name in self.variant)))
+        self.resolved_variants  # noqa: B018 - resolved here, once: a bad name is this Config's FieldError
 
     @functools.cached_property
     def resolved_variants(self) -> tuple[variants.Variant, ...]:

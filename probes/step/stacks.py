@@ -35,9 +35,17 @@ def get(name: str) -> variants.Variant:
     """The Variant a `--variant` value names: a stack (`a+b`), a lab's (`pkg.mod:NAME`) or a single."""
     if "+" in name:
         return compose(name)
+    name = _member(name)
     if ":" in name:
         return imported(name)
     return variants.get(name)
+
+
+def _member(name: str) -> str:
+    """One name as the store keeps it: no surrounding blanks, a CE chunk without leading zeros."""
+    name = name.strip()
+    chunk = variants.CE_CHUNK.fullmatch(name)
+    return f"ce-chunk={int(chunk.group(1))}" if chunk else name
 
 
 def parse(names: tuple[str, ...]) -> tuple[variants.Variant, ...]:
@@ -50,7 +58,7 @@ def parse(names: tuple[str, ...]) -> tuple[variants.Variant, ...]:
 def members(name: str) -> list[str]:
     """The member names of a stack name, canonical order (sorted), duplicates dropped; FieldError on
     an empty member or `baseline` inside a stack."""
-    parts = [p.strip() for p in name.split("+")]
+    parts = [_member(p) for p in name.split("+")]
     if any(not p for p in parts):
         raise FieldError("variant", f"{name!r}: an empty member (write a+b+c)")
     if variants.BASELINE in parts and len(parts) > 1:

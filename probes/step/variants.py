@@ -146,7 +146,7 @@ def get(name: str) -> Variant:
     if match:
         chunk = int(match.group(1))
         return Variant(
-            name,
+            f"ce-chunk={chunk}",  # one name for one chunk: ce-chunk=0512 is stored as ce-chunk=512
             "memory for time: the same loss, a different peak of logits"
             + (" (0: full fp32 logits, HF's way)" if chunk == 0 else ""),
             ce_chunk=chunk,

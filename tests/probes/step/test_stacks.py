@@ -5,6 +5,7 @@ whose library is missing not applicable, and a deliberately broken variant caugh
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -190,6 +191,14 @@ def test_stack_names_are_canonical_and_members_compose():
     assert stacks.add(stacks.get("grad-ckpt+fused-adamw"), variants.get("ce-chunk=64")) == stack
     with pytest.raises(FieldError, match="baseline is no change"):
         stacks.get("baseline+compile")
+    # one stack, one name: blanks, order, a chunk's leading zeros and repeats make no second one
+    assert stacks.get(" compile").name == "compile" and stacks.get("ce-chunk=0512").name == "ce-chunk=512"
+    assert stacks.get("ce-chunk=0+ce-chunk=00").name == "ce-chunk=0"
+    asked = ("fused-adamw + compile", " ce-chunk=0512", "compile+fused-adamw", "baseline")
+    config = carrier.Config(checkpoint=(Path("c"),), variant=asked)
+    assert config.variant == ("compile+fused-adamw", "ce-chunk=512", "baseline")  # what the store and a sweep hash
+    with pytest.raises(FieldError, match="search"):
+        carrier.Config(checkpoint=(Path("c"),), search=True, steps=0)
 
 
 def test_the_search_grows_the_best_stack_predicting_each_before_measuring(tiny):
