@@ -60,12 +60,12 @@ def _settings(config, checkpoint: Path, out: Measured) -> list[str]:
     verdict = next((r for r in out.numerics_rows if r.variant == name), None)
     mark = (
         ""
-        if verdict is None or verdict.within_tolerance is None
-        else (
-            " (numerics within tolerance)"
-            if verdict.within_tolerance
-            else f" (numerics OUTSIDE tolerance: {verdict.basis})"
-        )
+        if verdict is None
+        else f" (numerics {verdict.basis})"
+        if verdict.within_tolerance is None
+        else " (numerics within tolerance)"
+        if verdict.within_tolerance
+        else f" (numerics OUTSIDE tolerance: {verdict.basis})"
     )
     what = "the search's best" if searched else "fastest"
     head = f"{checkpoint.name}: {what} {name}" + _speed_up(out.baseline, best) + mark

@@ -295,11 +295,16 @@ def _numerics_check(stack: stack_step.StackStep) -> Check:
     """Hours priced with a stack whose numerics are outside tolerance are hours of another training: priced
     and shown (the lab may accept the price), but never passed as if the step were the same."""
     detail = {
-        None: f"{stack.stack}'s numerics not measured in {stack.source}",
+        None: f"{stack.stack}'s numerics not measured in {stack.source}"
+        + (" (its `numerics` table says why)" if stack.numerics_measured else ""),
         True: f"{stack.stack}'s numerics within tolerance",
         False: f"{stack.stack}'s numerics OUTSIDE tolerance (its `numerics` table): these hours train otherwise",
     }[stack.within_tolerance]
-    return Check(name="stack_numerics_within_tolerance", ok=stack.within_tolerance is not False, detail=detail)
+    # a file that measured no numerics (profile --variant) says nothing against the stack; one that measured
+    # the others' and not this one's (out of memory) leaves these hours unvouched for
+    unknown = stack.within_tolerance is None and stack.numerics_measured
+    ok = stack.within_tolerance is not False and not unknown
+    return Check(name="stack_numerics_within_tolerance", ok=ok, detail=detail)
 
 
 def _stack_shape_check(

@@ -5,7 +5,8 @@
    baseline's attributed profile (None for compile, with the reason).
 2. The best measured stack so far grows by one candidate per round: every compatible candidate not in
    it is added in turn (probes.step.stacks refuses the incompatible ones) and measured in a fresh process;
-   the one that gains most over the current stack becomes the current stack.
+   the one that gains most over the current stack becomes the current stack. A stack measured in an
+   earlier round is not measured again: it lost then to a stack no faster than the current one.
 3. It stops when the round's best addition gains less than the noise (the baseline's spread across
    processes, or its in-process spread with one process), when no candidate is left, or when the time
    budget would be passed: every stack then not measured is listed in `not_tried`.

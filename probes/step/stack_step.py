@@ -42,6 +42,8 @@ class StackStep:
     trustworthy: bool
     """Both rows measured with spreads within 2% (their `trustworthy`) and neither launch-bound."""
     within_tolerance: bool | None
+    numerics_measured: bool = False
+    """The file's `numerics` table has rows of this model: a stack there without a verdict did not run them."""
     """The stack's numerics price within tolerance (carrier's `numerics` table); None: not measured."""
     source: str
     setup: dict = dataclasses.field(default_factory=dict)
@@ -134,7 +136,7 @@ def _pair(rows: dict[str, dict], stack: str, source: str) -> tuple[float, float]
     factor = stack_s / base_s
     if not FACTOR_RANGE[0] <= factor <= FACTOR_RANGE[1]:
         raise InputError(
-            f"{source}: {stack!r}'s {column} is x{factor:.3g} the baseline's ({stack_s:.4g} s vs {base_s:.4g} s): "
+            f"{source}: the {column} of {stack!r} is x{factor:.3g} the baseline's ({stack_s:.4g} s vs {base_s:.4g} s): "
             f"no measured stack is outside x{FACTOR_RANGE[0]:g}-x{FACTOR_RANGE[1]:g}"
         )
     return base_s, stack_s
@@ -153,8 +155,8 @@ def _measured(row: dict | None, name: str, known: dict, source: str) -> float:
 
 def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only_model: str | None = None) -> StackStep:
     """The stack's step and the baseline's from a carrier or profile `--json` file; `stack` None: the
-    fastest row measured ok whose numerics are not outside tolerance (carrier's own advice: the fastest
-    within it). InputError on a missing or unreadable file, no baseline, or no measured row for the stack.
+    fastest row measured ok whose numerics are within tolerance where the file measured any (carrier's own
+    advice: the fastest within it). InputError on a missing or unreadable file, no baseline, or no measured row for the stack.
     `prefer_model`: the model whose rows to take when the file holds several; `only_model`: the model the
     rows must be of (replay knows the model it runs)."""
     result = read_json_file(path, "carrier/profile JSON")
@@ -168,10 +170,12 @@ def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only
         except FieldError as exc:  # an empty member, or baseline inside a stack: this field's error, not --variant's
             raise FieldError("stack", exc.message) from None
     else:
+        # where the file priced the numerics, a row without a verdict did not run them: not known within
+        verdicts = (True,) if within else (True, None)
         ok = [
             r
             for r in rows.values()
-            if r.get("status") == "ok" and _step_s(r) is not None and within.get(str(r.get("variant"))) is not False
+            if r.get("status") == "ok" and _step_s(r) is not None and within.get(str(r.get("variant"))) in verdicts
         ]
         if not ok:
             raise InputError(f"{path}: no row of {model} measured ok (and within the numerics tolerance) to take")
@@ -190,6 +194,7 @@ def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only
         rows=_rows_kind(shape, str(path)),
         trustworthy=all(_gpu_bound_within_limits(rows[name]) for name in (stack, BASELINE)),
         within_tolerance=within.get(stack),
+        numerics_measured=bool(within),
         source=str(path),
         setup=setup_of(shape) | card_of(result),
     )

@@ -60,7 +60,8 @@ def members(name: str) -> list[str]:
     an empty member or `baseline` inside a stack."""
     parts = [_member(p) for p in name.split("+")]
     if any(not p for p in parts):
-        raise FieldError("variant", f"{name!r}: an empty member (write a+b+c)")
+        why = "an empty member (write a+b+c)" if "+" in name else f"empty (known: {variants.known()})"
+        raise FieldError("variant", f"{name!r}: {why}")
     if variants.BASELINE in parts and len(parts) > 1:
         raise FieldError("variant", f"{name!r}: baseline is no change, leave it out of a stack")
     return sorted(dict.fromkeys(parts))

@@ -198,6 +198,8 @@ def _trust_mark(baseline: Measurement, row: Measurement) -> str:
 
 
 def _numerics_mark(row) -> str:
-    if row is None or row.within_tolerance is None:
+    if row is None:  # no numerics asked for
         return ""
+    if row.within_tolerance is None:  # asked for, did not run (an OOM after the timing): no verdict to rank by
+        return f"; numerics {row.basis}"
     return "; numerics within tolerance" if row.within_tolerance else f"; NUMERICS OUTSIDE TOLERANCE ({row.basis})"

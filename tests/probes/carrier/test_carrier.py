@@ -185,6 +185,9 @@ def test_a_stage_after_the_timing_out_of_memory_keeps_the_step_time_and_says_wha
     whatif = {r.variant: r for r in result.tables["whatif"]}["bf16-adapters"]
     assert whatif.basis.startswith("not predicted: the baseline's micro-benchmarks did not run (oom: CUDA")
     assert result.summary["settings"][-1] == "fastest within the numerics tolerance: not measured"
+    assert "(numerics not measured: oom: CUDA out of memory" in result.summary["settings"][0]
+    (advice,) = [line for line in result.summary["advice"] if " bf16-adapters: " in line]
+    assert advice.endswith("; numerics not measured: oom: CUDA out of memory. Tried to allocate 3.00 GiB"), advice
 
 
 def test_a_checkpoint_without_config_is_refused_before_anything_runs(family, tmp_path):

@@ -72,6 +72,20 @@ def test_without_a_stack_named_the_fastest_ok_row_prices_and_a_slower_one_prices
     assert slower.summary["stack_step_factor"] == pytest.approx(1.3)
 
 
+def test_a_stack_whose_numerics_did_not_run_is_not_taken_for_one_within_tolerance(lengths, tmp_path):
+    """Its numerics ran out of memory after its timing: the file has the others' verdicts and none for it."""
+    stack_file = carrier_json(tmp_path / "carrier.json", "qwen3-4b-base", STEPS | {"fused-adamw": 0.39})
+    doc = json.loads(stack_file.read_text())
+    for row in doc["tables"]["numerics"]:
+        if row["variant"] == "bf16-adapters+compile+fused-adamw":
+            row.update(within_tolerance=None, basis="not measured: oom: CUDA out of memory.")
+    stack_file.write_text(json.dumps(doc))
+    assert goodput.run(_config(lengths, stack_json=stack_file)).summary["stack"] == "fused-adamw"
+    named = goodput.run(_config(lengths, stack_json=stack_file, stack="bf16-adapters+compile+fused-adamw"))
+    check = {c.name: c for c in named.checks}["stack_numerics_within_tolerance"]
+    assert not check.ok and "not measured" in check.detail and "says why" in check.detail
+
+
 def test_a_profiles_variants_table_serves_and_an_untrustworthy_row_fails_its_check(lengths, tmp_path):
     rows = [
         {"variant": "baseline", "tokens": 4096, "step_s": 0.4, "trustworthy": False, "status": "ok"},
@@ -166,8 +180,11 @@ def test_a_stack_file_whose_rows_do_not_price_is_one_line_exit_2(lengths, tmp_pa
         (step("baseline", -0.4), "'baseline' has no measured step_s (status: ok, step_s: -0.4)"),
         (step("baseline", 0.4, "failed: the process died"), "(status: failed: the process died, step_s: 0.4)"),
         (lambda t: t["carriers"].append(dict(t["carriers"][1])), "two rows of qwen3-4b-base, variant 'bf16-adapters'"),
-        (step("bf16-adapters", 1e-300), "'bf16-adapters''s step_s is x2.5e-300 the baseline's (1e-300 s vs 0.4 s)"),
-        (step("baseline", 1e308), "'bf16-adapters''s step_s is x3e-309 the baseline's"),
+        (
+            step("bf16-adapters", 1e-300),
+            "the step_s of 'bf16-adapters' is x2.5e-300 the baseline's (1e-300 s vs 0.4 s)",
+        ),
+        (step("baseline", 1e308), "the step_s of 'bf16-adapters' is x3e-309 the baseline's"),
         (lambda t: t.update(carriers={"baseline": 0.4}), "table 'carriers' is not a list of rows"),
         (lambda t: t["numerics"][1].update(within_tolerance="yes"), "bf16-adapters's within_tolerance is 'yes', not"),
     ]

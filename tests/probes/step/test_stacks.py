@@ -236,11 +236,8 @@ def test_the_search_grows_the_best_stack_predicting_each_before_measuring(tiny):
     assert {r.stack for r in rows} <= measured and {r.variant for r in result.tables["numerics"]} == measured
 
 
-def test_the_search_never_measures_a_stack_twice_whatever_the_candidates(tiny, monkeypatch):
-    """A candidate may be a stack: beside a current stack holding its members it adds nothing, and a stack
-    measured in an earlier round is not measured again (goodput refuses a file with a variant twice)."""
-    speed = {"baseline": 1.0, "compile": 0.5, "fused-adamw": 0.9, "compile+fused-adamw": 0.45, "ce-chunk=8": 0.95}
-    speed["ce-chunk=8+compile+fused-adamw"] = 0.44
+def _faked_search(tiny, monkeypatch, speed: dict[str, float], candidates: tuple[str, ...]):
+    """The search over `candidates` with every process faked at its `speed` step time: (names measured, result)."""
     measured = []
 
     def fake_run(spec, timeout_s=0):
@@ -255,15 +252,27 @@ def test_the_search_never_measures_a_stack_twice_whatever_the_candidates(tiny, m
 
     monkeypatch.setattr(search.processes, "run", fake_run)
     monkeypatch.setattr(search.processes, "measure_baseline", fake_baseline)
-    config = carrier.Config(checkpoint=(tiny,), **STEP, processes=2, numerics_steps=0, search=True,
-                            variant=("compile", "fused-adamw", "compile+fused-adamw", "ce-chunk=8"))  # fmt: skip
+    config = carrier.Config(checkpoint=(tiny,), **STEP, processes=2, numerics_steps=0, search=True, variant=candidates)
     result = carrier.run(config)
-    assert len(measured) == len(set(measured)), measured
+    carriers = [r.variant for r in result.tables["carriers"]]
+    assert len(measured) == len(set(measured)) and len(carriers) == len(set(carriers)), measured
+    return measured, result
+
+
+def test_the_search_never_measures_a_stack_twice_whatever_the_candidates(tiny, monkeypatch):
+    """A candidate may be a stack: beside a current stack holding its members it adds nothing, and a stack
+    measured in an earlier round is not measured again (goodput refuses a file with a variant twice)."""
+    speed = {"baseline": 1.0, "compile": 0.5, "fused-adamw": 0.9, "compile+fused-adamw": 0.45, "ce-chunk=8": 0.95}
+    speed["ce-chunk=8+compile+fused-adamw"] = 0.44
+    candidates = ("compile", "fused-adamw", "compile+fused-adamw", "ce-chunk=8")
+    measured, result = _faked_search(tiny, monkeypatch, speed, candidates)
     grown = ["compile+fused-adamw", "ce-chunk=8", "ce-chunk=8+compile+fused-adamw"]
     assert sorted(measured) == sorted(["baseline", "compile", "fused-adamw", *grown])
     assert result.summary["search_best"] == ["ce-chunk=8+compile+fused-adamw"]
-    carriers = [r.variant for r in result.tables["carriers"]]
-    assert len(carriers) == len(set(carriers))
+    # compile alone wins round 1: its addition of fused-adamw is the stack candidate measured then, not again
+    speed = {"baseline": 1.0, "compile": 0.5, "fused-adamw": 0.9, "compile+fused-adamw": 0.6}
+    measured, result = _faked_search(tiny, monkeypatch, speed, candidates[:3])
+    assert sorted(measured) == sorted(speed) and result.summary["search_best"] == ["compile"]
 
 
 def test_the_search_budget_says_what_was_not_tried(tiny):
