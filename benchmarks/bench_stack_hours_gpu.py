@@ -2,12 +2,12 @@
 priced on the demo corpus with the best batching and the best stack, then replayed with that stack.
 
 Four labprobe commands, each written to $OUT/stack_hours_commands.sh before it runs and its --json kept:
-1. `probe carrier` on random-weight Qwen3-4B-Base at the replay's widest batch (6 x 2,048; --batch-size), rows
+1. `probe carrier` on random-weight Qwen3-4B-Base at the replay's widest batch (3 x 2,048; --batch-size), rows
    packed as goodput's best batching packs them (--rows), rank-32 LoRA,
    through --harness (default benchmarks.harness_plain, the step issue 27's stacks improve on): `--search`
    for the fastest stack, or `--stack NAME` measured beside the baseline (faster: no search) -> carrier.json.
 2. `probe replay` of the baseline (the fit measured in its own session serves as the profile, as in
-   README's goodput example) on benchmarks/data/demo_lengths_qwen3.csv, batch 6, max length 2,048 ->
+   README's goodput example) on benchmarks/data/demo_lengths_qwen3.csv, batch 3, max length 2,048 ->
    replay_baseline.json (or --baseline-profile FILE: an earlier one, measured through the same harness).
 3. `probe goodput` with --profile replay_baseline.json --stack-json carrier.json and the ruling's budget:
    every strategy priced with the stack; summary `priced_with`, `best_hours_per_job`, `baseline_hours_per_job`
@@ -24,7 +24,8 @@ stack's fresh processes, compile and numerics included), `--phase baseline` (the
 then 4 strategies x --num-steps steps, packed rows of 6 x 2,048 at 1.1 s a step; more than 4.5 minutes at 80
 steps), then `--phase rest` (the pricing and the stacked replay with its compiles); `--phase first` is
 carrier and baseline in one call (at 3 x 2,048 and 60 steps on an H100: 3.5 and 5 minutes, within one
-call's 10). `--tiny` runs all four on the CPU with a tiny random Qwen3 in seconds a step
+call's 10). With `--from DIR` a later phase reads the earlier files from DIR and writes only its own into
+--out. `--tiny` runs all four on the CPU with a tiny random Qwen3 in seconds a step
 (a dry run of the commands: its figures are no GPU result).
 """
 
@@ -109,10 +110,10 @@ def labprobe(argv: list[str], out_file: Path, log: Path) -> dict:
         )
     # the checkout first, the caller's path after it (the carried wheels on the device)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    sys.stderr.write(done.stderr[-4000:])
+    # its stderr (progress, errors) goes straight to ours: a call killed at its time limit keeps what it said
+    done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     if done.returncode not in (0, 1):
-        raise SystemExit(f"{argv[1]} exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
+        raise SystemExit(f"{argv[1]} exited {done.returncode} (its error is above)")
     out_file.write_text(done.stdout)
     return json.loads(done.stdout)
 
@@ -156,18 +157,35 @@ def verdict(priced: dict, replayed: dict) -> dict:
     }
 
 
+def _earlier(args, name: str) -> Path:
+    """An earlier phase's file: written by this run into --out, else left by an earlier call in --from."""
+    here = args.out / name
+    return here if here.exists() or args.from_dir is None else args.from_dir / name
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--from",
+        dest="from_dir",
+        type=Path,
+        default=None,
+        help="where an earlier call's carrier.json and replay_baseline.json are (default: --out); --out then "
+        "holds only this call's files (a device call returns at most 8)",
+    )
     parser.add_argument("--phase", choices=("all", "first", "carrier", "baseline", "rest"), default="all")
     parser.add_argument("--checkpoint", type=Path, default=CHECKPOINT)
     parser.add_argument("--harness", default="benchmarks.harness_plain")
     parser.add_argument("--stack", default=None, help="the stack to price and replay; unset: carrier --search")
     parser.add_argument("--search-budget-s", type=float, default=900.0)
     parser.add_argument("--baseline-profile", type=Path, default=None)
-    parser.add_argument("--num-steps", type=int, default=200)
+    parser.add_argument("--num-steps", type=int, default=60)
     parser.add_argument(
-        "--batch-size", type=int, default=6, help="rows a batch (6 x 2,048 needs about 104 GiB for the baseline)"
+        "--batch-size",
+        type=int,
+        default=3,
+        help="rows a batch (3 x 2,048 fits an H100; 6 x 2,048 needs about 104 GiB for the baseline)",
     )
     parser.add_argument(
         "--rows",
@@ -179,19 +197,21 @@ def main() -> int:
     parser.add_argument("--tiny", action="store_true", help="a CPU dry run with a tiny random Qwen3")
     args = parser.parse_args()
     args.out = args.out.resolve()
+    args.from_dir = args.from_dir.resolve() if args.from_dir else None
     args.out.mkdir(parents=True, exist_ok=True)
     args.max_length = 256 if args.tiny else 2048
     if args.tiny:  # no --search on the CPU: compile would build its C++ kernels there
         args.checkpoint, args.num_steps = tiny_checkpoint(args.out), min(args.num_steps, 8)
         args.stack = args.stack or "bf16-adapters+fused-adamw"
-    log, carrier = args.out / "stack_hours_commands.sh", args.out / "carrier.json"
-    baseline = args.baseline_profile or args.out / "replay_baseline.json"
+    log = args.out / "stack_hours_commands.sh"
     if args.phase in ("all", "first", "carrier"):
-        labprobe(carrier_argv(args), carrier, log)
+        labprobe(carrier_argv(args), args.out / "carrier.json", log)
     if args.phase in ("all", "first", "baseline") and args.baseline_profile is None:
-        labprobe(replay_argv(args), baseline, log)
+        labprobe(replay_argv(args), args.out / "replay_baseline.json", log)
     if args.phase in ("first", "carrier", "baseline"):
         return 0
+    carrier, baseline = (_earlier(args, name) for name in ("carrier.json", "replay_baseline.json"))
+    baseline = args.baseline_profile or baseline
     priced = labprobe(goodput_argv(args, baseline, carrier), args.out / "goodput_stack.json", log)
     stack = priced["summary"]["stack"]
     replayed = labprobe(

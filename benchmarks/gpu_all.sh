@@ -94,7 +94,7 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
   # issue 27's bump (~1.5 min): the loss's waits (ce_sync against probe_like, whose loss no longer waits) and
   # the profiled timelines; the allocator, the collector, NVML and the clocks were ruled out on 2026-12-05
   spread_diag_27() {
-    timeout $(within 180) python3 benchmarks/spread_diag.py --out "$OUT" --no-expandable \
+    timeout -k 15 $(within 180) python3 benchmarks/spread_diag.py --out "$OUT" --no-expandable \
       --segments probe_like ce_sync no_sync profiled $([ -n "$dry" ] && echo --tiny --steps 6 --seq-len 128 || echo --steps 30)
     local rc_diag=$?; [ "$rc" -eq 0 ] && rc=$rc_diag
     echo "[gpu_all.sh --next: spread_diag exit $rc_diag at $(( $(date +%s) - start )) s]"
@@ -115,7 +115,7 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
       if [ "${SEARCH_17B:-1}" = 0 ]; then
         echo "[gpu_all.sh --next: the 1.7B search left out (SEARCH_17B=0)]"
       elif [ "$budget" -gt 90 ]; then
-        timeout $(within $(( $(left) - 5 ))) python3 benchmarks/bench_stacks.py --out "$OUT" --shape 1.7b_4x4096 \
+        timeout -k 15 $(within $(( $(left) - 5 ))) python3 benchmarks/bench_stacks.py --out "$OUT" --shape 1.7b_4x4096 \
           --candidates bf16-adapters $([ -z "$dry" ] && echo compile) fused-adamw --budget-s "$budget" \
           --numerics-steps 5 || rc=$?
       else
@@ -124,18 +124,24 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
     fi
     if [ "$which" = hours ]; then  # issue 27 item 6: the ruling's 4B voice priced with the stack, replayed
       # the stack --search found on the 4B at 1 x 4,096 (0.199 s against 0.410), measured beside the baseline at
-      # the replay's 6 x 2,048. Three calls: PHASE=carrier (~5 min), PHASE=baseline (the baseline's replay,
-      # ~6 min), PHASE=rest (the pricing and the stacked replay, ~5 min); the last two carry .gpu-hours, what the
-      # calls before left in $OUT/stack_hours copied there (benchmarks/results/stack_hours holds carrier.json).
-      # PHASE=first: carrier and baseline in one call, into .gpu-hours (an H100 at BATCH=3 NUM_STEPS=60: ~8.5 min)
+      # the replay's BATCH x 2,048 (3: it fits an H100 and leaves time; the same on an H200, one setting for both
+      # cards). PHASE=first: the carrier and the baseline's replay (~3.5 + 5 min on an H100); PHASE=rest: the
+      # pricing and the stacked replays (~6 min), carrying .gpu-hours (call 1's stack_hours files) unless the
+      # machine is still warm. PHASE=carrier and PHASE=baseline split the first call in two.
       stack=${STACK:-bf16-adapters+compile+fused-adamw}
       [ -n "$dry" ] && stack=${STACK:-bf16-adapters+fused-adamw}  # no compile on the CPU
-      phase=${PHASE:-all} hours_out=$OUT/stack_hours
-      [ "$phase" = rest ] || [ "$phase" = baseline ] || [ "$phase" = first ] && hours_out=.gpu-hours
-      timeout $(within $(( $(left) - 10 ))) python3 benchmarks/bench_stack_hours_gpu.py --out "$hours_out" --phase "$phase" \
-        $([ -n "$dry" ] && echo --tiny) --stack "$stack" --num-steps "${NUM_STEPS:-80}" --batch-size "${BATCH:-6}" || rc=$?
-      [ "$hours_out" = .gpu-hours ] && cp -r .gpu-hours "$OUT/stack_hours"
-      # THEN_27=1: the bump's diagnosis after the hours, in the same call (PHASE=rest leaves room for it)
+      # Each file is written into $OUT as it is made (a call killed at its limit keeps what finished); a later
+      # phase reads the earlier call's from .gpu-hours (carried, or left on a warm machine) and returns only its
+      # own (a call returns at most 8 files). THEN_27=1 keeps 150 s for the bump's diagnosis after the hours.
+      phase=${PHASE:-all} hours_out=$OUT/stack_hours reserve=0
+      [ "${THEN_27:-0}" = 1 ] && reserve=150
+      timeout -k 15 $(within $(( $(left) - 10 - reserve ))) python3 benchmarks/bench_stack_hours_gpu.py \
+        --out "$hours_out" $([ "$phase" = rest ] || [ "$phase" = baseline ] && echo --from .gpu-hours) \
+        --phase "$phase" $([ -n "$dry" ] && echo --tiny) --stack "$stack" --num-steps "${NUM_STEPS:-60}" \
+        --batch-size "${BATCH:-3}" || rc=$?
+      if [ "$phase" != rest ] && [ "$phase" != all ]; then  # for the next phase on this machine, if still warm
+        mkdir -p .gpu-hours && cp "$hours_out"/*.json .gpu-hours/ 2>/dev/null
+      fi
       [ "${THEN_27:-0}" = 1 ] && spread_diag_27
     fi
     echo "[gpu_all.sh --next: done, exit $rc after $(( $(date +%s) - start )) s]"

@@ -382,12 +382,21 @@ def _threads() -> dict:
             continue
         native[name] = native.get(name, 0) + 1
     lists = list(Path("/proc/self/task").glob("*/children"))  # each thread's own children: read them all
-    children = sum(len(p.read_text().split()) for p in lists if p.exists()) if lists else None
+    children = sum(len(_read_or_empty(p).split()) for p in lists) if lists else None
     return {
         "python": sorted(t.name for t in threading.enumerate()),
         "native": dict(sorted(native.items(), key=lambda kv: -kv[1])),
         "child_processes": children,
     }
+
+
+def _read_or_empty(path: Path) -> str:
+    """A /proc file of a thread that may end between the listing and the read: empty then, never a crash that
+    would lose the run after its warm-up."""
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
 
 
 def worker(args: argparse.Namespace, target: Path) -> None:

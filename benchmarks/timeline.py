@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import collections
 import dataclasses
+import re
 import statistics
 
 import numpy as np
@@ -67,16 +68,24 @@ def spans(prof) -> Timeline:
     return out
 
 
+RUNTIME_CALL = re.compile(r"cu(da)?[A-Z]")
+"""The CUDA runtime's and driver's API names (cudaLaunchKernel, cuLaunchKernelEx, cudaStreamSynchronize)."""
+
+
 def _kind(e) -> str:
-    """kineto's activity type; from the device and the name where this torch's events lack `activity_type`."""
+    """kineto's activity type; from the device and the name where this torch's events lack `activity_type`
+    (torch 2.11's do). kineto also records each `record_function` range's span on the GPU, as a CUDA
+    event: a user annotation, never a kernel (counted as one, a step's own mark would cover its gaps)."""
     if hasattr(e, "activity_type"):
         return e.activity_type()
-    if str(e.device_type()).endswith("CUDA"):
-        name = e.name()
+    cuda, name = str(e.device_type()).endswith("CUDA"), e.name()
+    if getattr(e, "is_user_annotation", lambda: False)():
+        return "gpu_user_annotation" if cuda else "user_annotation"
+    if cuda:
         return "gpu_memcpy" if "Memcpy" in name else "gpu_memset" if "Memset" in name else "kernel"
-    if e.name().startswith(("cuda", "cu")) and e.linked_correlation_id() > 0:
+    if RUNTIME_CALL.match(name):  # with or without a CPU op linked: a launch all the same
         return "cuda_runtime"
-    return "user_annotation" if e.name().startswith(STEP_MARK) else "cpu_op"
+    return "user_annotation" if name.startswith(STEP_MARK) else "cpu_op"
 
 
 def per_step(timeline: Timeline, gap_min_us: float = GAP_MIN_US) -> tuple[list[dict], float]:

@@ -100,8 +100,8 @@ def test_labprobe_runs_with_the_checkout_first_and_the_callers_path_after_it(tmp
     process given the checkout alone failed at its first import."""
     seen = {}
 
-    def run(command, cwd, env, capture_output, text):
-        seen["path"] = env["PYTHONPATH"]
+    def run(command, cwd, env, stdout, text):
+        seen["path"] = env["PYTHONPATH"]  # stderr not captured (no such argument): it reaches the call's log live
         return argparse.Namespace(returncode=0, stdout='{"summary": {}}', stderr="")
 
     monkeypatch.setattr(bench.subprocess, "run", run)
@@ -131,3 +131,26 @@ def test_each_phase_runs_its_commands_and_first_is_carrier_and_baseline(phase, p
     monkeypatch.setattr(sys, "argv", ["bench", "--out", str(tmp_path), "--phase", phase, "--stack", "s"])
     bench.main()
     assert ran == probes
+
+
+def test_a_later_phase_reads_the_earlier_calls_files_from_elsewhere_and_returns_only_its_own(tmp_path, monkeypatch):
+    """A device call returns at most 8 files: `rest` reads call 1's carrier.json and replay_baseline.json from
+    --from (.gpu-hours) and writes into --out only what it made."""
+    earlier, out, read = tmp_path / "earlier", tmp_path / "out", []
+    earlier.mkdir()
+
+    def labprobe(argv, out_file, log):
+        read.extend(a for a in argv if a.endswith(".json"))
+        out_file.write_text("{}")
+        return {"summary": {"stack": "s", "best_strategy": "packed"}, "tables": {"replay": []}, "checks": []}
+
+    monkeypatch.setattr(bench, "labprobe", labprobe)
+    argv = ["bench", "--out", str(out), "--from", str(earlier), "--phase", "rest", "--stack", "s"]
+    monkeypatch.setattr(sys, "argv", argv)
+    bench.main()
+    assert set(read) == {str(earlier / "carrier.json"), str(earlier / "replay_baseline.json")}
+    assert sorted(p.name for p in out.iterdir()) == [
+        "goodput_stack.json",
+        "replay_stack.json",
+        "stack_hours_summary.json",
+    ]

@@ -103,9 +103,16 @@ def test_without_activity_type_an_event_is_sorted_by_its_device_and_name():
         def linked_correlation_id(self):
             return self._linked
 
+    class Annotation(Event):  # torch 2.11's: a record_function range, on the CPU and its span on the GPU
+        def is_user_annotation(self):
+            return True
+
     kinds = [timeline._kind(Event(*a)) for a in (("sm90_gemm", "CUDA"), ("Memcpy DtoH", "CUDA"),
-             ("cudaLaunchKernel", "CPU", 4), (f"{STEP_MARK}3", "CPU"), ("aten::mm", "CPU"))]  # fmt: skip
-    assert kinds == ["kernel", "gpu_memcpy", "cuda_runtime", "user_annotation", "cpu_op"]
+             ("cudaLaunchKernel", "CPU", 4), ("cuLaunchKernelEx", "CPU"), (f"{STEP_MARK}3", "CPU"),
+             ("aten::mm", "CPU"), ("cumsum_kernel_helper", "CPU"))]  # fmt: skip
+    assert kinds == ["kernel", "gpu_memcpy", "cuda_runtime", "cuda_runtime", "user_annotation", "cpu_op", "cpu_op"]
+    annotations = [timeline._kind(Annotation(f"{STEP_MARK}3", device)) for device in ("CUDA", "CPU")]
+    assert annotations == ["gpu_user_annotation", "user_annotation"]  # the GPU's copy is no kernel
 
 
 def test_compare_sets_bump_steps_beside_the_others():
