@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from probes.result import InputError
+from probes.result import InputError, loads
 
 RUNS = "runs"
 _RUN_ID = re.compile(r"^(\d{8}T\d{6}Z)-[0-9a-z]+$")
@@ -55,7 +55,7 @@ def run_hosts(store, run_id: str) -> list[str] | None:
     if not store.local:
         return None
     try:
-        hosts = json.loads((Path(store.root) / RUNS / f"{run_id}.json").read_text(encoding="utf-8")).get("hosts")
+        hosts = loads((Path(store.root) / RUNS / f"{run_id}.json").read_text(encoding="utf-8")).get("hosts")
     except (OSError, ValueError, AttributeError):
         return None
     return [str(h) for h in hosts] if isinstance(hosts, list) else None
@@ -67,7 +67,7 @@ def run_work(store, run_id: str) -> list[Work] | None:
         return None
     path = Path(store.root) / RUNS / f"{run_id}.json"
     try:
-        return [tuple(w) for w in json.loads(path.read_text(encoding="utf-8"))["work"]]
+        return [tuple(w) for w in loads(path.read_text(encoding="utf-8"))["work"]]
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError) as exc:

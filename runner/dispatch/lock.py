@@ -19,7 +19,7 @@ import socket
 from datetime import datetime
 from pathlib import Path
 
-from probes.result import InputError
+from probes.result import InputError, loads
 
 LOCK_NAME = ".sweep.lock"
 
@@ -117,7 +117,7 @@ def holder(store_root: Path) -> dict | None:
 
 def _read(fd: int) -> dict | None:
     try:
-        info = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+        info = loads(os.pread(fd, 4096, 0).decode("utf-8"))
     except (OSError, ValueError):
         return None
     return info if isinstance(info, dict) else None

@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from probes.result import InputError, to_jsonable
+from probes.result import InputError, loads, to_jsonable
 
 CHECK_BYTES = 64 * 1024
 """Written and synced by the check: a disk with less room than this cannot take a result file."""
@@ -101,4 +101,4 @@ def read_spill(path: Path) -> Iterator[dict]:
     with open(path, encoding="utf-8") as handle:
         for line in handle:
             if line.strip():
-                yield json.loads(line)
+                yield loads(line)

@@ -21,13 +21,12 @@ Never imports Ray: the GPU box runs this standalone.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from probes.result import InputError
+from probes.result import InputError, loads
 
 FAKE_ENV = "LABPROBE_FAKE_NVML_DIR"
 QUIET_ERRORS = ("NVMLError_NotSupported", "NVMLError_NoPermission", "NVMLError_Unknown", "NVMLError_FunctionNotFound")
@@ -79,7 +78,7 @@ def _read_fake(directory: str, host: str) -> list[GpuSample] | str:
     if not path.is_file():
         return f"no GPU: no fake NVML file {path}"
     try:
-        gpus = json.loads(path.read_text())
+        gpus = loads(path.read_text())
         return [
             GpuSample(
                 index=int(g["index"]),

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from probes.result import InputError
+from probes.result import InputError, loads
 from runner.store import delta
 
 MANIFEST = "labprobe-export.json"
@@ -85,7 +85,7 @@ def _previous_files(folder: Path) -> set[str]:
             )
         return set()
     try:
-        tables = json.loads(manifest.read_text(encoding="utf-8"))["tables"]
+        tables = loads(manifest.read_text(encoding="utf-8"))["tables"]
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"export: {manifest} cannot be read ({exc}): remove the folder or give another") from None
     return {f"{name}.parquet" for name in tables}

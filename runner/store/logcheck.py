@@ -11,8 +11,9 @@ follow one another from the oldest kept to the newest (cleanup removes the oldes
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from probes.result import loads
 
 ADDED = ("num_added_files", "numFilesAdded")
 REMOVED = ("num_removed_files", "numFilesRemoved")
@@ -47,7 +48,7 @@ def _commit_problem(path: Path) -> str | None:
         if not line.strip():
             continue
         try:
-            action = json.loads(line)
+            action = loads(line)
         except ValueError:
             return f"line {number} is not JSON: the commit file is truncated or corrupt"
         if not isinstance(action, dict) or len(action) != 1:

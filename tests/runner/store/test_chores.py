@@ -81,6 +81,14 @@ def test_check_finds_a_truncated_newest_commit(tmp_path, capsys, cut):
     assert "carrier.big" in out  # the other table is listed all the same
 
 
+def test_check_names_a_commit_nested_too_deeply_to_parse(tmp_path, capsys):
+    small_store(tmp_path)
+    victim = newest_commit(tmp_path)
+    victim.write_bytes(b"[" * 100_000)  # json raises RecursionError here: the checker died with a traceback
+    code, out, err = store_cmd(capsys, "check", tmp_path)
+    assert code == 1 and "Traceback" not in err and f"unreadable: {victim}: line 1 is not JSON" in out, out + err
+
+
 def test_check_lists_every_table_when_one_log_is_broken(tmp_path, capsys):
     small_store(tmp_path)
     (tmp_path / "tables" / "jobs" / "_delta_log" / "00000000000000000000.json").write_text("{not json")
