@@ -21,8 +21,8 @@ import dataclasses
 import os
 import traceback
 import warnings
-import weakref
 from collections.abc import Callable
+from numbers import Number
 from pathlib import Path
 
 import torch
@@ -72,9 +72,9 @@ def census(step: Callable[[], object], device: torch.device) -> list[SyncRow]:
     return [SyncRow(what, where, n) for (what, where), n in seen.most_common()]
 
 
-def reads_back(func, args, kwargs=None, host_values=()) -> str | None:
-    """What the op would read back from a CUDA device, None when nothing. `host_values`: the tensors that
-    would be on the host on CUDA too (the constants Python makes of `t[mask] = 0.0`'s number)."""
+def reads_back(func, args, kwargs=None, value_is_number: bool = False) -> str | None:
+    """What the op would read back from a CUDA device, None when nothing. `value_is_number`: the op assigns
+    a Python number (`t[mask] = 0.0`), which PyTorch puts on the host whatever the tensor's device."""
     name = func.overloadpacket.__name__
     if name in READS_BACK:
         return None if name == "_local_scalar_dense" and _in_optimizer() else name
@@ -82,22 +82,22 @@ def reads_back(func, args, kwargs=None, host_values=()) -> str | None:
         return "repeat_interleave by a tensor of counts (its output size)"
     if name == "histc" and (args[2] if len(args) > 2 else 0) == (args[3] if len(args) > 3 else 0):
         return "histc over the data's own range (its min and max)"  # min == max (0, 0 by default)
-    return _mask_index(name, args, host_values)
+    return _mask_index(name, args, value_is_number)
 
 
-def _mask_index(name: str, args, host_values) -> str | None:
+def _mask_index(name: str, args, value_is_number: bool) -> str | None:
     """Indexing by a boolean mask runs nonzero on CUDA, except where ATen's index_put_ fills by the mask
     instead (its canDispatchToMaskedFill: no size to learn): one mask the only index tensor (`None`s for
     whole dimensions beside it allowed), one value of one element that is on the host, no accumulate.
-    `t[mask] = 0.0` is such; `t[mask] = t.mean()` is not (its value is on the GPU)."""
+    `t[mask] = 0.0` is such; `t[mask] = t.mean()` and `t[mask] = torch.tensor(0.0, device=t.device)` are
+    not (their value is on the GPU). On the CPU every tensor is on the host: the census takes a number
+    assigned from Python for the host value (a CPU tensor a lab assigns on purpose is counted, wrongly)."""
     indices = [t for t in (args[1] if name in INDEXING and len(args) > 1 else ()) or () if t is not None]
     masks = [t for t in indices if isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8)]
     if not masks:
         return None
     accumulate = len(args) > 3 and bool(args[3])
-    value = args[2] if name != "index" and len(args) > 2 else None
-    on_host = isinstance(value, torch.Tensor) and value.numel() == 1 and any(value is t for t in host_values)
-    if on_host and len(indices) == 1 and not accumulate:
+    if name != "index" and value_is_number and len(indices) == 1 and not accumulate:
         return None
     return f"{name} by a boolean mask (nonzero)"
 
@@ -109,20 +109,42 @@ def _in_optimizer() -> bool:
 
 
 class _ReadBacks(TorchDispatchMode):
+    """The dispatch mode, and around it `Tensor.__setitem__` noting whether the value it assigns is a Python
+    number: the dispatcher sees that number as a tensor like any other."""
+
     def __init__(self, seen: collections.Counter):
         super().__init__()
         self.seen = seen
-        self.host_values: weakref.WeakSet = weakref.WeakSet()
-        """Constants Python made of a number or a literal (aten.lift_fresh): on the host on CUDA too."""
+        self.numbers: list[bool] = []  # one per assignment in progress: is its value a Python number?
+
+    def __enter__(self):
+        own, original = "__setitem__" in vars(torch.Tensor), torch.Tensor.__setitem__
+        numbers = self.numbers
+
+        def setitem(tensor, key, value):
+            numbers.append(isinstance(value, Number))
+            try:
+                return original(tensor, key, value)
+            finally:
+                numbers.pop()
+
+        self._restore = (own, original)
+        torch.Tensor.__setitem__ = setitem
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        own, original = self._restore
+        if own:
+            torch.Tensor.__setitem__ = original
+        else:
+            del torch.Tensor.__setitem__
+        return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        what = reads_back(func, args, kwargs, self.host_values)
+        what = reads_back(func, args, kwargs, bool(self.numbers) and self.numbers[-1])
         if what:
             self.seen[(what, _caller())] += 1
-        out = func(*args, **(kwargs or {}))
-        if func.overloadpacket.__name__ == "lift_fresh":
-            self.host_values.add(out)
-        return out
+        return func(*args, **(kwargs or {}))
 
 
 def _seen(seen: collections.Counter, message: str) -> None:

@@ -53,6 +53,10 @@ def test_a_step_that_waits_for_nothing_has_no_rows_and_the_census_leaves_no_mode
         (lambda x: x.float()[x > 1, None], "index by a boolean mask (nonzero)"),
         (lambda x: x.clone().index_put_((x > 1,), torch.tensor([7, 8, 9])), "index_put_ by a boolean mask (nonzero)"),
         (lambda x: x.clone().__setitem__(x > 1, x.max()), "index_put_ by a boolean mask (nonzero)"),  # value on the GPU
+        (
+            lambda x: x.clone().__setitem__(x > 1, torch.tensor(7, device=x.device)),
+            "index_put_ by a boolean mask (nonzero)",
+        ),
     ],
 )
 def test_the_ops_whose_output_size_or_value_the_host_needs_are_each_named(call, what):
