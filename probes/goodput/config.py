@@ -8,7 +8,8 @@ from pathlib import Path
 
 from probes.corpus import batching
 from probes.corpus.config import CorpusConfig
-from probes.result import require
+from probes.result import FieldError, require
+from probes.step import stacks
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -99,3 +100,8 @@ class Config(CorpusConfig):
         require(
             self.stack is None or self.stack_json is not None, "stack", "needs `stack_json`, the run that measured it"
         )
+        if self.stack is not None:  # its canonical spelling, as carrier stores it and a sweep hashes it
+            try:
+                object.__setattr__(self, "stack", stacks.canonical(self.stack))
+            except FieldError as exc:  # an empty member: this field's error, not --variant's
+                raise FieldError("stack", exc.message) from None

@@ -73,7 +73,8 @@ class Config(StepConfig):
         )
         require(not self.fit_lens or len(set(self.fit_lens)) >= 3, "fit_lens", "needs >= 3 distinct widths")
         require(all(n >= 2 for n in self.fit_lens), "fit_lens", "must all be >= 2")
-        if self.variant is not None:
+        if self.variant is not None:  # its canonical spelling, as carrier stores it and a sweep hashes it
+            object.__setattr__(self, "variant", stacks.canonical(self.variant))
             stacks.get(self.variant)  # an unknown name or a conflicting stack: its FieldError, before anything runs
         require(
             self.stack_json is None or (self.variant is not None and self.profile is not None),

@@ -31,7 +31,7 @@ from typing import Any
 
 import pandas as pd
 
-from probes.result import InputError
+from probes.result import FieldError, InputError
 from runner.analysis.drift import (
     DIMENSIONS,
     SPREAD_LIMIT_PCT,
@@ -204,6 +204,7 @@ def _of_variants(rows: pd.DataFrame, probe: str, table: str, variants: list[str]
     """The rows of the named variants (all when none is named); an unknown name is bad input."""
     if not variants:
         return rows
+    variants = [_canonical(v) for v in variants]  # as the store keeps them: b+a is a+b
     stored = sorted(rows["variant"].dropna().unique()) if "variant" in rows.columns else []
     missing = [v for v in variants if v not in stored]
     if missing:
@@ -212,6 +213,15 @@ def _of_variants(rows: pd.DataFrame, probe: str, table: str, variants: list[str]
             f"(stored: {', '.join(map(str, stored)) or 'none: this table has no variants'})"
         )
     return rows[rows["variant"].isin(variants)]
+
+
+def _canonical(name: str) -> str:
+    from probes.step import stacks  # here: it imports torch, which compare needs only to filter by variant
+
+    try:
+        return stacks.canonical(name)
+    except FieldError:  # not a stack's name at all: left as given, for the error naming what is stored
+        return name
 
 
 def _host_order(present, order: list[str]) -> list[str]:

@@ -199,6 +199,18 @@ def test_stack_names_are_canonical_and_members_compose():
     assert config.variant == ("compile+fused-adamw", "ce-chunk=512", "baseline")  # what the store and a sweep hash
     with pytest.raises(FieldError, match="search"):
         carrier.Config(checkpoint=(Path("c"),), search=True, steps=0)
+    from runner.lab.probe_config import build_probe_config
+
+    replay = build_probe_config("replay", {"variant": "fused-adamw + compile"}, placeholders=True, corpus="c.jsonl")
+    terms = {
+        "linear_s": 1e-4,
+        "quadratic_s": 0,
+        "fixed_s": 0.1,
+        "stack_json": "c.json",
+        "stack": " compile+fused-adamw",
+    }
+    goodput = build_probe_config("goodput", terms, placeholders=True, corpus="c.jsonl")
+    assert replay.variant == goodput.stack == "compile+fused-adamw"
 
 
 def test_the_search_grows_the_best_stack_predicting_each_before_measuring(tiny):

@@ -62,6 +62,9 @@ def test_variants_are_separate_rows_even_when_hosts_measured_different_sets(tmp_
     assert rows["variant=compile"]["values"] == {"gx10": 160.0}  # never averaged with a baseline
     only = compare(store, "carrier", variants=["compile"])
     assert [r["group"] for r in only.rows] == ["variant=compile"]
+    put(store, host="gx10", run=2, tok_per_s={"compile+fused-adamw": 170.0, "ce-chunk=512": 101.0})
+    asked = compare(store, "carrier", variants=["fused-adamw + compile", "ce-chunk=0512"])  # spelled as the lab may
+    assert sorted(r["group"] for r in asked.rows) == ["variant=ce-chunk=512", "variant=compile+fused-adamw"]
 
 
 def test_an_unknown_variant_is_bad_input_naming_the_stored_ones(tmp_path, capsys):
