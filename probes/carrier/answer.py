@@ -30,7 +30,18 @@ def figures(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> tup
         rows.append(row)
     advice = summary.get("advice") or []
     notes = [f"advice: {line}" for line in advice] if isinstance(advice, list) else []
-    return rows, notes + _launch_notes(tables["carriers"])
+    return rows, notes + _late_notes(tables["carriers"]) + _launch_notes(tables["carriers"])
+
+
+def _late_notes(carriers: pd.DataFrame) -> list[str]:
+    """A row timed whose later stages ran out of memory: its step time stands, its numerics do not exist."""
+    notes = []
+    for _, r in carriers.iterrows():
+        late = plain(r.get("not_measured"))
+        if late:
+            name = "/".join(str(plain(r[k])) for k in IDENTITY if k in r.index and plain(r[k]) is not None)
+            notes.append(f"{name}: timed, then not measured: {late}")
+    return notes
 
 
 def _launch_notes(carriers: pd.DataFrame) -> list[str]:

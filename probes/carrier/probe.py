@@ -111,6 +111,9 @@ class CarrierRow:
     """Kernels that fell back to transformers' reference PyTorch implementation in the timed process,
     `function (package)` (probes.step.kernel_watch); None: every kernel took its fast path."""
     compile_s: float | None = None
+    not_measured: str | None = None
+    """Stages after the timing that ran out of memory, `numerics: oom: ...`: the step time stands, their
+    figures (the numerics price, the what-if's micro-benchmarks) are missing."""
     caveat: str = ""
     status: str = "ok"
 
@@ -142,6 +145,7 @@ def _row(config: Config, name: str, r: Measurement, peaks: tuple[float | None, f
         tokens_per_step=tokens,
         caveat=r.caveat,
         kernel_fallbacks=", ".join(r.kernel_fallbacks or []) or None,
+        not_measured="; ".join(f"{stage}: {why}" for stage, why in (r.not_measured or {}).items()) or None,
     )
     if r.status != "ok":
         return CarrierRow(**base, status=r.status)
@@ -281,13 +285,13 @@ def _checks(config: Config, rows: list[CarrierRow]) -> list[Check]:
         for r in rows
         if r.status not in ("ok", "counts only") and not r.status.startswith(("not trustworthy", "not applicable"))
     ]
+    late = [f"{r.model}/{r.variant}'s {r.not_measured}" for r in rows if r.not_measured]
+    detail = "; ".join(failed) if failed else f"{len(rows)} row(s) {'counted' if config.steps == 0 else 'measured'}"
     checks = [
         Check(
             name="all_measured",
             ok=not failed,
-            detail="; ".join(failed)
-            if failed
-            else f"{len(rows)} row(s) {'counted' if config.steps == 0 else 'measured'}",
+            detail=detail + (f" (after the timing, not measured: {'; '.join(late)})" if late else ""),
         )
     ]
     if config.steps:

@@ -191,6 +191,8 @@ def compare(model: str, baseline: Measurement, result: Measurement) -> NumericsR
         late = (result.not_measured or {}).get("numerics")
         if late is None and (base_late := (baseline.not_measured or {}).get("numerics")) is not None:
             late = f"the baseline's: {base_late}"
+        if late is None and baseline.status != "ok":
+            late = "the baseline did not measure, nothing to compare with"
         why = result.status if result.status != "ok" else late or "no numerics recorded"
         return NumericsRow(model=model, variant=name, basis=f"not measured: {why}")
     b, v = base["losses"], mine["losses"]

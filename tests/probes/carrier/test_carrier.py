@@ -3,14 +3,17 @@ FLOP formula by hand, an OOM as a row, bad input refused by name, --checkpoint r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from transformers import Qwen3Config
 
+from probes.carrier import answer
 from probes.carrier import probe as carrier
 from probes.result import InputError
 from probes.step import flops, models
@@ -161,7 +164,10 @@ def test_a_baseline_out_of_memory_beside_a_stack_that_fits_is_a_row_not_a_traceb
     rows = {r["variant"]: r for r in result["tables"]["carriers"]}
     assert rows["baseline"]["status"].startswith("oom while timing") and rows["bf16-adapters"]["step_s"] > 0
     head, *_, within = result["summary"]["settings"]
-    assert head.endswith("fastest bf16-adapters (the baseline did not measure: its speed-up is unknown)"), head
+    assert head.endswith(
+        "fastest bf16-adapters (the baseline did not measure: its speed-up is unknown) (numerics not measured: "
+        "the baseline did not measure, nothing to compare with)"
+    ), head
     assert within == "fastest within the numerics tolerance: not measured (the baseline did not measure)"
     fp32_only = [a if a != "bf16-adapters" else "fused-adamw" for a in argv]  # every row out of memory
     assert main([*fp32_only, "--json"]) == 1
@@ -179,6 +185,15 @@ def test_a_stage_after_the_timing_out_of_memory_keeps_the_step_time_and_says_wha
     result = carrier.run(config)
     rows = {r.variant: r for r in result.tables["carriers"]}
     assert all("oom" not in r.status and r.step_s > 0 for r in rows.values()), rows
+    assert rows["bf16-adapters"].not_measured == "numerics: oom: CUDA out of memory. Tried to allocate 3.00 GiB"
+    assert (
+        rows["baseline"].not_measured.startswith("numerics: oom: ")
+        and "micro-benchmarks: oom" in rows["baseline"].not_measured
+    )
+    check = {c.name: c for c in result.checks}["all_measured"]
+    assert check.ok and "after the timing, not measured: tied0/baseline's numerics: oom" in check.detail
+    _, notes = answer.figures({"carriers": pd.DataFrame([dataclasses.asdict(r) for r in rows.values()])}, {}, {})
+    assert "tied0/bf16-adapters: timed, then not measured: numerics: oom: CUDA out of memory." in " ".join(notes)
     numerics = {r.variant: r for r in result.tables["numerics"]}
     assert numerics["bf16-adapters"].within_tolerance is None
     assert numerics["bf16-adapters"].basis == "not measured: oom: CUDA out of memory. Tried to allocate 3.00 GiB"
