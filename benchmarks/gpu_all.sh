@@ -36,8 +36,9 @@ from bench_stack_hours_gpu import tiny_checkpoint; print(tiny_checkpoint(Path(sy
   # GPU_ALL_LIMIT: the seconds the whole call may take (default 590 of the 600 a command gets; less where less
   # device time is left)
   left() { echo $(( ${GPU_ALL_LIMIT:-590} - ($(date +%s) - start) )); }
-  # a timeout of at most $1 s within what is left, never 0 (GNU timeout 0 waits forever): 1 when none is left
-  within() { local l n; l=$(left); n=$(( $1 < l ? $1 : l )); echo $(( n > 1 ? n : 1 )); }
+  # a timeout of at most $1 s within what is left less the 15 s of `timeout -k 15` (its KILL must land within the
+  # call too), never 0 (GNU timeout 0 waits forever): 1 when none is left
+  within() { local l n; l=$(( $(left) - 15 )); n=$(( $1 < l ? $1 : l )); echo $(( n > 1 ? n : 1 )); }
   # unpack an .xz archive with Python's tarfile: the image may have no xz for tar -J
   untar() { python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' "$@"; }
   # causal-conv1d built for sm_90 beforehand (.gpu-site/cc1d.tar.xz, 20.5 MiB: too much beside site26.tar.xz in
@@ -64,7 +65,7 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
     cc1d_ok() { PYTHONPATH=$1 python3 -c 'import torch, causal_conv1d, causal_conv1d_cuda' >/dev/null 2>&1; }
     if [ -d .gpu-cc1d/causal_conv1d ] && cc1d_ok .gpu-cc1d; then  # left by this machine's previous call
       conv="--conv-path $PWD/.gpu-cc1d"
-    elif [ "${CC1D_BUILD:-1}" = 1 ] && timeout $(within 240) bash benchmarks/build_causal_conv1d.sh $g/causal_conv1d-1.7.0 $g/whl $g/cc1d && cc1d_ok $g/cc1d
+    elif [ "${CC1D_BUILD:-1}" = 1 ] && timeout -k 15 $(within 240) bash benchmarks/build_causal_conv1d.sh $g/causal_conv1d-1.7.0 $g/whl $g/cc1d && cc1d_ok $g/cc1d
     then
       conv="--conv-path $g/cc1d"
     fi
@@ -72,10 +73,10 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
     local convdir=${conv#--conv-path }; [ "$conv" = --conv-shim ] && convdir=benchmarks/conv_shim
     local caller=${PYTHONPATH#.} check=0
     # FLA_PRECHECK=0: no strict check first (bench_carriers_gpu's own fla_check part still records it)
-    [ "${FLA_PRECHECK:-1}" = 1 ] && { PYTHONPATH=$g/tri371:$g/site:.:$g/fla060:$convdir$caller timeout $(within 200) \
+    [ "${FLA_PRECHECK:-1}" = 1 ] && { PYTHONPATH=$g/tri371:$g/site:.:$g/fla060:$convdir$caller timeout -k 15 $(within 200) \
       python3 benchmarks/fla_check.py --out "$OUT/fla_triton371" --strict >/dev/null || check=$?; }
     if [ "$check" -eq 0 ]; then
-      PYTHONPATH=$g/tri371:$g/site:.$caller timeout $(within 330) python3 \
+      PYTHONPATH=$g/tri371:$g/site:.$caller timeout -k 15 $(within 330) python3 \
         benchmarks/bench_carriers_gpu.py --out "$OUT" --fla-path $g/fla060 $conv --skip moe hybrid_no_fla || rc=$?
     else  # 1: a wrong output or gradient, or a part failed (fla_triton371/fla_check.json); 124: it timed out
       echo "[gpu_all.sh --next: fla_check under Triton 3.7.1 exit $check: the lifted copies on the image's Triton]"
@@ -87,7 +88,7 @@ print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin"
   next26_lifted() {
     # FLA_ALSO: the #640 kernel rewritten (ds^T accumulated, no transposed MMA result): checked in ~40 s; timed
     # too when it checks right and the call is issue 26's alone
-    timeout $(within 300) python3 benchmarks/bench_carriers_gpu.py --out "$OUT" \
+    timeout -k 15 $(within 300) python3 benchmarks/bench_carriers_gpu.py --out "$OUT" \
       --fla-path "$FLA_PATH" ${CONV:---conv-shim} --lift-fla-640 $([ -d "${FLA_ALSO:-}" ] && echo --fla-also "$FLA_ALSO") \
       $([ "$which" = 26 ] && echo --time-also) --skip moe hybrid_no_fla || rc=$?
   }

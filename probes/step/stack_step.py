@@ -42,9 +42,9 @@ class StackStep:
     trustworthy: bool
     """Both rows measured with spreads within 2% (their `trustworthy`) and neither launch-bound."""
     within_tolerance: bool | None
+    """The stack's numerics price within tolerance (carrier's `numerics` table); None: not measured."""
     numerics_measured: bool = False
     """The file's `numerics` table has rows of this model: a stack there without a verdict did not run them."""
-    """The stack's numerics price within tolerance (carrier's `numerics` table); None: not measured."""
     source: str
     setup: dict = dataclasses.field(default_factory=dict)
     """The run's SETUP_KEYS its file names (harness, LoRA rank, CE chunk, card)."""
@@ -178,7 +178,12 @@ def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only
             if r.get("status") == "ok" and _step_s(r) is not None and within.get(str(r.get("variant"))) in verdicts
         ]
         if not ok:
-            raise InputError(f"{path}: no row of {model} measured ok (and within the numerics tolerance) to take")
+            why = (
+                "no row's numerics ran (the baseline's among them)"
+                if within and all(v is None for v in within.values())
+                else "none measured ok and within the numerics tolerance"
+            )
+            raise InputError(f"{path}: no row of {model} to take: {why}; name one with --stack")
         stack = str(min(ok, key=_step_s)["variant"])
     baseline_s, stack_s = _pair(rows, stack, str(path))
     shape = result.get("config") if isinstance(result.get("config"), dict) else {}

@@ -17,7 +17,7 @@ import dataclasses
 import importlib
 
 from probes.result import FieldError
-from probes.step import variants
+from probes.step import names, variants
 
 PIECES = {
     "autocast_dtype": "the autocast dtype",
@@ -35,36 +35,23 @@ def get(name: str) -> variants.Variant:
     """The Variant a `--variant` value names: a stack (`a+b`), a lab's (`pkg.mod:NAME`) or a single."""
     if "+" in name:
         return compose(name)
-    name = _member(name)
+    name = names.member(name)
     if ":" in name:
         return imported(name)
     return variants.get(name)
 
 
-def _member(name: str) -> str:
-    """One name as the store keeps it: no surrounding blanks, a CE chunk without leading zeros."""
-    name = name.strip()
-    chunk = variants.CE_CHUNK.fullmatch(name)
-    return f"ce-chunk={int(chunk.group(1))}" if chunk else name
-
-
-def parse(names: tuple[str, ...]) -> tuple[variants.Variant, ...]:
+def parse(asked: tuple[str, ...]) -> tuple[variants.Variant, ...]:
     """The Variants `--variant` values name, resolved once (a probe's Config does it): baseline first and
     once, order kept, a stack under its canonical name (members sorted), duplicates dropped."""
-    found = {v.name: v for v in map(get, names)}  # a repeated name keeps its first place
+    found = {v.name: v for v in map(get, asked)}  # a repeated name keeps its first place
     return (variants.BASELINE_VARIANT, *(v for name, v in found.items() if name != variants.BASELINE))
 
 
 def members(name: str) -> list[str]:
     """The member names of a stack name, canonical order (sorted), duplicates dropped; FieldError on
     an empty member or `baseline` inside a stack."""
-    parts = [_member(p) for p in name.split("+")]
-    if any(not p for p in parts):
-        why = "an empty member (write a+b+c)" if "+" in name else f"empty (known: {variants.known()})"
-        raise FieldError("variant", f"{name!r}: {why}")
-    if variants.BASELINE in parts and len(parts) > 1:
-        raise FieldError("variant", f"{name!r}: baseline is no change, leave it out of a stack")
-    return sorted(dict.fromkeys(parts))
+    return names.members(name, known=variants.known())
 
 
 def canonical(name: str) -> str:

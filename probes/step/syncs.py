@@ -17,8 +17,10 @@ step: a first call of a compiled function under the CPU's dispatch mode would le
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import os
+import threading
 import traceback
 import warnings
 from collections.abc import Callable
@@ -67,7 +69,7 @@ def census(step: Callable[[], object], device: torch.device) -> list[SyncRow]:
                 torch.cuda.set_sync_debug_mode(before)  # the lab's own setting ("error", say) back
         torch.cuda.synchronize(device)  # the step's end, after the census: the caller's wait, not the step's
     else:
-        with _ReadBacks(seen):
+        with _numbers_noted(), _ReadBacks(seen):
             step()
     return [SyncRow(what, where, n) for (what, where), n in seen.most_common()]
 
@@ -109,42 +111,57 @@ def _in_optimizer() -> bool:
 
 
 class _ReadBacks(TorchDispatchMode):
-    """The dispatch mode, and around it `Tensor.__setitem__` noting whether the value it assigns is a Python
-    number: the dispatcher sees that number as a tensor like any other."""
-
     def __init__(self, seen: collections.Counter):
         super().__init__()
         self.seen = seen
-        self.numbers: list[bool] = []  # one per assignment in progress: is its value a Python number?
-
-    def __enter__(self):
-        own, original = "__setitem__" in vars(torch.Tensor), torch.Tensor.__setitem__
-        numbers = self.numbers
-
-        def setitem(tensor, key, value):
-            numbers.append(isinstance(value, Number))
-            try:
-                return original(tensor, key, value)
-            finally:
-                numbers.pop()
-
-        self._restore = (own, original)
-        torch.Tensor.__setitem__ = setitem
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        own, original = self._restore
-        if own:
-            torch.Tensor.__setitem__ = original
-        else:
-            del torch.Tensor.__setitem__
-        return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        what = reads_back(func, args, kwargs, bool(self.numbers) and self.numbers[-1])
+        what = reads_back(func, args, kwargs, _value_is_number())
         if what:
             self.seen[(what, _caller())] += 1
         return func(*args, **(kwargs or {}))
+
+
+_ASSIGNING = threading.local()
+"""This thread's assignments in progress (`numbers`): whether each one's value is a Python number."""
+_PATCH_LOCK = threading.Lock()
+_PATCH: dict = {"depth": 0, "own": False, "original": None}
+
+
+def _setitem(tensor, key, value):
+    numbers = _ASSIGNING.__dict__.setdefault("numbers", [])
+    numbers.append(isinstance(value, Number))
+    try:
+        return _PATCH["original"](tensor, key, value)
+    finally:
+        numbers.pop()
+
+
+def _value_is_number() -> bool:
+    numbers = getattr(_ASSIGNING, "numbers", None)
+    return bool(numbers) and numbers[-1]
+
+
+@contextlib.contextmanager
+def _numbers_noted():
+    """`Tensor.__setitem__` noting, per thread, whether the value it assigns is a Python number (the
+    dispatcher sees the number as a tensor like any other). Installed once however many censuses overlap, in
+    whatever order they end, and put back as it was when the last one ends."""
+    with _PATCH_LOCK:
+        if _PATCH["depth"] == 0:
+            _PATCH["own"], _PATCH["original"] = "__setitem__" in vars(torch.Tensor), torch.Tensor.__setitem__
+            torch.Tensor.__setitem__ = _setitem
+        _PATCH["depth"] += 1
+    try:
+        yield
+    finally:
+        with _PATCH_LOCK:
+            _PATCH["depth"] -= 1
+            if _PATCH["depth"] == 0:
+                if _PATCH["own"]:
+                    torch.Tensor.__setitem__ = _PATCH["original"]
+                else:
+                    del torch.Tensor.__setitem__
 
 
 def _seen(seen: collections.Counter, message: str) -> None:

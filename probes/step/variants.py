@@ -29,14 +29,13 @@ one piece two ways are refused, naming the conflict. An unknown name is a FieldE
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import torch
 
 from probes.result import FieldError
 from probes.step.contract import Contract
+from probes.step.names import BASELINE, CE_CHUNK
 
-BASELINE = "baseline"
 KEEP = "keep"
 
 
@@ -131,7 +130,6 @@ FIXED: dict[str, Variant] = {
 }
 BASELINE_VARIANT = FIXED[BASELINE]
 """No change: the Variant a Spec measures unless told otherwise."""
-CE_CHUNK = re.compile(r"ce-chunk=(\d+)")
 
 
 def known() -> str:

@@ -32,6 +32,7 @@ from typing import Any
 import pandas as pd
 
 from probes.result import FieldError, InputError
+from probes.step import names
 from runner.analysis.drift import (
     DIMENSIONS,
     SPREAD_LIMIT_PCT,
@@ -204,22 +205,22 @@ def _of_variants(rows: pd.DataFrame, probe: str, table: str, variants: list[str]
     """The rows of the named variants (all when none is named); an unknown name is bad input."""
     if not variants:
         return rows
-    variants = [_canonical(v) for v in variants]  # as the store keeps them: b+a is a+b
     stored = sorted(rows["variant"].dropna().unique()) if "variant" in rows.columns else []
-    missing = [v for v in variants if v not in stored]
+    # both sides as the store keeps them now: b+a is a+b, and a row stored before as ce-chunk=0512 is ce-chunk=512
+    canonical = {name: _canonical(str(name)) for name in stored}
+    missing = [v for v in variants if _canonical(v) not in canonical.values()]
     if missing:
         raise InputError(
             f"--variant {missing[0]!r}: no such rows in {probe}.{table} "
             f"(stored: {', '.join(map(str, stored)) or 'none: this table has no variants'})"
         )
-    return rows[rows["variant"].isin(variants)]
+    wanted = {_canonical(v) for v in variants}
+    return rows[rows["variant"].map(lambda name: canonical.get(name) in wanted)]
 
 
 def _canonical(name: str) -> str:
-    from probes.step import stacks  # here: it imports torch, which compare needs only to filter by variant
-
     try:
-        return stacks.canonical(name)
+        return names.canonical(name)
     except FieldError:  # not a stack's name at all: left as given, for the error naming what is stored
         return name
 

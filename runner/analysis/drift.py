@@ -29,6 +29,7 @@ DIMENSIONS = frozenset(
 )
 NOT_IDENTITY = frozenset(
     {"status", "reason", "detail", "top_kernel", "note", "attention_backends", "kernel_fallbacks", "caveat"}
+    | {"not_measured"}
 )
 """Outcomes, not what was measured: a run that fell back to a slower kernel is the same series, slower."""
 _MEASURED = re.compile(r"_(s|ms|us|ns|bytes|per_s|pct|frac|fraction)$")

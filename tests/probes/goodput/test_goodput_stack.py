@@ -84,6 +84,11 @@ def test_a_stack_whose_numerics_did_not_run_is_not_taken_for_one_within_toleranc
     named = goodput.run(_config(lengths, stack_json=stack_file, stack="bf16-adapters+compile+fused-adamw"))
     check = {c.name: c for c in named.checks}["stack_numerics_within_tolerance"]
     assert not check.ok and "not measured" in check.detail and "says why" in check.detail
+    for row in doc["tables"]["numerics"]:  # the baseline's numerics ran out of memory too: none has a verdict
+        row.update(within_tolerance=None)
+    stack_file.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="no row's numerics ran .*; name one with --stack"):
+        goodput.run(_config(lengths, stack_json=stack_file))
 
 
 def test_a_profiles_variants_table_serves_and_an_untrustworthy_row_fails_its_check(lengths, tmp_path):

@@ -112,3 +112,49 @@ def test_a_step_in_a_folder_named_in_bytes_that_are_not_utf8_is_named_in_utf8(tm
     spec.loader.exec_module(module)
     (row,) = syncs.census(lambda: module.step(torch.ones(3)), torch.device("cpu"))
     assert row.where == "lab\ufffd/harness.py:2" and row.where.encode("utf-8")
+
+
+def test_the_census_of_one_thread_is_not_swayed_by_anothers_assignments_and_leaves_setitem_as_it_was():
+    """Tensor.__setitem__ is patched for the whole process while a census runs: another thread assigning
+    numbers meanwhile must not make this census's tensor-valued assignments look like fills, and censuses
+    ending in another order than they began must leave no patch behind."""
+    import sys
+    import threading
+
+    x, stop = torch.arange(8.0), threading.Event()
+
+    def assign_numbers() -> None:
+        y = torch.zeros(4)
+        while not stop.is_set():
+            y[0] = 1.0
+
+    others = [threading.Thread(target=assign_numbers, daemon=True) for _ in range(3)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in others:
+            t.start()
+
+        def step():
+            for _ in range(300):
+                x.clone()[x > 1] = x.max()  # a value on the GPU: nonzero, every time
+
+        (row,) = syncs.census(step, torch.device("cpu"))
+    finally:
+        stop.set()
+        sys.setswitchinterval(interval)
+        for t in others:
+            t.join()
+    assert row.count_per_step == 300
+    began, release = threading.Barrier(2), threading.Event()
+
+    def first() -> None:  # begins first, ends first
+        syncs.census(lambda: (began.wait(), release.wait()), torch.device("cpu"))
+
+    one = threading.Thread(target=first)
+    one.start()
+    second = threading.Thread(target=lambda: syncs.census(lambda: (began.wait(), one.join()), torch.device("cpu")))
+    second.start()
+    release.set()
+    second.join()
+    assert "__setitem__" not in vars(torch.Tensor)

@@ -65,6 +65,9 @@ def test_variants_are_separate_rows_even_when_hosts_measured_different_sets(tmp_
     put(store, host="gx10", run=2, tok_per_s={"compile+fused-adamw": 170.0, "ce-chunk=512": 101.0})
     asked = compare(store, "carrier", variants=["fused-adamw + compile", "ce-chunk=0512"])  # spelled as the lab may
     assert sorted(r["group"] for r in asked.rows) == ["variant=ce-chunk=512", "variant=compile+fused-adamw"]
+    put(store, host="ana-ml2", run=3, tok_per_s={"ce-chunk=0256": 99.0})  # stored before names were canonical
+    assert [r["group"] for r in compare(store, "carrier", variants=["ce-chunk=0256"]).rows] == ["variant=ce-chunk=0256"]
+    assert [r["group"] for r in compare(store, "carrier", variants=["ce-chunk=256"]).rows] == ["variant=ce-chunk=0256"]
 
 
 def test_an_unknown_variant_is_bad_input_naming_the_stored_ones(tmp_path, capsys):
