@@ -13,6 +13,7 @@ from types import ModuleType
 
 from probes.result import Check, InputError, ProbeResult
 from probes.step.checkpoint import read_config  # the runner fingerprints a checkpoint's config.json with it
+from probes.step.names import canonical as variant_name  # compare matches --variant as the store keeps names
 
 __all__ = [
     "ANSWERS",
@@ -25,6 +26,7 @@ __all__ = [
     "get",
     "read_config",
     "run",
+    "variant_name",
 ]
 
 # name -> (module, what it settles)

@@ -31,8 +31,8 @@ from typing import Any
 
 import pandas as pd
 
+from probes import variant_name
 from probes.result import FieldError, InputError
-from probes.step import names
 from runner.analysis.drift import (
     DIMENSIONS,
     SPREAD_LIMIT_PCT,
@@ -220,7 +220,7 @@ def _of_variants(rows: pd.DataFrame, probe: str, table: str, variants: list[str]
 
 def _canonical(name: str) -> str:
     try:
-        return names.canonical(name)
+        return variant_name(name)
     except FieldError:  # not a stack's name at all: left as given, for the error naming what is stored
         return name
 

@@ -17,6 +17,8 @@ from runner.gpu.idle import GpuBusyError, GpuReading, Thresholds, verdict
 from runner.gpu.nvml import FAKE_ENV, GpuSample
 
 T = Thresholds()
+NO_PID = 4_194_400
+"""Above Linux's largest pid (2**22): no process here has it, so its user reads `?` (31337 once ran on CI)."""
 
 
 def sample(**kw) -> GpuSample:
@@ -151,7 +153,7 @@ def test_guard_on_a_two_gpu_host_moves_the_job_off_the_busy_card_ray_assigned(fa
     """Ray assigned GPU 0 (logical counting), someone trains on it, GPU 1 is idle: the job goes
     to GPU 1 (by UUID, set before CUDA starts) instead of refusing forever."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # restored after the test: no leak
-    write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(31337, 4 * GIB)], mem=4 * GIB), gpu(1)])
+    write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(NO_PID, 4 * GIB)], mem=4 * GIB), gpu(1)])
     card = idle.guard("box")
     assert card == idle.Card(index=1, uuid="GPU-fake-1", assigned="0", switched=True)
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-fake-1"
@@ -162,10 +164,10 @@ def test_guard_on_a_two_gpu_host_moves_the_job_off_the_busy_card_ray_assigned(fa
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-fake-1"
     # Both cards busy: refused, naming every card and why; the variable untouched.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(31337, 4 * GIB)], mem=4 * GIB), gpu(1, util=(0, 95, 90))])
+    write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(NO_PID, 4 * GIB)], mem=4 * GIB), gpu(1, util=(0, 95, 90))])
     with pytest.raises(
         GpuBusyError,
-        match=r"box: GPU 0 busy: pid 31337 \(user \?, 4.00 GiB\) computes on it.*; "
+        match=rf"box: GPU 0 busy: pid {NO_PID} \(user \?, 4.00 GiB\) computes on it.*; "
         r"GPU 1 busy: utilisation",
     ):
         idle.guard("box")
@@ -173,7 +175,7 @@ def test_guard_on_a_two_gpu_host_moves_the_job_off_the_busy_card_ray_assigned(fa
 
 
 def test_guard_accepts_ray_assigning_by_uuid(fake_nvml_dir, monkeypatch):
-    write_fake(fake_nvml_dir, "box", [gpu(0), gpu(1, processes=[(31337, 4 * GIB)], mem=4 * GIB)])
+    write_fake(fake_nvml_dir, "box", [gpu(0), gpu(1, processes=[(NO_PID, 4 * GIB)], mem=4 * GIB)])
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-1")
     assert idle.guard("box") == idle.Card(index=0, uuid="GPU-fake-0", assigned="GPU-fake-1", switched=True)
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-fake-0"
@@ -226,7 +228,7 @@ def test_a_process_already_running_cuda_is_not_switched_but_refused(fake_nvml_di
     started = types.SimpleNamespace(cuda=types.SimpleNamespace(is_initialized=lambda: True))
     monkeypatch.setitem(sys.modules, "torch", started)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(31337, 4 * GIB)], mem=4 * GIB), gpu(1)])
+    write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(NO_PID, 4 * GIB)], mem=4 * GIB), gpu(1)])
     with pytest.raises(GpuBusyError, match=r"box: CUDA_VISIBLE_DEVICES='0' reads busy and this process already runs"):
         idle.guard("box")
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
