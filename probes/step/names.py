@@ -10,7 +10,8 @@ import re
 from probes.result import FieldError
 
 BASELINE = "baseline"
-CE_CHUNK = re.compile(r"ce-chunk=(\d+)")
+CE_CHUNK = re.compile(r"ce-chunk=([0-9]{1,12})")
+"""ASCII digits only (a regex digit class takes any script's), and few enough for `int` (it refuses over 4,300)."""
 
 
 def member(name: str) -> str:

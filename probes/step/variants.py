@@ -32,7 +32,7 @@ import dataclasses
 
 import torch
 
-from probes.result import FieldError
+from probes.result import FieldError, shown
 from probes.step.contract import Contract
 from probes.step.names import BASELINE, CE_CHUNK
 
@@ -149,4 +149,4 @@ def get(name: str) -> Variant:
             + (" (0: full fp32 logits, HF's way)" if chunk == 0 else ""),
             ce_chunk=chunk,
         )
-    raise FieldError("variant", f"{name!r}: unknown (known: {known()})")
+    raise FieldError("variant", f"{shown(name)}: unknown (known: {known()})")

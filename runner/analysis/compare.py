@@ -202,20 +202,23 @@ def _summary_rows(jobs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _of_variants(rows: pd.DataFrame, probe: str, table: str, variants: list[str] | None) -> pd.DataFrame:
-    """The rows of the named variants (all when none is named); an unknown name is bad input."""
+    """The rows of the named variants (all when none is named), each under its canonical name: b+a is a+b, and
+    a row stored before names were canonical (ce-chunk=0512) is the series of ce-chunk=512, one group, not
+    two. An unknown name is bad input."""
+    if "variant" not in rows.columns:
+        stored: list[str] = []
+    else:
+        rows = rows.assign(variant=rows["variant"].map(lambda v: _canonical(v) if isinstance(v, str) else v))
+        stored = sorted({str(v) for v in rows["variant"].dropna()})
     if not variants:
         return rows
-    stored = sorted(rows["variant"].dropna().unique()) if "variant" in rows.columns else []
-    # both sides as the store keeps them now: b+a is a+b, and a row stored before as ce-chunk=0512 is ce-chunk=512
-    canonical = {name: _canonical(str(name)) for name in stored}
-    missing = [v for v in variants if _canonical(v) not in canonical.values()]
+    missing = [v for v in variants if _canonical(v) not in stored]
     if missing:
         raise InputError(
             f"--variant {missing[0]!r}: no such rows in {probe}.{table} "
-            f"(stored: {', '.join(map(str, stored)) or 'none: this table has no variants'})"
+            f"(stored: {', '.join(stored) or 'none: this table has no variants'})"
         )
-    wanted = {_canonical(v) for v in variants}
-    return rows[rows["variant"].map(lambda name: canonical.get(name) in wanted)]
+    return rows[rows["variant"].map(lambda v: str(v) in {_canonical(w) for w in variants} if pd.notna(v) else False)]
 
 
 def _canonical(name: str) -> str:

@@ -194,6 +194,9 @@ def test_stack_names_are_canonical_and_members_compose():
     # one stack, one name: blanks, order, a chunk's leading zeros and repeats make no second one
     assert stacks.get(" compile").name == "compile" and stacks.get("ce-chunk=0512").name == "ce-chunk=512"
     assert stacks.get("ce-chunk=0+ce-chunk=00").name == "ce-chunk=0"
+    for odd in ("ce-chunk=\u0661\u0662", "ce-chunk=" + "1" * 5000):  # Arabic-Indic digits; more than int() reads
+        with pytest.raises(FieldError, match="unknown"):
+            stacks.get(odd)
     asked = ("fused-adamw + compile", " ce-chunk=0512", "compile+fused-adamw", "baseline")
     config = carrier.Config(checkpoint=(Path("c"),), variant=asked)
     assert config.variant == ("compile+fused-adamw", "ce-chunk=512", "baseline")  # what the store and a sweep hash
