@@ -17,8 +17,8 @@ import dataclasses
 import math
 from pathlib import Path
 
-from probes.result import FieldError, InputError, read_json_file
-from probes.step import models, stacks
+from probes.result import InputError, read_json_file
+from probes.step import models
 from probes.step.checkpoint import model_name
 from probes.step.steptime import SETUP_KEYS, StepModel, card_of, setup_of
 
@@ -164,12 +164,7 @@ def read(path: Path, stack: str | None, prefer_model: str | None = None, *, only
     if only_model is not None and model != only_model:  # another model's saving is no price of this one's step
         raise InputError(f"{path}: rows of {model} only, none of {only_model!r}, the model this prices")
     within = _numerics(result, model, str(path))
-    if stack is not None:  # carrier and profile store a stack under its canonical name: members sorted
-        try:
-            stack = stacks.canonical(stack)
-        except FieldError as exc:  # an empty member, or baseline inside a stack: this field's error, not --variant's
-            raise FieldError("stack", exc.message) from None
-    else:
+    if stack is None:  # a named `stack` comes canonical, as carrier stores it (goodput's and replay's Configs)
         # where the file priced the numerics, a row without a verdict did not run them: not known within
         verdicts = (True,) if within else (True, None)
         ok = [

@@ -212,13 +212,14 @@ def _of_variants(rows: pd.DataFrame, probe: str, table: str, variants: list[str]
         stored = sorted({str(v) for v in rows["variant"].dropna()})
     if not variants:
         return rows
-    missing = [v for v in variants if _canonical(v) not in stored]
+    wanted = {_canonical(v): v for v in variants}
+    missing = [v for name, v in wanted.items() if name not in stored]
     if missing:
         raise InputError(
             f"--variant {missing[0]!r}: no such rows in {probe}.{table} "
             f"(stored: {', '.join(stored) or 'none: this table has no variants'})"
         )
-    return rows[rows["variant"].map(lambda v: str(v) in {_canonical(w) for w in variants} if pd.notna(v) else False)]
+    return rows[rows["variant"].map(lambda v: pd.notna(v) and str(v) in wanted)]
 
 
 def _canonical(name: str) -> str:
