@@ -31,6 +31,8 @@ from probes.step.checkpoint import read_config
 
 DEFAULT_CACHE_DIR = Path("~/.cache/labprobe/lengths")
 _CACHE_VERSION = b"labprobe-lengths-v1"
+MAX_LENGTH = 2**31 - 1
+"""Tokens a sample may have at most: far above any context, and squares of it still fit an int64."""
 _CHUNK = 8192  # records per tokenizer batch: bounded memory, still batched
 # Files that decide how text becomes tokens (and so belong in the tokenizer's hash).
 _TOKENIZER_FILES = (
@@ -124,7 +126,9 @@ def read_lengths_file(path: Path) -> Lengths:
         else:
             from pyarrow import csv
 
-            table = csv.read_csv(path, convert_options=csv.ConvertOptions(column_types={"source": pa.string()}))
+            # Only an empty cell is empty: Arrow's default also reads "nan" and "NA" as missing.
+            convert = csv.ConvertOptions(column_types={"source": pa.string()}, null_values=[""])
+            table = csv.read_csv(path, convert_options=convert)
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputError(f"{path}: unreadable lengths file: {str(exc).splitlines()[0]}") from None
     return _from_table(table, path, "lengths file")
@@ -144,11 +148,24 @@ def _from_table(table: pa.Table, path: Path, origin: str) -> Lengths:
         raise InputError(f"{path}: {line(_first(pc.is_null(column)))}: field 'length' is empty")
     if pa.types.is_floating(column.type):  # CSV readers and pandas like floats; whole ones are fine
         floats = column.to_numpy()
-        if np.all(floats == np.round(floats)):
-            column = pa.chunked_array([pa.array(floats.astype(np.int64))])
+        whole = np.isfinite(floats) & (floats == np.floor(floats))  # nan, inf and 3.5 are not
+        if not whole.all():
+            i = int(np.flatnonzero(~whole)[0])
+            raise InputError(f"{path}: {line(i)}: field 'length' must be a positive integer, got {float(floats[i])}")
+        too_big = np.flatnonzero(np.abs(floats) > MAX_LENGTH)  # compared as floats: 1e30 never reaches int64
+        if too_big.size:
+            i = int(too_big[0])
+            raise InputError(f"{path}: {line(i)}: field 'length' must be at most {MAX_LENGTH}, got {floats[i]:g}")
+        column = pa.chunked_array([pa.array(floats.astype(np.int64))])
     if not pa.types.is_integer(column.type):
         i, value = _first_non_integer(column)
         raise InputError(f"{path}: {line(i)}: field 'length' must be a positive integer, got {value!r}")
+    too_big = pc.greater(
+        column, pa.scalar(MAX_LENGTH, pa.uint64() if pa.types.is_unsigned_integer(column.type) else pa.int64())
+    )
+    if pc.any(too_big).as_py():  # before the cast: a uint64 above 2**63 would wrap to a negative int64
+        i = _first(too_big)
+        raise InputError(f"{path}: {line(i)}: field 'length' must be at most {MAX_LENGTH}, got {column[i].as_py()}")
     values = column.to_numpy().astype(np.int64, copy=False)
     bad = np.flatnonzero(values <= 0)
     if bad.size:

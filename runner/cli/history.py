@@ -7,7 +7,6 @@ import json
 import sys
 from pathlib import Path
 
-from probes.result import InputError
 from runner.analysis.drift import (
     SERIES_KEYS,
     default_metric,
@@ -15,7 +14,7 @@ from runner.analysis.drift import (
     drift_table,
 )
 from runner.analysis.history import choose_table, newest_drifted, render, select_rows
-from runner.cli.options import add_store_options, plot_file
+from runner.cli.options import add_store_options, percent, plot_file
 from runner.lab.cluster import load_cluster
 from runner.store.store import Store
 
@@ -34,14 +33,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--threshold-pct",
-        type=float,
+        type=percent,
         default=3.0,
         metavar="PCT",
         help="alert when a value moves more than this against the median of earlier runs (default: 3)",
     )
     parser.add_argument(
         "--max-spread-pct",
-        type=float,
+        type=percent,
         default=2.0,
         metavar="PCT",
         help="trust a value only when its spread is at most this (default: 2)",
@@ -52,9 +51,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    for name in ("threshold_pct", "max_spread_pct"):
-        if not getattr(args, name) >= 0:
-            raise InputError(f"--{name.replace('_', '-')}: must be >= 0, got {getattr(args, name)}")
     store = Store(resolve_store(args.store, args.cluster))
     table = choose_table(store, args.probe, args.table)
     frame = select_rows(store.read(table), host=args.host, checkpoint=args.checkpoint, table=table)

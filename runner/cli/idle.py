@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from probes.result import InputError
+from runner.cli.options import positive_seconds
 from runner.gpu.idle import GpuReading, Thresholds, read_local
 from runner.hosts.nodes import HostFailure, connect, node_host, run_on_hosts
 from runner.hosts.reach import DEFAULT_CONNECT_TIMEOUT_S
@@ -58,22 +57,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print a JSON list of readings")
     parser.add_argument(
-        "--timeout-s", type=float, default=30.0, help="seconds to wait for a host, on top of the sampling window"
+        "--timeout-s",
+        type=positive_seconds,
+        default=30.0,
+        help="seconds to wait for a host, on top of the sampling window",
     )
     parser.add_argument(
         "--connect-timeout-s",
-        type=float,
+        type=positive_seconds,
         default=DEFAULT_CONNECT_TIMEOUT_S,
         help=f"how long to wait for the Ray head at --address (default: {DEFAULT_CONNECT_TIMEOUT_S:g})",
     )
 
 
 def main(args: argparse.Namespace) -> int:
-
-    if not args.timeout_s > 0:
-        raise InputError(f"--timeout-s: must be > 0 (got {args.timeout_s})")
-    if not (math.isfinite(args.connect_timeout_s) and args.connect_timeout_s > 0):
-        raise InputError(f"--connect-timeout-s: must be > 0 (got {args.connect_timeout_s})")
     cluster = load_cluster(args.cluster)
     per_host = {name: (cluster.runs_dir(name), Thresholds.from_cluster(h.idle)) for name, h in cluster.hosts.items()}
     # Ray's banners and warnings go to a log file, not into the readings on the terminal. Not in the

@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import math
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,11 +72,77 @@ def _placeholder(names: tuple, kwargs: dict) -> dict:
         return {**kwargs, "metavar": METAVARS[name]}
     if kwargs.get("metavar") in SHORT:
         return {**kwargs, "metavar": SHORT[kwargs["metavar"]]}
-    if "metavar" not in kwargs and kwargs.get("type") is float and name.endswith("-s"):
+    kind = kwargs.get("type")
+    if "metavar" not in kwargs and (kind in (positive_seconds, nonneg_seconds) or kind is float and name.endswith("-s")):
         return {**kwargs, "metavar": "SECONDS"}
-    if "metavar" not in kwargs and kwargs.get("type") is int:
+    if "metavar" not in kwargs and kind in (int, positive_int, nonneg_int, any_int):
         return {**kwargs, "metavar": "N"}
     return kwargs
+
+
+# -- numbers: the one validator every numeric option goes through ------------------------------
+MAX_SECONDS = 1e7
+"""The longest duration any option takes (about 116 days): longer ones are typos, and Python's waits
+raise OverflowError past about 9.2e9 s."""
+MAX_PERCENT = 1e4
+MAX_INT = 2**53
+"""Counts and lengths above this are typos (and lose exactness as floats further on)."""
+
+
+def number(
+    kind: type, *, low: float, high: float, low_open: bool = False, what: str = "a number"
+) -> Callable[[str], float | int]:
+    """An argparse `type` taking `kind` (int: digits only, no 1e3 or 3.5) finite, within
+    [low, high] ((low, high] with `low_open`); anything else is one line naming the value."""
+    bounds = f"{'>' if low_open else '>='} {low:g} and <= {high if kind is int else format(high, 'g')}"
+
+    def parse(text: str) -> float | int:
+        said = f"expected {what} {bounds}, got {text!r}"
+        try:
+            value = int(text.strip(), 10) if kind is int else float(text)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(said) from None
+        if not math.isfinite(value) or value > high or value < low or (low_open and value == low):
+            raise argparse.ArgumentTypeError(said)  # nan fails every comparison: named here, not let through
+        return value
+
+    parse.__name__ = what  # argparse names a type by it
+    return parse
+
+
+positive_float = number(float, low=0.0, high=1e15, low_open=True, what="a finite number")
+nonneg_float = number(float, low=0.0, high=1e15, what="a finite number")
+finite_float = number(float, low=-1e15, high=1e15, what="a finite number")
+positive_seconds = number(float, low=0.0, high=MAX_SECONDS, low_open=True, what="a finite number of seconds")
+nonneg_seconds = number(float, low=0.0, high=MAX_SECONDS, what="a finite number of seconds")
+percent = number(float, low=0.0, high=MAX_PERCENT, what="a finite percentage")
+positive_int = number(int, low=1, high=MAX_INT, what="a whole number")
+nonneg_int = number(int, low=0, high=MAX_INT, what="a whole number")
+any_int = number(int, low=-MAX_INT, high=MAX_INT, what="a whole number")
+days = number(float, low=0.0, high=36500.0, what="a finite number of days")
+
+FIELD_TYPES: dict[str, Callable[[str], float | int]] = {
+    "fit_max_len": positive_int,
+    "fit_min_len": positive_int,
+    "fit_batch_size": positive_int,
+    "token_budget": positive_int,
+    "num_arms": positive_int,
+    "num_seeds": positive_int,
+    "batch_size": positive_int,
+    "max_length": positive_int,
+    "seed": nonneg_int,
+}
+"""Config fields whose option takes a narrower range than its type's (the Config checks the rest);
+besides these, a float field named `*_s` takes nonneg_seconds, `*_pct` a percent, any other float a
+finite number, an int field a whole number."""
+
+
+def _number_type(name: str, hint: Any) -> Callable[[str], float | int] | None:
+    if name in FIELD_TYPES:
+        return FIELD_TYPES[name]
+    if hint is float:
+        return nonneg_seconds if name.endswith("_s") else percent if name.endswith("_pct") else finite_float
+    return any_int if hint is int else None
 
 
 def option_name(field_name: str) -> str:
@@ -88,6 +155,9 @@ def add_config_options(parser: argparse.ArgumentParser, config_cls: type, *, exc
     docs = field_docs(config_cls)
     for field in (f for f in dataclasses.fields(config_cls) if f.name not in exclude):
         kwargs = _argparse_kwargs(hints[field.name])
+        numeric = _number_type(field.name, _inner(hints[field.name]))
+        if numeric is not None:
+            kwargs["type"] = numeric
         required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
         default = None if required else _default(field)
         help_text = docs.get(field.name, "")
@@ -123,6 +193,14 @@ def _show(value: Any) -> str:
     if isinstance(value, (tuple, list)):
         return " ".join(str(v) for v in value)
     return str(value)
+
+
+def _inner(hint: Any) -> Any:
+    """The element type of `X | None` and `tuple[X, ...]` (the type one command-line word becomes)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        return _inner(next(a for a in args if a is not type(None)))
+    return _inner(args[0]) if origin is tuple else hint
 
 
 def _argparse_kwargs(hint: Any) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from runner.chores.purge import (
     runs_roots,
     store_phase,
 )
+from runner.cli.options import positive_seconds
 from runner.clock import new_run_id
 from runner.gpu.idle import Thresholds
 from runner.hosts.nodes import connect, warn_embedded
@@ -62,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--address", metavar="A", help="Ray address (default: the cluster file's)")
     parser.add_argument(
         "--timeout-s",
-        type=float,
+        type=positive_seconds,
         default=3600.0,
         metavar="S",
         help="give up on a host after S seconds (default: %(default)s)",
@@ -127,8 +128,6 @@ def _verified(value: bool | None) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    if not args.timeout_s > 0:
-        raise InputError(f"--timeout-s: must be > 0 (got {args.timeout_s})")
     if args.plan is not None and not args.yes:
         raise InputError("--plan: carried out with --yes (without --yes, `labprobe purge` makes a new plan)")
     if args.recover and args.yes:

@@ -23,6 +23,7 @@ import argparse
 from pathlib import Path
 
 from probes.result import InputError
+from runner.cli.options import days
 from runner.clock import new_run_id
 from runner.dispatch.lock import SweepLock
 from runner.store import maintain
@@ -56,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if action == "vacuum":
             sub.add_argument(
                 "--retention-days",
-                type=float,
+                type=days,
                 metavar="N",
                 help="keep N days of time travel (default: the cluster file's "
                 f"store.vacuum_retention_days, else {maintain.DEFAULT_RETENTION_DAYS:g})",

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -44,6 +43,7 @@ from probes.result import InputError
 from runner.analysis.answers import answers_text
 from runner.analysis.report import write_report
 from runner.analysis.report_runs import write_run
+from runner.cli.options import nonneg_seconds, positive_seconds
 from runner.clock import new_run_id, parse_deadline
 from runner.dispatch.interrupt import connect_or_one_line, interrupted_once
 from runner.dispatch.lock import SweepLock
@@ -81,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "occurrence nearest to now: within the past 12 h it is already past)",
     )
     parser.add_argument("--report", action="store_true", help="write the HTML report of this run")
-    parser.add_argument("--timeout-s", type=float, default=3600.0, help="per-job timeout (default: 3600)")
+    parser.add_argument("--timeout-s", type=positive_seconds, default=3600.0, help="per-job timeout (default: 3600)")
     parser.add_argument(
         "--inline",
         metavar="HOST",
@@ -90,13 +90,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--gpu-wait-s",
-        type=float,
+        type=nonneg_seconds,
         default=1800.0,
         help="without --deadline: how long GPU jobs wait for an idle card (default: 1800)",
     )
     parser.add_argument(
         "--connect-timeout-s",
-        type=float,
+        type=positive_seconds,
         default=DEFAULT_CONNECT_TIMEOUT_S,
         help=f"how long to wait for the Ray head at --address (default: {DEFAULT_CONNECT_TIMEOUT_S:g})",
     )
@@ -114,7 +114,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    _check_numbers(args)
     cluster = load_cluster(args.cluster)
     jobs = expand(cluster, args.plan)
     store = Store(args.store if args.store is not None else cluster.store_root())
@@ -169,15 +168,6 @@ def _main(args: argparse.Namespace) -> int:
     if args.report and counts.store_failure is None:
         _report(store, run_id, work)
     return 1 if counts.failed or counts.unreadable or counts.store_failure else 0
-
-
-def _check_numbers(args: argparse.Namespace) -> None:
-    for name, least in (("timeout_s", 0.0), ("connect_timeout_s", 0.0)):
-        value = getattr(args, name)
-        if not (math.isfinite(value) and value > least):  # nan passes a plain `<= 0` check
-            raise InputError(f"--{name.replace('_', '-')}: expected a finite number of seconds > 0, got {value:g}")
-    if not (math.isfinite(args.gpu_wait_s) and args.gpu_wait_s >= 0):
-        raise InputError(f"--gpu-wait-s: expected a finite number of seconds >= 0, got {args.gpu_wait_s:g}")
 
 
 def _print_end(args, store: Store, jobs: list[Job], counts, run_id: str, hosts: list[str], out: TextIO) -> None:

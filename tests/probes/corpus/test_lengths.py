@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import pyarrow as pa
@@ -306,3 +307,30 @@ def test_missing_inputs_are_one_line_exit_2(tmp_path, tokenizer_dir, capsys, arg
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert needle in err, err
+
+
+@pytest.mark.parametrize(
+    ("cell", "needle"),
+    [
+        ("1e30", "must be at most 2147483647, got 1e+30"),  # a numpy overflow came through as a negative
+        ("inf", "must be a positive integer, got inf"),
+        ("nan", "must be a positive integer, got nan"),  # read as missing: "is empty"
+        ("3.5", "must be a positive integer, got 3.5"),
+        ("99999999999", "must be at most 2147483647, got 99999999999"),
+    ],
+)
+def test_a_lengths_cell_that_is_no_token_count_names_its_record(tmp_path, cell, needle):
+    path = tmp_path / "bad.csv"
+    path.write_text(f"length,source\n4,a\n{cell},b\n5,c\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "overflow encountered in cast" is a failure too
+        with pytest.raises(InputError) as raised:
+            corpus.read_lengths_file(path)
+    assert str(raised.value) == f"{path}: record 2 (line 3): field 'length' {needle}"
+
+
+def test_a_uint64_parquet_length_past_int64_is_refused_not_wrapped(tmp_path):
+    path = tmp_path / "big.parquet"
+    pq.write_table(pa.table({"length": pa.array([3, 2**64 - 1], pa.uint64())}), path)
+    with pytest.raises(InputError, match=r"record 2: field 'length' must be at most 2147483647"):
+        corpus.read_lengths_file(path)

@@ -51,9 +51,9 @@ def test_one_name_per_idea_and_the_old_spelling_still_parses(capsys):
     from runner.cli.probe import probe_parser
 
     parser, _ = probe_parser("profile")
-    assert parser.parse_args(["--checkpoint", "c", "--seq-lens", "1", "2", "3"]).seq_lens == ["1", "2", "3"]
+    assert parser.parse_args(["--checkpoint", "c", "--seq-lens", "1", "2", "3"]).seq_lens == [1, 2, 3]
     parser, _ = probe_parser("replay")
-    assert parser.parse_args(["--checkpoint", "c", "--num-steps", "7"]).num_steps == "7"
+    assert parser.parse_args(["--checkpoint", "c", "--num-steps", "7"]).num_steps == 7
 
 
 def test_goodput_lists_only_what_it_accepts_and_each_store_action_its_own_options(capsys):

@@ -41,7 +41,9 @@ hosts:
 
 def test_labprobe_idle_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert main(["idle", "--timeout-s", "0"]) == 2
-    assert capsys.readouterr().err.strip() == "labprobe idle: error: --timeout-s: must be > 0 (got 0.0)"
+    assert capsys.readouterr().err.strip() == (
+        "labprobe idle: error: argument --timeout-s: expected a finite number of seconds > 0 and <= 1e+07, got '0'"
+    )
     assert main(["idle", "--cluster", str(tmp_path / "none.yaml")]) == 2
     assert "none.yaml: no such cluster file" in capsys.readouterr().err
 
