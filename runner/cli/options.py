@@ -73,7 +73,9 @@ def _placeholder(names: tuple, kwargs: dict) -> dict:
     if kwargs.get("metavar") in SHORT:
         return {**kwargs, "metavar": SHORT[kwargs["metavar"]]}
     kind = kwargs.get("type")
-    if "metavar" not in kwargs and (kind in (positive_seconds, nonneg_seconds) or kind is float and name.endswith("-s")):
+    if "metavar" not in kwargs and (
+        kind in (positive_seconds, nonneg_seconds) or kind is float and name.endswith("-s")
+    ):
         return {**kwargs, "metavar": "SECONDS"}
     if "metavar" not in kwargs and kind in (int, positive_int, nonneg_int, any_int):
         return {**kwargs, "metavar": "N"}
@@ -89,6 +91,10 @@ MAX_INT = 2**53
 """Counts and lengths above this are typos (and lose exactness as floats further on)."""
 
 
+class NotANumber(argparse.ArgumentTypeError):
+    """The text does not read as a number of the kind at all (as opposed to one out of range)."""
+
+
 def number(
     kind: type, *, low: float, high: float, low_open: bool = False, what: str = "a number"
 ) -> Callable[[str], float | int]:
@@ -101,7 +107,7 @@ def number(
         try:
             value = int(text.strip(), 10) if kind is int else float(text)
         except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(said) from None
+            raise NotANumber(said) from None
         if not math.isfinite(value) or value > high or value < low or (low_open and value == low):
             raise argparse.ArgumentTypeError(said)  # nan fails every comparison: named here, not let through
         return value
@@ -137,6 +143,20 @@ besides these, a float field named `*_s` takes nonneg_seconds, `*_pct` a percent
 finite number, an int field a whole number."""
 
 
+def _in_range_if_a_number(parse: Callable[[str], float | int]) -> Callable[[str], Any]:
+    """A Config option's type: a number is checked by `parse` (finite, in range); text that is no number
+    of the kind goes on as it is, to the Config's own type check, which says it as cluster.yaml's does."""
+
+    def check(text: str) -> Any:
+        try:
+            return parse(text)
+        except NotANumber:
+            return text
+
+    check.__name__ = parse.__name__
+    return check
+
+
 def _number_type(name: str, hint: Any) -> Callable[[str], float | int] | None:
     if name in FIELD_TYPES:
         return FIELD_TYPES[name]
@@ -157,7 +177,7 @@ def add_config_options(parser: argparse.ArgumentParser, config_cls: type, *, exc
         kwargs = _argparse_kwargs(hints[field.name])
         numeric = _number_type(field.name, _inner(hints[field.name]))
         if numeric is not None:
-            kwargs["type"] = numeric
+            kwargs["type"] = _in_range_if_a_number(numeric)
         required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
         default = None if required else _default(field)
         help_text = docs.get(field.name, "")

@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 
@@ -27,7 +28,7 @@ import probes
 from probes.result import SHOWN_CHARS, FieldError, InputError, shown
 from runner.clock import parse_hh_mm
 from runner.lab.budget import BudgetSpec, with_budget
-from runner.lab.names import is_safe_name, path_name_errors, plan_name_errors, refuse_control
+from runner.lab.names import control_characters, is_safe_name, path_name_errors, plan_name_errors, refuse_control
 from runner.lab.probe_config import build_probe_config, field_error_line
 from runner.lab.safe_yaml import read_yaml
 from runner.lab.store_spec import StoreSpec
@@ -69,6 +70,23 @@ class RaySpec(_Model):
     port: int = Field(6379, ge=1, le=65535)
     """The head's GCS port."""
 
+    @field_validator("address", "head")
+    @classmethod
+    def _one_line(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _no_control(value, f"ray {info.field_name}")
+
+
+def _no_control(value: str | None, where: str) -> str | None:
+    """`value`, or a ValueError when it holds a control character (or, for an address, blanks)."""
+    if value is None:
+        return value
+    bad = control_characters(value)
+    if bad:
+        raise ValueError(f"{where}: holds control characters ({' '.join(bad)}), refused")
+    if where.endswith("address") and value.split() != [value]:
+        raise ValueError(f"{where}: expected a host name or IP address, without blanks")
+    return value
+
 
 class IdleThresholds(_Model):
     """Per-host overrides of the GPU idleness thresholds (runner.gpu.idle); unset: its defaults."""
@@ -90,6 +108,13 @@ class Host(_Model):
     runs_root: str | None = None
     """Where training runs write on this host: fresh files there mean a GPU is in use."""
     idle: IdleThresholds | None = None
+
+    @field_validator("address", "checkpoints_root", "corpora_root", "runs_root")
+    @classmethod
+    def _one_line(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A newline, tab, NUL or escape in an address would split or garble `host-command`'s line (and a
+        root's, the purge's and sweep's messages): refused, naming the host."""
+        return _no_control(value, f"host {shown(info.data.get('name', '?'))} {info.field_name}")
 
 
 class Checkpoint(_Model):

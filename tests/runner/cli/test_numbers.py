@@ -36,8 +36,6 @@ def one_line_exit_2(capsys, argv: list[str], option: str) -> str:
         ("--mask-penalty-pct", "-1"),
         ("--fit-max-len", "-1"),
         ("--fit-max-len", "0"),
-        ("--fit-max-len", "1e30"),
-        ("--token-budget", "2.5"),
         ("--new-shape-s", "nan"),
     ],
 )

