@@ -2,8 +2,8 @@
 
 A host is a Ray node labelled `labprobe.host=NAME` with the GPU count cluster.yaml gives it. The
 head host (`ray.head`, else the first host) runs `ray start --head`; every other host joins it at
-`<head address>:<port>`. A host with GPUs also offers one `labprobe_gpu_slot` resource, which every
-GPU job takes: one GPU job per host at a time, even across sweeps on different stores.
+`<head address>:<port>`. Every GPU Ray counts on a node is a slot: a GPU job takes one (`num_gpus=1`),
+so a host runs one GPU job per card at a time, even across sweeps on different stores (docs/gpu-queue.md).
 
 Token authentication: every node of one cluster must present the same token.
 Generate it once on the head (`ray get-auth-token --generate` writes `~/.ray/auth_token`), copy
@@ -15,11 +15,10 @@ only for local clusters). The printed line carries it.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 
 from probes.result import InputError
-from runner.hosts.nodes import GPU_SLOT, HOST_LABEL
+from runner.hosts.nodes import HOST_LABEL
 from runner.lab.cluster import Cluster, load_cluster
 
 TOKEN_NOTE = """\
@@ -43,8 +42,6 @@ def ray_start_command(cluster: Cluster, name: str) -> list[str]:
     cmd = ["RAY_AUTH_MODE=token", "ray", "start"]
     cmd += ["--head", f"--port={port}"] if host.name == head.name else [f"--address={head.address}:{port}"]
     cmd += [f"--num-gpus={host.gpus}", "--labels", f"{HOST_LABEL}={host.name}"]
-    if host.gpus:  # one GPU job per host at a time, whichever sweep or driver submits it
-        cmd += ["--resources", json.dumps({GPU_SLOT: 1})]
     return cmd
 
 

@@ -47,7 +47,7 @@ from runner.cli.options import nonneg_seconds, positive_seconds
 from runner.clock import new_run_id, parse_deadline
 from runner.dispatch.interrupt import connect_or_one_line, interrupted_once
 from runner.dispatch.lock import SweepLock
-from runner.dispatch.loop import Counts
+from runner.dispatch.loop import Counts, gpu_wait_lines
 from runner.dispatch.placement import gpu_skip_kind
 from runner.dispatch.spill import check_writable
 from runner.dispatch.sweep import run_sweep
@@ -189,6 +189,8 @@ def print_end(
     )
     for line in failure_lines(counts.failures):
         print(line, file=out)
+    for line in gpu_wait_lines(counts)[:MAX_FAILURES_SHOWN]:
+        print(line, file=out)
     unread = [(j, r) for j, status, r in counts.outcomes if status == "skipped" and gpu_skip_kind(r) == "unreadable"]
     for job, reason in unread[:MAX_FAILURES_SHOWN]:
         print(f"  not run, host unreadable: {job.probe} {job.checkpoint} @ {job.host}: {reason}", file=out)
@@ -249,6 +251,10 @@ def end_json(store: Store, counts: Counts, run_id: str) -> dict[str, Any]:
         },
         "failures": [{**job(j), "reason": reason} for j, reason in counts.failures],
         "jobs": [{**job(j), "status": status, "reason": reason} for j, status, reason in counts.outcomes],
+        "gpu_waits": [
+            {**job(j), "status": status, "gpu_wait_s": round(waited, 1), "why": why, "card": card}
+            for j, status, waited, why, card in counts.gpu_waits
+        ],
         "store_failure": counts.store_failure,
         "spilled_to": None if counts.spilled_to is None else str(counts.spilled_to),
     }

@@ -17,10 +17,12 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from runner.gpu.idle import GpuBusyError, GpuMisconfiguredError, Thresholds
+from runner.dispatch.placement import skip_reason
+from runner.gpu.cuda import NoCudaError, check_device
+from runner.gpu.idle import GpuBusyError, GpuMisconfiguredError, GpuUnreadableError, Thresholds
 from runner.gpu.idle import guard as idle_guard
 from runner.hosts.jobenv import collect_env, harness_env
-from runner.hosts.nodes import GPU_SLOT, HOST_LABEL, node_host, one_line, pinned
+from runner.hosts.nodes import node_host, one_line, pinned
 from runner.lab.plan import Job
 from runner.store.fingerprint import fingerprint
 
@@ -31,7 +33,7 @@ DRAIN_S = 60.0
 @dataclasses.dataclass(kw_only=True)
 class Outcome:
     status: str
-    """ok | failed | skipped | refused (a GPU job that found its card busy at start: placed again)."""
+    """ok | failed | skipped."""
     reason: str = ""
     result: Any = None
     """The ProbeResult when ok."""
@@ -40,36 +42,43 @@ class Outcome:
     started_at: datetime = dataclasses.field(default_factory=lambda: datetime.now(timezone.utc))
     wall_s: float = 0.0
     misconfigured: bool = False
-    """refused: the job's GPU assignment names no card NVML sees; waiting will not clear it."""
+    """skipped: the job's card could not be judged (unreadable, or its assignment names no card NVML sees)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GpuGuard:
-    """What a GPU job needs to re-read its card's idleness at start."""
+    """What a GPU job placed on a GPU host checks at start: its card's idleness (waiting up to `wait_s`
+    for a foreign process to leave it) and that torch runs on that card (runner.gpu.cuda)."""
 
     runs_dir: str | None = None
     thresholds: Thresholds | None = None
+    wait_s: float = 0.0
+    """How long the job waits on its card for a foreign process, counted from its start (when Ray
+    gave it the card: a slot free of labprobe's own work)."""
 
 
 def execute(job: Job, *, deadline: float | None = None, guard: GpuGuard | None = None) -> Outcome:
-    """Run one job here (on its host). Never raises for a probe's own failure."""
+    """Run one job here (on its host). Never raises for a probe's own failure.
+
+    `guard` is given for GPU jobs placed on a GPU host only: a GPU probe run on purpose on a CPU (a
+    host without GPUs, tests with tiny models) is not checked."""
     started = datetime.now(timezone.utc)
     if deadline is not None and time.time() >= deadline:
         return Outcome(status="skipped", reason="deadline", started_at=started)
+    device_env: dict[str, str] = {}
     if guard is not None:
-        try:
-            idle_guard(job.host, runs_dir=guard.runs_dir, thresholds=guard.thresholds)
-        except GpuBusyError as exc:
-            wrong = isinstance(exc, GpuMisconfiguredError)
-            return Outcome(status="refused", reason=str(exc), started_at=started, misconfigured=wrong)
+        settled = _settle_gpu(job, guard, deadline, started)
+        if isinstance(settled, Outcome):
+            return settled
+        device_env = settled
     t0 = time.perf_counter()
-    env: dict[str, str] = {}
+    env: dict[str, str] = dict(device_env)
     try:
         import probes
 
         # Imports (torch, transformers, the probe) happen before the clock starts: wall_s is the
         # probe's own run, comparable across hosts, not a fresh worker's start-up.
-        env = {**collect_env(), "node_host": node_host()}
+        env = {**collect_env(), "node_host": node_host(), **device_env}
         fp = fingerprint(job.paths["checkpoint"])
         module, config = probes.get(job.probe), job.probe_config()
         t0 = time.perf_counter()
@@ -87,6 +96,29 @@ def execute(job: Job, *, deadline: float | None = None, guard: GpuGuard | None =
     return Outcome(
         status="ok", result=result, env=env, checkpoint_fp=fp, started_at=started, wall_s=time.perf_counter() - t0
     )
+
+
+def _settle_gpu(job: Job, guard: GpuGuard, deadline: float | None, started: datetime) -> dict[str, str] | Outcome:
+    """The device env of a GPU job whose card is idle and is torch's cuda:0; else its Outcome: skipped
+    (busy after its wait, or unreadable) or failed (torch cannot run on the card: no CPU timing stored)."""
+    try:
+        card = idle_guard(
+            job.host, runs_dir=guard.runs_dir, thresholds=guard.thresholds, wait_s=guard.wait_s, deadline=deadline
+        )
+    except GpuBusyError as exc:
+        unreadable = isinstance(exc, (GpuUnreadableError, GpuMisconfiguredError))
+        reason = skip_reason(job.host, str(exc), unreadable=unreadable)
+        return Outcome(status="skipped", reason=reason, started_at=started, misconfigured=unreadable)
+    try:
+        device = check_device(job.host, card, cards=list(card.seen))
+    except NoCudaError as exc:
+        return Outcome(status="failed", reason=f"no usable CUDA device: {exc}", started_at=started)
+    return {
+        **device.env(),
+        "gpu_wait_s": f"{card.waited_s:g}",
+        "gpu_wait_reason": card.wait_reason,
+        "gpu_assigned": card.assigned or "",
+    }
 
 
 class Launcher(abc.ABC):
@@ -111,9 +143,14 @@ class Launcher(abc.ABC):
         """Jobs in flight longer than `timeout_s`, cancelled and failed."""
         return []
 
+    def gpu_jobs(self) -> dict[str, int]:
+        """host -> GPU jobs that may still hold one of its cards: in flight, or cancelled and not yet gone."""
+        counts = {host: sum(j.gpu for j in jobs) for host, jobs in self.in_flight().items()}
+        return {host: n for host, n in counts.items() if n}
+
     def gpu_hosts(self) -> set[str]:
-        """Hosts where a GPU job may still be running: in flight, or cancelled and not yet gone."""
-        return {host for host, jobs in self.in_flight().items() if any(j.gpu for j in jobs)}
+        """Hosts where a GPU job may still be running."""
+        return set(self.gpu_jobs())
 
 
 class InlineLauncher(Launcher):
@@ -156,11 +193,12 @@ class RayLauncher(Launcher):
         self._draining: dict[Any, tuple[Job, float]] = {}  # GPU tasks cancelled, maybe not yet gone
 
     def submit(self, job: Job, *, deadline: float | None, guard: GpuGuard | None = None) -> None:
+        # A GPU job takes one of its node's Ray GPUs: every card a slot, one job a card, across every
+        # sweep and driver of the cluster (Ray's accounting); Ray sets the worker's CUDA_VISIBLE_DEVICES.
         remote, resources = (self._gpu_remote, {}) if job.gpu else (self._remote, {"num_cpus": self._num_cpus})
-        if job.gpu and job.host in _slot_hosts():  # a node started without it: this sweep's own rule only
-            resources = {"resources": {GPU_SLOT: 1}}
         ref = remote.options(**resources, **pinned(job.host)).remote(job, deadline=deadline, guard=guard)
-        self._pending[ref] = (job, time.monotonic())
+        # A GPU job's timeout runs after its wait for a foreign process to leave its card.
+        self._pending[ref] = (job, time.monotonic() + (guard.wait_s if guard is not None else 0.0))
 
     def poll(self, timeout_s: float) -> list[tuple[Job, Outcome]]:
         if not self._pending:
@@ -185,15 +223,16 @@ class RayLauncher(Launcher):
             out.setdefault(job.host, []).append(job)
         return out
 
-    def gpu_hosts(self) -> set[str]:
-        hosts = super().gpu_hosts()
+    def gpu_jobs(self) -> dict[str, int]:
+        counts = super().gpu_jobs()
         if self._draining:
             gone = self._ray.wait(list(self._draining), num_returns=len(self._draining), timeout=0)[0]
             now = time.monotonic()
             for ref in [r for r, (_, t) in self._draining.items() if r in gone or now - t > DRAIN_S]:
                 del self._draining[ref]
-            hosts |= {job.host for job, _ in self._draining.values()}
-        return hosts
+            for job, _ in self._draining.values():
+                counts[job.host] = counts.get(job.host, 0) + 1
+        return counts
 
     def _drop(self, refs: list, reason: str) -> list[tuple[Job, Outcome]]:
         out = []
@@ -215,14 +254,3 @@ class RayLauncher(Launcher):
         now = time.monotonic()
         late = [r for r, (_, t0) in self._pending.items() if now - t0 > timeout_s]
         return self._drop(late, f"timeout: not finished within {timeout_s:g} s")
-
-
-def _slot_hosts() -> set[str]:
-    """Hosts whose alive nodes offer the GPU slot resource."""
-    import ray
-
-    return {
-        (n.get("Labels") or {}).get(HOST_LABEL)
-        for n in ray.nodes()
-        if n.get("Alive") and n.get("Resources", {}).get(GPU_SLOT, 0) >= 1
-    }

@@ -11,16 +11,16 @@ is blocked inside Ray, records the in-flight and queued jobs failed without a Ra
 
 CPU jobs: per host, at most as many in flight as the host's nodes have CPUs, so a job's timeout
 runs from (about) its real start and the deadline is checked before each start.
-GPU jobs: at most one per host at a time, and alone there: a host's CPU jobs are held while its GPU
-job runs (they would steal the CPU threads that launch its kernels: jitter in the measurement),
-and while a GPU job is due to be placed there (the host's running CPU jobs drain, then it starts).
-One GPU job per host is also what lets a GPU job's idleness guard move it to another idle card of
-a multi-GPU host (Ray picks the card; the guard may pick another). A GPU job cancelled at its
-timeout keeps its host busy until its worker is gone (launcher.gpu_hosts). Across sweeps (two
-stores, two drivers) the host's one `labprobe_gpu_slot` Ray resource, which every GPU job takes,
-keeps it to one GPU job at a time (runner.dispatch.launch; nodes started by `labprobe host-command`
-offer it; on a node without it, only this sweep's own rule holds). Placed through
-`_place_gpu` (runner.dispatch.placement's idleness-aware GpuPlacer when present).
+GPU jobs: every card a slot. A host runs at most as many GPU jobs at once as its alive nodes offer
+Ray GPUs, each a Ray task taking one GPU: Ray assigns the card (CUDA_VISIBLE_DEVICES) and the job
+runs there or not at all (runner.gpu.idle.guard waits for a foreign process to leave that card, up
+to --gpu-wait-s, and never moves; runner.gpu.cuda refuses a torch that does not run on it). A host's
+CPU jobs are held while any of its GPU jobs runs (they would steal the CPU threads that launch its
+kernels: jitter in the measurement), and while a GPU job is due to be placed there (the host's
+running CPU jobs drain, then it starts). A GPU job is submitted only when a card of its host reads
+idle (runner.dispatch.placement, whose wait runs only while none of our own GPU jobs holds the host);
+a GPU job cancelled at its timeout keeps its card's slot until its worker is gone. See
+docs/gpu-queue.md.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from runner.dispatch.placement import GpuPlacer, gpu_skip_kind, skip_reason
 from runner.dispatch.spill import Spill
 from runner.gpu.idle import Thresholds, read_local
 from runner.hosts.jobenv import code_version
-from runner.hosts.nodes import HOST_LABEL, one_line
+from runner.hosts.nodes import HOST_LABEL, NodeWatch, one_line
 from runner.lab.cluster import Cluster, IdleThresholds
 from runner.lab.plan import Job
 from runner.log import logger
@@ -66,6 +66,9 @@ class Counts:
     spilled_to: Path | None = None
     num_spilled: int = 0
     """Jobs kept in `spilled_to` instead of the store."""
+    gpu_waits: list[tuple[Job, str, float, str, str]] = dataclasses.field(default_factory=list)
+    """(job, status, seconds waited for a foreign process, why, the card: `GPU i (uuid)` or "") of every GPU
+    job placed on a GPU host, in order."""
 
     def add_done(self, job: Job) -> None:
         self.already_done += 1
@@ -83,6 +86,17 @@ class Counts:
         else:
             raise ValueError(f"unknown job status {status!r}")
         self.outcomes.append((job, status, reason))
+
+
+def gpu_wait_lines(counts: Counts) -> list[str]:
+    """The summary's lines of GPU jobs: the card each ran on, how long it waited for foreign processes, why."""
+    lines = []
+    for job, status, waited_s, why, card in counts.gpu_waits:
+        where = f" on {card}" if card else ""
+        lines.append(
+            f"  GPU job {status}: {job.probe} {job.checkpoint} @ {job.host}{where}: waited {waited_s:.0f} s: {why}"
+        )
+    return lines
 
 
 class Dispatch:
@@ -115,11 +129,11 @@ class Dispatch:
         self.waiting: dict[str, str] = {}  # job_id -> why its GPU host was not idle
         self.seen_alive: set[str] = set()
         self.live = live or _live_capacity
-        self.placer = _make_placer(
-            deadline if deadline is not None else time.time() + gpu_wait_s,
-            gpu_backoff_s,
-            cluster if read_here else None,
-        )
+        self.node_watch = NodeWatch() if live is None else None  # Ray's listing lags a killed node by ~15 s
+        self.gpu_wait_s = gpu_wait_s
+        self.placer = _make_placer(deadline, gpu_wait_s, gpu_backoff_s, cluster if read_here else None)
+        self.host_waits: dict[str, tuple[float, str]] = {}
+        """job_id -> (seconds, why) its host had no idle card before the job was placed."""
         self.spill = Spill(run_id)
         self.store_failure: str | None = None
         """Why the store stopped taking results; from then on they go to `spill`, no job starts."""
@@ -241,15 +255,25 @@ class Dispatch:
         return bool(self.gpu_queue) or any(self.cpu_queues.values())
 
     def _handle(self, job: Job, outcome: Outcome) -> None:
-        if outcome.status == "refused":  # the card turned busy between placement and start
-            self.waiting[job.job_id] = outcome.reason
-            if outcome.misconfigured:  # unreadable until the deadline, however idle placement reads it
-                self.placer.misconfigured(job.host, outcome.reason)
-            else:
-                self.placer.refused(job.host, outcome.reason)
-            self.gpu_queue.appendleft(job)
-            return
+        if job.job_id in self.host_waits:
+            self._note_gpu_wait(job, outcome)
         self.record(job, outcome)
+
+    def _note_gpu_wait(self, job: Job, outcome: Outcome) -> None:
+        """The GPU job's whole wait for foreign processes (its host's with no idle card, then its card's)
+        into its row (env gpu_wait_s, gpu_wait_reason) and the summary (counts.gpu_waits)."""
+        host_s, host_why = self.host_waits.pop(job.job_id)
+        env = outcome.env
+        card_s = float(env.get("gpu_wait_s") or 0.0)
+        whys = [f"no card of {job.host} idle for {host_s:.0f} s ({host_why})"] if host_why else []
+        if env.get("gpu_wait_reason"):
+            whys.append(f"its card busy for {card_s:.0f} s ({env['gpu_wait_reason']})")
+        if outcome.status == "skipped" and not env:  # busy to the end on its card: the reason says how long
+            whys.append(outcome.reason)
+        why = "; ".join(whys) or "none: its card read idle at once"
+        card = f"GPU {env['gpu_index']} ({env.get('gpu_uuid', '')})" if env.get("gpu_index") else ""
+        outcome.env = {**env, "gpu_wait_s": f"{host_s + card_s:.1f}", "gpu_wait_reason": why}
+        self.counts.gpu_waits.append((job, outcome.status, host_s + card_s, why, card))
 
     def _skip_queued(self, reason: str = "deadline") -> None:
         for queue in list(self.cpu_queues.values()) + [self.gpu_queue]:
@@ -265,6 +289,10 @@ class Dispatch:
 
     def _check_hosts(self) -> None:
         live = self.live()
+        if self.node_watch is not None:
+            working = set(self.cpu_queues) | {j.host for j in self.gpu_queue} | set(self.launcher.in_flight())
+            for host in self.node_watch.dead(working & set(live)):
+                live.pop(host)
         self.capacity = {h: cpus for h, (cpus, _) in live.items()}
         self.gpus = {h: gpus for h, (_, gpus) in live.items()}
         in_flight = self.launcher.in_flight()
@@ -284,7 +312,7 @@ class Dispatch:
 
     def _fill_cpu(self) -> None:
         in_flight = self.launcher.in_flight()
-        held = self.launcher.gpu_hosts() | self._gpu_due()  # the host's GPU job runs, or is about to
+        held = self.launcher.gpu_hosts() | self._gpu_due()  # the host's GPU jobs run, or one is about to
         for host, queue in self.cpu_queues.items():
             if host in self.capacity and self.capacity[host] < 1:  # a 1-CPU task would pend forever there
                 for job in _drain(queue):
@@ -310,9 +338,10 @@ class Dispatch:
         }
 
     def _dispatch_gpu(self) -> None:
-        # A host is busy while any of its jobs runs: its GPU job (one per host) or its CPU jobs
-        # (held meanwhile by _fill_cpu, so they drain and the GPU job starts alone).
-        busy_hosts = self.launcher.gpu_hosts() | {h for h, jobs in self.launcher.in_flight().items() if jobs}
+        # A GPU job starts on a host with a free card slot (Ray GPUs of its alive nodes, less our GPU jobs
+        # there) and no CPU job of ours running (held by _fill_cpu meanwhile, so they drain).
+        running = self.launcher.gpu_jobs()
+        cpu_busy = {h for h, jobs in self.launcher.in_flight().items() if any(not j.gpu for j in jobs)}
         for job in list(self.gpu_queue):
             host = self.cluster.hosts[job.host]
             if host.gpus == 0:
@@ -325,39 +354,51 @@ class Dispatch:
                     f"host {job.host}: its Ray node offers no GPU (started without --num-gpus? "
                     f"see `labprobe host-command {job.host}`)",
                 )
-            elif job.host not in busy_hosts and job.host in self.capacity:
-                placed, why = self._place_gpu(job)
+            elif job.host in self.capacity and job.host not in cpu_busy:
+                if running.get(job.host, 0) >= int(self.gpus.get(job.host, 0)):
+                    self.placer.behind_own_work(job.host)  # every card holds a job of ours: queued behind it
+                    continue
+                placed, why = self._place_gpu(job, alone=not running.get(job.host))
                 if placed:
                     self.gpu_queue.remove(job)
-                    busy_hosts.add(job.host)
+                    running[job.host] = running.get(job.host, 0) + 1
                 elif why:
                     self.waiting[job.job_id] = why
-        if self.gpu_queue and self.placer.expired():
-            for job in _drain(self.gpu_queue):
-                why = self.waiting.get(job.job_id, "no placement attempt succeeded")
-                unreadable = self.placer.unreadable(job.host)
-                self.fail(job, skip_reason(job.host, why, unreadable=unreadable), status="skipped")
+        for job in [j for j in self.gpu_queue if self.placer.expired(j.host)]:
+            self.gpu_queue.remove(job)
+            waited, _ = self.placer.waited(job.host)
+            why = self.waiting.get(job.job_id) or self.placer.reason(job.host) or "no placement attempt succeeded"
+            if waited:
+                why += f" (waited {waited:.0f} s for a foreign process to leave; --gpu-wait-s {self.gpu_wait_s:g})"
+            reason = skip_reason(job.host, why, unreadable=self.placer.unreadable(job.host))
+            self.counts.gpu_waits.append((job, "skipped", waited, why, ""))
+            self.fail(job, reason, status="skipped")
 
-    def _place_gpu(self, job: Job) -> tuple[bool, str]:
-        """Submit `job` to its host if the host's GPU reads idle. -> (placed, why not)."""
+    def _place_gpu(self, job: Job, *, alone: bool) -> tuple[bool, str]:
+        """Submit `job` to its host if a card of it reads idle. -> (placed, why not)."""
         runs_dir = self.cluster.runs_dir(job.host)
         thresholds = _thresholds(self.cluster.hosts[job.host].idle)
         if time.time() < self.placer.next_attempt_at(job.host):
             return False, ""
-        placed, why = self.placer.try_place(job.host, runs_dir=runs_dir, thresholds=thresholds)
+        waited = self.placer.waited(job.host)
+        placed, why = self.placer.try_place(job.host, runs_dir=runs_dir, thresholds=thresholds, alone=alone)
         if placed:
-            self.launcher.submit(job, deadline=self.deadline, guard=GpuGuard(runs_dir=runs_dir, thresholds=thresholds))
+            self.host_waits[job.job_id] = waited
+            guard = GpuGuard(runs_dir=runs_dir, thresholds=thresholds, wait_s=self.gpu_wait_s)
+            self.launcher.submit(job, deadline=self.deadline, guard=guard)
         return placed, why
 
 
-def _make_placer(deadline: float, backoff_s: tuple[float, ...] | None, read_here_for: Cluster | None) -> GpuPlacer:
+def _make_placer(
+    deadline: float | None, wait_s: float, backoff_s: tuple[float, ...] | None, read_here_for: Cluster | None
+) -> GpuPlacer:
     kwargs: dict[str, Any] = {} if backoff_s is None else {"backoff_s": backoff_s}
     if read_here_for is not None:
         cluster = read_here_for
         kwargs["read"] = lambda host: read_local(
             host, runs_dir=cluster.runs_dir(host), thresholds=_thresholds(cluster.hosts[host].idle)
         )
-    return GpuPlacer(deadline=deadline, **kwargs)
+    return GpuPlacer(deadline=deadline, wait_s=wait_s, **kwargs)
 
 
 def _thresholds(idle: IdleThresholds) -> Thresholds:

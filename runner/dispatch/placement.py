@@ -1,11 +1,16 @@
-"""Placing a GPU job on a host whose GPU really reads idle, with per-host backoff and a deadline.
+"""Placing GPU jobs on a host whose cards really read idle, with per-host backoff and a wait bounded
+from when the host could first run one.
 
-The sweep asks `try_place(host)` before it submits a GPU job there; a busy, GPU-less or
-unreachable host is backed off (2, 5, 15, 30, 60 s by default, then 60 s each time) and asked again
-no sooner than `next_attempt_at(host)`. A job that refuses to start (its own `guard` found the card
-busy) reports it through `refused`, which backs the host off the same way. An idle reading resets
-the host's backoff. Once `expired()`, the sweep records its waiting jobs `skipped` with
-`reason(host)`.
+The sweep asks `try_place(host)` before it submits a GPU job there (only when the host has a free
+card slot: runner.dispatch.loop counts them). A host with no card reading idle, without NVML, or
+unreachable is backed off (2, 5, 15, 30, 60 s by default, then 60 s each time) and asked again no
+sooner than `next_attempt_at(host)`. An idle reading resets the host's backoff.
+
+The wait is the host's own: its clock starts at the first refusal while none of labprobe's own GPU
+jobs runs there (a slot free of our own work, held by someone else's process) and stops when a job
+is placed, or when our own work holds the host again (`behind_own_work`): a job queued behind our
+own job is never skipped as "no idle GPU". Once `expired(host)` (the host's clock past `wait_s`, or
+the sweep's deadline), the sweep records the host's waiting jobs `skipped` with `reason(host)`.
 
 Unreadable is not busy: a host whose GPUs could not be read (its Ray task failed, NVML reports a
 GPU lost or nothing to judge by, no NVML at all on a host said to have GPUs) is backed off the
@@ -48,6 +53,7 @@ class GpuPlacer:
         self,
         *,
         deadline: float | None,
+        wait_s: float = 1800.0,
         backoff_s: tuple[float, ...] = (2, 5, 15, 30, 60),
         clock: Callable[[], float] = time.time,
         read: Callable[[str], list[GpuReading]] | None = None,
@@ -55,6 +61,7 @@ class GpuPlacer:
         if not backoff_s or any(b < 0 for b in backoff_s):
             raise ValueError(f"backoff_s: needs at least one delay, none negative (got {backoff_s})")
         self.deadline = deadline
+        self.wait_s = wait_s
         self.backoff_s = tuple(backoff_s)
         self._clock = clock
         self._read = read
@@ -62,12 +69,15 @@ class GpuPlacer:
         self._next_at: dict[str, float] = {}
         self._reasons: dict[str, str] = {}
         self._unreadable: set[str] = set()
-        self._misconfigured: dict[str, str] = {}
+        self._since: dict[str, float] = {}
+        """host -> when its wait for a foreign process began (a slot free of our own work, no idle card)."""
+        self._first_reason: dict[str, str] = {}
 
     def try_place(
-        self, host: str, *, runs_dir: str | None = None, thresholds: Thresholds | None = None
+        self, host: str, *, runs_dir: str | None = None, thresholds: Thresholds | None = None, alone: bool = True
     ) -> tuple[bool, str]:
         """(True, "") when some GPU of `host` reads idle now; else (False, why) and the host backs off.
+        `alone`: none of labprobe's own GPU jobs runs on the host (else its clock does not run).
 
         Asked while the host is still backing off, it answers (False, ...) without reading.
         """
@@ -76,33 +86,45 @@ class GpuPlacer:
             return False, (
                 f"{host}: backing off for {self._next_at[host] - now:.0f} s more (last: {self._reasons.get(host, '')})"
             )
-        if host in self._misconfigured:  # a job found its GPU assignment names no card: reading idle won't fix it
-            self.refused(host, self._misconfigured[host], unreadable=True)
-            return False, self._misconfigured[host]
         kind, reason = self._judge(host, runs_dir, thresholds)
         if kind == "idle":
-            self._failures.pop(host, None)
-            self._next_at.pop(host, None)
-            self._reasons.pop(host, None)
+            for table in (self._failures, self._next_at, self._reasons, self._since, self._first_reason):
+                table.pop(host, None)
             self._unreadable.discard(host)
             return True, ""
-        self.refused(host, reason, unreadable=kind == "unreadable")
+        self.refused(host, reason, unreadable=kind == "unreadable", alone=alone)
         return False, reason
 
-    def refused(self, host: str, reason: str, *, unreadable: bool = False) -> None:
-        """A job found `host` busy (at placement or when it started: it read it a moment ago), or its
-        GPUs could not be read (`unreadable`): ask it again later."""
+    def waited(self, host: str) -> tuple[float, str]:
+        """(seconds, why) `host` has waited for a foreign process so far: what a job placed now waited."""
+        since = self._since.get(host)
+        if since is None:
+            return 0.0, ""
+        return max(0.0, self._clock() - since), self._first_reason.get(host, "")
+
+    def refused(self, host: str, reason: str, *, unreadable: bool = False, alone: bool = True) -> None:
+        """`host` read busy (or its GPUs could not be read: `unreadable`): ask it again later."""
         if unreadable:
             self._unreadable.add(host)
         else:
             self._unreadable.discard(host)
+        now = self._clock()
+        if alone:
+            self._since.setdefault(host, now)
+            self._first_reason.setdefault(host, reason)
+        else:
+            self.behind_own_work(host)
         num = self._failures.get(host, 0)
         self._failures[host] = num + 1
-        delay = self.backoff_s[min(num, len(self.backoff_s) - 1)]
-        at = self._clock() + delay
-        # Waking past the deadline helps nobody: the sweep wakes then to record the skip.
-        self._next_at[host] = at if self.deadline is None else min(at, self.deadline)
+        at = now + self.backoff_s[min(num, len(self.backoff_s) - 1)]
+        # Waking past the end of the wait helps nobody: the sweep wakes then to record the skip.
+        self._next_at[host] = min(at, self._ends_at(host))
         self._reasons[host] = reason
+
+    def behind_own_work(self, host: str) -> None:
+        """labprobe's own GPU jobs hold `host`: its queued jobs wait behind them, not for anyone else."""
+        self._since.pop(host, None)
+        self._first_reason.pop(host, None)
 
     def next_attempt_at(self, host: str) -> float:
         """When `host` may be asked again; 0.0 for a host that is not backing off.
@@ -116,18 +138,21 @@ class GpuPlacer:
         """Why `host` was last refused ("" when it was not): the reason a skipped job records."""
         return self._reasons.get(host, "")
 
-    def misconfigured(self, host: str, reason: str) -> None:
-        """A job on `host` found its GPU assignment names no card NVML sees: the host counts as unreadable
-        (a misconfiguration, exit 1 at the end) and is not placed again on an idle reading."""
-        self._misconfigured[host] = reason
-        self.refused(host, reason, unreadable=True)
-
     def unreadable(self, host: str) -> bool:
         """True when the last look at `host` could not read its GPUs (not: found them busy)."""
         return host in self._unreadable
 
-    def expired(self) -> bool:
-        return self.deadline is not None and self._clock() >= self.deadline
+    def expired(self, host: str | None = None) -> bool:
+        """The sweep's deadline passed; or, with `host`, its wait for a foreign process ran out too."""
+        if host is None:
+            return self.deadline is not None and self._clock() >= self.deadline
+        return self._clock() >= self._ends_at(host)
+
+    def _ends_at(self, host: str) -> float:
+        ends = [self.deadline] if self.deadline is not None else []
+        if host in self._since:
+            ends.append(self._since[host] + self.wait_s)
+        return min(ends, default=float("inf"))
 
     def _judge(self, host: str, runs_dir: str | None, thresholds: Thresholds | None) -> tuple[str, str]:
         """("idle" | "busy" | "unreadable", why not idle)."""

@@ -30,6 +30,7 @@ import dataclasses
 import os
 import pwd
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -309,65 +310,108 @@ def read_local(host: str, *, runs_dir: str | None = None, thresholds: Thresholds
 # -- the job-side check ------------------------------------------------------------------------------
 
 
+class GpuUnreadableError(GpuBusyError):
+    """The job's card could not be judged (NVML gives no reading, the GPU is lost): not busy, unreadable."""
+
+
+WAIT_POLL_S = 2.0
+"""How often a job waiting for a foreign process to leave its card reads the card again (plus the window)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Card:
-    """The card a GPU job runs on, as guard() settled it."""
+    """The card a GPU job runs on, as guard() settled it: always the one Ray assigned its worker."""
 
     index: int
     uuid: str
+    name: str
     assigned: str | None
-    """CUDA_VISIBLE_DEVICES as found (Ray's assignment), None when unset."""
-    switched: bool
-    """True when the assigned card read busy and the job was pointed at this idle one instead."""
+    """CUDA_VISIBLE_DEVICES as found (Ray's assignment), None when unset (an inline run, no Ray)."""
+    waited_s: float = 0.0
+    """How long the job waited on its card for a foreign process to leave (0: idle at once)."""
+    wait_reason: str = ""
+    """What it waited for (the first busy reading); empty when it did not wait."""
+    seen: tuple[GpuReading, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    """Every card of the host in the reading that settled it."""
 
 
-def pick_card(host: str, readings: list[GpuReading], visible_env: str | None) -> Card:
-    """The job-side decision: an idle card of this host for the job, or GpuBusyError.
+def assigned_cards(host: str, readings: list[GpuReading], visible_env: str | None) -> list[GpuReading]:
+    """The cards this job may run on: the one CUDA_VISIBLE_DEVICES names first (Ray's assignment, an NVML
+    index or a UUID), or with it unset (no Ray: an inline run) every card of the host.
 
-    `visible_env` is CUDA_VISIBLE_DEVICES (NVML indices or UUIDs; Ray sets it for num_gpus tasks).
-    The first card it names is kept when it reads idle; when it reads busy (Ray counts GPUs
-    logically and may hand out the card someone is training on), or the variable is unset, the
-    first idle card of the host is chosen. Only when no card of the host reads idle does it refuse.
+    GpuMisconfiguredError when the assignment names no card NVML sees (MIG UUIDs, a typo);
+    GpuUnreadableError when NVML shows no GPU at all on a host said to have one.
     """
     gpus = [r for r in readings if r.verdict != "no-gpu"]
     if not gpus:
-        raise GpuBusyError(describe(host, readings))
-    wanted = [w.strip() for w in (visible_env or "").split(",") if w.strip()]
-    assigned = [r for w in wanted[:1] for r in gpus if w in (str(r.index), r.uuid)]
-    if visible_env is not None and not assigned:
+        raise GpuUnreadableError(describe(host, readings))
+    if visible_env is None:
+        return gpus
+    wanted = [w.strip() for w in visible_env.split(",") if w.strip()]
+    mine = [r for w in wanted[:1] for r in gpus if w in (str(r.index), r.uuid)]
+    if not mine:
         raise GpuMisconfiguredError(f"{host}: CUDA_VISIBLE_DEVICES={visible_env!r} names no GPU that NVML sees")
-    if assigned and assigned[0].verdict == "idle":
-        return Card(index=assigned[0].index, uuid=assigned[0].uuid, assigned=visible_env, switched=False)
-    idle = [r for r in gpus if r.verdict == "idle"]
-    if not idle:
-        raise GpuBusyError(describe(host, gpus))
-    return Card(index=idle[0].index, uuid=idle[0].uuid, assigned=visible_env, switched=bool(assigned))
+    return mine
 
 
-def guard(host: str, *, runs_dir: str | None = None, thresholds: Thresholds | None = None) -> Card:
-    """A GPU job's first call (before anything initialises CUDA): read every card of the host and
-    point the job at an idle one (pick_card); refuse only when none reads idle.
+def guard(
+    host: str,
+    *,
+    runs_dir: str | None = None,
+    thresholds: Thresholds | None = None,
+    wait_s: float = 0.0,
+    deadline: float | None = None,
+) -> Card:
+    """A GPU job's first call (before anything initialises CUDA): wait until the card Ray assigned this
+    worker reads idle, at most `wait_s` (and never past `deadline`, a time.time()), then return it.
 
-    Switching away from Ray's assignment is safe because the runner runs at most one GPU job per
-    host at a time: the idle card is no other job's. CUDA_VISIBLE_DEVICES becomes the chosen card's
-    UUID (indices can differ between NVML and CUDA orderings). With fake readings (tests) the
-    variable is only switched when it was set (by Ray inside a GPU task, or by a test that restores
-    it): an unset one set here would leak into the test process and the Ray nodes it starts later.
+    The job never moves to another card: Ray's GPU accounting gave this worker this card, and any
+    other card may be another job's. While it waits it holds Ray's slot for the busy card, so Ray
+    hands the host's other cards to the next jobs. GpuBusyError (naming the foreign process, the
+    fresh run file ...) when the card stays busy; GpuUnreadableError when it cannot be judged;
+    GpuMisconfiguredError when the assignment names no card.
+
+    CUDA_DEVICE_ORDER becomes PCI_BUS_ID (NVML's order) so an index Ray set means the card NVML
+    judged; CUDA_VISIBLE_DEVICES is left as Ray set it. Unset (an inline run), it becomes the UUID of
+    the first idle card, unless CUDA already started in this process (then only card 0 is judged)
+    or the readings are fake (tests: a variable set here would leak into the test process).
     """
-    readings = read_local(host, runs_dir=runs_dir, thresholds=thresholds)
+    t0 = time.monotonic()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    card = pick_card(host, readings, visible)
-    if card.switched and _cuda_started():  # `sweep --inline`: CUDA read the variable once, at its start
-        raise GpuBusyError(
-            f"{host}: CUDA_VISIBLE_DEVICES={visible!r} reads busy and this process already runs CUDA there: "
-            f"moving to GPU {card.index} needs a new process (a sweep without --inline starts one a job)"
-        )
-    # An index Ray set was matched against NVML's (PCI) order; CUDA reads it fastest-first, which on a host
-    # of mixed cards is another card: pinned to the UUID, the job runs on the card that was judged.
-    by_index = visible is not None and card.uuid and visible.split(",")[0].strip() != card.uuid
-    if card.switched or by_index or (visible is None and not os.environ.get(FAKE_ENV)):
-        os.environ["CUDA_VISIBLE_DEVICES"] = card.uuid or str(card.index)
-    return card
+    first_busy = ""
+    while True:
+        readings = read_local(host, runs_dir=runs_dir, thresholds=thresholds)
+        cards = assigned_cards(host, readings, visible)
+        if visible is None and _cuda_started():  # `sweep --inline` after a first GPU job: CUDA is on card 0
+            cards = cards[:1]
+        idle = [r for r in cards if r.verdict == "idle"]
+        waited = time.monotonic() - t0
+        if idle:
+            return _settle(idle[0], visible, waited, first_busy, readings)
+        if not any(r.verdict == "busy" for r in cards):  # unreachable: no wait will tell
+            raise GpuUnreadableError(describe(host, cards))
+        first_busy = first_busy or describe(host, cards)
+        left = min(wait_s - waited, (deadline - time.time()) if deadline is not None else wait_s - waited)
+        if left <= 0:
+            raise GpuBusyError(f"{describe(host, cards)} (waited {waited:.0f} s on the card Ray gave this job)")
+        time.sleep(min(WAIT_POLL_S, left))
+
+
+def _settle(card: GpuReading, visible: str | None, waited_s: float, why: str, seen: list[GpuReading]) -> Card:
+    """The chosen card as a Card; the environment pointed at it before CUDA starts."""
+    if not _cuda_started():
+        os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's index i is then NVML's card i
+        if visible is None and not os.environ.get(FAKE_ENV):
+            os.environ["CUDA_VISIBLE_DEVICES"] = card.uuid or str(card.index)
+    return Card(
+        index=card.index,
+        uuid=card.uuid,
+        name=card.name,
+        assigned=visible,
+        waited_s=round(waited_s, 1) if why else 0.0,
+        wait_reason=why,
+        seen=tuple(r for r in seen if r.index >= 0),
+    )
 
 
 def _cuda_started() -> bool:

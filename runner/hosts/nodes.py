@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import sys
 import threading
 import time
@@ -20,9 +21,6 @@ from runner.hosts.reach import DEFAULT_CONNECT_TIMEOUT_S, ConnectError, check_re
 from runner.log import logger, terminal_err
 
 HOST_LABEL = "labprobe.host"
-GPU_SLOT = "labprobe_gpu_slot"
-"""A custom Ray resource, 1 per GPU host (`labprobe host-command` starts nodes with it): every GPU job
-takes it, so a host runs one GPU job at a time across every sweep and driver, not just within one."""
 LOCAL_HOST = "local"
 """The host name of this machine's node in the embedded Ray (no address, or `local`)."""
 
@@ -154,13 +152,71 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {last}" if last else type(exc).__name__
 
 
+NODE_CHECK_S = 1.0
+"""How often a wait on hosts' tasks checks that their nodes still answer."""
+NODE_STRIKES = 2
+"""Consecutive checks a host's raylets must all fail before the host counts as dead (one lost packet is not)."""
+
+
+def raylets() -> dict[str, list[tuple[str, int]]]:
+    """Host label -> (address, port) of the raylet of each node Ray lists alive with it."""
+    import ray
+
+    out: dict[str, list[tuple[str, int]]] = {}
+    for node in ray.nodes():
+        label = (node.get("Labels") or {}).get(HOST_LABEL)
+        if node.get("Alive") and label:
+            out.setdefault(label, []).append((node.get("NodeManagerAddress", ""), int(node.get("NodeManagerPort", 0))))
+    return out
+
+
+def raylet_answers(address: str, port: int, timeout_s: float = 1.0) -> bool:
+    """Whether a node's raylet accepts a TCP connect: refused at once when it was killed, while Ray's
+    own health check lists the node alive for ~15 s more."""
+    try:
+        socket.create_connection((address, port), timeout=timeout_s).close()
+        return True
+    except OSError:
+        return False
+
+
+class NodeWatch:
+    """Which hosts lost every node, checked at most every NODE_CHECK_S: Ray's listing (a node it marked
+    dead or that left) and each listed node's raylet port (a node killed a moment ago)."""
+
+    def __init__(self) -> None:
+        self._strikes: dict[str, int] = {}
+        self._last = time.monotonic()
+
+    def dead(self, hosts: set[str]) -> dict[str, str]:
+        """host -> why it is dead, among `hosts`; {} between checks."""
+        if not hosts or time.monotonic() - self._last < NODE_CHECK_S:
+            return {}
+        self._last = time.monotonic()
+        listed = raylets()
+        out = {}
+        for host in sorted(hosts):
+            nodes = listed.get(host, [])
+            if not nodes:
+                out[host] = f"its Ray node died or left (no alive node carries {HOST_LABEL}={host})"
+            elif any(raylet_answers(a, p) for a, p in nodes):
+                self._strikes.pop(host, None)
+            else:
+                self._strikes[host] = self._strikes.get(host, 0) + 1
+                if self._strikes[host] >= NODE_STRIKES:
+                    where = ", ".join(f"{a}:{p}" for a, p in nodes)
+                    out[host] = f"its Ray node does not answer (raylet {where} refuses connections: the node died)"
+        return out
+
+
 def run_on_hosts(
     fn: Callable[..., Any], hosts: list[str], *args: Any, timeout_s: float = 60.0, num_cpus: float = 0.1, **kwargs: Any
 ) -> dict[str, Any]:
     """Run `fn(*args, **kwargs)` once on each host, in parallel; host -> result or HostFailure.
 
-    A host that no alive node carries fails at once; a task still running at `timeout_s` is
-    cancelled and reported as a timeout. Never hangs.
+    A host that no alive node carries fails at once, one whose nodes stop answering within about
+    NODE_CHECK_S x NODE_STRIKES (runner.hosts.nodes.NodeWatch); a task still running at `timeout_s` is
+    cancelled and reported as a timeout. Never hangs; a dead host never delays the others' answers.
     """
     import ray
 
@@ -175,17 +231,25 @@ def run_on_hosts(
         ref = remote.options(num_cpus=num_cpus, **pinned(host)).remote(*args, **kwargs)
         pending[ref] = host
     deadline = time.monotonic() + timeout_s
+    watch = NodeWatch()
     while pending:
         left = deadline - time.monotonic()
-        done, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, left))
-        if not done:
+        if left <= 0:
             break
-        ref = done[0]
-        host = pending.pop(ref)
-        try:
-            results[host] = ray.get(ref)
-        except Exception as exc:  # a remote error of any kind is this host's answer
-            results[host] = HostFailure(host, one_line(exc), getattr(exc, "cause", None) or exc)
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=min(left, NODE_CHECK_S))
+        for ref in done:
+            host = pending.pop(ref)
+            try:
+                results[host] = ray.get(ref)
+            except Exception as exc:  # a remote error of any kind is this host's answer
+                results[host] = HostFailure(host, one_line(exc), getattr(exc, "cause", None) or exc)
+        # A task on a node killed a moment ago neither runs nor fails until Ray's health check gives up
+        # on the node (~15 s); its raylet refuses connections at once: fail that host now, not later.
+        for host, why in watch.dead(set(pending.values())).items():
+            for ref in [r for r, h in pending.items() if h == host]:
+                del pending[ref]
+                ray.cancel(ref, force=True)
+            results[host] = HostFailure(host, why)
     for ref, host in pending.items():
         ray.cancel(ref, force=True)
         results[host] = HostFailure(host, f"timeout: no answer within {timeout_s:g} s")

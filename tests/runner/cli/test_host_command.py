@@ -33,15 +33,13 @@ def test_head_and_worker_lines(tmp_path, capsys):
     path = cluster(tmp_path, {"port": 6380})
     assert cli.main(["host-command", "gx10", "--cluster", str(path)]) == 0
     assert last_line(capsys) == (
-        "RAY_AUTH_MODE=token ray start --head --port=6380 --num-gpus=1 "
-        "--labels labprobe.host=gx10 --resources '{\"labprobe_gpu_slot\": 1}'"
+        "RAY_AUTH_MODE=token ray start --head --port=6380 --num-gpus=1 --labels labprobe.host=gx10"
     )
     assert cli.main(["host-command", "ana-ml2", "--cluster", str(path)]) == 0
     out = capsys.readouterr().out
-    # One GPU slot however many cards: one GPU job per host at a time.
+    # Every card a slot: Ray's GPU count is the host's GPU jobs at once, no resource of our own.
     assert out.strip().splitlines()[-1] == (
-        "RAY_AUTH_MODE=token ray start --address=gx10.lab:6380 --num-gpus=2 "
-        "--labels labprobe.host=ana-ml2 --resources '{\"labprobe_gpu_slot\": 1}'"
+        "RAY_AUTH_MODE=token ray start --address=gx10.lab:6380 --num-gpus=2 --labels labprobe.host=ana-ml2"
     )
     assert "RAY_AUTH_TOKEN_PATH" in out and "ray get-auth-token --generate" in out
 

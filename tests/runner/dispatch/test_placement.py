@@ -1,5 +1,6 @@
-"""GpuPlacer: waiting with backoff, re-placement after a refusal, the deadline; and on a real Ray
-cluster, placement reading the fake NVML file on the labelled node and a GPU job refusing a busy card."""
+"""GpuPlacer: waiting with backoff, re-placement after a refusal, the host's wait clock and the deadline;
+and on a real Ray cluster, placement reading the fake NVML file on the labelled node and a GPU job
+waiting on the busy card Ray gave it, never moving to another."""
 
 from __future__ import annotations
 
@@ -97,6 +98,33 @@ def test_deadline_expires_and_caps_the_wait():
     assert not GpuPlacer(deadline=None, clock=clock).expired()
 
 
+def test_the_wait_runs_from_when_the_host_had_a_slot_free_of_our_own_work():
+    """Queued behind labprobe's own GPU job, a host's clock does not run; alone and busy, it runs to wait_s."""
+    clock, read = Clock(), Script(gx10=["busy"] * 5 + ["idle"])
+    placer = GpuPlacer(deadline=None, wait_s=30.0, backoff_s=(2,), clock=clock, read=read)
+    placer.try_place("gx10", alone=False)  # our own job runs there: the busy card may be it
+    clock.now += 100
+    assert not placer.expired("gx10") and placer.waited("gx10") == (0.0, "")
+    placer.try_place("gx10")  # alone: someone else's process; the clock starts now
+    t0 = clock.now
+    clock.now += 20
+    assert not placer.expired("gx10") and placer.waited("gx10") == (20.0, "gx10: GPU 0 busy: pid 4242 computes on it")
+    placer.behind_own_work("gx10")  # our own job took the host again: queued behind it, the clock stops
+    clock.now += 20
+    assert not placer.expired("gx10")
+    placer.try_place("gx10")
+    t0 = clock.now
+    assert placer.next_attempt_at("gx10") == t0 + 2
+    clock.now = t0 + 29
+    placer.try_place("gx10")
+    assert placer.next_attempt_at("gx10") == t0 + 30  # capped at the end of the wait
+    clock.now = t0 + 30
+    assert placer.expired("gx10") and not placer.expired()  # the host's wait ran out, not the sweep's deadline
+    assert placer.try_place("gx10")[0] is False
+    clock.now += 1000
+    assert placer.try_place("gx10") == (True, "") and not placer.expired("gx10")
+
+
 def test_a_failing_reader_is_an_unreachable_host():
     def read(host):
         raise TimeoutError("no answer within 33 s")
@@ -146,46 +174,24 @@ def gpu_job(host: str) -> str:
     return os.environ["CUDA_VISIBLE_DEVICES"]
 
 
-def test_gpu_job_refuses_a_card_that_became_busy_and_is_placed_again(ray_cluster, fake_nvml_dir):
-    import ray
-
-    from runner.hosts.nodes import pinned
-
-    node = ray_cluster.add_node(num_cpus=1, num_gpus=1, labels={"labprobe.host": "gpu-a"})
-    try:
-        clock = Clock()
-        placer = GpuPlacer(deadline=clock.now + 60, clock=clock)
-        job = ray.remote(max_retries=0, num_gpus=1)(gpu_job).options(**pinned("gpu-a"))
-        write_fake(fake_nvml_dir, "gpu-a", [])
-        assert placer.try_place("gpu-a") == (True, "")
-        write_fake(fake_nvml_dir, "gpu-a", [31337])  # someone starts training before our job does
-        with pytest.raises(GpuBusyError) as err:
-            ray.get(job.remote("gpu-a"), timeout=60)
-        assert "pid 31337" in str(err.value)
-        placer.refused("gpu-a", str(err.value))
-        clock.now = placer.next_attempt_at("gpu-a")
-        assert placer.try_place("gpu-a")[0] is False  # still busy: wait longer
-        write_fake(fake_nvml_dir, "gpu-a", [])
-        clock.now = placer.next_attempt_at("gpu-a")
-        assert placer.try_place("gpu-a") == (True, "")
-        assert ray.get(job.remote("gpu-a"), timeout=60) == "GPU-fake-0"  # Ray's GPU, read idle, pinned by UUID
-    finally:
-        ray_cluster.remove_node(node)
-
-
-def held_gpu_job(host: str) -> tuple[str, str, bool]:
-    """gpu_job holding its card a moment (so Ray hands a concurrent job the other one)."""
+def held_gpu_job(host: str) -> tuple[str, str, str]:
+    """What a GPU job does first (a Ray task with num_gpus=1), holding its card a moment so Ray hands a
+    concurrent job the other one. -> (CUDA_VISIBLE_DEVICES as Ray set it, as after the guard, outcome)."""
     from runner.gpu.idle import guard
 
     assigned = os.environ["CUDA_VISIBLE_DEVICES"]
-    card = guard(host)
+    try:
+        card = guard(host, wait_s=3.0)
+        outcome = f"ran on GPU {card.index}"
+    except GpuBusyError as exc:
+        outcome = str(exc)
     time.sleep(2)
-    return os.environ["CUDA_VISIBLE_DEVICES"], assigned, card.switched
+    return assigned, os.environ["CUDA_VISIBLE_DEVICES"], outcome
 
 
-def test_gpu_job_on_a_two_gpu_host_runs_on_the_idle_card_whichever_ray_assigned(ray_cluster, fake_nvml_dir):
-    """The placer says yes when any card is idle; Ray may then hand the job the busy one: the job
-    moves itself to the idle card rather than refusing forever."""
+def test_gpu_job_on_a_two_gpu_host_keeps_to_the_card_ray_assigned(ray_cluster, fake_nvml_dir):
+    """Card 0 busy with someone's run, card 1 idle; two jobs at once get one card each from Ray: the one
+    given card 1 runs there, the one given card 0 waits on it and gives up naming it, never taking card 1."""
     import ray
 
     from runner.hosts.nodes import pinned
@@ -215,22 +221,20 @@ def test_gpu_job_on_a_two_gpu_host_runs_on_the_idle_card_whichever_ray_assigned(
             )
         )
         assert GpuPlacer(deadline=None).try_place("gpu-b") == (True, "")
-        # Two jobs holding Ray's two cards at once, so one surely is assigned GPU 0 (the busy one).
         job = ray.remote(max_retries=0, num_gpus=1, num_cpus=0)(held_gpu_job).options(**pinned("gpu-b"))
-        assert sorted(ray.get([job.remote("gpu-b") for _ in range(2)], timeout=60)) == [
-            ("GPU-fake-1", "0", True),
-            ("GPU-fake-1", "1", False),  # kept, and pinned by UUID: CUDA's own order may differ from NVML's
-        ]
+        busy, idle = sorted(ray.get([job.remote("gpu-b") for _ in range(2)], timeout=60))
+        assert idle == ("1", "1", "ran on GPU 1")
+        assert busy[:2] == ("0", "0") and "GPU 0 busy: pid 31337" in busy[2] and "GPU 1" not in busy[2], busy
+        assert "waited 3 s on the card Ray gave this job" in busy[2]
     finally:
         ray_cluster.remove_node(node)
 
 
-def test_a_gpu_assignment_naming_no_card_is_unreadable_until_the_deadline_not_retried_on_idle(
-    fake_nvml_dir, monkeypatch
-):
-    """The job's guard finds CUDA_VISIBLE_DEVICES names no card NVML sees (MIG UUIDs): the placer's own
-    idle reading must not start job after job all night, and the skip at the deadline is unreadable."""
+def test_a_gpu_assignment_naming_no_card_is_skipped_unreadable_at_once(fake_nvml_dir, monkeypatch):
+    """The job's guard finds CUDA_VISIBLE_DEVICES names no card NVML sees (MIG UUIDs): no wait clears
+    it; the job is skipped as unreadable (the sweep exits non-zero), not as busy."""
     from runner.dispatch.launch import GpuGuard, execute
+    from runner.dispatch.placement import gpu_skip_kind
     from runner.lab.plan import Job
 
     write_fake(fake_nvml_dir, "gpu-m", [])
@@ -239,11 +243,8 @@ def test_a_gpu_assignment_naming_no_card_is_unreadable_until_the_deadline_not_re
         plan="p", entry=0, probe="carrier", checkpoint="c", host="gpu-m", corpus=None, config={}, config_hash="h",
         gpu=True, paths={}, job_id="j",
     )  # fmt: skip
-    outcome = execute(job, guard=GpuGuard(runs_dir=None, thresholds=None))
-    assert outcome.status == "refused" and outcome.misconfigured and "names no GPU that NVML sees" in outcome.reason
-    clock, read = Clock(), Script(**{"gpu-m": ["idle"] * 5})
-    placer = GpuPlacer(deadline=None, backoff_s=(2,), clock=clock, read=read)
-    placer.misconfigured("gpu-m", outcome.reason)
-    clock.now = placer.next_attempt_at("gpu-m")
-    assert placer.try_place("gpu-m") == (False, outcome.reason) and placer.unreadable("gpu-m")
-    assert read.num_reads == 0
+    t0 = time.monotonic()
+    outcome = execute(job, guard=GpuGuard(runs_dir=None, thresholds=None, wait_s=60))
+    assert time.monotonic() - t0 < 5
+    assert outcome.status == "skipped" and "names no GPU that NVML sees" in outcome.reason
+    assert gpu_skip_kind(outcome.reason) == "unreadable"

@@ -1,9 +1,12 @@
 """GPU placement in the sweep, on a node with one logical GPU whose idleness comes from fake NVML
 readings (`$LABPROBE_FAKE_NVML_DIR/<host>.json`, rewritten by the test): a job waits while the card
-reads busy, is placed again when it refuses at start, and is skipped with the reason at the deadline.
+reads busy, waits on its card when it turned busy between placement and start, and is skipped with
+the reason at the deadline.
 
 The placed job runs the cheap `mask` probe in place of `profile` (the wrapper below): what is under
-test is where and when it starts; the GPU probes' own measurements are tested in tests/probes.
+test is where and when it starts; the GPU probes' own measurements are tested in tests/probes. The
+wrapper turns on runner.gpu.cuda's test seam (LABPROBE_FAKE_CUDA=1) in its worker: torch there is
+taken to see the fake card Ray assigned, as CUDA would on a GPU host.
 """
 
 from __future__ import annotations
@@ -58,23 +61,24 @@ def set_card(fake_nvml_dir: Path, gpus: list[dict]) -> None:
 def recording_job(calls: Path, fake_dir: Path, *, turn_busy_first: bool = False):
     """The job function: records each start (its GPU ids, its outcome); with `turn_busy_first`, the
     first start flips the card busy just before the job's own idleness check (a training run that
-    grabbed the card between placement and start), then idle again after the refusal."""
+    grabbed the card between placement and start), and idle again 2 s later."""
 
     def run(job, **kwargs):
         import json as json_
         import os
+        import threading
 
         import ray
 
         from runner.dispatch.launch import execute
 
+        os.environ["LABPROBE_FAKE_CUDA"] = "1"  # the seam: this worker's torch "sees" the fake card
         num = len(list(calls.glob("*.json")))
         if turn_busy_first and num == 0:
             set_card(fake_dir, BUSY)
+            threading.Timer(2.0, set_card, (fake_dir, IDLE)).start()
         cheap = dataclasses.replace(job, probe="mask", config={"seq_len": 64})
         outcome = execute(cheap, **kwargs)
-        if turn_busy_first and num == 0:
-            set_card(fake_dir, IDLE)
         (calls / f"{num}.json").write_text(
             json_.dumps(
                 {
@@ -131,19 +135,22 @@ def test_gpu_job_waits_while_the_card_is_busy_then_runs_with_one_gpu(gpu_lab, fa
     assert (job["probe"], job["host"], job["status"]) == ("profile", HOST, "ok")
 
 
-def test_a_job_refusing_a_card_turned_busy_is_placed_again(gpu_lab, fake_nvml_dir, tmp_path):
+def test_a_job_whose_card_turned_busy_at_start_waits_on_it_then_runs(gpu_lab, fake_nvml_dir, tmp_path):
     calls = tmp_path / "calls"
     calls.mkdir()
     set_card(fake_nvml_dir, IDLE)
     counts = sweep(
         gpu_lab, tmp_path / "store", recording_job(calls, fake_nvml_dir, turn_busy_first=True), time.time() + 60
     )
-    first, second = starts(calls)
-    assert first["status"] == "refused" and "pid 424242" in first["reason"], first
-    assert second["status"] == "ok"
+    [start] = starts(calls)
+    assert start["status"] == "ok" and start["cuda_visible"] == start["gpu_ids"][0]  # on Ray's card, as Ray set it
     assert (counts.ok, counts.failed, counts.skipped) == (1, 0, 0)
-    jobs = Store(tmp_path / "store").jobs()
-    assert list(jobs["status"]) == ["ok"]  # the refusal is not a stored outcome, the job's run is
+    [job] = Store(tmp_path / "store").jobs().to_dict("records")
+    env = json.loads(job["env_json"])
+    assert job["status"] == "ok" and (env["gpu_index"], env["gpu_uuid"]) == ("0", "GPU-fake-0")
+    assert float(env["gpu_wait_s"]) >= 1.0 and "pid 424242" in env["gpu_wait_reason"], env
+    [(_, status, waited, why, card)] = counts.gpu_waits  # what the summary prints
+    assert status == "ok" and waited >= 1.0 and "pid 424242" in why and card == "GPU 0 (GPU-fake-0)"
 
 
 def test_a_gpu_job_with_no_idle_card_is_skipped_at_the_deadline(gpu_lab, fake_nvml_dir, tmp_path):
@@ -280,33 +287,31 @@ def test_a_timed_out_gpu_job_keeps_its_host_busy_until_its_worker_is_gone(gpu_la
     assert not alive(pid)
 
 
-def test_two_sweeps_never_run_gpu_jobs_on_one_host_at_once(ray_cluster, fake_nvml_dir, tmp_path):
-    """Two drivers (two sweeps on different stores) each submit a GPU job to a two-card host started as
-    `labprobe host-command` says: the host's one GPU slot makes them take turns."""
-    from runner.hosts.nodes import GPU_SLOT
+def test_two_sweeps_never_run_gpu_jobs_on_one_card_at_once(gpu_lab, fake_nvml_dir, tmp_path):
+    """Two drivers (two sweeps on different stores) each submit a GPU job to a one-card host: Ray's GPU
+    accounting (one GPU a job) makes them take turns, with no resource of labprobe's own."""
+    set_card(fake_nvml_dir, IDLE)
+    plan = [
+        {"probe": "profile", "hosts": [HOST], "checkpoints": ["qwen3-0.6b-base"], "config": {"steps": n}}
+        for n in (5, 6)
+    ]
+    import yaml
 
-    host = "gpu2host"
-    node = ray_cluster.add_node(num_cpus=1, num_gpus=2, resources={GPU_SLOT: 1}, labels={"labprobe.host": host})
-    try:
-        ray_cluster.wait_for_nodes()
-        plan = [
-            {"probe": "profile", "hosts": [host], "checkpoints": ["qwen3-0.6b-base"], "config": {"steps": n}}
-            for n in (5, 6)
-        ]
-        path = write_cluster(tmp_path, {"gpu": plan}, extra_hosts=[{"name": host, "gpus": 2}])
-        (tmp_path / "calls").mkdir()
-        fn = interval_job(tmp_path / "calls", gpu_s=1.5, cpu_s=0.0)
-        launchers = [RayLauncher(fn=fn), RayLauncher(fn=fn)]
-        for launcher, job in zip(launchers, expand(load_cluster(path), "gpu")):
-            launcher.submit(job, deadline=None)
-        t0 = time.monotonic()
-        while any(launcher.in_flight() for launcher in launchers):
-            assert time.monotonic() - t0 < 60
-            for launcher in launchers:
-                launcher.poll(0.1)
-        first, second = sorted(
-            (json.loads(p.read_text()) for p in (tmp_path / "calls").glob("*.json")), key=lambda r: r["start"]
-        )
-        assert second["start"] >= first["end"], (first, second)
-    finally:
-        ray_cluster.remove_node(node)
+    data = yaml.safe_load(gpu_lab.read_text())
+    data["plans"] = {"gpu": plan}
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(data))
+    (tmp_path / "calls").mkdir()
+    fn = interval_job(tmp_path / "calls", gpu_s=1.5, cpu_s=0.0)
+    launchers = [RayLauncher(fn=fn), RayLauncher(fn=fn)]
+    for launcher, job in zip(launchers, expand(load_cluster(path), "gpu")):
+        launcher.submit(job, deadline=None)
+    t0 = time.monotonic()
+    while any(launcher.in_flight() for launcher in launchers):
+        assert time.monotonic() - t0 < 60
+        for launcher in launchers:
+            launcher.poll(0.1)
+    first, second = sorted(
+        (json.loads(p.read_text()) for p in (tmp_path / "calls").glob("*.json")), key=lambda r: r["start"]
+    )
+    assert second["start"] >= first["end"], (first, second)

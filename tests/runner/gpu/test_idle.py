@@ -149,61 +149,94 @@ def test_read_local_over_the_nvml_path_sums_up_each_gpu_s_window(monkeypatch):
 # -- guard --------------------------------------------------------------------------------------------
 
 
-def test_guard_on_a_two_gpu_host_moves_the_job_off_the_busy_card_ray_assigned(fake_nvml_dir, monkeypatch):
-    """Ray assigned GPU 0 (logical counting), someone trains on it, GPU 1 is idle: the job goes
-    to GPU 1 (by UUID, set before CUDA starts) instead of refusing forever."""
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # restored after the test: no leak
-    write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(NO_PID, 4 * GIB)], mem=4 * GIB), gpu(1)])
-    card = idle.guard("box")
-    assert card == idle.Card(index=1, uuid="GPU-fake-1", assigned="0", switched=True)
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-fake-1"
-    # Ray's card idle: kept as assigned, nothing switched, and named by its UUID: Ray's "1" was matched
-    # against NVML's (PCI) order, which CUDA's fastest-first order need not share on a host of mixed cards.
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    assert idle.guard("box") == idle.Card(index=1, uuid="GPU-fake-1", assigned="1", switched=False)
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-fake-1"
-    # Both cards busy: refused, naming every card and why; the variable untouched.
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(NO_PID, 4 * GIB)], mem=4 * GIB), gpu(1, util=(0, 95, 90))])
-    with pytest.raises(
-        GpuBusyError,
-        match=rf"box: GPU 0 busy: pid {NO_PID} \(user \?, 4.00 GiB\) computes on it.*; "
-        r"GPU 1 busy: utilisation",
-    ):
+BUSY0 = [gpu(0, processes=[(NO_PID, 4 * GIB)], mem=4 * GIB), gpu(1)]
+"""Card 0 busy with someone's run, card 1 idle."""
+
+
+@pytest.fixture
+def ray_env(monkeypatch):
+    """The variables guard() may set, restored after the test (no leak into later Ray nodes)."""
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return monkeypatch
+
+
+def test_guard_never_moves_a_job_off_the_card_ray_assigned(fake_nvml_dir, ray_env):
+    """Ray assigned GPU 0 (logical counting), someone trains on it, GPU 1 is idle: the job does not take
+    GPU 1 (it may be another job's, or kept out of Ray on purpose); it refuses naming GPU 0 only."""
+    ray_env.setenv("CUDA_VISIBLE_DEVICES", "0")
+    write_fake(fake_nvml_dir, "box", BUSY0)
+    with pytest.raises(GpuBusyError) as err:
         idle.guard("box")
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+    assert f"box: GPU 0 busy: pid {NO_PID} (user ?, 4.00 GiB) computes on it" in str(err.value)
+    assert "GPU 1" not in str(err.value) and os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+    # Ray's card idle: kept as Ray set it, and CUDA numbers cards as NVML does (PCI order).
+    ray_env.setenv("CUDA_VISIBLE_DEVICES", "1")
+    card = idle.guard("box")
+    assert (card.index, card.uuid, card.assigned, card.waited_s, card.wait_reason) == (1, "GPU-fake-1", "1", 0.0, "")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1" and os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
-def test_guard_accepts_ray_assigning_by_uuid(fake_nvml_dir, monkeypatch):
+def test_guard_takes_ray_assigning_by_uuid_and_keeps_to_it(fake_nvml_dir, ray_env):
     write_fake(fake_nvml_dir, "box", [gpu(0), gpu(1, processes=[(NO_PID, 4 * GIB)], mem=4 * GIB)])
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-1")
-    assert idle.guard("box") == idle.Card(index=0, uuid="GPU-fake-0", assigned="GPU-fake-1", switched=True)
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-fake-0"
+    ray_env.setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-1")
+    with pytest.raises(GpuBusyError, match="box: GPU 1 busy"):
+        idle.guard("box")  # GPU 0 reads idle: still not this job's
+    ray_env.setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-0")
+    assert idle.guard("box").index == 0
 
 
-def test_pick_card_without_visible_devices_points_the_job_at_an_idle_card():
+def test_guard_waits_on_its_card_for_a_foreign_process_to_leave(fake_nvml_dir, ray_env):
+    ray_env.setenv("CUDA_VISIBLE_DEVICES", "0")
+    write_fake(fake_nvml_dir, "box", BUSY0)
+
+    def free_later():
+        time.sleep(1.5)
+        write_fake(fake_nvml_dir, "box", [gpu(0), gpu(1)])
+
+    import threading
+
+    threading.Thread(target=free_later).start()
+    t0 = time.monotonic()
+    card = idle.guard("box", wait_s=30)
+    assert 1.5 <= time.monotonic() - t0 < 10 and card.index == 0
+    assert 1.0 <= card.waited_s < 10 and f"pid {NO_PID}" in card.wait_reason and "GPU 1" not in card.wait_reason
+
+
+def test_guard_wait_is_bounded_by_wait_s_and_by_the_deadline(fake_nvml_dir, ray_env):
+    ray_env.setenv("CUDA_VISIBLE_DEVICES", "0")
+    write_fake(fake_nvml_dir, "box", BUSY0)
+    t0 = time.monotonic()
+    with pytest.raises(GpuBusyError, match=r"waited [12] s on the card Ray gave this job"):
+        idle.guard("box", wait_s=1.5)
+    assert 1.5 <= time.monotonic() - t0 < 5
+    t0 = time.monotonic()
+    with pytest.raises(GpuBusyError, match="GPU 0 busy"):
+        idle.guard("box", wait_s=600, deadline=time.time() + 1.0)
+    assert time.monotonic() - t0 < 4
+
+
+def test_assigned_cards_without_visible_devices_are_every_card():
     hot = GpuReading(host="box", index=0, name="H200", verdict="busy", reason="utilisation >= 10%", uuid="GPU-0")
     cool = GpuReading(host="box", index=1, name="H200", verdict="idle", reason="", uuid="GPU-1")
-    assert idle.pick_card("box", [hot, cool], None) == idle.Card(1, "GPU-1", None, False)
-    assert idle.pick_card("box", [hot, cool], "1") == idle.Card(1, "GPU-1", "1", False)
-    assert idle.pick_card("box", [hot, cool], "0") == idle.Card(1, "GPU-1", "0", True)
-    with pytest.raises(GpuBusyError, match="box: GPU 0 busy: utilisation"):
-        idle.pick_card("box", [hot], None)
-    with pytest.raises(GpuBusyError, match="box: GPU 0 busy: utilisation"):
-        idle.pick_card("box", [hot], "0")
-    with pytest.raises(GpuBusyError, match="names no GPU"):
-        idle.pick_card("box", [hot, cool], "7")
+    assert idle.assigned_cards("box", [hot, cool], None) == [hot, cool]
+    assert idle.assigned_cards("box", [hot, cool], "1") == [cool]
+    assert idle.assigned_cards("box", [hot, cool], "GPU-0,GPU-1") == [hot]  # Ray's first card is the job's
+    with pytest.raises(idle.GpuMisconfiguredError, match="names no GPU"):
+        idle.assigned_cards("box", [hot, cool], "7")
+    nothing = GpuReading(host="box", index=-1, name="", verdict="no-gpu", reason="no GPU: NVML unavailable")
+    with pytest.raises(idle.GpuUnreadableError, match="no GPU: NVML unavailable"):
+        idle.assigned_cards("box", [nothing], "0")
 
 
-def test_guard_with_fake_readings_checks_but_leaves_an_unset_environment(fake_nvml_dir, monkeypatch):
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+def test_guard_without_ray_takes_an_idle_card_and_with_fake_readings_leaves_the_environment(fake_nvml_dir, ray_env):
     write_fake(fake_nvml_dir, "box", [gpu(0, util=(0, 80, 90)), gpu(1)])
     assert idle.guard("box").index == 1
     assert "CUDA_VISIBLE_DEVICES" not in os.environ
     write_fake(fake_nvml_dir, "box", [gpu(0, util=(0, 80, 90))])
     with pytest.raises(GpuBusyError, match="utilisation"):
         idle.guard("box")
-    with pytest.raises(GpuBusyError, match="no-gpu"):
+    with pytest.raises(idle.GpuUnreadableError, match="no-gpu"):
         idle.guard("absent")
 
 
@@ -221,14 +254,13 @@ def test_a_file_dated_in_the_future_keeps_the_card_busy_and_says_why():
     assert word == "busy" and "is dated 3.0 d in the future (a clock ahead of this host's?)" in reason
 
 
-def test_a_process_already_running_cuda_is_not_switched_but_refused(fake_nvml_dir, monkeypatch):
-    """`sweep --inline`: CUDA read CUDA_VISIBLE_DEVICES when it started; setting it again moves nothing."""
+def test_a_process_already_running_cuda_judges_only_its_card(fake_nvml_dir, ray_env):
+    """`sweep --inline` after a first GPU job: CUDA runs on card 0 of this process; card 1 idle is no use."""
     import types
 
     started = types.SimpleNamespace(cuda=types.SimpleNamespace(is_initialized=lambda: True))
-    monkeypatch.setitem(sys.modules, "torch", started)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    write_fake(fake_nvml_dir, "box", [gpu(0, processes=[(NO_PID, 4 * GIB)], mem=4 * GIB), gpu(1)])
-    with pytest.raises(GpuBusyError, match=r"box: CUDA_VISIBLE_DEVICES='0' reads busy and this process already runs"):
+    ray_env.setitem(sys.modules, "torch", started)
+    write_fake(fake_nvml_dir, "box", BUSY0)
+    with pytest.raises(GpuBusyError, match="box: GPU 0 busy") as err:
         idle.guard("box")
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+    assert "GPU 1" not in str(err.value) and "CUDA_VISIBLE_DEVICES" not in os.environ

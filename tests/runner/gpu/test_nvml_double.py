@@ -126,16 +126,18 @@ def test_labprobe_probe_carrier_runs_on_an_idle_gb10_and_names_fresh_run_files(
 
 
 @pytest.mark.parametrize(
-    ("scenario", "status", "code"),
+    ("scenario", "fake_cuda", "status", "code"),
     [
-        ("gb10-idle", "ok", 0),
-        ("gb10-busy", "skipped", 0),
-        ("gpu-lost", "skipped", 1),
-        ("driver-not-loaded", "skipped", 1),
+        ("gb10-idle", "1", "ok", 0),
+        ("gb10-idle", None, "failed", 1),  # this machine's torch has no CUDA: no CPU timing stored as gb10's
+        ("gb10-busy", "1", "skipped", 0),
+        ("gpu-lost", "1", "skipped", 1),
+        ("driver-not-loaded", "1", "skipped", 1),
     ],
 )
-def test_an_inline_sweep_on_the_gb10_itself(scenario, status, code, monkeypatch, tmp_path, capsys):
-    """`labprobe sweep --inline gb10`: placement and the job's guard read NVML in this process."""
+def test_an_inline_sweep_on_the_gb10_itself(scenario, fake_cuda, status, code, monkeypatch, tmp_path, capsys):
+    """`labprobe sweep --inline gb10`: placement and the job's guard read NVML in this process; torch's view
+    of CUDA is the double's card (runner.gpu.cuda's seam) or, without the seam, this machine's: none."""
     from sweep_util import write_cluster
 
     from runner.store.store import Store
@@ -146,13 +148,25 @@ def test_an_inline_sweep_on_the_gb10_itself(scenario, status, code, monkeypatch,
     lab = write_cluster(tmp_path, plans, extra_hosts=[{"name": "gb10", "gpus": 1, "idle": {"window_s": 0.2}}])
     use_double(monkeypatch, scenario)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # the guard keeps card 0 (idle) instead of setting its UUID here
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)  # set by the guard: restored after the test
+    if fake_cuda:
+        monkeypatch.setenv("LABPROBE_FAKE_CUDA", fake_cuda)
+    else:
+        monkeypatch.delenv("LABPROBE_FAKE_CUDA", raising=False)
     args = ["sweep", "--cluster", str(lab), "--plan", "gpu", "--inline", "gb10", "--gpu-wait-s", "1"]
     assert main([*args, "--store", str(tmp_path / "store")]) == code
     capsys.readouterr()
     [job] = Store(tmp_path / "store").jobs().to_dict("records")
     assert job["status"] == status, job["reason"]
-    if code:
+    if status == "failed":  # one line naming CUDA and what torch says
+        assert job["reason"].startswith("no usable CUDA device: gb10: GPU job placed on GPU 0 (GPU-gb10-0)")
+        assert "torch.cuda.is_available() is False" in job["reason"] and "the CPU wheel?" in job["reason"]
+    elif code:
         assert job["reason"].startswith("GPU host gb10 could not be read before the deadline"), job["reason"]
+    if status == "ok":  # the row records the card
+        env = json.loads(job["env_json"])
+        assert (env["gpu_index"], env["gpu_uuid"], env["gpu"]) == ("0", "GPU-gb10-0", "NVIDIA GB10"), env
+        assert env["torch"] and "gpu_wait_s" in env
 
 
 def test_a_gb10_whose_driver_reports_the_hosts_memory_is_not_read_busy_by_it(monkeypatch, tmp_path):
