@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import signal
+import threading
 import time
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -153,14 +155,44 @@ class Launcher(abc.ABC):
         return set(self.gpu_jobs())
 
 
-class InlineLauncher(Launcher):
-    """Runs each job at submit time in this process: no Ray, no parallelism."""
+class _JobTimeout(BaseException):
+    """Raised by the inline launcher's alarm: a BaseException, so a probe's `except Exception` keeps it."""
 
-    def __init__(self) -> None:
+
+class InlineLauncher(Launcher):
+    """Runs each job at submit time in this process: no Ray, no parallelism. `timeout_s`: a job still
+    running then is stopped by an alarm (SIGALRM, in the main thread) and failed as the Ray launcher
+    fails it, with the same reason."""
+
+    def __init__(self, *, timeout_s: float | None = None) -> None:
         self._done: list[tuple[Job, Outcome]] = []
+        self._timeout_s = timeout_s
+        self._running = False
 
     def submit(self, job: Job, *, deadline: float | None, guard: GpuGuard | None = None) -> None:
-        self._done.append((job, execute(job, deadline=deadline, guard=guard)))
+        self._done.append((job, self._execute(job, deadline=deadline, guard=guard)))
+
+    def _execute(self, job: Job, *, deadline: float | None, guard: GpuGuard | None) -> Outcome:
+        if self._timeout_s is None or threading.current_thread() is not threading.main_thread():
+            return execute(job, deadline=deadline, guard=guard)  # signals reach the main thread only
+
+        def expire(signum, frame) -> None:
+            if self._running:  # the job has not returned yet: stop it where it is
+                raise _JobTimeout
+
+        previous = signal.signal(signal.SIGALRM, expire)
+        self._running = True
+        signal.setitimer(signal.ITIMER_REAL, self._timeout_s)
+        try:
+            outcome = execute(job, deadline=deadline, guard=guard)
+            self._running = False
+            return outcome
+        except _JobTimeout:
+            return Outcome(status="failed", reason=f"timeout: not finished within {self._timeout_s:g} s")
+        finally:
+            self._running = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
     def poll(self, timeout_s: float) -> list[tuple[Job, Outcome]]:
         done, self._done = self._done, []

@@ -62,7 +62,7 @@ def run_sweep(
         store=store,
         run_id=run_id,
         plan=plan,
-        launcher=launcher or (InlineLauncher() if inline else RayLauncher()),
+        launcher=launcher or (InlineLauncher(timeout_s=timeout_s) if inline else RayLauncher()),
         deadline=deadline,
         timeout_s=timeout_s,
         gpu_wait_s=gpu_wait_s,
