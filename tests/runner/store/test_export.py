@@ -1,4 +1,4 @@
-"""`labprobe store export` and README's client recipes, on the demo store (two demo sweeps, so
+"""`labprobe store export` and the client recipes of docs/store.md, on the demo store (two demo sweeps, so
 compaction has replaced files, plus a newer run of one slot, a second host, and a killed writer's
 rows without their job row): a plain Parquet reader over the export, and each recipe, gives exactly
 `labprobe compare`'s rows and values. A sweep vacuums what its compaction replaced."""
@@ -45,7 +45,7 @@ def _later(store: Store, job: pd.Series, run_id: str, host: str, scale: float, *
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> Path:
-    """A folder holding `results` (the demo store) and `export` (its export), as README's recipes expect."""
+    """A folder holding `results` (the demo store) and `export` (its export), as the recipes expect."""
     folder = tmp_path_factory.mktemp("demo")
     root = folder / "results"
     sweep = ["sweep", "--inline", "local", "--cluster", str(REPO / "cluster.yaml"), "--store", str(root)]
@@ -122,28 +122,33 @@ def test_every_plain_reader_over_the_export_gets_exactly_the_stores_rows(demo):
     assert {"host", "checkpoint", "checkpoint_fp"} <= set(rows.columns)
 
 
+def _pages() -> str:
+    """README.md and every page of docs/: the recipes and the quick look live on one of them (docs/store.md)."""
+    return "\n".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
+
+
 def _recipes() -> dict[str, str]:
-    text = (REPO / "README.md").read_text()
+    text = _pages()
     found = re.findall(r"```python\n(# labprobe recipe: (\w+).*?)```", text, re.S)
     return {name: body for body, name in found}
 
 
-def test_readme_has_the_three_recipes():
+def test_the_docs_have_the_three_recipes():
     assert sorted(_recipes()) == ["deltalake", "duckdb", "polars"]
 
 
 @pytest.mark.parametrize("name", ["duckdb", "polars", "deltalake"])
-def test_readme_recipe_gives_compares_rows_and_values(demo, name, monkeypatch, capsys):
+def test_a_docs_recipe_gives_compares_rows_and_values(demo, name, monkeypatch, capsys):
     monkeypatch.chdir(demo)  # the recipes read results/ and export/ relative to the lab's folder
     scope: dict = {}
-    exec(compile(_recipes()[name], f"README recipe {name}", "exec"), scope)
+    exec(compile(_recipes()[name], f"docs recipe {name}", "exec"), scope)
     _same(scope["pad"], compared(demo / "results"))
 
 
-def test_readme_quick_look_commands_run(demo):
+def test_the_docs_quick_look_commands_run(demo):
     import subprocess
 
-    text = (REPO / "README.md").read_text()
+    text = _pages()
     block = re.search(r"```bash\n(labprobe store export export\n.*?)```", text, re.S).group(1)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for line in block.strip().splitlines():
