@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable
 
+from probes.format import format_value  # one formatting for the runner and the probes' headlines
 
-def format_value(value: Any) -> str:
-    if isinstance(value, bool) or value is None:
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return "nan"
-        if value != 0 and (abs(value) >= 1e7 or abs(value) < 1e-3):
-            return f"{value:.3e}"
-        return f"{value:,.4f}".rstrip("0").rstrip(".") if abs(value) < 100 else f"{value:,.1f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
+__all__ = ["format_table", "format_value"]
 
 
 def format_table(rows: Iterable[dict[str, Any]], title: str | None = None) -> str:

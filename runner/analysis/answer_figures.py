@@ -17,22 +17,46 @@ import pandas as pd
 import probes
 from probes.result import summary_figures
 
-PROBE_ORDER = probes.ANSWERS
-"""The order answers are shown in when no plan gives one."""
-_ANSWERS = {name: probes.answer(name) for name in PROBE_ORDER}
-TABLES = {name: a.TABLES for name, a in _ANSWERS.items()}
-"""The tables each probe's answer is computed from."""
-QUESTIONS = {name: a.QUESTION for name, a in _ANSWERS.items()}
-RATIO_OF = {name: a.RATIO_OF for name, a in _ANSWERS.items() if a.RATIO_OF}
-"""What a host measures (the rest is analysis of the same inputs): ratios are given for these only."""
-EXACT = tuple(name for name, a in _ANSWERS.items() if a.EXACT)
-"""Probes whose figures are exact (no timing): any change from the previous run is reported."""
-EXTRACTORS = {name: a.figures for name, a in _ANSWERS.items()}
+
+def order() -> list[str]:
+    """The order answers are shown in when no plan gives one: the registry's."""
+    return list(probes.REGISTRY)
+
+
+def tables(probe: str) -> tuple[str, ...]:
+    """The tables the probe's answer is computed from."""
+    found = probes.answer(probe)
+    return found.TABLES if found is not None else ()
+
+
+def question(probe: str) -> str:
+    found = probes.answer(probe)
+    return found.QUESTION if found is not None else f"{probe}: the summary's figures"
+
+
+def ratio_of(probe: str) -> str | None:
+    """What a host measures (the rest is analysis of the same inputs): ratios are given for this figure only."""
+    found = probes.answer(probe)
+    return (found.RATIO_OF or None) if found is not None else None
+
+
+def exact(probe: str) -> bool:
+    """The probe's figures are exact (no timing): any change from the previous run is reported."""
+    found = probes.answer(probe)
+    return bool(found is not None and found.EXACT)
+
+
+def extractor(probe: str):
+    """(tables, summary, config) -> (figure rows, notes): the probe's own, or `generic`."""
+    found = probes.answer(probe)
+    return found.figures if found is not None else generic
+
+
 ROW_IDENTITY = ("model", "variant")
 
 
 def generic(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> tuple[list[dict], list[str]]:
-    """The answer of a probe the registry does not know (rows of a probe since removed)."""
+    """The answer of a probe without an answer module, or one the registry does not know (since removed)."""
     return [summary_figures(summary)], []
 
 
@@ -42,7 +66,7 @@ def row_identity(row: dict[str, Any]) -> tuple:
 
 def changes(probe: str, before: list[dict], after: list[dict], run_id: str, new_checkpoint: bool) -> list[str]:
     """The exact figures that differ from the previous ok run's (timings are drift's business)."""
-    if probe not in EXACT:
+    if not exact(probe):
         return []
     old = {row_identity(r): r for r in before}
     out = []

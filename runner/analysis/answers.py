@@ -4,21 +4,15 @@
 per job; by default the jobs the run stored) and, for each, the newest ok job of that work in the
 store. When this run's attempt failed or was skipped (a node died, say), the newest ok value of an
 earlier run is shown, marked `earlier` with its run id, rather than nothing. Each answer holds the
-probe's headline figures, computed from its stored rows (each probe's `probes.<name>.answer`, through the registry):
-
-- mask: full-attention layers keeping the is_causal fast path, those that lose it, sliding layers
-  whose band is right, layers that attend across packed sequences, and the checks;
-- padding: the pad fraction (in percent) of each batching strategy, and the truncation;
-- bucket: the smallest bucket that wins 90% of the global sort's gain, its padding, and its price
-  in source diversity (sources per batch there against random batching);
-- carrier: tok/s, step time, spread and trust per model (and variant, where the rows have one),
-  with the ranked advice its summary carries;
-- profile: each fit term's share at the production length, the held-out error, the padding penalty;
-- any other probe: its summary's scalar figures.
+probe's headline figures, computed from its stored rows by the probe's own answer module (`ProbeSpec.answer`,
+e.g. probes/carrier/answer.py: tok/s, step time, spread and trust per model); a probe without one gets its
+summary's scalar figures.
 
 Ratios to a baseline host (the first of `host_order` with a value) are given only where two or more
-hosts answered, and only for what the host measures (carrier tok/s, profile step time). `changes`
-lists the exact figures (mask, padding, bucket) that differ from the previous ok run of the same work.
+hosts answered, and only for what the host measures (the answer's RATIO_OF: carrier tok/s). `changes`
+lists the exact figures (an answer marked EXACT: mask, padding, bucket) that differ from the previous ok run
+of the same work. What the answer's presentation declares (`Presentation.one_row_per_tokenizer`,
+`checks_are_answer`) shapes its rows.
 """
 
 from __future__ import annotations
@@ -31,6 +25,8 @@ from typing import Any
 import pandas as pd
 import pyarrow.dataset as ds
 
+import probes
+from probes.format import shown_pct
 from runner.analysis import answer_figures as figs
 from runner.store.store import Store
 from runner.tables import format_value
@@ -113,7 +109,8 @@ def build(
     if work is None:  # the run's own jobs, probes in the usual order (a plan's order when given)
         mine = jobs[jobs["run_id"] == run_id] if not jobs.empty else jobs
         work = list(mine[list(WORK_KEY)].itertuples(index=False, name=None)) if not mine.empty else []
-        work.sort(key=lambda w: figs.PROBE_ORDER.index(w[0]) if w[0] in figs.PROBE_ORDER else len(figs.PROBE_ORDER))
+        order = figs.order()
+        work.sort(key=lambda w: order.index(w[0]) if w[0] in order else len(order))
     work = list(dict.fromkeys(tuple(w) for w in work))
     groups = jobs.groupby(list(WORK_KEY), sort=False).indices if not jobs.empty else {}
     runs = _runs_read(jobs, work)
@@ -203,20 +200,15 @@ def _answer(rows: pd.DataFrame, key: tuple[str, str, str, str], run_id: str, row
 
 def _figures(probe: str, job: pd.Series, rows_of: RowsOf) -> tuple[list[dict], list[str]]:
     """The probe's figures from one ok job's stored rows, and its notes (failed checks first)."""
-    tables = {table: rows_of(f"{probe}.{table}", job) for table in figs.TABLES.get(probe, ())}
+    tables = {table: rows_of(f"{probe}.{table}", job) for table in figs.tables(probe)}
     summary = json.loads(job["summary_json"] or "{}")
     config = json.loads(job["config_json"] or "{}")
     reason = str(job["reason"] or "")
     failed = reason[len(CHECKS_FAILED) :].split(", ") if reason.startswith(CHECKS_FAILED) else []
-    extract = figs.EXTRACTORS.get(probe, figs.generic)
-    rows, notes = extract(tables, summary, config)
+    rows, notes = figs.extractor(probe)(tables, summary, config)
     for row in rows:
         row["checks"] = "failed: " + ", ".join(failed) if failed else "ok"
     return rows, notes
-
-
-ONE_ROW_PER_TOKENIZER = ("padding", "bucket")
-"""Probes whose answer depends on the checkpoint only through its tokenizer."""
 
 
 def _one_row_per_tokenizer(found: list[Answer]) -> list[Answer]:
@@ -239,18 +231,18 @@ def _one_row_per_tokenizer(found: list[Answer]) -> list[Answer]:
 
 
 def _section(probe: str, found: list[Answer], host_order: list[str]) -> ProbeAnswers:
-    if probe in ONE_ROW_PER_TOKENIZER:
+    if probes.presentation(probe).one_row_per_tokenizer:  # its answer depends on a checkpoint's tokenizer only
         found = _one_row_per_tokenizer(found)
     present = {a.host for a in found if a.figures}
     hosts = [h for h in host_order if h in present] + sorted(present - set(host_order))
-    ratio_of = figs.RATIO_OF.get(probe)
+    ratio_of = figs.ratio_of(probe)
     baseline = hosts[0] if len(hosts) >= 2 and ratio_of else None
     found.sort(key=lambda a: (a.checkpoint, hosts.index(a.host) if a.host in hosts else len(hosts), a.host))
     if baseline is not None:
         _add_ratios(found, baseline, ratio_of)
     return ProbeAnswers(
         probe=probe,
-        question=figs.QUESTIONS.get(probe, f"{probe}: the summary's figures"),
+        question=figs.question(probe),
         hosts=hosts,
         baseline=baseline if baseline is not None else None,
         ratio_of=ratio_of if baseline is not None else None,
@@ -307,9 +299,10 @@ def table_rows(section: ProbeAnswers) -> list[dict[str, Any]]:
                 line["measured"] = f"earlier: run {answer.run_id}" if answer.earlier else "this run"
             line.update(row)
             out.append(line)
-    # Said once rather than per row: checks that all passed (mask's checks are its answer), and a
-    # carrier's model where it is the checkpoint itself.
-    drop = {"checks"} if section.probe != "mask" and all(r.get("checks") == "ok" for r in out) else set()
+    # Said once rather than per row: checks that all passed (unless the checks are the answer, as mask's are),
+    # and a carrier's model where it is the checkpoint itself.
+    checks_said = probes.presentation(section.probe).checks_are_answer
+    drop = {"checks"} if not checks_said and all(r.get("checks") == "ok" for r in out) else set()
     if all(r.get("model") in (None, r["checkpoint"]) for r in out):
         drop.add("model")
     keep = [
@@ -346,7 +339,8 @@ def _section_text(section: ProbeAnswers, run_id: str) -> str:
     if single_earlier_run(section):
         said.append(f"all from run {single_earlier_run(section)}, stored before this run")
     checked = [a for a in section.answers if a.figures]
-    if section.probe != "mask" and checked and all(r.get("checks") == "ok" for a in checked for r in a.figures):
+    checks_said = probes.presentation(section.probe).checks_are_answer
+    if not checks_said and checked and all(r.get("checks") == "ok" for a in checked for r in a.figures):
         said.append("every check passed")
     parts = [f"== {section.question}" + (f" ({'; '.join(said)})" if said else "")]
     rows = table_rows(section)
@@ -377,8 +371,3 @@ def _cell(column: str, value: Any) -> str:
     if column.endswith("_pct") and isinstance(value, float):
         return format_value(shown_pct(value))
     return format_value(value)
-
-
-def shown_pct(value: float) -> float:
-    """A percentage as printed: three significant digits below 10 (3.12, 0.336), one decimal above."""
-    return float(f"{value:.3g}") if abs(value) < 10 else round(value, 1)

@@ -17,10 +17,10 @@ peft, CUDA, driver, and the labprobe code each host ran, read on the host), a di
 (its import path or the sha256 of its source: a harness change, never host drift), or a spread
 above 2% (a `*spread*` column, or several values for one cell).
 
-Default metric: each probe's answer (DEFAULT_METRICS): mask the layers keeping the fast path, padding
-the pad fraction per strategy, bucket the 90%-gain bucket size, carrier tok/s, profile the fit's terms
-(its coefficients, one row group per term). `--table summary` compares any figure of the jobs'
-summaries (one row per job); `--table jobs` their wall time, the default of a probe not listed.
+Default metric: each probe's answer, as its presentation declares it (`Presentation.compare`: mask the
+layers keeping the fast path, padding the pad fraction per strategy, and so on). `--table summary` compares
+any figure of the jobs' summaries (one row per job); `--table jobs` their wall time, the default of a probe
+that declares none.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 import pandas as pd
 
-from probes import variant_name
+from probes import SUMMARY, presentation, variant_name
 from probes.result import FieldError, InputError
 from runner.analysis.drift import (
     DIMENSIONS,
@@ -45,16 +45,6 @@ from runner.hosts.jobenv import VERSION_KEYS
 from runner.store.store import KEY_COLUMNS, SLOT, Store
 from runner.tables import format_table
 
-SUMMARY = "summary"
-"""The pseudo-table of the jobs' summary figures (the `summary_json` of each job row)."""
-DEFAULT_METRICS: dict[str, list[tuple[str, str]]] = {
-    "mask": [(SUMMARY, "layers_fast_path")],
-    "padding": [("strategies", "pad_fraction")],
-    "bucket": [(SUMMARY, "bucket_size_90pct_gain")],
-    "carrier": [("carriers", "tok_per_s")],
-    "profile": [("fit", "coef"), ("scaling", "step_s")],
-}
-"""probe -> (table, metric) candidates in order, its answer first; the first stored wins, else jobs.wall_s."""
 METRIC_PREFERENCE = ("step_s", "s_per_step", "tok_per_s", "wall_s", "pad_fraction", "gain")
 WARN_VERSIONS = tuple(k for k in VERSION_KEYS if k != "gpu")  # a different GPU is what we compare
 NEWER_KEYS = ("code_version", "peft", "harness", "harness_sha256", "harness_optimizer", "harness_autocast_dtype")
@@ -155,13 +145,14 @@ def _latest_ok_jobs(store: Store, probe: str, extra: list[str] = ()) -> pd.DataF
 
 def _choose(store: Store, probe: str, table: str | None, metric: str | None) -> tuple[str, str]:
     names = set(store.table_names())
+    defaults = presentation(probe).compare  # (table, metric) candidates, the probe's answer first
     if table is None:
-        for cand_table, cand_metric in DEFAULT_METRICS.get(probe, []):
+        for cand_table, cand_metric in defaults:
             if cand_table == SUMMARY or f"{probe}.{cand_table}" in names:
                 return cand_table, metric or cand_metric
         # A metric of the probe's tables, none stored (its jobs skipped or failed): say that, not "no column"
-        if DEFAULT_METRICS.get(probe) and metric is not None and metric not in store.columns("jobs"):
-            wanted = ", ".join(f"{probe}.{t}" for t, _ in DEFAULT_METRICS[probe] if t != SUMMARY)
+        if defaults and metric is not None and metric not in store.columns("jobs"):
+            wanted = ", ".join(f"{probe}.{t}" for t, _ in defaults if t != SUMMARY)
             raise InputError(
                 f"{store.root}: no {probe} results stored ({wanted}: none; its jobs were skipped or failed, "
                 "e.g. no GPU): run it on a GPU host, or `labprobe demo load-sample` for recorded H200 results"

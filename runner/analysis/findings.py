@@ -3,10 +3,11 @@
 Above them, when a GPU host kept its jobs from running, one line per host: first the hosts whose
 GPUs could not be read (the sweep exited non-zero over them: someone has to look), then those that
 stayed busy until the deadline ("gx10 busy all night: 4 GPU jobs not run": not an error, but the
-night measured nothing there). Then three parts, before any raw table: the answer of each probe (a one-line headline over its hosts and
-checkpoints, then the table of runner.analysis.answers with its notes), what changed since the
-last run (drift alerts on timings, and exact answers that differ from the previous run's), and what
-failed or was skipped, with the reason and, where an earlier run has a value, which run it is.
+night measured nothing there). Then three parts, before any raw table: the answer of each probe (a one-line
+headline over its hosts and checkpoints, the probe's own (`Presentation.headline`), then the table of
+runner.analysis.answers with its notes), what changed since the last run (drift alerts on timings, and
+exact answers that differ from the previous run's), and what failed or was skipped, with the reason and,
+where an earlier run has a value, which run it is.
 """
 
 from __future__ import annotations
@@ -16,16 +17,16 @@ from typing import Any
 
 import pandas as pd
 
+import probes
+from probes.format import shown_pct
 from runner.analysis.answers import (
     ProbeAnswers,
     section_notes,
-    shown_pct,
     single_earlier_run,
     table_rows,
 )
 from runner.analysis.html_table import html_table
 from runner.dispatch.placement import gpu_skip_kind
-from runner.tables import format_value
 
 
 def findings_html(
@@ -95,7 +96,7 @@ def headline(section: ProbeAnswers) -> str:
         for a in answered
         if str(a.figures[0].get("checks", "ok")) != "ok"
     ]
-    text = _HEADLINES.get(section.probe, _generic)(rows)
+    text = (probes.presentation(section.probe).headline or _generic)(rows)  # the probe's own line
     text += f" Checks failed: {'; '.join(failed)}." if failed else " Every check passed."
     earlier = sum(a.earlier for a in answered)
     if single_earlier_run(section):
@@ -107,69 +108,8 @@ def headline(section: ProbeAnswers) -> str:
     return text
 
 
-def _span(rows: list[dict], key: str, unit: str = "") -> str:
-    values = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
-    if not values:
-        return "-"
-    if unit == "%":
-        values = [shown_pct(float(v)) for v in values]
-    lo, hi = _short(min(values)), _short(max(values))
-    return f"{lo}{unit}" if lo == hi else f"{lo}-{hi}{unit}"
-
-
-def _short(value: float) -> str:
-    """136, 4,307 (no decimals a headline does not need), 0.3996."""
-    return f"{value:,.0f}" if float(value).is_integer() or abs(value) >= 100 else format_value(float(value))
-
-
-def _mask(rows: list[dict]) -> str:
-    slow = sum(r.get("lose_fast_path", "none") != "none" for r in rows)
-    leaks = sum(r.get("cross_sequence", "none") != "none" for r in rows)
-    return (
-        f"{len(rows) - slow} of {len(rows)} keep the fast path on every full-attention layer; "
-        f"{leaks} attend across packed sequences."
-    )
-
-
-def _padding(rows: list[dict]) -> str:
-    strategies = [k.removesuffix("_pad_pct") for k in rows[0] if k.endswith("_pad_pct")]
-    pads = ", ".join(f"{s} {_span(rows, s + '_pad_pct', '%')}" for s in strategies)
-    truncated = _span(rows, "truncated_samples")
-    return f"Padding per strategy: {pads}" + (f"; truncated samples {truncated}." if truncated != "-" else ".")
-
-
-def _bucket(rows: list[dict]) -> str:
-    return (
-        f"Buckets of {_span(rows, 'bucket_size_90pct_gain')} samples win 90% of the global sort's gain "
-        f"(padding {_span(rows, 'pad_pct', '%')} against {_span(rows, 'random_pad_pct', '%')} at random), "
-        f"at {_span(rows, 'sources_per_batch')} sources per batch instead of "
-        f"{_span(rows, 'random_sources_per_batch')}."
-    )
-
-
-def _carrier(rows: list[dict]) -> str:
-    rated = [r for r in rows if isinstance(r.get("tok_per_s"), (int, float))]
-    untrusted = sum(not str(r.get("trust", "")).startswith("yes") for r in rows)
-    if not rated:
-        return "No throughput measured."
-    return f"tok/s {_span(rated, 'tok_per_s')}; {untrusted} of {len(rows)} rows not (yet) trustworthy."
-
-
-def _profile(rows: list[dict]) -> str:
-    parts = [
-        ("step", _span(rows, "step_s", " s")),
-        ("quadratic share at seq_len", _span(rows, "quadratic_pct", "%")),
-        ("padding penalty (same shape)", _span(rows, "penalty_same_shape_pct", "%")),
-    ]
-    text = "; ".join(f"{name} {value}" for name, value in parts if value != "-") or "no figure"
-    return text[:1].upper() + text[1:] + "."
-
-
 def _generic(rows: list[dict]) -> str:
     return f"{len(rows)} answer(s)."
-
-
-_HEADLINES = {"mask": _mask, "padding": _padding, "bucket": _bucket, "carrier": _carrier, "profile": _profile}
 
 
 def _changed(sections: list[ProbeAnswers], alerts: list[str], watched: list[str]) -> str:

@@ -14,13 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from probes import presentation
 from probes.result import InputError
 from runner.analysis.drift import SERIES_KEYS
 from runner.store.store import Store
 from runner.tables import format_table
-
-DEFAULT_TABLES = {"carrier": "carriers", "profile": "scaling", "padding": "strategies", "bucket": "sweep"}
-"""The table followed when a probe wrote several and --table is not given."""
 
 
 def choose_table(store: Store, probe: str, table: str | None) -> str:
@@ -33,8 +31,9 @@ def choose_table(store: Store, probe: str, table: str | None) -> str:
         return f"{probe}.{table}"
     if len(names) == 1:
         return f"{probe}.{names[0]}"
-    if DEFAULT_TABLES.get(probe) in names:
-        return f"{probe}.{DEFAULT_TABLES[probe]}"
+    followed = presentation(probe).history_table  # the probe's own pick among its tables
+    if followed in names:
+        return f"{probe}.{followed}"
     raise InputError(f"--table: probe {probe!r} has several tables, name one: {', '.join(names)}")
 
 

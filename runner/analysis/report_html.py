@@ -1,7 +1,10 @@
-"""The report's HTML page: what the run found first (runner.analysis.findings), then the plots
-(host comparisons of the CPU probes' answers, carriers with their bar charts, scaling curves with
-the fit, kernel categories), then the raw tables collapsed: jobs per host, job summaries and every
-other table. Images are embedded as base64 PNG data URIs."""
+"""The report's HTML page: what the run found first (runner.analysis.findings), then the plots (the host
+comparisons the probes declare, then each probe's own sections: carriers with their bar charts, scaling curves
+with the fit, kernel categories), then the raw tables collapsed: jobs per host, job summaries and every other
+table. Images are embedded as base64 PNG data URIs.
+
+What a probe's section shows is declared by the probe (`Presentation.sections`, probes/<name>/present.py); here
+is how each kind of section is drawn, probes in the registry's order."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+import probes
 from runner.analysis import plots
 from runner.analysis.drift import SPREAD_LIMIT_PCT, above_spread_limit, default_metric, spread_column, spread_pct
 from runner.analysis.findings import findings_html
@@ -22,19 +26,6 @@ from runner.tables import format_value
 
 MAX_ROWS = 40
 """Rows shown per generic table; the store keeps the rest."""
-CARRIER_METRICS = (
-    ("tok_per_s", "tokens/s", 1.0),
-    ("step_s", "s/step", 1.0),
-    ("peak_mem_bytes", "peak memory, GiB", 1 / 2**30),
-    ("mfu_vs_datasheet_peak", "MFU (datasheet peak)", 1.0),
-    ("mfu", "MFU", 1.0),
-)
-"""`mfu` is the column's name in rows stored before MFU was named by its peak."""
-MEASURED_MFU = ("mfu_vs_measured_peak", "MFU (measured peak: a card without a datasheet figure)", 1.0)
-"""Drawn too when some host's card has no datasheet peak (probes.step.peaks): its MFU is not left blank."""
-CARRIER_FACTS = ("params_total", "params_trainable", "tokens_per_step")
-"""Properties of the carrier and its config, not measurements: said once above its table."""
-SCALING_X = ("seq_len", "num_tokens", "tokens_per_step", "length")
 
 
 def render_html(data: RunData) -> str:
@@ -49,7 +40,7 @@ def render_html(data: RunData) -> str:
         # What the run found first (and the measured changes to the step), then the plots; the raw
         # tables follow, collapsed.
         raw = [_per_host(data), _job_summaries(data), _other_tables(data)]
-        plotted = [comparisons_html(data, _img), _carriers(data), _scaling(data), _kernels(data)]
+        plotted = [comparisons_html(data, _img), *_sections(data)]
         sections = [
             _title(data),
             findings_html(data.answers, alerts=data.alerts, watched=data.watched, problems=problems(data.jobs)),
@@ -133,16 +124,27 @@ def _per_host(data: RunData) -> str:
     return "<h2>Jobs per host</h2>" + html_table(per_host)
 
 
-def _carriers(data: RunData) -> str:
+def _sections(data: RunData) -> list[str]:
+    """Each probe's own sections, in the registry's order (a probe's in its own order)."""
+    return [section_html(data, probe, s) for probe in probes.REGISTRY for s in probes.presentation(probe).sections]
+
+
+def section_html(data: RunData, probe: str, section: probes.Section) -> str:
+    """One section a probe declares, drawn as its kind is ("" where the run has nothing for it)."""
+    draw = {probes.HostTables: _host_tables, probes.ScalingCurves: _scaling, probes.CategoryBars: _categories}
+    return draw[type(section)](data, probe, section)
+
+
+def _host_tables(data: RunData, probe: str, section: probes.HostTables) -> str:
     parts = []
-    for name in [n for n in data.tables if n.startswith("carrier.")]:
+    for name in [n for n in data.tables if n.startswith(f"{probe}.")]:
         frame = marked(data.tables[name], data.run_id)
         for checkpoint, rows in frame.groupby("checkpoint", sort=True):
             rows = rows.sort_values("host")
             parts.append(f'<h3>{html.escape(str(checkpoint))} <span class="muted">({html.escape(name)})</span></h3>')
             own = _own_columns(rows)
             # What every host shares (parameter counts, tokens per step) is said once, above.
-            shared = [c for c in own if c in CARRIER_FACTS and rows[c].astype(str).nunique() == 1]
+            shared = [c for c in own if c in section.facts and rows[c].astype(str).nunique() == 1]
             if shared:
                 parts.append(
                     '<p class="muted">'
@@ -153,15 +155,13 @@ def _carriers(data: RunData) -> str:
                 )
             records = _records(rows, ["host"] + [c for c in own if c not in shared])
             missing = data.jobs[
-                (data.jobs["probe"] == name.split(".")[0])
-                & (data.jobs["status"] != "ok")
-                & (data.jobs["checkpoint"] == checkpoint)
+                (data.jobs["probe"] == probe) & (data.jobs["status"] != "ok") & (data.jobs["checkpoint"] == checkpoint)
             ]
             records += [{"host": j["host"], SPAN: f"{j['status']}: {j['reason']}"} for _, j in missing.iterrows()]
             parts.append(html_table(records, row_class=["bad" if SPAN in r else "" for r in records]))
             if "variant" in rows:  # the bars compare hosts on the same step: the baseline's rows
                 rows = rows[rows["variant"].isna() | (rows["variant"] == "baseline")]
-            metrics = carrier_metrics(rows)
+            metrics = section.bar_metrics(rows) if section.bar_metrics else []
             if metrics:
                 fig = plots.host_bars(
                     rows,
@@ -172,20 +172,7 @@ def _carriers(data: RunData) -> str:
                     title=f"{checkpoint}: per host (hatched: spread above {SPREAD_LIMIT_PCT:g}%, not yet a number)",
                 )
                 parts.append(_img(fig, f"{checkpoint} per host"))
-    return "<h2>Carriers: per-host comparison</h2>" + "".join(parts) if parts else ""
-
-
-def carrier_metrics(rows: pd.DataFrame) -> list[tuple[str, str, float]]:
-    """The bars to draw: CARRIER_METRICS the rows have, and MFU against the measured peak where some
-    host's card has no datasheet figure (a card not in probes' peak table: its MFU would be blank)."""
-    names = [c for c, _, _ in CARRIER_METRICS] + [MEASURED_MFU[0]]
-    known = {c: pd.to_numeric(rows[c], errors="coerce") for c in names if c in rows}
-    metrics = [(c, label, scale) for c, label, scale in CARRIER_METRICS if c in known and known[c].notna().any()]
-    measured = known.get(MEASURED_MFU[0])
-    sheet = known.get("mfu_vs_datasheet_peak")
-    if measured is not None and (sheet is None or (sheet.isna() & measured.notna()).any()):
-        metrics.append(MEASURED_MFU)
-    return metrics
+    return f"<h2>{html.escape(section.title)}</h2>" + "".join(parts) if parts else ""
 
 
 def _untrusted(rows: pd.DataFrame) -> pd.Series:
@@ -197,13 +184,13 @@ def _untrusted(rows: pd.DataFrame) -> pd.Series:
     return above_spread_limit(spread_pct(pd.to_numeric(rows[spread], errors="coerce"), spread))
 
 
-def _scaling(data: RunData) -> str:
-    frame = data.tables.get("profile.scaling")
+def _scaling(data: RunData, probe: str, section: probes.ScalingCurves) -> str:
+    frame = data.tables.get(f"{probe}.{section.table}")
     if frame is None:
         return ""
-    x = next((c for c in SCALING_X if c in frame), None)
-    y = "step_s" if "step_s" in frame else next((c for c in frame if c.endswith("_s") and c not in KEY_COLUMNS), None)
-    parts = ["<h2>Step-time scaling per host</h2>"]
+    x = next((c for c in section.x if c in frame), None)
+    y = section.y if section.y in frame else next((c for c in frame if c.endswith("_s") and c not in KEY_COLUMNS), None)
+    parts = [f"<h2>{html.escape(section.title)}</h2>"]
     for checkpoint, rows in frame.groupby("checkpoint", sort=True):
         parts.append(f"<h3>{html.escape(str(checkpoint))}</h3>")
         if x and y:
@@ -214,10 +201,10 @@ def _scaling(data: RunData) -> str:
                 y,
                 title=f"{checkpoint}: {y} against {x} (dashed: fit)",
                 colors=data.colors,
-                fit="fit_s" if "fit_s" in rows else None,
+                fit=section.fit if section.fit in rows else None,
                 labels=lines,
             )
-            parts.append(_img(fig, f"{checkpoint} scaling"))
+            parts.append(_img(fig, f"{checkpoint} {section.table}"))
             table = rows.assign(_line=lines).pivot_table(index=x, columns="_line", values=y, aggfunc="median")
             parts.append(
                 html_table(
@@ -233,35 +220,38 @@ def _scaling(data: RunData) -> str:
     return "".join(parts)
 
 
-def _kernels(data: RunData) -> str:
-    frame = data.tables.get("profile.kernels")
-    if frame is None or "category" not in frame:
+def _categories(data: RunData, probe: str, section: probes.CategoryBars) -> str:
+    frame = data.tables.get(f"{probe}.{section.table}")
+    category = section.category
+    if frame is None or category not in frame:
         return ""
-    value = "kernel_s_per_step" if "kernel_s_per_step" in frame else default_metric(frame)
-    parts = ["<h2>Kernel time by category</h2>"]
+    value = section.value if section.value in frame else default_metric(frame)
+    parts = [f"<h2>{html.escape(section.title)}</h2>"]
     for checkpoint, rows in frame.groupby("checkpoint", sort=True):
         parts.append(f"<h3>{html.escape(str(checkpoint))}</h3>")
-        bars = bar_labels(rows, within=("category",))
+        bars = bar_labels(rows, within=(category,))
         parts.append(
             _img(
                 plots.stacked_categories(
                     rows,
-                    category="category",
+                    category=category,
                     value=value,
-                    scale=1e3,
-                    unit="ms per step",
-                    title=f"{checkpoint}: {value} by category",
+                    scale=section.scale,
+                    unit=section.unit,
+                    title=f"{checkpoint}: {value} by {category}",
                     labels=bars,
                 ),
-                f"{checkpoint} kernels",
+                f"{checkpoint} {section.table}",
             )
         )
-        table = rows.assign(_bar=bars).pivot_table(index="category", columns="_bar", values=value, aggfunc="sum") * 1e3
+        table = (
+            rows.assign(_bar=bars).pivot_table(index=category, columns="_bar", values=value, aggfunc="sum")
+            * section.scale
+        )
         table = table.loc[table.sum(axis=1).sort_values(ascending=False).index]
+        head = f"{category} ({section.table_unit})" if section.table_unit else category
         parts.append(
-            html_table(
-                [{"category (ms/step)": cat, **{str(h): v for h, v in vals.items()}} for cat, vals in table.iterrows()]
-            )
+            html_table([{head: cat, **{str(h): v for h, v in vals.items()}} for cat, vals in table.iterrows()])
         )
     return "".join(parts)
 
@@ -306,7 +296,7 @@ def _job_summaries(data: RunData) -> str:
 
 
 def _other_tables(data: RunData) -> str:
-    shown = {"profile.scaling", "profile.kernels"} | {n for n in data.tables if n.startswith("carrier.")}
+    shown = _section_tables(data)
     parts = []
     for name, frame in data.tables.items():
         if name in shown:
@@ -318,3 +308,15 @@ def _other_tables(data: RunData) -> str:
             + html_table(_records(frame.head(MAX_ROWS), ["host", "checkpoint"] + _own_columns(frame)))
         )
     return "<h2>Other tables</h2>" + "".join(parts) if parts else ""
+
+
+def _section_tables(data: RunData) -> set[str]:
+    """The tables a probe's own section shows (a HostTables section: all of the probe's)."""
+    shown = set()
+    for probe in probes.REGISTRY:
+        for section in probes.presentation(probe).sections:
+            if isinstance(section, probes.HostTables):
+                shown |= {n for n in data.tables if n.startswith(f"{probe}.")}
+            else:
+                shown.add(f"{probe}.{section.table}")
+    return shown

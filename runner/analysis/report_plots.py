@@ -1,10 +1,11 @@
-"""The report's host comparisons of the CPU probes' answers, as plots (presentation only).
+"""The report's host comparisons of the probes' answers, as plots (presentation only).
 
-The carriers' bars, the scaling fits and the kernel categories are drawn in report_html.py; here,
-what the other probes' tables allow: padding's pad fraction per batching strategy (one bar per host,
-grouped by checkpoint and strategy) and bucket's sweep (pad fraction against bucket size, one line
-per host and checkpoint). Checkpoints whose rows are identical (the same tokenizer over the same
-corpus gives the same lengths) are drawn once, named together.
+Each probe declares its plots (`Presentation.plots`, probes/<name>/present.py); here they are drawn, probes in
+the registry's order: grouped bars (one bar per host, grouped by checkpoint and a label such as padding's
+batching strategy) and sweep lines (one line per host and checkpoint, such as bucket's pad fraction against
+bucket size). Checkpoints whose rows are identical (the same tokenizer over the same corpus gives the same
+lengths) are drawn once, named together. The sections of a probe's own (carriers, scaling, kernels) are
+drawn in report_html.py.
 """
 
 from __future__ import annotations
@@ -13,31 +14,29 @@ import html
 
 import pandas as pd
 
+import probes
 from probes.result import plain
 from runner.analysis import plots
 from runner.analysis.drift import DIMENSIONS
 from runner.analysis.report_data import RunData
 
-PLOTTED = {"padding.strategies": ("strategy", "pad_fraction", "padding: pad fraction per batching strategy, by host")}
-SWEEPS = {"bucket.sweep": ("bucket_size", "pad_fraction", "bucket: pad fraction against bucket size")}
-
 
 def comparisons_html(data: RunData, img) -> str:
     """`img(fig, alt)` -> an <img> tag (report_html's)."""
     parts = []
-    for name, (group, value, title) in PLOTTED.items():
-        frame = data.tables.get(name)
-        if frame is not None and {group, value} <= set(frame):
-            frame = merge_identical(frame, [group, value])
-            fig = plots.grouped_bars(
-                frame, panel="checkpoint", group=group, value=value, colors=data.colors, title=title
-            )
-            parts.append(img(fig, title))
-    for name, (x, y, title) in SWEEPS.items():
-        frame = data.tables.get(name)
-        if frame is not None and {x, y} <= set(frame):
-            frame = merge_identical(frame, [x, y])
-            parts.append(img(plots.sweep_lines(frame, x=x, y=y, series=["host", "checkpoint"], title=title), title))
+    for probe in probes.REGISTRY:
+        for plot in probes.presentation(probe).plots:
+            frame = data.tables.get(f"{probe}.{plot.table}")
+            if isinstance(plot, probes.GroupedBars) and frame is not None and {plot.group, plot.value} <= set(frame):
+                frame = merge_identical(frame, [plot.group, plot.value])
+                fig = plots.grouped_bars(
+                    frame, panel="checkpoint", group=plot.group, value=plot.value, colors=data.colors, title=plot.title
+                )
+                parts.append(img(fig, plot.title))
+            elif isinstance(plot, probes.SweepLines) and frame is not None and {plot.x, plot.y} <= set(frame):
+                frame = merge_identical(frame, [plot.x, plot.y])
+                fig = plots.sweep_lines(frame, x=plot.x, y=plot.y, series=["host", "checkpoint"], title=plot.title)
+                parts.append(img(fig, plot.title))
     if not parts:
         return ""
     return "<h2>Host comparison</h2>" + "".join(parts)

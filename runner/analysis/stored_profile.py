@@ -1,9 +1,9 @@
-"""A host x checkpoint's step-time model from the store: the newest ok `profile` job's tables (and, for
-hours with a stack, the newest ok `carrier` job's rows of its variants and stacks).
+"""A probe's result on a host x checkpoint, from the store: the newest ok job's tables, for a probe whose input
+is another probe's result (`ProbeSpec.stored_inputs`: goodput prices its hours with a stored profile's fit and
+a stored carrier's stacks).
 
-`profile_from_store` returns the tables goodput's step model reads (`fit`, `scaling`,
-`padding_penalty`), in the shape of a `labprobe probe profile --json` result, so the probe sees
-the same thing whether the profile comes from a file or from the store.
+`stored_result` returns the tables asked for in the shape of a `labprobe probe NAME --json` result, so the
+probe sees the same thing whether its input comes from a file or from the store.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import pyarrow.dataset as ds
 
 from probes.result import InputError
 from runner.store.store import KEY_COLUMNS, Store
-
-TABLES = ("fit", "scaling", "padding_penalty")
 
 
 def _plain(value: Any) -> Any:
@@ -48,8 +46,9 @@ def _newest_job(store: Store, probe: str, host: str, checkpoint: str):
     return jobs.sort_values("finished_at", kind="stable").iloc[-1]
 
 
-def _stored(store: Store, probe: str, host: str, checkpoint: str, tables: tuple[str, ...]) -> dict[str, Any]:
-    """{"source", "job_id", "tables"} of the newest ok `probe` job, in the shape of its `--json` result."""
+def stored_result(store: Store, probe: str, *, host: str, checkpoint: str, tables: tuple[str, ...]) -> dict[str, Any]:
+    """{"source", "job_id", "config", "summary", "tables": {...}} of the newest ok `probe` of `checkpoint` on
+    `host`, in the shape of its `--json` result (the tables asked for)."""
     newest = _newest_job(store, probe, host, checkpoint)
     where = (ds.field("job_id") == newest["job_id"]) & (ds.field("run_id") == newest["run_id"])
     found = {}
@@ -76,14 +75,3 @@ def _job_json(job, column: str) -> dict:
     except (TypeError, ValueError):
         return {}
     return found if isinstance(found, dict) else {}
-
-
-def profile_from_store(store: Store, *, host: str, checkpoint: str) -> dict[str, Any]:
-    """{"source", "job_id", "tables": {...}} of the newest ok profile of `checkpoint` on `host`."""
-    return _stored(store, "profile", host, checkpoint, TABLES)
-
-
-def carrier_from_store(store: Store, *, host: str, checkpoint: str) -> dict[str, Any]:
-    """The newest ok carrier of `checkpoint` on `host`: its rows of every variant and stack (`carriers`) and
-    their numerics price (`numerics`), as goodput's --stack-json reads a `carrier --json` output."""
-    return _stored(store, "carrier", host, checkpoint, ("carriers", "numerics"))

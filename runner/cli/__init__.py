@@ -13,10 +13,9 @@ import sys
 from runner.log import say
 from runner.log import setup as setup_logging
 
-# name -> (module, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
+# name -> (module, one-line help); `commands()` adds each probe's own command after `probe`
+RUNNER_COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("runner.cli.probe", "run one probe inline on this machine"),
-    "goodput": ("runner.cli.goodput", "goodput and budget hours of a corpus from a host's stored profile"),
     "sweep": ("runner.cli.sweep", "run a plan of probes over the lab's hosts with Ray"),
     "status": ("runner.cli.status", "what is running on the store: the sweep, its plan, its jobs done and left"),
     "validate": ("runner.cli.validate", "check cluster.yaml and expand every plan, running nothing"),
@@ -32,15 +31,35 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+PROBE_COMMAND = "runner.cli.goodput"
+"""The module of a probe's own command (`labprobe NAME`: the probe priced with the store's results)."""
+
+
+def commands() -> dict[str, tuple[str, str]]:
+    """Every command: the runner's, with each probe's own (a registry entry with a `command`) after `probe`."""
+    import probes  # ~0.1 s (pydantic): paid only to list the commands or run one of a probe
+
+    own = {name: (PROBE_COMMAND, spec.command) for name, spec in probes.REGISTRY.items() if spec.command}
+    first, *rest = RUNNER_COMMANDS.items()
+    return dict([first, *own.items(), *rest])
+
+
+def __getattr__(name: str):
+    if name == "COMMANDS":  # every command, built when read (tests and docs read it)
+        return commands()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _top_help() -> str:
-    width = max(map(len, COMMANDS))
+    known = commands()
+    width = max(map(len, known))
     lines = [
         "usage: labprobe COMMAND [options]   (labprobe COMMAND --help for its options)",
         "       labprobe --version",
         "",
         "commands:",
     ]
-    lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in known.items()]
     return "\n".join(lines)
 
 
@@ -66,21 +85,22 @@ def main(argv: list[str] | None = None) -> int:
     _never_unencodable()
     setup_logging()
     name = argv[0]
-    if name not in COMMANDS:
-        print(f"labprobe: error: unknown command {name!r} (known: {', '.join(COMMANDS)})", file=sys.stderr)
+    known = RUNNER_COMMANDS if name in RUNNER_COMMANDS else commands()
+    if name not in known:
+        print(f"labprobe: error: unknown command {name!r} (known: {', '.join(known)})", file=sys.stderr)
         return 2
     if name == "sweep" and not {"-h", "--help"} & set(argv[1:]):  # its imports (Ray, the store) take seconds
         say("labprobe sweep: starting (loading Ray, the store and the probes)")
-    return _run(name, argv[1:])
+    return _run(name, known[name], argv[1:])
 
 
-def _run(name: str, argv: list[str]) -> int:
+def _run(name: str, command: tuple[str, str], argv: list[str]) -> int:
     # Imported here, after the first line: pydantic (probes.result) alone takes ~0.3 s
     from probes.result import InputError
     from runner.cli.options import OneLineParser
 
-    module = importlib.import_module(COMMANDS[name][0])
-    parser = OneLineParser(prog=f"labprobe {name}", description=COMMANDS[name][1])
+    module = importlib.import_module(command[0])
+    parser = OneLineParser(prog=f"labprobe {name}", description=command[1])
     module.add_arguments(parser)
     try:
         args = parser.parse_args(argv)

@@ -29,7 +29,7 @@ from runner.tables import format_table
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "name", metavar="NAME", help="probe: " + "; ".join(f"{n} ({d})" for n, (_, d) in probes.REGISTRY.items())
+        "name", metavar="NAME", help="probe: " + "; ".join(f"{n} ({s.settles})" for n, s in probes.REGISTRY.items())
     )
     parser.add_argument("options", nargs=argparse.REMAINDER, help="the probe's options (NAME --help)")
 
@@ -76,14 +76,16 @@ def main(args: argparse.Namespace) -> int:
     return show(result, as_json=options.json)
 
 
-SLOW_ON_CPU = ("profile", "carrier", "replay")
 TINY_PARAMS = 50_000_000
 """Above this, a LoRA step on a CPU takes seconds to minutes (a 0.6B model's 4,096-token step: ~1 min)."""
 
 
 def slow_on_cpu(name: str, config) -> str | None:
-    """Why this run will be slow here (a model that is not tiny, timed on the CPU), or None."""
-    if name not in SLOW_ON_CPU or getattr(config, "steps", 1) == 0 or config.device not in ("auto", "cpu"):
+    """Why this run will be slow here (a probe the registry marks `slow_on_cpu` timing a model that is not tiny
+    on the CPU), or None."""
+    if not probes.REGISTRY[name].slow_on_cpu or getattr(config, "steps", 1) == 0:
+        return None
+    if config.device not in ("auto", "cpu"):
         return None
     import torch
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+import probes
 from runner.analysis import plots
 from runner.analysis.report_plots import bar_labels
 
@@ -109,10 +110,17 @@ def test_the_scaling_lines_are_one_per_config_even_at_other_lengths_and_keep_the
     assert lines["gx10 (batch_size=4)"].get_marker() != lines["gx10 (batch_size=1)"].get_marker()
 
 
+def _section(data, probe: str, kind: type) -> str:
+    """The report's section of `kind` that `probe` declares, drawn."""
+    from runner.analysis import report_html
+
+    (section,) = [s for s in probes.presentation(probe).sections if isinstance(s, kind)]
+    return report_html.section_html(data, probe, section)
+
+
 def test_the_report_tables_split_a_host_that_ran_two_configs(monkeypatch):
     """Through the report's own sections: the kernel and scaling tables get a column per config, and
     the carrier bars are drawn with a label per config."""
-    from runner.analysis import report_html
     from runner.analysis.report_data import RunData
 
     drawn = []
@@ -133,12 +141,12 @@ def test_the_report_tables_split_a_host_that_ran_two_configs(monkeypatch):
     jobs = pd.DataFrame(columns=["probe", "status", "checkpoint", "host", "reason"])
     tables = {"profile.kernels": kernels, "profile.scaling": scaling, "carrier.carriers": carriers}
     data = RunData(run_id="r1", jobs=jobs, tables=tables, alerts=[], watched=[])
-    page = report_html._kernels(data).replace("<wbr>", "")
+    page = _section(data, "profile", probes.CategoryBars).replace("<wbr>", "")
     assert "gx10 (config_hash=a)" in page and "gx10 (config_hash=b)" in page
     assert ">800.0<" in page and ">1000.0<" not in page  # b's gemm in ms a step, not a's and b's summed
-    page = report_html._scaling(data).replace("<wbr>", "")
+    page = _section(data, "profile", probes.ScalingCurves).replace("<wbr>", "")
     assert "gx10 (batch_size=4)" in page and "gx10 (batch_size=1)" in page
-    report_html._carriers(data)
+    _section(data, "carrier", probes.HostTables)
     assert drawn and drawn[0].tolist() == ["ana-ml2 (batch_size=1)", "gx10 (batch_size=1)", "gx10 (batch_size=4)"]
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from runner.analysis.report_html import MEASURED_MFU, carrier_metrics
+from probes.carrier.present import MEASURED_MFU
+from probes.carrier.present import bar_metrics as carrier_metrics
 
 
 def rows(sheet: list) -> pd.DataFrame:
