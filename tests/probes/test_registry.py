@@ -188,3 +188,26 @@ def test_without_the_hook_the_toy_is_unknown(toy_env, tmp_path):
     env = {k: v for k, v in toy_env.items() if k != probes.ENV_PROBES}
     proc = labprobe(["probe", "toy", "--help"], env, tmp_path)
     assert proc.returncode == 2 and "unknown probe 'toy'" in proc.stderr
+
+
+def test_a_hook_module_that_fails_to_import_says_so_never_unknown_probe(tmp_path):
+    env = {**os.environ, probes.ENV_PROBES: "no_such_lab.spec"}
+    proc = subprocess.run(
+        [sys.executable, "-c", "import probes"], env=env, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert proc.returncode == 1 and "ModuleNotFoundError: No module named 'no_such_lab'" in proc.stderr
+
+
+def test_register_takes_a_new_name_once_and_gives_the_defaults_to_a_probe_that_declares_nothing():
+    spec = probes.ProbeSpec(name="bare", module="no.such.module", settles="nothing", gpu=True)
+    probes.register(spec)
+    try:
+        assert probes.REGISTRY["bare"] is spec and "bare" in probes.GPU_PROBES
+        assert probes.presentation("bare") == probes.Presentation() and probes.answer("bare") is None
+        with pytest.raises(ValueError, match="'bare' is registered already"):
+            probes.register(spec)
+    finally:
+        probes.unregister("bare")
+    assert "bare" not in probes.REGISTRY and "bare" not in probes.GPU_PROBES
+    with pytest.raises(ValueError, match="must be a Python identifier"):
+        probes.ProbeSpec(name="two.parts", module="m", settles="s")
