@@ -35,7 +35,7 @@ def measure(config, checkpoint: Path, model: str) -> Measured:
         candidates = tuple(v for v in chosen if v.name != variants.BASELINE) or search.CANDIDATES
         outcome = search.run(spec, candidates, config.processes, config.search_budget_s, model)
         out = Measured(outcome.baseline, outcome.results, search_rows=outcome.rows)
-        out.notes = {"search_best": outcome.best, "search_stop": outcome.stop, "not_tried": outcome.not_tried}
+        out.notes = outcome.notes()
     else:
         out = Measured(*processes.measure_set(spec, chosen, config.processes))
     if spec.numerics_steps:

@@ -119,6 +119,12 @@ class Measurement:
     optimizer: str | None = None
     compile_s: float | None = None
     """A compiled variant's first step less its median step."""
+    graph_breaks: int | None = None
+    """A compiled variant's graph breaks (torch._dynamo's counters, after the timed steps)."""
+    graph_break_reasons: list[str] | None = None
+    """The commonest of them, `N x reason`."""
+    library_changes: dict[str, str] | None = None
+    """What a library variant changed (probes.step.libvariants): the Liger call made, the float8 layers."""
     gc_during_timing: dict | None = None
     attention_backends: list[str] | None = None
     kernel_s_per_step: float | None = None

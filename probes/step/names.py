@@ -1,7 +1,7 @@
 """Variant and stack names as the store keeps them, without torch (`labprobe compare --variant` reads them).
 
 One stack has one name: its members sorted and joined by `+`, each without surrounding blanks, a CE chunk
-without leading zeros, each once. probes.step.stacks builds the stacks these names name."""
+or a micro-batch without leading zeros, each once. probes.step.stacks builds the stacks these names name."""
 
 from __future__ import annotations
 
@@ -12,13 +12,17 @@ from probes.result import FieldError
 BASELINE = "baseline"
 CE_CHUNK = re.compile(r"ce-chunk=([0-9]{1,12})")
 """ASCII digits only (a regex digit class takes any script's), and few enough for `int` (it refuses over 4,300)."""
+MICRO_BATCH = re.compile(r"micro-batch=([0-9]{1,12})")
+"""Rows per micro-batch, the same digits as a CE chunk."""
 
 
 def member(name: str) -> str:
-    """One name as the store keeps it: no surrounding blanks, a CE chunk without leading zeros."""
+    """One name as the store keeps it: no surrounding blanks, a CE chunk or a micro-batch without leading zeros."""
     name = name.strip()
-    chunk = CE_CHUNK.fullmatch(name)
-    return f"ce-chunk={int(chunk.group(1))}" if chunk else name
+    for pattern, prefix in ((CE_CHUNK, "ce-chunk="), (MICRO_BATCH, "micro-batch=")):
+        if match := pattern.fullmatch(name):
+            return f"{prefix}{int(match.group(1))}"
+    return name
 
 
 def members(name: str, known: str = "") -> list[str]:

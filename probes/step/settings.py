@@ -32,7 +32,18 @@ SETTINGS: dict[str, list[str]] = {
     "liger": [
         "liger_kernel.transformers.apply_liger_kernel_to_<family>(rope=True, swiglu=True, rms_norm=True, "
         "cross_entropy=False, fused_linear_cross_entropy=False) before get_peft_model (its defaults also swap "
-        "the loss for Liger's fused linear CE, as TrainingArguments(use_liger_kernel=True) does)",
+        "the loss for Liger's fused linear CE, as TrainingArguments(use_liger_kernel=True) does; Qwen3.5 keeps "
+        "Liger's default rope=False)",
+    ],
+    "float8": [
+        "torchao: after get_peft_model, torchao.float8.convert_to_float8_training(model, module_filter_fn=lambda m, "
+        'fqn: fqn.endswith(".base_layer") and m.in_features % 16 == 0 and m.out_features % 16 == 0) '
+        "(the frozen base projections only; compile the layers too, or the casts cost more than the GEMMs save)",
+    ],
+    "cuda-graphs": [
+        'torch: for layer in model.get_base_model().model.layers: layer.compile(mode="reduce-overhead")  '
+        '(model.config.use_cache = False); TrainingArguments(torch_compile=True, torch_compile_mode="reduce-overhead") '
+        "captures the whole model instead",
     ],
 }
 
@@ -47,6 +58,12 @@ def lines(stack: str) -> list[str]:
             out += SETTINGS[member]
         elif variants.CE_CHUNK.fullmatch(member):
             out.append(f"the harness's compute_loss(..., chunk_tokens={member.split('=')[1]})")
+        elif variants.MICRO_BATCH.fullmatch(member):
+            rows = member.split("=")[1]
+            out.append(
+                f"TrainingArguments(per_device_train_batch_size={rows}, gradient_accumulation_steps=<the step's rows "
+                f"/ {rows}>) (the same tokens per optimizer step)"
+            )
         else:
             out.append(f"{member}: the lab's own change (its prepare function)")
     return out

@@ -24,10 +24,12 @@ PIECES = {
     "adapter_dtype": "the adapter dtype",
     "gradient_checkpointing": "gradient checkpointing",
     "ce_chunk": "the CE chunk",
+    "micro_batch": "the micro-batch",
+    "compile_mode": "the compile mode",
     "prepare": "a lab change",  # never a conflict: lab changes compose (Prepares)
 }
 """Pieces one value of which a stack can hold, named for the conflict's message."""
-FLAGS = ("fused_adamw", "compile", "liger")
+FLAGS = ("fused_adamw", "compile", "liger", "float8")
 """Pieces that are on when any member turns them on."""
 
 

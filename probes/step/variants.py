@@ -18,6 +18,14 @@
 - `ce-chunk=N`: the cross-entropy chunk, N tokens (0: full logits). Caveat: memory for time; the same loss.
 - `liger`: Liger Kernel's Triton RoPE, SwiGLU and RMSNorm (probes.step.libvariants; needs liger-kernel
   and a CUDA device, else the row is `not applicable: ...`).
+- `float8`: torchao's float8 matmuls for the frozen base projections under the adapters (probes.step.libvariants;
+  needs torchao and a card of compute capability 8.9 or more: H100/H200, GB10). Caveat: the base projections'
+  forward and input-gradient GEMMs in e4m3/e5m2 with dynamic per-tensor scales; pays only compiled.
+- `cuda-graphs`: each decoder layer compiled with `mode="reduce-overhead"` (CUDA graphs); needs CUDA. Caveat:
+  a graph and its memory pool per shape; pays only where the step is launch-bound (`--search` tries it only
+  where the current stack's GPU idles).
+- `micro-batch=N`: the step's rows in micro-batches of N rows, gradients accumulated before the one optimizer
+  step: the same tokens per optimizer step, so the numerics compare. Caveat: memory for time.
 - `PKG.MODULE:NAME`: a lab's own Variant object, imported (its `prepare(model)` runs after LoRA).
 
 A stack `a+b+c` is every change of its members at once (probes.step.stacks, whose `parse` a probe's
@@ -34,7 +42,7 @@ import torch
 
 from probes.result import FieldError, shown
 from probes.step.contract import Contract
-from probes.step.names import BASELINE, CE_CHUNK
+from probes.step.names import BASELINE, CE_CHUNK, MICRO_BATCH
 
 KEEP = "keep"
 
@@ -52,6 +60,12 @@ class Variant:
     compile: bool = False
     ce_chunk: int | None = None
     liger: bool = False
+    float8: bool = False
+    """torchao float8 matmuls for the frozen base projections (probes.step.libvariants)."""
+    compile_mode: str | None = None
+    """torch.compile's mode for the compiled layers (None: its default; "reduce-overhead": CUDA graphs)."""
+    micro_batch: int | None = None
+    """Rows per micro-batch: the step's rows run in micro-batches of this many, accumulated (None: one batch)."""
     prepare: object = None
     """A lab variant's own change: called with the model after LoRA (and the dtype casts), before compiling."""
 
@@ -126,6 +140,21 @@ FIXED: dict[str, Variant] = {
             "of Liger's fused linear CE); its kernels break compiled graphs",
             liger=True,
         ),
+        Variant(
+            "float8",
+            "precision of the frozen base: its projections' forward and input-gradient GEMMs in float8 (e4m3, "
+            "e5m2 gradients) with dynamic per-tensor scales (torchao Float8Linear); adapters, their matmuls and "
+            "the optimizer as they were; torchao also runs each frozen weight's gradient GEMM and drops it; "
+            "fast only compiled (the casts fuse)",
+            float8=True,
+        ),
+        Variant(
+            "cuda-graphs",
+            "each decoder layer compiled with mode=reduce-overhead: its launches replayed from CUDA graphs, a graph "
+            "and its memory pool per shape (compile time as compile's); pays only where the step is launch-bound",
+            compile=True,
+            compile_mode="reduce-overhead",
+        ),
     )
 }
 BASELINE_VARIANT = FIXED[BASELINE]
@@ -133,7 +162,7 @@ BASELINE_VARIANT = FIXED[BASELINE]
 
 
 def known() -> str:
-    return ", ".join([*FIXED, "ce-chunk=N"])
+    return ", ".join([*FIXED, "ce-chunk=N", "micro-batch=N"])
 
 
 def get(name: str) -> Variant:
@@ -148,5 +177,16 @@ def get(name: str) -> Variant:
             "memory for time: the same loss, a different peak of logits"
             + (" (0: full fp32 logits, HF's way)" if chunk == 0 else ""),
             ce_chunk=chunk,
+        )
+    match = MICRO_BATCH.fullmatch(name)
+    if match:
+        rows = int(match.group(1))
+        if rows < 1:
+            raise FieldError("variant", f"{shown(name)}: a micro-batch holds at least one row")
+        return Variant(
+            f"micro-batch={rows}",
+            f"memory for time: the step's rows {rows} at a time, gradients accumulated over the micro-batches "
+            "before one optimizer step (the same tokens and mean gradient per step, summed in another order)",
+            micro_batch=rows,
         )
     raise FieldError("variant", f"{shown(name)}: unknown (known: {known()})")

@@ -91,6 +91,10 @@ def predict(variant: variants.Variant, baseline: Measurement) -> tuple[float | N
         return None, "not predicted: Liger's kernels are timed only in its own process"
     if variant.compile:
         return None, "not predicted: what the compiler fuses is its own choice, not in the profile"
+    if variant.float8:
+        return None, "not predicted: float8 GEMMs and their casts are timed only in its own process"
+    if variant.micro_batch is not None:
+        return None, "not predicted: smaller GEMMs and more launches, timed only in its own process"
     if variant.gradient_checkpointing:
         if (baseline.harness_step or {}).get("gradient_checkpointing"):
             return 0.0, "the baseline already checkpoints"

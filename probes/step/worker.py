@@ -47,8 +47,8 @@ from probes.step.timing import time_steps
 _START = time.perf_counter()
 
 
-def prepare(model, variant: variants.Variant, pieces: contract.Contract) -> None:
-    """The variant's changes to the built model (compiling happens at its first step)."""
+def prepare(model, variant: variants.Variant, pieces: contract.Contract) -> dict:
+    """The variant's changes to the built model (compiling happens at its first step); what a library changed."""
     if variant.adapter_dtype is not None:
         for p in model.parameters():
             if p.requires_grad:
@@ -59,10 +59,12 @@ def prepare(model, variant: variants.Variant, pieces: contract.Contract) -> None
     model.train()  # as Trainer does; dropout is 0 in these configs, checkpointing needs it
     if variant.prepare is not None:
         variant.prepare(model)
+    changes = libvariants.prepare_adapted(model, variant)
     if variant.compile:
         _eager_forward(model)
         for layer in reference._decoder_layers(model):
-            layer.compile()
+            layer.compile(**({"mode": variant.compile_mode} if variant.compile_mode else {}))
+    return changes
 
 
 def _eager_forward(model) -> None:
@@ -74,12 +76,15 @@ def _eager_forward(model) -> None:
         model(input_ids=torch.ones(1, 8, dtype=torch.long, device=device), use_cache=False)
 
 
-def build(spec: Spec, pieces: contract.Contract, variant: variants.Variant, device: torch.device):
+def build(
+    spec: Spec, pieces: contract.Contract, variant: variants.Variant, device: torch.device, changes: dict | None = None
+):
     """The spec's model with the harness's LoRA and the variant's changes, as the worker measures it (public:
-    benchmarks that time the step in pieces build it the same way)."""
+    benchmarks that time the step in pieces build it the same way); `changes` receives what a library changed."""
+    changes = {} if changes is None else changes
     torch.manual_seed(spec.seed)
     model = models.build_model(Path(spec.checkpoint), weights=spec.weights, device=device)
-    libvariants.prepare_base(model, variant)
+    changes.update(libvariants.prepare_base(model, variant))
     model = lora_targets.apply(
         pieces.harness,
         pieces.apply_lora,
@@ -88,7 +93,7 @@ def build(spec: Spec, pieces: contract.Contract, variant: variants.Variant, devi
         rank=spec.lora_rank,
         alpha=spec.lora_alpha,
     )
-    prepare(model, variant, pieces)
+    changes.update(prepare(model, variant, pieces))
     return model
 
 
@@ -102,6 +107,9 @@ def make_step(spec: Spec, model, pieces: contract.Contract, chunk: int, device: 
         seed=spec.seed,
         **models.row_fill(spec.rows, spec.batch_size, spec.seq_len),
     )
+    rows = spec.variant.micro_batch
+    if rows is not None:  # the same rows, `rows` at a time: TrainStep accumulates over a list
+        batch = [{k: v[i : i + rows] for k, v in batch.items()} for i in range(0, spec.batch_size, rows)]
     return models.train_step(model, pieces.harness, batch, chunk_tokens=chunk, contract=pieces)
 
 
@@ -163,6 +171,17 @@ def _timed(spec: Spec, model, step, device: torch.device, out: Measurement) -> N
     out.optimizer = out.harness_step["optimizer_class"] = contract.optimizer_class(step.optimizer)
     if spec.variant.compile:
         out.compile_s = first_s - t.median_s
+        out.graph_breaks, out.graph_break_reasons = _graph_breaks()
+
+
+def _graph_breaks() -> tuple[int, list[str]]:
+    """Dynamo's graph breaks in this process so far (its counters: every compiled region's first steps), and the
+    commonest reasons, each cut to a line: a library's kernels that dynamo cannot trace split a compiled layer."""
+    from torch._dynamo.utils import counters
+
+    breaks = counters["graph_break"]
+    reasons = [f"{n} x {(reason.splitlines() or [''])[0][:160]}" for reason, n in breaks.most_common(5)]
+    return sum(breaks.values()), reasons
 
 
 def _profiled(spec: Spec, model, step, device: torch.device, out: Measurement) -> None:
@@ -194,7 +213,7 @@ def measure(spec: Spec) -> Measurement:
     if variant.ce_chunk is not None and "chunk_tokens" not in _loss_params(harness):
         return dataclasses.replace(out, status=f"not applicable: {spec.harness}.compute_loss takes no chunk_tokens")
     model_type = load_text_config(Path(spec.checkpoint)).model_type
-    if (why := libvariants.not_applicable(variant, device, model_type)) is not None:
+    if (why := libvariants.not_applicable(variant, device, model_type, spec.batch_size)) is not None:
         return dataclasses.replace(out, status=why)
     stage, clock, logged = ["loading"], _Stages(out), []
     out.kernel_packages = kernel_watch.installed()
@@ -243,7 +262,8 @@ def _numerics(spec: Spec, model, built: list, pieces: contract.Contract, chunk: 
 def _measured(spec: Spec, pieces, device: torch.device, chunk: int, out: Measurement, clock, stage: list) -> None:
     """Build, time, profile (then the numerics price, and with `predict` the micro-benchmarks) into
     `out`; `stage[0]` says how far it got (an OOM's status names it)."""
-    model = build(spec, pieces, spec.variant, device)
+    model = build(spec, pieces, spec.variant, device, changes := {})
+    out.library_changes = changes or None
     built = [p.detach().to("cpu", copy=True) for p in model.parameters() if p.requires_grad]
     clock("build")
     out.params_total, out.params_trainable = models.count_params(model)
