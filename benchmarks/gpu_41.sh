@@ -7,8 +7,8 @@
 # ~37 MiB), installed to /tmp/site41 first on PYTHONPATH; without it the image's own packages are used.
 # Candidates: C4B and C17B (space-separated; `compile+fused-adamw` is one candidate measured in one process, so
 # the 1.7B reaches its stack in 4 processes), budgets B4B (seconds of the 4B's search; the 1.7B gets what is
-# left less 25 s). GPU41_LIMIT: the seconds the whole call may take (560). GPU41_DRY=1: the same commands on tiny
-# configs on the CPU (their plumbing, not their figures).
+# left less 25 s). GPU41_SHAPES: which of the two (default both). GPU41_LIMIT: the seconds the whole call may take
+# (560). GPU41_DRY=1: the same commands on tiny configs on the CPU (their plumbing, not their figures).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -18,7 +18,7 @@ mkdir -p "$OUT"
 left() { echo $((LIMIT - ($(date +%s) - start))); }
 # a timeout of at most $1 s within what is left less `timeout -k 10`'s 10 s (its KILL lands within the call too)
 within() { local l n; l=$(($(left) - 10)); n=$(($1 < l ? $1 : l)); echo $((n > 1 ? n : 1)); }
-if [ -d .gpu-whl41 ]; then
+if [ -d .gpu-whl41 ] && [ -z "${GPU41_DRY:-}" ]; then # the device image: Python 3.12
   timeout -k 5 60 python3 -m pip install -q --no-index --no-deps --target /tmp/site41 .gpu-whl41/*.whl \
     >"$OUT/pip.txt" 2>&1 || echo "[gpu_41.sh: pip install exit $?: see pip.txt]"
   export PYTHONPATH=/tmp/site41
@@ -36,9 +36,13 @@ from bench_stack_hours_gpu import tiny_checkpoint; print(tiny_checkpoint(Path(sy
 fi
 {
   nvidia-smi --query-gpu=name,driver_version,memory.used,utilization.gpu,clocks.sm --format=csv 2>&1
-  python3 -c 'import torch, transformers, peft, importlib.util as u
-print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__,
-      "liger", bool(u.find_spec("liger_kernel")), "torchao", bool(u.find_spec("torchao")))'
+  python3 -c 'import importlib.metadata as m
+def version(name):
+    try:
+        return m.version(name)
+    except m.PackageNotFoundError:
+        return "absent"
+print(*(f"{n} {version(n)}" for n in ("torch", "triton", "transformers", "peft", "liger-kernel", "torchao")))'
 } >"$OUT/environment.txt" 2>&1
 cat "$OUT/environment.txt"
 rc=0
@@ -54,7 +58,8 @@ shape() { # name, candidates, budget
   grep -E '^\[(ok|FAIL)\]' "$OUT/$1/log.txt"
   [ "$r" -ne 0 ] && rc=$r
 }
-shape 4b_1x4096 "$C4B" "$B4B"
-shape 1.7b_4x4096 "$C17B" "$(($(left) - 25 - 30))"
+SHAPES=${GPU41_SHAPES:-4b_1x4096 1.7b_4x4096}
+[[ " $SHAPES " == *" 4b_1x4096 "* ]] && shape 4b_1x4096 "$C4B" "$B4B"
+[[ " $SHAPES " == *" 1.7b_4x4096 "* ]] && shape 1.7b_4x4096 "$C17B" "$(($(left) - 25 - 30))"
 echo "[gpu_41.sh: done at $(($(date +%s) - start)) s, exit $rc]"
 exit $rc

@@ -9,7 +9,7 @@
 # - moe_30b_a3b_24l_1x4096: Qwen3-30B-A3B-Base's widths and 128 experts, 24 of its 48 layers, LoRA on attention
 #   (benchmarks.harness_attention_lora: the reference step, bf16 autocast and fused AdamW already).
 # Carry .gpu-whl41 (benchmarks/gpu_41_wheels.sh). CH, CM: the candidates; BH: the hybrid's budget (the MoE gets
-# what is left less 25 s); GPU41_LIMIT (560). GPU41_DRY=1 runs the same commands on the tests' tiny hybrid and
+# what is left less 25 s); GPU41_SHAPES: "hybrid moe" (default) or one of them; GPU41_LIMIT (560). GPU41_DRY=1 runs the same commands on the tests' tiny hybrid and
 # MoE configs on the CPU (transformers' torch fallbacks instead of fla; their plumbing, not their figures).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ mkdir -p "$OUT"
 left() { echo $((LIMIT - ($(date +%s) - start))); }
 within() { local l n; l=$(($(left) - 10)); n=$(($1 < l ? $1 : l)); echo $((n > 1 ? n : 1)); }
 site=/tmp/site41
-if [ -d .gpu-whl41 ]; then
+if [ -d .gpu-whl41 ] && [ -z "${GPU41_DRY:-}" ]; then # the device image: Python 3.12
   timeout -k 5 60 python3 -m pip install -q --no-index --no-deps --target $site .gpu-whl41/*.whl \
     >"$OUT/pip.txt" 2>&1 || echo "[gpu_41_hybrid.sh: pip install exit $?: see pip.txt]"
   # fla 0.6.0's #640 guard, made to read LABPROBE_LIFT_FLA_640 (the same one `if` as benchmarks/make_gpu_site.sh)
@@ -53,10 +53,14 @@ for name, kind in (("hybrid", "qwen3_5_text"), ("moe", "qwen3_moe")):
 fi
 {
   nvidia-smi --query-gpu=name,driver_version,memory.used,utilization.gpu,clocks.sm --format=csv 2>&1
-  python3 -c 'import torch, triton, transformers, peft, importlib.util as u
-print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__, "peft",
-      peft.__version__, "fla", bool(u.find_spec("fla")), "liger", bool(u.find_spec("liger_kernel")), "torchao",
-      bool(u.find_spec("torchao")))'
+  python3 -c 'import importlib.metadata as m
+def version(name):
+    try:
+        return m.version(name)
+    except m.PackageNotFoundError:
+        return "absent"
+print(*(f"{n} {version(n)}" for n in ("torch", "triton", "transformers", "peft", "flash-linear-attention",
+                                      "liger-kernel", "torchao")))'
 } >"$OUT/environment.txt" 2>&1
 cat "$OUT/environment.txt"
 rc=0
@@ -72,7 +76,9 @@ shape() { # name, candidates, budget, tiny stand-in
   grep -E '^\[(ok|FAIL)\]' "$OUT/$1/log.txt"
   [ "$r" -ne 0 ] && rc=$r
 }
-shape hybrid_0.8b_1x4096 "$CH" "$BH" hybrid benchmarks.harness_plain
-shape moe_30b_a3b_24l_1x4096 "$CM" "$(($(left) - 25 - 30))" moe benchmarks.harness_attention_lora
+SHAPES=${GPU41_SHAPES:-hybrid moe}
+[[ " $SHAPES " == *" hybrid "* ]] && shape hybrid_0.8b_1x4096 "$CH" "$BH" hybrid benchmarks.harness_plain
+[[ " $SHAPES " == *" moe "* ]] &&
+  shape moe_30b_a3b_24l_1x4096 "$CM" "$(($(left) - 25 - 30))" moe benchmarks.harness_attention_lora
 echo "[gpu_41_hybrid.sh: done at $(($(date +%s) - start)) s, exit $rc]"
 exit $rc

@@ -274,7 +274,8 @@ def _grow(search: _Search, out: Outcome, candidates: tuple[variants.Variant, ...
             break
         best = min(measured, key=lambda r: r.measured_step_s)
         if best.gain_pct < noise:
-            out.stop = f"round {round_}: the best addition ({best.stack}) gains {best.gain_pct:.2f}%, under the noise {noise:.2f}%"
+            within = " within the tolerance" if search.spec.numerics_steps else ""
+            out.stop = f"round {round_}: the best addition{within} ({best.stack}) gains {best.gain_pct:.2f}%, under the noise {noise:.2f}%"
             break
         out.rows[out.rows.index(best)] = dataclasses.replace(best, chosen=True)
         current = next(t for t in tries if t.name == best.stack)

@@ -10,7 +10,8 @@ isolation under the variant's setting (probes.step.microbench, same process, sam
 - `fused-adamw`: `optimizer` kernels x (1 - fused AdamW / the harness's optimizer);
 - `ce-chunk=N`: `loss` kernels (lm_head and CE) x (1 - CE at chunk N / at the current chunk);
 - `grad-ckpt`: minus the decoder's forward kernels (each layer's forward runs again);
-- `compile`: not predicted (what the compiler fuses is its own choice, not in the profile).
+- `compile` and `cuda-graphs`: not predicted (what the compiler fuses is its own choice, not in the profile);
+- `liger`, `float8`, `micro-batch=N`: not predicted (their kernels and shapes are timed only in their own process).
 
 A saving is kernel time removed over the step's time: on a launch-bound step (the GPU idles)
 kernels removed may not shorten the step, and the row's basis says so. A saving the tool cannot

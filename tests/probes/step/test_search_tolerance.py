@@ -91,7 +91,7 @@ def test_a_round_with_no_addition_within_tolerance_stops_the_search(tiny, monkey
     measured, result = _faked(tiny, monkeypatch, {**speed, "compile+fused-adamw": 0.7, "fused-adamw": 1.0},
                               ("compile", "bf16-adapters", "fused-adamw"))  # fmt: skip
     assert result.summary["search_best"] == ["compile"]
-    assert result.summary["search_stop"] == ["round 2: the best addition (compile+fused-adamw) gains -16.67%, "
+    assert result.summary["search_stop"] == ["round 2: the best addition within the tolerance (compile+fused-adamw) gains -16.67%, "
                                              "under the noise 0.50%"]  # fmt: skip
     assert measured[-1] == "bf16-adapters+compile" and result.summary["search_outside"][0].startswith(
         "fastest outside the numerics tolerance: bf16-adapters+compile, x3.333"
