@@ -75,3 +75,57 @@ class RayHead:
             time.sleep(0.2)
         self.proc.wait(timeout=10)
         self.proc.stdout.close()
+
+
+class RayNode:
+    """A second node joining `head` (`ray start --address ... --block`) in its own session, with its own
+    environment (an NVML double, CUDA_VISIBLE_DEVICES); `kill()` ends every process of its session by pid."""
+
+    def __init__(self, head: RayHead, *, env: dict[str, str], labels: str, num_cpus: int = 1, num_gpus: int = 0):
+        cmd = [
+            str(RAY),
+            "start",
+            f"--address={head.address}",
+            "--block",
+            f"--num-cpus={num_cpus}",
+            f"--num-gpus={num_gpus}",
+            "--labels",
+            labels,
+            "--disable-usage-stats",
+        ]
+        self.proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
+        seen = []
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            seen.append(line)
+            if "Ray runtime started" in line:
+                return
+            if not line and self.proc.poll() is not None:
+                break
+        self.kill()
+        raise RuntimeError("ray start --address did not start:\n" + "".join(seen[-30:]))
+
+    def pids(self) -> list[int]:
+        out = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if os.getsid(int(entry.name)) == self.proc.pid:
+                        out.append(int(entry.name))
+                except OSError:
+                    continue
+        return out
+
+    def kill(self) -> None:
+        for _ in range(3):
+            for pid in self.pids():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.2)
+        self.proc.wait(timeout=10)
+        self.proc.stdout.close()
