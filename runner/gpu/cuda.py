@@ -88,10 +88,11 @@ def check_device(host: str, card: Any, *, cards: list[Any] | None = None) -> Dev
         name, uuid, driver = seen.name, seen.uuid, "fake NVML"
     else:
         if not torch.cuda.is_available():
-            built = torch.version.cuda or "no CUDA: the CPU wheel?"
+            built = (
+                f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "built without CUDA: the CPU wheel?"
+            )
             raise NoCudaError(
-                f"{where}, but torch.cuda.is_available() is False (torch {torch.__version__}, built for CUDA "
-                f"{built}; NVIDIA driver {driver or 'unknown: NVML gave none'}; CUDA_VISIBLE_DEVICES={_visible()!r}): "
+                f"{where}, but torch.cuda.is_available() is False (torch {torch.__version__} {built}; NVIDIA driver {driver or 'unknown: NVML gave none'}; CUDA_VISIBLE_DEVICES={_visible()!r}): "
                 "not run, a CPU timing is not this host's GPU measurement"
             )
         props = torch.cuda.get_device_properties(0)

@@ -35,6 +35,7 @@ def gb10(tmp_path_factory, ray_cluster):
         "PYTHONPATH": os.pathsep.join([str(DOUBLE_DIR), os.environ.get("PYTHONPATH", "")]),
         SCENARIO_ENV: str(scenario),
         "LABPROBE_FAKE_NVML_DIR": "",  # the double, not the fake files the other tests' nodes read
+        "LABPROBE_FAKE_CUDA": "1",  # runner.gpu.cuda's seam: torch there "sees" the double's card
     }
     node = ray_cluster.add_node(num_cpus=1, num_gpus=1, labels={"labprobe.host": HOST}, env_vars=env)
     ray_cluster.wait_for_nodes()
