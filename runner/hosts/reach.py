@@ -92,6 +92,9 @@ def check_reachable(address: str, timeout_s: float) -> None:
         ) from None
     except OSError as exc:  # no route to host, network unreachable...
         raise ConnectError(f"Ray address {address}: {exc.strerror or exc}") from None
+    problem = local_token_problem()
+    if problem is not None:
+        raise ConnectError(f"Ray address {address}: {problem}")
     _handshake(address, timeout_s, left_s=max(1.0, timeout_s - (time.monotonic() - t0)))
 
 
@@ -112,8 +115,10 @@ def _handshake(address: str, timeout_s: float, *, left_s: float) -> None:
             "--connect-timeout-s sets the wait)"
         ) from None
     said = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-    # Token mode without a token: Ray's C++ aborts the process (a failed check), no exception.
-    if proc.returncode == 3 or "couldn't find an authentication token" in proc.stderr:
+    aborted = ray_check_failure(proc.stderr)
+    if aborted is not None:  # Ray's C++ aborted the child (a failed check), no exception: its words, one line
+        raise ConnectError(f"Ray address {address}: {aborted}")
+    if proc.returncode == 3:
         raise ConnectError(f"Ray address {address}: {_token_problem()} (Ray: InvalidAuthToken); {TOKEN_HELP}")
     if proc.returncode != 0:
         cause = said or (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
@@ -122,8 +127,47 @@ def _handshake(address: str, timeout_s: float, *, left_s: float) -> None:
         raise ConnectError(f"Ray address {address}: {cause}")
 
 
+RAY_NO_TOKEN_FILE = "RAY_AUTH_TOKEN_PATH is set but file cannot be opened or is empty"
+RAY_NO_TOKEN = "couldn't find an authentication token"
+"""Ray 2.60's words (authentication_token_loader.cc) when token mode finds no usable token: it aborts the
+process with a C++ check failure and a native stack trace instead of raising."""
+
+
+def ray_check_failure(stderr: str) -> str | None:
+    """One line for a Ray C++ abort (`Check failed: ...`) in a child's stderr; None when there is none."""
+    line = next((x for x in stderr.splitlines() if "Check failed:" in x), None)
+    if line is None:
+        return None
+    if RAY_NO_TOKEN_FILE in line:
+        path = line.split(RAY_NO_TOKEN_FILE, 1)[1].lstrip(": ").strip() or os.environ.get("RAY_AUTH_TOKEN_PATH", "")
+        return f"no Ray token: RAY_AUTH_TOKEN_PATH={path} cannot be opened or is empty; {TOKEN_HELP}"
+    if RAY_NO_TOKEN in line:
+        return f"no Ray token found (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH and ~/.ray/auth_token) with RAY_AUTH_MODE=token; {TOKEN_HELP}"
+    return "Ray aborted: " + line.split("Check failed:", 1)[1].strip()
+
+
+def local_token_problem() -> str | None:
+    """What is wrong with this driver's token set-up before asking the head: a RAY_AUTH_TOKEN_PATH that
+    names no readable, non-empty file (Ray would abort with a native stack trace). None: nothing seen."""
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if not path or os.environ.get("RAY_AUTH_TOKEN"):  # RAY_AUTH_TOKEN comes first: the path is not read
+        return None
+    try:
+        empty = not Path(path).read_text().strip()
+    except OSError as exc:
+        return f"no Ray token: RAY_AUTH_TOKEN_PATH={path} cannot be read ({exc.strerror}); {TOKEN_HELP}"
+    return f"no Ray token: RAY_AUTH_TOKEN_PATH={path} is empty; {TOKEN_HELP}" if empty else None
+
+
 def _token_problem() -> str:
-    """Which token this driver presented, in words: missing, or from where (and so wrong)."""
+    """Which token this driver presented, in words: none (token mode off here), missing, or from where (and
+    so wrong)."""
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if mode != "token":  # Ray 2.60 sends no token at all unless told: a right token is refused as missing
+        return (
+            f"the head wants a token and this driver sends none: RAY_AUTH_MODE is "
+            f"{'unset' if mode is None else repr(mode)}, set RAY_AUTH_MODE=token"
+        )
     if os.environ.get("RAY_AUTH_TOKEN"):
         return "the Ray token in RAY_AUTH_TOKEN is wrong for this cluster"
     path = os.environ.get("RAY_AUTH_TOKEN_PATH")
