@@ -317,18 +317,8 @@ def _trustworthy(rows: list[CarrierRow]) -> Check:
 
 def _fast_kernels(rows: list[CarrierRow]) -> Check:
     """Fails when a timed process ran a reference fallback: its numbers time the slow path."""
-    slow = [r for r in rows if r.kernel_fallbacks]
-    if not slow and not any(r.step_s is not None for r in rows):
-        return Check(name="fast_kernels", ok=False, detail="no row measured a step: the kernels that ran are unknown")
-    if not slow:
-        return Check(name="fast_kernels", ok=True, detail="no kernel fell back to a reference implementation")
-    seen = sorted({f.strip() for r in slow for f in r.kernel_fallbacks.split(", ")})
-    return Check(
-        name="fast_kernels",
-        ok=False,
-        detail=f"{', '.join(f'{r.model}/{r.variant}' for r in slow)} ran reference fallbacks ({', '.join(seen)}): "
-        f"these rows time the slow path. Install: {kernel_watch.advice(seen)}",
-    )
+    slow = {f"{r.model}/{r.variant}": r.kernel_fallbacks.split(", ") for r in rows if r.kernel_fallbacks}
+    return kernel_watch.fast_kernels_check(slow, measured=any(r.step_s is not None for r in rows))
 
 
 def _device_name(device: torch.device) -> str:

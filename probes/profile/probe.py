@@ -48,6 +48,7 @@ probes.profile.variants, the fit in probes.step.fit.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import torch
 
@@ -55,7 +56,7 @@ from probes.profile import measure
 from probes.profile import variants as profile_variants
 from probes.profile.config import Config
 from probes.result import Check, ProbeResult
-from probes.step import kernels, models
+from probes.step import kernel_watch, kernels, models
 from probes.step.fit import ScalingRow, fit_scaling, predict
 from probes.step.session import Session, oom_guard, with_busy
 
@@ -63,13 +64,16 @@ from probes.step.session import Session, oom_guard, with_busy
 def run(config: Config) -> ProbeResult:
     session = Session(config, warmup_steps=config.warmup_steps, steps=config.steps, max_steps=config.max_steps)
     result = ProbeResult(probe="profile", config=config)
-    failed = oom_guard(session, session.load, lambda msg: msg.replace("oom:", "oom while loading:", 1))
-    if failed:
-        return _not_loaded(result, session, failed)
-    # Every timing first, every profiler run after: CUPTI stays attached once started (kernels.py).
-    timed = [measure.scaling_point(session, n) for n in sorted(set(config.seq_lens))]
-    padding = measure.padding_penalty(session)
-    ce = measure.cross_entropy_table(session)
+    logged: list[str] = []
+    with kernel_watch.watch(logged):  # a hybrid without its kernels logs a reference fallback (fast_kernels)
+        failed = oom_guard(session, session.load, lambda msg: msg.replace("oom:", "oom while loading:", 1))
+        if failed:
+            return _not_loaded(result, session, failed)
+        # Every timing first, every profiler run after: CUPTI stays attached once started (kernels.py).
+        timed = [measure.scaling_point(session, n) for n in sorted(set(config.seq_lens))]
+        padding = measure.padding_penalty(session)
+        ce = measure.cross_entropy_table(session)
+    slow = kernel_watch.fallbacks(logged)
     scaling, fit, coef = fit_scaling(
         [with_busy(session, r) for r in timed], batch_size=config.batch_size, seq_len=config.seq_len
     )
@@ -78,6 +82,9 @@ def run(config: Config) -> ProbeResult:
     prof = measure.kernel_profile(session)
     result.tables["kernels"] = [] if prof is None else kernels.kernel_table(prof)
     _summarise(result, session, scaling, step_s, prof)
+    result.summary["kernel_fallbacks"] = ", ".join(slow) or None
+    measured = any(r.status == "ok" for r in scaling)
+    result.checks.append(kernel_watch.fast_kernels_check({Path(config.checkpoint).name: slow}, measured=measured))
     waits, why_not = measure.sync_census(session)  # after the timings and the profile: it slows its step
     result.tables["syncs"] = waits or []
     result.summary["host_waits_per_step"] = None if waits is None else sum(w.count_per_step for w in waits)

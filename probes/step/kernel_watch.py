@@ -23,6 +23,8 @@ import logging
 import re
 import warnings
 
+from probes.result import Check
+
 _FALLBACK = re.compile(r"`(\w+)` is falling back to its reference PyTorch implementation because `([\w.-]+)`")
 _OLD_FAST_PATH = re.compile(r"fast path is not available", re.IGNORECASE)
 INSTALL = {
@@ -46,6 +48,10 @@ class _Catch(logging.Handler):
 def watch(out: list[str]):
     """Append to `out` every warning transformers logs (and Python warns) inside the block."""
     logger = logging.getLogger("transformers")
+    # transformers logs each fallback once a process (warning_once): forget what it told an earlier block
+    forget = getattr(getattr(logging.Logger, "warning_once", None), "cache_clear", None)
+    if forget is not None:
+        forget()
     handler = _Catch(out)
     level = logger.level
     logger.addHandler(handler)
@@ -90,3 +96,21 @@ def advice(fallback: list[str]) -> str:
         named = re.search(r"\(([\w.-]+)\)$", entry)
         packages.append(named.group(1) if named else entry)
     return "; ".join(INSTALL.get(p, f"install the fast kernel for: {p}") for p in dict.fromkeys(packages))
+
+
+def fast_kernels_check(slow: dict[str, list[str]], *, measured: bool) -> Check:
+    """The `fast_kernels` check of carrier and profile: fails when a timed process ran a reference fallback
+    (`slow`: what ran it, e.g. `model/variant` -> its fallbacks), naming what to install; and when nothing
+    measured a step (`measured` false: the kernels that ran are unknown)."""
+    slow = {name: found for name, found in slow.items() if found}
+    if not slow and not measured:
+        return Check(name="fast_kernels", ok=False, detail="no row measured a step: the kernels that ran are unknown")
+    if not slow:
+        return Check(name="fast_kernels", ok=True, detail="no kernel fell back to a reference implementation")
+    seen = sorted({f.strip() for found in slow.values() for f in found})
+    return Check(
+        name="fast_kernels",
+        ok=False,
+        detail=f"{', '.join(slow)} ran reference fallbacks ({', '.join(seen)}): "
+        f"these rows time the slow path. Install: {advice(seen)}",
+    )

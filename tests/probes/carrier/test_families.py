@@ -170,6 +170,11 @@ def test_profile_runs_on_a_hybrid_and_reports_params(hybrid):
     )
     rows = result.tables["scaling"]
     assert all(r.params_total == r.params_active == result.summary["params_total"] for r in rows)
+    # Timed without flash-linear-attention / causal-conv1d (and on a CPU): the same check as carrier's, failed.
+    check = {c.name: c for c in result.checks}["fast_kernels"]
+    assert not check.ok and "chunk_gated_delta_rule (flash-linear-attention)" in check.detail, check.detail
+    assert "pip install flash-linear-attention" in check.detail and hybrid.name in check.detail
+    assert "chunk_gated_delta_rule" in result.summary["kernel_fallbacks"]
 
 
 def test_a_compiled_hybrid_still_names_its_reference_kernels(hybrid):

@@ -64,6 +64,9 @@ def test_the_probe_runs_on_the_cpu_with_every_table(result):
     waits = result.tables["syncs"]
     assert not [w for w in waits if w.where.startswith("step/harness.py")]
     assert result.summary["host_waits_per_step"] == sum(w.count_per_step for w in waits)
+    # a dense model has no fast kernels to miss: carrier's fast_kernels check, passed
+    fast = {c.name: c for c in result.checks}["fast_kernels"]
+    assert fast.ok and result.summary["kernel_fallbacks"] is None, fast.detail
 
 
 def test_a_harness_that_logs_its_loss_every_step_is_named_in_the_syncs_table(tiny, tmp_path, monkeypatch):
