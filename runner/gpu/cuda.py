@@ -132,7 +132,7 @@ def _torch_uuid(props: Any) -> str:
 
 
 def _bare(uuid: str) -> str:
-    return uuid.lower().removeprefix("gpu-")
+    return uuid.lower().removeprefix("gpu-").replace("-", "")
 
 
 def driver_version() -> str:
