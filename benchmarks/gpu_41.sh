@@ -48,6 +48,11 @@ cat "$OUT/environment.txt"
 rc=0
 shape() { # name, candidates, budget
   mkdir -p "$OUT/$1"
+  if [ "$3" -lt 60 ]; then # no room for a baseline and one candidate: say so rather than start what cannot end
+    echo "[gpu_41.sh: $1 not run: $3 s of search budget left]" | tee "$OUT/$1/log.txt"
+    rc=1
+    return
+  fi
   local shape_env=()
   [ -n "${GPU41_DRY:-}" ] && shape_env=(BENCH_SHAPES="$tiny:2:64")
   # shellcheck disable=SC2086 # the candidates are words
