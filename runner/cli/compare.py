@@ -9,6 +9,7 @@ from pathlib import Path
 
 from runner.analysis.compare import compare, render
 from runner.cli.options import plot_file
+from runner.cli.outputs import add_mkdir_option, writable_file, writing
 from runner.lab.cluster import load_cluster
 from runner.store.store import Store
 
@@ -30,11 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--plot", type=plot_file, help="write a PNG bar chart here")
+    add_mkdir_option(parser)
     parser.add_argument("--store", type=Path, help="store root (default: the cluster file's, else ./results)")
     parser.add_argument("--cluster", default="cluster.yaml", help="cluster file (store root, host order)")
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.plot is not None:  # before the work: a plot that cannot be written is said first, in one line
+        writable_file(args.plot, what="--plot", mkdir=args.mkdir)
     store, order = _store_and_order(args.store, args.cluster)
     result = compare(
         store,
@@ -53,7 +57,8 @@ def main(args: argparse.Namespace) -> int:
     if args.plot is not None:
         from runner.analysis.compare_plot import plot_comparison
 
-        plot_comparison(result, args.plot)
+        with writing(args.plot, what="--plot"):
+            plot_comparison(result, args.plot)
         print(f"plot: {args.plot}", file=sys.stderr)
     return 0
 

@@ -15,6 +15,7 @@ from runner.analysis.drift import (
 )
 from runner.analysis.history import choose_table, newest_drifted, render, select_rows
 from runner.cli.options import add_store_options, percent, plot_file
+from runner.cli.outputs import add_mkdir_option, writable_file, writing
 from runner.lab.cluster import load_cluster
 from runner.store.store import Store
 
@@ -46,11 +47,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="trust a value only when its spread is at most this (default: 2)",
     )
     parser.add_argument("--plot", type=plot_file, metavar="FILE", help="also draw the metric over time into this PNG")
+    add_mkdir_option(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     add_store_options(parser)
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.plot:  # before the work: a plot that cannot be written is said first, in one line
+        writable_file(args.plot, what="--plot", mkdir=args.mkdir)
     store = Store(resolve_store(args.store, args.cluster))
     table = choose_table(store, args.probe, args.table)
     frame = select_rows(store.read(table), host=args.host, checkpoint=args.checkpoint, table=table)
@@ -62,9 +66,9 @@ def main(args: argparse.Namespace) -> int:
         from runner.analysis import plots
 
         label = ["host", "checkpoint"] + [c for c in by if c not in SERIES_KEYS]
-        plots.save(
-            plots.history_lines(drift, metric, label_columns=label, title=f"{table}: {metric} over runs"), args.plot
-        )
+        figure = plots.history_lines(drift, metric, label_columns=label, title=f"{table}: {metric} over runs")
+        with writing(args.plot, what="--plot"):
+            plots.save(figure, args.plot)
     if args.json:
         json.dump(
             {

@@ -3,7 +3,7 @@
     labprobe report [--run ID | --night YYYY-MM-DD] [--out FILE] [--store D] [--cluster F]
 
 No --run or --night: the newest run. --night: the last run started from noon of that date to noon of
-the next day (local time). Writes `<store>/reports/<run_id>.html` (or --out) and prints a few lines
+the next day (local time). Writes `<store>/reports/<run_id>.html` (or --out: its folder must exist, or pass --mkdir) and prints a few lines
 and the path. A rerun whose jobs were all done shows the stored answers it relied on, each marked
 with its run (runner.analysis.report_data). Exit 0, 2 on bad input (an unknown run, a bad date).
 """
@@ -18,6 +18,7 @@ from runner.analysis.report import write_report
 from runner.analysis.report_runs import pick_run
 from runner.cli.history import resolve_store
 from runner.cli.options import add_store_options
+from runner.cli.outputs import add_mkdir_option, writable_file, writing
 from runner.store.store import Store
 
 
@@ -26,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     which.add_argument("--run", metavar="ID", help="the run's id (as the sweep printed it; default: the newest run)")
     which.add_argument("--night", metavar="DATE", help="the last run of the night of DATE (YYYY-MM-DD, local time)")
     parser.add_argument("--out", type=Path, metavar="FILE", help="write here (default: <store>/reports/<run id>.html)")
+    add_mkdir_option(parser)
     add_store_options(parser)
 
 
@@ -34,7 +36,14 @@ def main(args: argparse.Namespace) -> int:
     if store.local and Path(store.root).is_file():  # else it reads as an empty store: "run labprobe sweep first"
         raise InputError(f"store {store.root}: is a file, not a store directory")
     run_id = pick_run(store, store.jobs(columns=["run_id", "finished_at"]), run=args.run, night=args.night)
-    path, text = write_report(store, run_id, path=args.out)
+    if args.out is not None:
+        path = writable_file(args.out, what="--out", mkdir=args.mkdir)
+    else:  # inside the store: its reports/ folder is made when missing
+        path = Path(store.root) / "reports" / f"{run_id}.html"
+        if store.local:
+            writable_file(path, what="report", make_under=Path(store.root))
+    with writing(path, what="report"):
+        path, text = write_report(store, run_id, path=path)
     print(text)
     print(f"report: {path}")
     return 0

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from probes.result import InputError
 from runner.cli.options import days
+from runner.cli.outputs import add_mkdir_option, writable_folder, writing
 from runner.clock import new_run_id
 from runner.dispatch.lock import SweepLock
 from runner.store import maintain
@@ -52,6 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             sub.add_argument(
                 "folder", type=Path, metavar="DIR", help="the folder to write into: new, empty or an earlier export"
             )
+            add_mkdir_option(sub)
         else:
             sub.set_defaults(folder=None)
         if action == "vacuum":
@@ -71,7 +73,7 @@ def main(args: argparse.Namespace) -> int:
         retention = args.retention_days
     if args.action == "export":
         maintain.require_store(store)  # a file or a missing path is no store: one line, no empty export
-        return _export(store, args.action, args.folder)
+        return _export(store, args.action, args.folder, mkdir=getattr(args, "mkdir", False))
     if args.action == "vacuum":
         where = "--retention-days" if args.retention_days is not None else "store.vacuum_retention_days"
         maintain.retention_hours(retention, where)  # inf, nan, negative: one line before anything
@@ -191,14 +193,16 @@ def _migrate(store: Store) -> None:
     print("the older files are left in place; remove them when you no longer need them")
 
 
-def _export(store: Store, action: str, folder: Path | None) -> int:
+def _export(store: Store, action: str, folder: Path | None, *, mkdir: bool = False) -> int:
     if action != "export":
         raise InputError(f"{folder}: only `store export` takes a folder")
     if folder is None:
         raise InputError("export: name the folder to write into (labprobe store export DIR)")
     from runner.store.export import export
 
-    done = export(store, folder)
+    writable_folder(folder, what="export", mkdir=mkdir)  # its parent must exist (or --mkdir); writable
+    with writing(folder, what="export"):
+        done = export(store, folder)
     rows = [{"table": e.name, "version": e.version, "rows": e.rows, "file": e.path.name} for e in done]
     print(format_table(rows, title=f"store {store.uri}: exported into {folder}"))
     return 0
