@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from runner.cli.outputs import add_mkdir_option, writable_file
 from runner.lab import schedule as sched
 from runner.lab.cluster import load_cluster
 
@@ -51,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ):
         sub.add_argument("--crontab-file", type=Path, metavar="FILE", help=says)
     for sub in (install, remove):
+        add_mkdir_option(sub)
         sub.add_argument(
             "--cluster",
             type=Path,
@@ -83,9 +85,17 @@ def main(args: argparse.Namespace) -> int:
     folder = sched.entries_dir(args.entries)
     if args.action == "run":
         return sched.run(folder, args.id)
+    if args.action in ("install", "remove") and args.crontab_file is not None:
+        writable_file(args.crontab_file, what="--crontab-file", mkdir=args.mkdir)
     text = sched.read_crontab(args.crontab_file)
     if args.action == "install":
         cluster = load_cluster(args.cluster)
+        root = cluster.store_root()
+        store = Path(root) if "://" not in str(root) else None
+
+        def prepare_log(log: Path) -> None:  # a log the cluster file names (or the default) is the lab's word
+            writable_file(log, what="--log" if args.log else "log", mkdir=args.mkdir or not args.log, make_under=store)
+
         text, entry = sched.install(
             text,
             cluster,
@@ -95,6 +105,7 @@ def main(args: argparse.Namespace) -> int:
             deadline=args.deadline,
             log=args.log,
             store=args.store,
+            prepare_log=prepare_log,
         )
         sched.write_crontab(text, args.crontab_file)
         print(

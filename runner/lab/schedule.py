@@ -43,6 +43,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 from crontab import CronSlices
 
@@ -372,9 +373,11 @@ def install(
     deadline: str | None = None,
     log: Path | None = None,
     store: str | None = None,
+    prepare_log: Callable[[Path], object] = lambda path: path.parent.mkdir(parents=True, exist_ok=True),
 ) -> tuple[str, Entry]:
     """The crontab with the plan's entry added (replacing one for the same plan and cluster file) in
-    the first labprobe block, and the entry, whose file is written here."""
+    the first labprobe block, and the entry, whose file is written here. `prepare_log(log)` readies the
+    log's folder (the CLI's refuses one it cannot write, and makes missing folders only in the store)."""
     entry = new_entry(cluster, plan=plan, cron=cron, deadline=deadline, log=log, store=store)
     crontab = split(text)
     for block in crontab.blocks():
@@ -382,7 +385,7 @@ def install(
     if not crontab.blocks():
         crontab.parts.append([])
     crontab.blocks()[0].append(line(entry, folder))
-    Path(entry.log).parent.mkdir(parents=True, exist_ok=True)
+    prepare_log(Path(entry.log))
     write_entry(folder, entry)
     return join(crontab), entry
 

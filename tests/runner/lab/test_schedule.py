@@ -472,3 +472,16 @@ def test_show_finds_the_entry_in_the_folder_its_line_names(lab, capsys, tmp_path
     assert code == 0 and "NOT WRITTEN" not in out and "plan night" in out, out
     code, out, _ = schedule(capsys, "remove", "--all", "--crontab-file", str(tab))
     assert code == 0 and list(elsewhere.iterdir()) == [] and tab.read_text() == UNRELATED
+
+
+def test_install_makes_no_folder_outside_the_store_unless_told(lab, capsys, tmp_path):
+    cluster, tab = lab
+    log = tmp_path / "nonexistent" / "sub" / "night.log"
+    code, _, err = install(capsys, cluster, tab, "--plan", "night", "--cron", "@daily", "--log", str(log))
+    assert code == 2 and "does not exist (make it, or pass --mkdir)" in err and not (tmp_path / "nonexistent").exists()
+    assert tab.read_text() == UNRELATED and not Path(os.environ["LABPROBE_SCHEDULE_DIR"]).exists()
+    code, _, err = install(capsys, cluster, tab, "--plan", "night", "--cron", "@daily", "--log", str(log), "--mkdir")
+    assert code == 0 and log.parent.is_dir(), err
+    other = tmp_path / "no" / "crontab"
+    code, _, err = schedule(capsys, "remove", "--all", "--crontab-file", str(other))
+    assert code == 2 and "--crontab-file" in err and not (tmp_path / "no").exists()
