@@ -184,7 +184,10 @@ def read_entry(folder: Path, eid: str) -> Entry:
         raise InputError(f"{path}: not a schedule entry labprobe wrote (expected a JSON object)")
     unknown = [k for k in raw if k not in KEYS]
     if unknown:  # an `argv` or `env` of an older labprobe, or planted: never read
-        raise InputError(f"{path}: unknown key {shown(unknown[0])} refused (an entry holds only {', '.join(KEYS)})")
+        raise InputError(
+            f"{path}: unknown key {shown(unknown[0])} refused (an entry holds only {', '.join(KEYS)}; "
+            "one an older labprobe wrote: install it again)"
+        )
     missing = [k for k in KEYS if k not in raw]
     if missing:
         raise InputError(f"{path}: key {missing[0]!r} missing: reinstall it with `labprobe schedule install`")
