@@ -33,6 +33,8 @@ from runner.store.store import Store
 from runner.tables import format_table
 
 ACTIONS = ("check", "compact", "vacuum", "migrate", "export")
+SHOWN_REFUSED = 10
+"""Files vacuum left alone (behind a link, on another mount) named one a line; the rest counted."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -146,6 +148,8 @@ def _check(store: Store) -> int:
             print(f"unreadable: {path}: {why}")
     for name in state.strays:
         print(f"stray: tables/{name} is not a store table (readers skip it)")
+    for path, what in state.links:
+        print(f"link: {path}: {what}: not followed; no chore deletes through it")
     if state.legacy:
         migrated = "jobs" in [t.name for t in state.tables]
         print(
@@ -172,12 +176,16 @@ def _vacuum(store: Store, retention_days: float, dry_run: bool) -> None:
     done = maintain.vacuum(store, retention_days, dry_run=dry_run)
     verb = "would delete" if dry_run else "deleted"
     print(
-        f"store {store.uri}: {verb} {sum(map(len, done.values()))} file(s) no version of the last "
+        f"store {store.uri}: {verb} {sum(map(len, done.deleted.values()))} file(s) no version of the last "
         f"{retention_days:g} day(s) needs"
     )
-    for name, files in done.items():
+    for name, files in done.deleted.items():
         if files:
             print(f"  {name}: {len(files)}")
+    for path, why in done.refused[:SHOWN_REFUSED]:
+        print(f"left alone: {path}: {why}")
+    if len(done.refused) > SHOWN_REFUSED:
+        print(f"left alone: {len(done.refused) - SHOWN_REFUSED} more (`labprobe store check` lists the links)")
 
 
 def _migrate(store: Store) -> None:

@@ -168,8 +168,10 @@ def read(
 ) -> pa.Table:
     """The table's rows (one snapshot: the version the DeltaTable was loaded at). `dictionary`:
     string columns read as dictionary arrays (no string per row: a year of keys twice as fast).
+    A local table whose files are not the ones its log recorded is refused (verify_files).
     A local table is read through Arrow's own file system (`reader_filesystem`: no Python buffers
     left to Arrow's I/O threads at exit, which could abort the process)."""
+    verify_files(table)
     options = ParquetReadOptions(dictionary_columns=dictionary) if dictionary else None
     try:
         dataset = table.to_pyarrow_dataset(parquet_read_options=options, filesystem=reader_filesystem(table))
@@ -183,6 +185,7 @@ def read_ids(table: DeltaTable, columns: list[str], job_ids: list[str]) -> pa.Ta
     """`columns` of the rows whose job_id is one of `job_ids`, read through DataFusion, which skips
     every row group whose job_id bloom filter rules all of them out (pyarrow's reader uses min/max
     statistics only, useless on hashed ids). String columns come back as plain strings."""
+    verify_files(table)
     try:
         rows = pa.table(QueryBuilder().register("t", table).execute(ids_query(columns, job_ids)).read_all())
     except Exception as exc:
@@ -230,6 +233,96 @@ def unreadable_files(table: DeltaTable) -> list[tuple[str, str]]:
     return bad
 
 
+def live_files(table: DeltaTable) -> pa.Table:
+    """The newest version's add actions, flattened: path, size_bytes, num_records, null_count.*, min.*, max.*."""
+    return pa.table(table.get_add_actions(flatten=True))
+
+
+def local_folder(table: DeltaTable) -> str | None:
+    """The table's folder when it is a local directory, else None."""
+    uri = table.table_uri
+    local = uri[len("file://") :] if uri.startswith("file://") else uri if uri.startswith("/") else None
+    return None if local is None else unquote(local)
+
+
+def verify_files(table: DeltaTable) -> None:
+    """Refuse (CorruptStoreError naming the file) a local table whose live files are not the ones its
+    log recorded: a file's size differs from the log's (a file replaced behind the log's back reads
+    other rows, or halves of them). One stat per live file; an object store is not checked here."""
+    bad = mismatched_files(table)
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise CorruptStoreError(
+            f"table {table.table_uri}: file {bad[0][0]} is not the file its log recorded ({bad[0][1]}){more}: "
+            "labprobe store check lists them, labprobe store repair puts the table right"
+        )
+
+
+def mismatched_files(table: DeltaTable, *, deep: bool = False) -> list[tuple[str, str]]:
+    """(file, why) for every live file of a local table whose size differs from the log's; `deep`:
+    also its row count, null counts and value ranges where the log records them (the file is read
+    whole). A missing or unreadable file is unreadable_files' to report, not this."""
+    folder = local_folder(table)
+    if folder is None:
+        return []
+    actions = live_files(table)
+    bad = []
+    for i, path in enumerate(actions.column("path").to_pylist()):
+        full = os.path.join(folder, unquote(path))
+        try:
+            size = os.stat(full).st_size
+        except OSError:
+            continue
+        said = actions.column("size_bytes")[i].as_py()
+        if said is not None and size != said:
+            bad.append((join(table.table_uri, path), f"{size} bytes where the log says {said}"))
+        elif deep:
+            why = _content_mismatch(full, actions.slice(i, 1))
+            if why:
+                bad.append((join(table.table_uri, path), why))
+    return bad
+
+
+def _content_mismatch(path: str, action: pa.Table) -> str | None:
+    """How a file's rows differ from its add action's statistics (rows, null counts, min/max), or None."""
+    try:
+        with open(path, "rb") as handle:
+            rows = pq.ParquetFile(handle, pre_buffer=False).read()
+    except Exception:
+        return None  # unreadable: unreadable_files says so
+    said = action.column("num_records")[0].as_py() if "num_records" in action.column_names else None
+    if said is not None and rows.num_rows != said:
+        return f"{rows.num_rows} rows where the log says {said}"
+    for name in rows.column_names:
+        column = rows.column(name)
+        nulls = action.column(f"null_count.{name}")[0].as_py() if f"null_count.{name}" in action.column_names else None
+        if nulls is not None and column.null_count != nulls:
+            return f"column {name!r} holds {column.null_count} nulls where the log says {nulls}"
+        why = _outside_range(name, column, action)
+        if why:
+            return why
+    return None
+
+
+def _outside_range(name: str, column: pa.ChunkedArray, action: pa.Table) -> str | None:
+    """Values of `column` below the log's min or above its max (a string's recorded bounds may be
+    shortened prefixes: still bounds)."""
+    if column.null_count == len(column) or f"min.{name}" not in action.column_names:
+        return None
+    try:
+        low, high = action.column(f"min.{name}")[0], action.column(f"max.{name}")[0]
+        if pa.types.is_timestamp(column.type):  # Delta keeps timestamp statistics in milliseconds
+            column = column.cast(pa.timestamp("ms", column.type.tz), safe=False)
+        span = pc.min_max(column)
+        if low.is_valid and pc.less(span["min"], low.cast(column.type)).as_py():
+            return f"column {name!r} holds {span['min']} below the log's min {low}"
+        if high.is_valid and pc.greater(span["max"], high.cast(column.type)).as_py():
+            return f"column {name!r} holds {span['max']} above the log's max {high}"
+    except (pa.ArrowException, KeyError, TypeError):
+        return None  # a type the statistics do not compare simply: rows and nulls still checked
+    return None
+
+
 def reader_filesystem(table: DeltaTable) -> pa_fs.FileSystem:
     """Arrow's local file system rooted at the table where it is a folder here, else delta-rs' handler."""
     uri = table.table_uri
@@ -243,6 +336,29 @@ def table_filesystem(table: DeltaTable) -> pa_fs.FileSystem:
     return pa_fs.PyFileSystem(
         DeltaStorageHandler.from_table(table._table, table._storage_options, table._table.get_add_file_sizes())
     )
+
+
+def data_files(folder: Path) -> list[Path]:
+    """The data files directly in a local table folder (not its log's, not a writer's dot-named
+    temp files): what a Delta table of this store holds."""
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError:
+        return []
+    return [p for p in entries if p.suffix == ".parquet" and not p.name.startswith((".", "_")) and p.is_file()]
+
+
+def data_pairs(files: list[Path]) -> set[tuple[str, str]]:
+    """The (job_id, run_id) of every row of these Parquet files (unreadable or foreign ones skipped)."""
+    pairs: set[tuple[str, str]] = set()
+    for path in files:
+        try:
+            with open(path, "rb") as handle:
+                rows = pq.ParquetFile(handle, pre_buffer=False).read(columns=["job_id", "run_id"])
+        except Exception:  # not Parquet, cut short, another schema: not rows of this store
+            continue
+        pairs.update(zip(rows.column("job_id").to_pylist(), rows.column("run_id").to_pylist()))
+    return pairs
 
 
 def list_dirs(uri: str, options: dict[str, str] | None, local: bool) -> list[str]:

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from probes.result import InputError, loads
-from runner.store import delta
+from runner.store import delta, owned
 
 MANIFEST = "labprobe-export.json"
 """Written last, naming the store, the tables and their versions: what marks DIR as an export."""
@@ -44,8 +44,10 @@ def export(store, folder: Path) -> list[Exported]:
     """Write every table of `store` into `folder` (see the module docstring); -> what was written."""
     folder = Path(folder)
     previous = _previous_files(folder)
+    names = store.table_names()  # first: a store a reader must refuse (a lost log) leaves no folder behind
+    for name in names:  # and a file that is not what its log recorded: refused before anything is written
+        delta.verify_files(store.table(name))
     folder.mkdir(parents=True, exist_ok=True)
-    names = store.table_names()
     # Named first, so a folder left by an export that stopped half-way is still known as an export.
     _write_manifest(folder, store, {n: None for n in [*(p.removesuffix(".parquet") for p in previous), *names]})
     out = []
@@ -60,7 +62,7 @@ def export(store, folder: Path) -> list[Exported]:
                 rows = delta.read(table)
                 out.append(_write(folder, name, table.version(), rows.filter(pc.is_in(_pairs(rows), done))))
     for stale in previous - {e.path.name for e in out}:
-        (folder / stale).unlink(missing_ok=True)
+        owned.delete_file(str(folder), stale)  # never through a link, never outside the folder
     _write_manifest(folder, store, {e.name: {"version": e.version, "rows": e.rows} for e in out})
     return out
 
@@ -88,7 +90,10 @@ def _previous_files(folder: Path) -> set[str]:
         tables = loads(manifest.read_text(encoding="utf-8"))["tables"]
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"export: {manifest} cannot be read ({exc}): remove the folder or give another") from None
-    return {f"{name}.parquet" for name in tables}
+    # Only plain names are this export's files: a manifest naming ../x or a/b names nothing to remove.
+    return {
+        f"{name}.parquet" for name in tables if isinstance(name, str) and "/" not in name and name[:1] not in ("", ".")
+    }
 
 
 def _pairs(rows: pa.Table) -> pa.Array:

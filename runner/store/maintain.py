@@ -27,7 +27,7 @@ from pathlib import Path
 import pyarrow.fs as pa_fs
 
 from probes.result import InputError
-from runner.store import delta
+from runner.store import delta, owned
 from runner.store.logcheck import commit_problems
 from runner.store.migrate import legacy_tables
 
@@ -59,6 +59,8 @@ class Check:
     """Folders under tables/ that are not store tables (skipped by every reader)."""
     legacy: list[str]
     """Folders of the older hive layout left at the root (migrated or not)."""
+    links: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    """(path under the root, what) of every symlink and mount found: never followed, never deleted in."""
 
     @property
     def ok(self) -> bool:
@@ -68,10 +70,36 @@ class Check:
 def check(store) -> Check:
     require_store(store)
     tables_root = delta.join(store.uri, delta.TABLES)
-    names = store.table_names()
-    strays = [n for n in delta.list_dirs(tables_root, store.storage_options, store.local) if n not in names]
-    states = [_table_state(store, name) for name in names]
-    return Check(tables=states, strays=strays, legacy=legacy_tables(store.root) if store.local else [])
+    folders = delta.list_dirs(tables_root, store.storage_options, store.local)
+    names, states, strays = [], [], []
+    for name in folders:
+        shaped = (name == "jobs" or "." in name) and not name.startswith(".")
+        if shaped and delta.is_table(store.table_uri(name), store.storage_options):
+            names.append(name)
+        elif shaped and _lost_log(store, name):
+            folder = store.table_uri(name)
+            states.append(
+                TableState(
+                    name=name, version=None, files=0, rows=0, bytes=0, unreadable=[(folder, _lost_log(store, name))]
+                )
+            )
+        else:
+            strays.append(name)
+    states += [_table_state(store, name) for name in names]
+    states.sort(key=lambda t: t.name)
+    return Check(
+        tables=states,
+        strays=strays,
+        legacy=legacy_tables(store.root) if store.local else [],
+        links=owned.links_and_mounts(str(store.root)) if store.local else [],
+    )
+
+
+def _lost_log(store, name: str) -> str | None:
+    try:
+        return store.lost_log(name)
+    except InputError as exc:  # the jobs table, needed to judge, is itself broken: judged on its own
+        return None if "jobs" != name else str(exc)
 
 
 def require_store(store) -> None:
@@ -104,7 +132,7 @@ def _table_state(store, name: str) -> TableState:
         files=actions.num_rows,
         rows=sum(r or 0 for r in rows),
         bytes=sum(actions.column("size_bytes").to_pylist()),
-        unreadable=logs + delta.unreadable_files(table),
+        unreadable=logs + delta.unreadable_files(table) + delta.mismatched_files(table, deep=True),
         other_files=_other_files(store, name, table) if store.local else None,
     )
 
@@ -119,14 +147,23 @@ def _other_files(store, name: str, table) -> int:
 def compact(store) -> dict[str, dict[str, int]]:
     """Compact every table and checkpoint its log; -> table -> {files_removed, files_added}.
     A table with nothing to compact is not touched (no commit, no checkpoint). A live file that is
-    missing or unreadable is a CorruptStoreError naming it (one line), nothing committed."""
+    missing, unreadable or not what the log says is a CorruptStoreError naming it (one line), nothing
+    committed. A table whose folder or log is a link or on another mount is left alone (warned):
+    compaction's log cleanup deletes there (owned.folder_problem)."""
     require_store(store)
     out = {}
     for name in store.table_names():
+        why = table_problem(store, name)
+        if why:
+            delta.log.warning(f"store {store.uri}: table {name} not compacted: {why}")
+            continue
         table = store.table(name)
+        delta.verify_files(table)  # a file replaced behind the log would be rewritten as if it were the table's
         try:
             metrics = table.optimize.compact(
-                target_size=delta.TARGET_FILE_BYTES, writer_properties=delta.writer_properties()
+                target_size=delta.TARGET_FILE_BYTES,
+                writer_properties=delta.writer_properties(),
+                post_commithook_properties=delta.HOOKS,  # the log is cleaned below, once, after the checks
             )
         except Exception as exc:  # delta-rs' reader raises more than OSError for a missing file
             raise delta._unreadable(table, exc) from None
@@ -138,6 +175,14 @@ def compact(store) -> dict[str, dict[str, int]]:
     return out
 
 
+def table_problem(store, name: str) -> str | None:
+    """Why table `name`'s folder is not the store's to delete in: the folder or its _delta_log is a
+    symlink or on another mount (its files live elsewhere). None on an object store (no links)."""
+    if not store.local:
+        return None
+    return owned.folder_problem(str(store.root), f"{delta.TABLES}/{name}/_delta_log")
+
+
 def retention_hours(retention_days: float, where: str = "--retention-days") -> int:
     """Whole hours of `retention_days`; InputError for a negative, infinite or NaN number of days."""
     if not (isinstance(retention_days, (int, float)) and math.isfinite(retention_days) and retention_days >= 0):
@@ -145,22 +190,35 @@ def retention_hours(retention_days: float, where: str = "--retention-days") -> i
     return round(retention_days * 24)
 
 
-def vacuum(store, retention_days: float = DEFAULT_RETENTION_DAYS, *, dry_run: bool = False) -> dict[str, list[str]]:
+@dataclasses.dataclass
+class Vacuumed:
+    deleted: dict[str, list[str]]
+    """Table -> the files deleted (or, dry run, that would be)."""
+    refused: list[tuple[str, str]]
+    """(file or table, why) of each candidate left alone: not the store's (a link, another mount)."""
+
+
+def vacuum(store, retention_days: float = DEFAULT_RETENTION_DAYS, *, dry_run: bool = False) -> Vacuumed:
     """Delete (or, dry_run, list) per table the files no version of the last `retention_days` needs,
-    leaving every file the newest version references and every file younger than VACUUM_MIN_AGE_S."""
+    leaving every file the newest version references, every file younger than VACUUM_MIN_AGE_S,
+    and anything reached through a symlink or on another mount (owned.delete_file)."""
     hours = retention_hours(retention_days)
     require_store(store)
-    out = {}
+    out = Vacuumed(deleted={}, refused=[])
     for name in store.table_names():
+        why = table_problem(store, name)
+        if why:
+            out.refused.append((store.table_uri(name), why))
+            continue
         table = store.table(name)
         keep = f"interval {hours} hours"  # the log keeps as long: time travel needs both
         if not dry_run and table.metadata().configuration.get("delta.logRetentionDuration") != keep:
-            table.alter.set_table_properties({"delta.logRetentionDuration": keep})
+            table.alter.set_table_properties(
+                {"delta.logRetentionDuration": keep}, post_commithook_properties=delta.HOOKS
+            )
         listed = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False, full=True)
         doomed = _still_unneeded(store, name, listed)
-        if not dry_run:
-            _delete(store, name, doomed)
-        out[name] = doomed
+        out.deleted[name] = _delete(store, name, doomed, dry_run, out.refused)
     return out
 
 
@@ -186,13 +244,28 @@ def _still_unneeded(store, name: str, listed: list[str]) -> list[str]:
     return doomed
 
 
-def _delete(store, name: str, doomed: list[str]) -> None:
+def _delete(store, name: str, doomed: list[str], dry_run: bool, refused: list[tuple[str, str]]) -> list[str]:
+    """Delete `doomed` (a local store: each through owned.delete_file); -> those deleted."""
+    deleted = []
+    if store.local:
+        for path in doomed:
+            why = owned.delete_file(
+                str(store.root), f"{delta.TABLES}/{name}/{_relative(path, store.table_uri(name))}", dry_run=dry_run
+            )
+            if why:
+                refused.append((path, why))
+            else:
+                deleted.append(path)
+        return deleted
     fs = _table_fs(store, name)
     for path in doomed:
         try:
-            fs.delete_file(_relative(path, store.table_uri(name)))
+            if not dry_run:
+                fs.delete_file(_relative(path, store.table_uri(name)))
         except FileNotFoundError:
             pass  # another vacuum took it
+        deleted.append(path)
+    return deleted
 
 
 def _table_fs(store, name: str) -> pa_fs.FileSystem:

@@ -80,9 +80,47 @@ class Store:
         return delta.join(self.uri, delta.TABLES, name)
 
     def table(self, name: str) -> DeltaTable | None:
-        """Table `name` at its newest version; None when nothing was stored in it."""
+        """Table `name` at its newest version; None when nothing was stored in it. A local store
+        that does not exist, and a table whose log was lost (`lost_log`), are refused (InputError)."""
+        self.require_root()
         self.check_layout()
-        return delta.open_table(self.table_uri(name), self.storage_options)
+        table = delta.open_table(self.table_uri(name), self.storage_options)
+        if table is None:
+            why = self.lost_log(name)
+            if why:
+                raise CorruptStoreError(f"store {self.uri}: table {name}: {why}")
+        return table
+
+    def require_root(self) -> None:
+        """A reader of a local store that does not exist is told so (not "no results")."""
+        if self.local and not self.root.exists():
+            raise InputError(f"store {self.root}: no such directory")
+        if self.local and not self.root.is_dir():
+            raise InputError(f"store {self.root}: is a file, not a store directory")
+
+    def lost_log(self, name: str) -> str | None:
+        """Why folder tables/<name> (no Delta log) is a table whose log was lost, or None: its data
+        files hold rows of a committed job (a probe table), or of more than one job (the jobs
+        table). Data files of a first commit killed before its log was written hold one job's rows,
+        not committed: those are a stray, skipped as before. Local stores only."""
+        if not self.local:
+            return None
+        files = delta.data_files(self.root / delta.TABLES / name)
+        pairs = delta.data_pairs(files) if files else set()
+        if not pairs:
+            return None
+        if name == "jobs":
+            lost = len(pairs) > 1
+        else:
+            jobs = self.table("jobs")
+            ids = delta.read(jobs, columns=_IDS) if jobs is not None else None
+            lost = ids is not None and not pairs.isdisjoint(zip(*(ids.column(c).to_pylist() for c in _IDS)))
+        if not lost:
+            return None
+        return (
+            f"its folder holds {len(files)} data file(s) with rows of committed jobs but no _delta_log: the "
+            "log was lost, so its rows cannot be read (`labprobe store repair` rebuilds it from those files)"
+        )
 
     def check_layout(self) -> None:
         """Refuse a store in the older hive layout (one Parquet file per job): migrate it first."""
@@ -118,8 +156,11 @@ class Store:
     def _stored(self, name: str, run_id: str) -> set[str]:
         """Job ids of run `run_id` already in table `name` (read once per run, then kept up to date)."""
         if (name, run_id) not in self._written:
-            self.check_layout()
-            table = delta.open_table(self.table_uri(name), self.storage_options)
+            table = (
+                self.table(name)
+                if self.local and self.root.is_dir()
+                else delta.open_table(self.table_uri(name), self.storage_options)
+            )
             ids: set[str] = set()
             if table is not None:
                 rows = delta.read(table, columns=["job_id"], filters=pc.field("run_id") == run_id)
@@ -196,16 +237,17 @@ class Store:
     # -- reading -------------------------------------------------------------------------------
     def table_names(self) -> list[str]:
         """Every table stored ("jobs" and "<probe>.<table>"). A folder under tables/ that is not a
-        Delta table (a stray) is skipped with one warning naming it."""
+        Delta table (a stray) is skipped with one warning naming it; one whose log was lost
+        (`lost_log`) is refused: a reader would silently miss that table."""
+        self.require_root()
         self.check_layout()
         names = []
         for name in delta.list_dirs(delta.join(self.uri, delta.TABLES), self.storage_options, self.local):
-            if (
-                (name == "jobs" or "." in name)
-                and not name.startswith(".")
-                and delta.is_table(self.table_uri(name), self.storage_options)
-            ):
+            shaped = (name == "jobs" or "." in name) and not name.startswith(".")
+            if shaped and delta.is_table(self.table_uri(name), self.storage_options):
                 names.append(name)
+            elif shaped and self.lost_log(name):
+                raise CorruptStoreError(f"store {self.uri}: table {name}: {self.lost_log(name)}")
             else:
                 self._warn(name, f"store {self.uri}: skipped {delta.TABLES}/{name}: not a store table")
         return names
@@ -290,6 +332,9 @@ class Store:
         DataFusion, whose reader skips every row group whose job_id bloom filter rules them all
         out, so a plan's answer costs the plan, not the history; a larger plan through a pyarrow
         filter, which reads every row's job_id (cheap) where an IN list of thousands costs more."""
+        if self.local and not self.root.exists():
+            return set()  # a sweep asks before its first write: nothing is done in a store not made yet
+        self.table_names()  # a table whose log was lost refuses: its jobs are not done, whatever jobs says
         if among is None:
             newest = self.latest_jobs(columns=["job_id", "status"])
             return set(newest.loc[newest["status"] == "ok", "job_id"]) if not newest.empty else set()
@@ -326,12 +371,19 @@ class Store:
         from runner.store.maintain import vacuum
 
         try:
-            return sum(map(len, vacuum(self, retention_days).values()))
-        except (StoreError, OSError, DeltaError) as exc:
+            done = vacuum(self, retention_days)
+        except (StoreError, CorruptStoreError, OSError, DeltaError) as exc:
             delta.log.warning(
                 f"store {self.uri}: vacuum failed ({delta._short(exc)}); run `labprobe store vacuum` later"
             )
             return 0
+        if done.refused:
+            path, why = done.refused[0]
+            more = f" (and {len(done.refused) - 1} more)" if len(done.refused) > 1 else ""
+            delta.log.warning(
+                f"store {self.uri}: vacuum left {path} alone: {why}{more}; `labprobe store check` lists the links"
+            )
+        return sum(map(len, done.deleted.values()))
 
     def _warn(self, what: str, message: str) -> None:
         if what not in self._warned:

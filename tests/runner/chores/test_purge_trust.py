@@ -550,7 +550,7 @@ def test_an_outcome_whose_commit_meets_a_vacuum_is_stored_on_a_fresh_handle(tmp_
     hours_ago = time.time() - 2 * 3600
     for path in (tmp_path / "store").rglob("*.parquet"):
         os.utime(path, (hours_ago, hours_ago))
-    assert maintain.vacuum(chores, 0.0)["jobs"]  # the files the open handle knew are gone
+    assert maintain.vacuum(chores, 0.0).deleted["jobs"]  # the files the open handle knew are gone
     report = purge_mod.Report(yes=True, roots={"gx10": str(tmp_path / "runs")}, run_glob="*", plan_id="p")
     report.plan["gx10"], report.outcome["gx10"] = [], []
     purge_mod.store_phase(purging, report, "outcome")

@@ -191,9 +191,18 @@ def test_a_row_column_named_like_a_key_is_kept_apart(tmp_path):
 
 
 def test_empty_store_reads_empty(tmp_path):
-    store = Store(tmp_path / "nothing")
+    store = Store(tmp_path)
     assert store.read("jobs").empty and store.done_job_ids() == set() and store.table_names() == []
     assert store.latest_jobs("carrier").empty and store.columns("jobs") == []
+
+
+def test_a_store_that_does_not_exist_is_named_not_read_as_empty(tmp_path):
+    store = Store(tmp_path / "nothing")
+    for read in (lambda: store.read("jobs"), store.table_names, lambda: store.latest_jobs("carrier")):
+        with pytest.raises(InputError, match="nothing: no such directory"):
+            read()
+    assert store.done_job_ids() == set()  # a sweep's question before its first write
+    assert not (tmp_path / "nothing").exists()
 
 
 def test_stray_files_never_break_reads_and_a_stray_folder_is_named_once(tmp_path, caplog):

@@ -1,0 +1,259 @@
+"""Trust, round three (issue 36): nothing outside the store is ever deleted; `store check` sees what
+readers would miss (a lost log, a file replaced behind the log) and readers refuse it; a missing
+store is named; `store repair` puts right what check finds without losing a row it can read."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+from probes.result import InputError
+from runner import cli
+from runner.store import maintain
+from runner.store.store import JobKey, Store
+
+DAY_S = 86400
+
+
+def key(n: int, run: str = "r1") -> JobKey:
+    return JobKey(
+        run_id=run, job_id=f"k{n}", probe="carrier", host="gx10", checkpoint="c", checkpoint_fp="f",
+        config_hash="h", code_version="v", finished_at=datetime.now(timezone.utc),
+    )  # fmt: skip
+
+
+def small_store(root: Path, num_jobs: int = 3, first: int = 0) -> Store:
+    """Jobs k<first>.. each with 5 rows in carrier.big (x = 10 * job + row) and its job row."""
+    store = Store(root)
+    for n in range(first, first + num_jobs):
+        k = key(n)
+        store.write_table(k, "big", [{"x": 10 * n + i, "text": "y" * 40} for i in range(5)])
+        store.write_job(k, status="ok", started_at=k.finished_at, wall_s=1.0, summary={}, config={}, env={})
+    return store
+
+
+def store_cmd(capsys, action: str, root: Path, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(["store", action, "--store", str(root), "--cluster", str(root.parent / "none.yaml"), *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def age(root: Path, seconds: float) -> None:
+    """Every regular file under `root` (not through links, not hard-linked ones) `seconds` old."""
+    then = time.time() - seconds
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            st = os.lstat(path)
+            if not os.path.islink(path) and st.st_nlink == 1:
+                os.utime(path, (then, then))
+
+
+def outside_folder(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+    """A folder outside the store: six files and a subfolder, 30 days old."""
+    outside = tmp_path / "elsewhere"
+    (outside / "sub").mkdir(parents=True)
+    for i in range(6):
+        (outside / f"f{i}.parquet").write_bytes(os.urandom(100) + bytes([i]))
+    (outside / "sub" / "deep.json").write_text("{}")
+    age(outside, 30 * DAY_S)
+    return outside, snapshot(outside)
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def plant(folder: Path, outside: Path) -> None:
+    os.symlink(outside, folder / "linked_dir")
+    os.symlink(outside / "f0.parquet", folder / "linked_file.parquet")
+    os.link(outside / "f1.parquet", folder / "hard_link.parquet")
+
+
+# -- 1. deletion never leaves the store --------------------------------------------------------
+
+
+def test_vacuum_at_zero_days_deletes_nothing_behind_a_symlinked_folder_in_a_table(tmp_path, capsys):
+    root = tmp_path / "store"
+    small_store(root)
+    outside, before = outside_folder(tmp_path)
+    plant(root / "tables" / "carrier.big", outside)
+    age(root, 30 * DAY_S)
+    code, out, err = store_cmd(capsys, "vacuum", root, "--retention-days", "0")
+    assert code == 0, err
+    assert snapshot(outside) == before  # deleted 6 of 6 files there before the fix
+    assert "left alone: " in out and "linked_dir" in out, out
+    assert (root / "tables" / "carrier.big" / "linked_dir").is_symlink()
+    assert (root / "tables" / "carrier.big" / "linked_file.parquet").is_symlink()
+    code, out, _ = store_cmd(capsys, "check", root)
+    assert code == 0 and "link: tables/carrier.big/linked_dir: symlink -> " in out, out
+    assert len(Store(root).jobs()) == 3
+
+
+def test_the_sweeps_own_vacuum_at_7_days_leaves_a_linked_folder_alone(tmp_path, caplog):
+    root = tmp_path / "store"
+    store = small_store(root)
+    outside, before = outside_folder(tmp_path)
+    for folder in (root, root / "tables", root / "tables" / "jobs", root / "tables" / "jobs" / "_delta_log"):
+        plant(folder, outside)
+    age(root, 30 * DAY_S)
+    store.compact()
+    store.vacuum(7)  # the hard links' names in the store may go: their files outside stay
+    assert snapshot(outside) == before
+    assert "vacuum left" in caplog.text and "`labprobe store check` lists the links" in caplog.text
+    assert len(Store(root).jobs()) == 3 and maintain.check(Store(root)).ok
+
+
+@pytest.mark.parametrize("linked", ["table folder", "its _delta_log"])
+def test_compact_and_vacuum_leave_a_table_whose_folder_is_a_link_alone(tmp_path, capsys, linked):
+    root = tmp_path / "store"
+    small_store(root)
+    real = tmp_path / "moved"
+    source = root / "tables" / "carrier.big"
+    source = source if linked == "table folder" else source / "_delta_log"
+    os.rename(source, real)
+    os.symlink(real, source)
+    age(real, 30 * DAY_S)
+    before = snapshot(real)
+    assert store_cmd(capsys, "compact", root)[0] == 0
+    code, out, _ = store_cmd(capsys, "vacuum", root, "--retention-days", "0")
+    assert code == 0 and "left alone: " in out and "resolves outside" in out, out
+    assert snapshot(real) == before
+
+
+def test_a_bind_mount_in_a_table_folder_is_never_entered(tmp_path, capsys):
+    root = tmp_path / "store"
+    small_store(root)
+    outside, before = outside_folder(tmp_path)
+    target = root / "tables" / "carrier.big" / "mounted"
+    target.mkdir()
+    if subprocess.run(["mount", "--bind", str(outside), str(target)], capture_output=True).returncode != 0:
+        pytest.skip("bind mounts need privileges this machine does not give")
+    try:
+        age(root, 30 * DAY_S)
+        code, out, _ = store_cmd(capsys, "vacuum", root, "--retention-days", "0")
+        assert code == 0 and "is on another mount" in out, out
+        assert snapshot(outside) == before
+        code, out, _ = store_cmd(capsys, "check", root)
+        assert code == 0 and "link: tables/carrier.big/mounted: another mount" in out, out
+    finally:
+        subprocess.run(["umount", str(target)], check=True)
+
+
+def test_export_removes_only_its_own_files_whatever_its_manifest_names(tmp_path, capsys):
+    root = tmp_path / "store"
+    small_store(root)
+    folder = tmp_path / "export"
+    assert store_cmd(capsys, "export", root, str(folder))[0] == 0
+    victim = tmp_path / "victim.parquet"
+    victim.write_text("keep me")
+    manifest = folder / "labprobe-export.json"
+    manifest.write_text('{"store": "x", "tables": {"../victim": {}, "jobs": {}}}')
+    assert store_cmd(capsys, "export", root, str(folder))[0] == 0
+    assert victim.read_text() == "keep me"
+
+
+# -- 3. check sees what readers rely on; readers refuse it -----------------------------------------
+
+
+@pytest.mark.parametrize("table", ["jobs", "carrier.big"])
+def test_a_removed_delta_log_is_exit_1_naming_the_table_and_every_reader_refuses(tmp_path, capsys, table):
+    root = tmp_path / "store"
+    small_store(root)
+    assert store_cmd(capsys, "check", root)[0] == 0
+    import shutil
+
+    shutil.rmtree(root / "tables" / table / "_delta_log")
+    code, out, _ = store_cmd(capsys, "check", root)
+    assert code == 1 and f"unreadable: {root / 'tables' / table}: " in out and "no _delta_log" in out, out
+    store = Store(root)
+    for read in (lambda: store.read("carrier.big"), lambda: store.done_job_ids(["k0", "k1"]), store.table_names):
+        with pytest.raises(InputError, match=f"table {table}: .*no _delta_log"):
+            read()
+    code, _, err = store_cmd(capsys, "export", root, str(tmp_path / "export"))
+    assert code == 2 and "no _delta_log" in err and not (tmp_path / "export").exists(), err
+    code = cli.main(["compare", "--probe", "carrier", "--table", "big", "--metric", "x", "--store", str(root)])
+    assert code == 2 and "no _delta_log" in capsys.readouterr().err
+
+
+def test_a_first_commit_killed_before_its_log_is_a_stray_not_a_lost_log(tmp_path, capsys):
+    root = tmp_path / "store"
+    small_store(root)
+    folder = root / "tables" / "carrier.new"
+    folder.mkdir()
+    pq.write_table(
+        pq.read_table(next((root / "tables" / "carrier.big").glob("*.parquet"))).slice(0, 0), folder / "a.parquet"
+    )
+    orphan = pq.read_table(next((root / "tables" / "carrier.big").glob("*.parquet")))
+    orphan = orphan.set_column(
+        orphan.schema.get_field_index("job_id"), "job_id", [["never-committed"] * orphan.num_rows]
+    )
+    pq.write_table(orphan, folder / "part-0.parquet")
+    code, out, _ = store_cmd(capsys, "check", root)
+    assert code == 0 and "stray: tables/carrier.new" in out, out
+    assert Store(root).table_names() == ["carrier.big", "jobs"]
+
+
+def replace_live_file(root: Path, keep_rows: int) -> Path:
+    """A live data file of carrier.big overwritten by a valid Parquet file holding fewer of its rows."""
+    path = Path(DeltaTable(str(root / "tables" / "carrier.big")).file_uris()[0].removeprefix("file://"))
+    pq.write_table(pq.read_table(path).slice(0, keep_rows), path)
+    return path
+
+
+def test_a_live_file_replaced_by_valid_parquet_is_exit_1_and_every_reader_refuses(tmp_path, capsys):
+    root = tmp_path / "store"
+    small_store(root)
+    path = replace_live_file(root, 2)
+    code, out, _ = store_cmd(capsys, "check", root)
+    assert code == 1 and path.name in out and "where the log says" in out, out
+    store = Store(root)
+    with pytest.raises(InputError, match="is not the file its log recorded"):
+        store.read("carrier.big")
+    code, _, err = store_cmd(capsys, "export", root, str(tmp_path / "export"))
+    assert code == 2 and path.name in err and not (tmp_path / "export").exists(), err
+    code = cli.main(["compare", "--probe", "carrier", "--table", "big", "--metric", "x", "--store", str(root)])
+    assert code == 2 and "is not the file its log recorded" in capsys.readouterr().err
+    assert store_cmd(capsys, "compact", root)[0] == 2  # never rewritten into a file the log would vouch for
+
+
+def write_same_size(rows, path: Path, size: int) -> None:
+    """Write `rows` to `path` padded (a schema metadata entry) to exactly `size` bytes."""
+    pad = 0
+    for _ in range(40):
+        pq.write_table(rows.replace_schema_metadata({"pad": "x" * pad}), path)
+        diff = size - path.stat().st_size
+        if diff == 0:
+            return
+        pad = max(0, pad + (diff if abs(diff) < 4 else diff // 2))
+    raise AssertionError(f"could not pad {path} to {size} bytes")
+
+
+def test_check_compares_row_counts_and_ranges_where_the_size_matches(tmp_path, capsys):
+    root = tmp_path / "store"
+    small_store(root)
+    path = Path(DeltaTable(str(root / "tables" / "carrier.big")).file_uris()[0].removeprefix("file://"))
+    rows = pq.read_table(path)
+    forged = rows.set_column(rows.schema.get_field_index("x"), "x", [[v + 1000 for v in rows.column("x").to_pylist()]])
+    write_same_size(forged, path, path.stat().st_size)  # same size: only the row statistics can tell
+    code, out, _ = store_cmd(capsys, "check", root)
+    assert code == 1 and "column 'x' holds" in out and "above the log's max" in out, out
+
+
+# -- 10. missing store, and repair --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["compare", "history"])
+def test_a_store_path_that_does_not_exist_is_named(tmp_path, capsys, command):
+    missing = tmp_path / "nope"
+    code = cli.main([command, "--probe", "carrier", "--store", str(missing), "--cluster", str(tmp_path / "none.yaml")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"store {missing}: no such directory" in err, err
+    assert not missing.exists()
