@@ -37,7 +37,7 @@ from typing import Any
 from runner.dispatch.launch import GpuGuard, Launcher, Outcome
 from runner.dispatch.placement import GpuPlacer, gpu_skip_kind, skip_reason
 from runner.dispatch.spill import Spill
-from runner.gpu.idle import Thresholds, read_local
+from runner.gpu.idle import Thresholds, read_offered
 from runner.hosts.jobenv import code_version
 from runner.hosts.nodes import HOST_LABEL, NodeWatch, one_line
 from runner.lab.cluster import Cluster, IdleThresholds
@@ -395,7 +395,7 @@ def _make_placer(
     kwargs: dict[str, Any] = {} if backoff_s is None else {"backoff_s": backoff_s}
     if read_here_for is not None:
         cluster = read_here_for
-        kwargs["read"] = lambda host: read_local(
+        kwargs["read"] = lambda host: read_offered(
             host, runs_dir=cluster.runs_dir(host), thresholds=_thresholds(cluster.hosts[host].idle)
         )
     return GpuPlacer(deadline=deadline, wait_s=wait_s, **kwargs)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from runner.gpu.idle import GpuReading, Thresholds, describe, read_local
+from runner.gpu.idle import GpuReading, Thresholds, describe, read_offered
 from runner.hosts.nodes import HostFailure, run_on_hosts
 
 UNREADABLE = "could not be read before the deadline"
@@ -175,7 +175,7 @@ class GpuPlacer:
 
         window_s = (thresholds or Thresholds()).window_s
         got = run_on_hosts(
-            read_local,
+            read_offered,
             [host],
             host,
             runs_dir=runs_dir,

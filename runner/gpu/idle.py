@@ -307,6 +307,19 @@ def read_local(host: str, *, runs_dir: str | None = None, thresholds: Thresholds
     return readings
 
 
+def read_offered(host: str, *, runs_dir: str | None = None, thresholds: Thresholds | None = None) -> list[GpuReading]:
+    """read_local, less the cards this node keeps out of Ray: a node started `CUDA_VISIBLE_DEVICES=0 ray start
+    --num-gpus=1` offers card 0 only, and a task without GPUs inherits that variable from its raylet. What the
+    sweep's placement reads: an idle card Ray cannot hand out is no reason to place a job."""
+    readings = read_local(host, runs_dir=runs_dir, thresholds=thresholds)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or not any(r.index >= 0 for r in readings):
+        return readings
+    wanted = {w.strip() for w in visible.split(",") if w.strip()}
+    offered = [r for r in readings if str(r.index) in wanted or r.uuid in wanted]
+    return offered or readings  # names no card NVML sees: the job's own guard says so (misconfigured)
+
+
 # -- the job-side check ------------------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -182,28 +183,37 @@ def test_a_busy_card_is_waited_on_never_left_for_the_idle_one(lab, tmp_path):
 
 def test_a_node_given_card_0_only_waits_for_it_never_runs_on_card_1(lab, tmp_path):
     """`CUDA_VISIBLE_DEVICES=0 ray start --num-gpus=1`: card 1 is someone's own, whatever NVML lists. Card 0
-    busy with a foreign run that ends 4 s into the job's wait: it runs on card 0 then, and says it waited."""
-    import threading
-
+    busy with a foreign run that ends 30 s after the sweep began (it takes ~10 s to read the cards first):
+    the job runs on card 0 then, never on card 1, and its row says how long it waited and for what."""
     _, folder, _, _ = lab
     play(folder, "half", [card("half", 0, busy=True), card("half", 1)])
-    calls = tmp_path / "calls"
-
-    def free_card_0_once_the_job_waits() -> None:
-        t0 = time.monotonic()
-        while not any(calls.glob("*.started")) and time.monotonic() - t0 < 120:
-            time.sleep(0.1)
-        time.sleep(4.0)
-        play(folder, "half", [card("half", 0), card("half", 1)])
-
-    threading.Thread(target=free_card_0_once_the_job_waits, daemon=True).start()
-    counts, records = drive(lab, tmp_path, profiles("half", 1), wait_s=60, hold_s=0)
+    timer = threading.Timer(30.0, play, (folder, "half", [card("half", 0), card("half", 1)]))
+    timer.start()
+    try:
+        counts, records = drive(lab, tmp_path, profiles("half", 1), wait_s=120, hold_s=0)
+    finally:
+        timer.cancel()
     assert counts == {"ok": 1, "failed": 0, "skipped": 0}
     assert [(r["cuda_visible"], r["gpu_index"]) for r in records] == [("0", "0")]
     [row] = rows(tmp_path / "store")
     assert (row["env"]["gpu_index"], row["env"]["gpu_uuid"]) == ("0", "GPU-half-0")
-    assert float(row["env"]["gpu_wait_s"]) >= 3 and f"pid {FOREIGN}" in row["env"]["gpu_wait_reason"]
+    assert float(row["env"]["gpu_wait_s"]) >= 5 and f"pid {FOREIGN}" in row["env"]["gpu_wait_reason"], row["env"]
     assert "GPU 1" not in row["env"]["gpu_wait_reason"]
+
+
+def test_placement_reads_only_the_cards_a_node_offers_ray(lab, tmp_path):
+    """Card 0 (half's only Ray card) busy for good, card 1 (kept out of Ray) idle: no job is placed to wait on
+    card 0 one after another; the host's wait runs out once and both jobs are skipped naming card 0."""
+    _, folder, _, _ = lab
+    play(folder, "half", [card("half", 0, busy=True), card("half", 1)])
+    t0 = time.monotonic()
+    counts, records = drive(lab, tmp_path, profiles("half", 2), wait_s=3, hold_s=0)
+    assert counts == {"ok": 0, "failed": 0, "skipped": 2} and records == [], records  # never started
+    for row in rows(tmp_path / "store"):
+        assert row["reason"].startswith("no idle GPU on half before the deadline: half: GPU 0 busy"), row["reason"]
+        assert f"pid {FOREIGN}" in row["reason"] and "GPU 1" not in row["reason"]
+        assert "waited 3 s for a foreign process to leave; --gpu-wait-s 3" in row["reason"]
+    assert time.monotonic() - t0 < 60
 
 
 def test_a_job_queued_behind_our_own_is_not_skipped_however_long_that_one_runs(lab, tmp_path):
