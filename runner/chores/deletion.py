@@ -179,7 +179,7 @@ def _carry_out(root: str, todo: list[ActionRow], before: Digests, quiet_s: float
     root_fd = os.open(root, DIR_FLAGS)
     asides: list[_Aside] = []
     try:
-        results = [_aside_or_row(root_fd, row, quiet_s, asides) for row in todo]
+        results = [_aside_or_row(root_fd, row, quiet_s, asides) if _owned(root, row) else _outside(row) for row in todo]
         results = [r for r in results if r is not None]
         changed = changed_adapters(before, all_digests(root))
         if changed:
@@ -199,6 +199,18 @@ def _carry_out(root: str, todo: list[ActionRow], before: Digests, quiet_s: float
         raise
     finally:
         os.close(root_fd)
+
+
+def _owned(root: str, row: ActionRow) -> bool:
+    """Whether the row's checkpoints/ is, by its real path, a run's folder directly under the runs
+    root: the only place a purge deletes (the scan found it there; this says it again, by path)."""
+    real = os.path.realpath(row.real_path)
+    return real == row.real_path and os.path.dirname(os.path.dirname(real)) == os.path.realpath(root)
+
+
+def _outside(row: ActionRow) -> ActionRow:
+    why = f"at deletion: checkpoints/ resolves to {readable(os.path.realpath(row.real_path))}, not a run under the runs root"
+    return dataclasses.replace(row, action="refuse", reason=why)
 
 
 def _aside_or_row(root_fd: int, row: ActionRow, quiet_s: float, asides: list[_Aside]) -> ActionRow | None:

@@ -5,6 +5,7 @@
     labprobe store vacuum  [--store D] [--cluster F] [--retention-days N] [--dry-run]
     labprobe store migrate [--store D] [--cluster F]    the older Parquet-per-job layout into Delta tables
     labprobe store export DIR [--store D] [--cluster F] every table's current rows as DIR/<table>.parquet
+    labprobe store repair  [--store D] [--cluster F]    put right what check finds, keeping every readable row
 
 The store is the cluster file's `store:` (root, storage_options, vacuum_retention_days), or --store.
 compact, vacuum and migrate take the store's lock (the sweep's) on a local store, so they never run
@@ -32,7 +33,7 @@ from runner.store.migrate import legacy_tables, migrate
 from runner.store.store import Store
 from runner.tables import format_table
 
-ACTIONS = ("check", "compact", "vacuum", "migrate", "export")
+ACTIONS = ("check", "compact", "vacuum", "migrate", "export", "repair")
 SHOWN_REFUSED = 10
 """Files vacuum left alone (behind a link, on another mount) named one a line; the rest counted."""
 
@@ -44,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "vacuum": "delete files no version of the retention window needs",
         "migrate": "turn the older Parquet-per-job layout into Delta tables",
         "export": "write every table's current rows as plain Parquet, DIR/<table>.parquet",
+        "repair": "put right what check finds (a lost log, a cut commit, a replaced file), keeping every readable row",
     }
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     for action in ACTIONS:  # each action's --help shows its own options only
@@ -86,6 +88,8 @@ def main(args: argparse.Namespace) -> int:
     with _locked(store, args.action):
         if args.action == "compact":
             _compact(store)
+        elif args.action == "repair":
+            _repair(store)
         elif args.action == "vacuum":
             _vacuum(store, retention, args.dry_run)
         else:
@@ -186,6 +190,17 @@ def _vacuum(store: Store, retention_days: float, dry_run: bool) -> None:
         print(f"left alone: {path}: {why}")
     if len(done.refused) > SHOWN_REFUSED:
         print(f"left alone: {len(done.refused) - SHOWN_REFUSED} more (`labprobe store check` lists the links)")
+
+
+def _repair(store: Store) -> None:
+    if not store.local:
+        raise InputError(f"--store: repair reads a local store's files, not {store.uri}")
+    from runner.store.repair import repair
+
+    done = repair(store)
+    rows = [{"table": r.table, "rows": r.rows, "what": r.what} for r in done]
+    print(format_table(rows, title=f"store {store.uri}: repaired") if rows else f"store {store.uri}: nothing to repair")
+    print("nothing was deleted; `labprobe store check` should now exit 0")
 
 
 def _migrate(store: Store) -> None:

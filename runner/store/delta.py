@@ -145,6 +145,23 @@ def append(target: DeltaTable | str, data: pa.Table, options: dict[str, str] | N
         raise StoreError(f"table {uri}: rows refused: {_short(exc)}") from None
 
 
+def overwrite(table: DeltaTable, data: pa.Table) -> None:
+    """One commit making `data` the table's whole content (a new version; the old files stay on disk
+    for time travel until vacuum): store repair's, nothing else's."""
+    data = fit(data, pa.schema(table.schema().to_arrow()), table.table_uri)
+    try:
+        write_deltalake(
+            table,
+            data,
+            mode="overwrite",
+            schema_mode="merge",
+            post_commithook_properties=HOOKS,
+            writer_properties=writer_properties(),
+        )
+    except Exception as exc:
+        raise StoreError(f"table {table.table_uri}: rows refused: {_short(exc)}") from None
+
+
 def fit(data: pa.Table, schema: pa.Schema, uri: str) -> pa.Table:
     """`data` with each column the table already has cast to the table's type, refusing a lossy
     cast (delta-rs would silently store 2.5 as 2 in an integer column)."""

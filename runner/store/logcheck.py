@@ -19,18 +19,24 @@ ADDED = ("num_added_files", "numFilesAdded")
 REMOVED = ("num_removed_files", "numFilesRemoved")
 
 
-def commit_problems(table_folder: Path) -> list[tuple[str, str]]:
-    """(commit file, why) for every commit file of the table's log that lost or garbled actions."""
+def commit_problems(table_folder: Path, acknowledged: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """(commit file, why) for every commit file of the table's log that lost or garbled actions,
+    but those `labprobe store repair` dealt with (`acknowledged`: commit file name -> its sha256 then,
+    or "gap" for missing versions; by default read from the store root's repairs.json)."""
+    from runner.store.repair import acknowledged as recorded
+    from runner.store.repair import sha256
+
+    done = recorded(table_folder.parent.parent, table_folder.name) if acknowledged is None else acknowledged
     log = table_folder / "_delta_log"
     versions = sorted(int(p.stem) for p in log.glob("*.json") if p.stem.isdigit())
     problems = []
     for before, after in zip(versions, versions[1:]):
-        if after != before + 1:
+        if after != before + 1 and done.get(log.name) != "gap":
             problems.append((str(log), f"commit versions {before + 1} to {after - 1} are missing from the log"))
     for version in versions:
         path = log / f"{version:020d}.json"
         why = _commit_problem(path)
-        if why:
+        if why and not (path.name in done and done[path.name] == sha256(path)):
             problems.append((str(path), why))
     return problems
 

@@ -257,3 +257,51 @@ def test_a_store_path_that_does_not_exist_is_named(tmp_path, capsys, command):
     err = capsys.readouterr().err
     assert code == 2 and f"store {missing}: no such directory" in err, err
     assert not missing.exists()
+
+
+def newest_commit(root: Path, table: str = "jobs") -> Path:
+    return max((root / "tables" / table / "_delta_log").glob("*.json"))
+
+
+@pytest.mark.parametrize("cut", ["after the commitInfo line", "mid-line"])
+def test_repair_after_a_truncated_commit_brings_the_row_back_and_check_to_exit_0(tmp_path, capsys, cut):
+    root = tmp_path / "store"
+    small_store(root)
+    victim = newest_commit(root)
+    data = victim.read_bytes()
+    victim.write_bytes(data[: data.index(b"\n") + 1] if cut.startswith("after") else data[: len(data) // 2])
+    assert store_cmd(capsys, "check", root)[0] == 1
+    code, out, err = store_cmd(capsys, "repair", root)
+    assert code == 0, err
+    code, out, _ = store_cmd(capsys, "check", root)
+    assert code == 0, out  # exit 1 for ever before: nothing repaired it
+    assert sorted(Store(root).jobs()["job_id"]) == ["k0", "k1", "k2"]  # the cut commit's job row is found again
+    assert store_cmd(capsys, "repair", root)[1].startswith(f"store {root}: nothing to repair")
+    if cut == "mid-line":
+        assert (root / "repairs" / "jobs" / victim.name).read_bytes() == data[: len(data) // 2]  # kept, not deleted
+    else:  # a recorded commit that changes again is counted again
+        victim.write_bytes(b"")
+        assert store_cmd(capsys, "check", root)[0] == 1
+
+
+def test_repair_makes_a_table_whose_log_was_lost_again_each_row_once(tmp_path, capsys):
+    root = tmp_path / "store"
+    small_store(root)
+    assert store_cmd(capsys, "compact", root)[0] == 0  # the replaced files stay: each row twice on disk
+    import shutil
+
+    shutil.rmtree(root / "tables" / "carrier.big" / "_delta_log")
+    assert store_cmd(capsys, "check", root)[0] == 1
+    assert store_cmd(capsys, "repair", root)[0] == 0
+    assert store_cmd(capsys, "check", root)[0] == 0
+    rows = Store(root).read("carrier.big")
+    assert sorted(rows["x"]) == [10 * n + i for n in range(3) for i in range(5)]
+
+
+def test_repair_of_a_replaced_file_keeps_every_row_it_can_read(tmp_path, capsys):
+    root = tmp_path / "store"
+    small_store(root)
+    replace_live_file(root, 2)
+    assert store_cmd(capsys, "repair", root)[0] == 0
+    assert store_cmd(capsys, "check", root)[0] == 0
+    assert len(Store(root).read("carrier.big")) == 12  # 2 of the replaced job's 5 rows are all there is
