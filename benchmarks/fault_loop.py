@@ -45,7 +45,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 LABPROBE = [sys.executable, "-m", "runner.cli"]
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
-RAY_SHARE = 0.3
+FAULTS = {"none": 0.2, "driver-random": 0.3, "driver-after-result": 0.3, "worker": 0.2}
+"""How often each fault is drawn: nothing, SIGKILL of the driver at a random moment or right after a
+result (mid-commit), SIGKILL of a Ray worker running a job."""
+RAY_SHARE = 0.15
 """Share of the iterations without a worker kill that still go through Ray (the rest run `--inline`,
 the same writer in the driver, twice as fast on 2 cores: Ray's workers import torch each sweep)."""
 CHECK_EVERY = 10
@@ -118,8 +121,9 @@ class Head:
                 mine = os.getsid(int(entry.name)) == self.proc.pid or self.temp_dir.encode() in cmdline
             except OSError:
                 continue
-            # A worker running a task is titled ray::<task>, an idle one ray::IDLE.
-            if mine and (not busy_workers or (cmdline.startswith(b"ray::") and not cmdline.startswith(b"ray::IDLE"))):
+            # A worker running a job is titled ray::execute (the task's name), an idle one ray::IDLE; the
+            # head's agents are ray::<Agent> too, and killing one takes the raylet down with it.
+            if mine and (not busy_workers or cmdline.startswith(b"ray::execute")):
                 out.append(int(entry.name))
         return out
 
@@ -190,6 +194,7 @@ def age_store(store: Path, seconds: float) -> None:
 def sweep(cluster: Path, head: Head, fault: str, rng: random.Random, *, force: bool = True, ray: bool = True) -> dict:
     """One sweep (through `head`, or `--inline local`), with `fault` applied; -> what happened."""
     argv = [*LABPROBE, "sweep", "--cluster", str(cluster), "--plan", "loop", "--timeout-s", "120"]
+    argv += ["--connect-timeout-s", "120"]  # 2 loaded cores: connecting has taken over 30 s
     argv += (["--address", head.address] if ray else ["--inline", "local"]) + (["--force"] if force else [])
     start = time.monotonic()
     proc = subprocess.Popen(argv, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -295,7 +300,7 @@ def run(work: Path, iterations: int, seed: int, json_out: Path | None) -> int:
     try:
         for i in range(iterations):
             planted = plant(store, outside) if store.exists() else 0
-            fault = rng.choice(["none", "driver-random", "driver-after-result", "worker"])
+            fault = rng.choices(list(FAULTS), weights=list(FAULTS.values()))[0]
             ray = fault == "worker" or rng.random() < RAY_SHARE
             event = {"i": i, "planted": planted, **sweep(cluster, head, fault, rng, ray=ray)}
             age_store(store, 2 * 3600)
