@@ -25,6 +25,8 @@ CHECKPOINTS = SAMPLE.parents[1] / "checkpoints"
 def load_sample(store: Store, path: Path = SAMPLE) -> tuple[int, int]:
     """-> (jobs stored now, jobs already there)."""
     sample = json.loads(path.read_text())
+    if store.local:  # readers refuse a store that does not exist; this one is made here
+        Path(store.root).mkdir(parents=True, exist_ok=True)
     have = store.jobs(columns=["run_id", "job_id"])
     stored = set() if have.empty else set(zip(have["run_id"], have["job_id"], strict=True))
     added = 0
