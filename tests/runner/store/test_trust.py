@@ -111,6 +111,16 @@ def test_the_sweeps_own_vacuum_at_7_days_leaves_a_linked_folder_alone(tmp_path, 
     assert len(Store(root).jobs()) == 3 and maintain.check(Store(root)).ok
 
 
+def test_a_link_loop_in_a_table_folder_is_one_line_not_a_traceback(tmp_path, capsys):
+    root = tmp_path / "store"
+    small_store(root)
+    os.symlink(".", root / "tables" / "carrier.big" / "loop")
+    code, out, err = store_cmd(capsys, "vacuum", root, "--retention-days", "0")
+    assert code == 0 and "Traceback" not in err and "carrier.big: its folder cannot be listed" in out, out + err
+    code, out, _ = store_cmd(capsys, "check", root)
+    assert code == 0 and "link: tables/carrier.big/loop: symlink -> ." in out, out
+
+
 @pytest.mark.parametrize("linked", ["table folder", "its _delta_log"])
 def test_compact_and_vacuum_leave_a_table_whose_folder_is_a_link_alone(tmp_path, capsys, linked):
     root = tmp_path / "store"
