@@ -432,15 +432,17 @@ def test_a_compiled_replay_times_no_step_that_compiles(tiny, lengths_file, tmp_p
     assert widest_only["graphs_compiled"] < summary["graphs_compiled"]
 
 
-def test_a_compiled_replay_past_dynamo_recompile_limit_fails_a_check(tiny, lengths_file, tmp_path, monkeypatch):
+def test_a_compiled_replay_past_dynamo_recompile_limit_fails_a_check(tiny, lengths_file, tmp_path):
     """Past the limit dynamo runs the layer eagerly for the new kind of batch, silently: the replay says so."""
     config = _compiled(tiny, lengths_file, _linear_profile(tmp_path / "p.json"))
     torch._dynamo.reset()
     checks = {c.name: c for c in replay.run(config).checks}
     assert checks["compiled_graphs_within_limit"].ok
     torch._dynamo.reset()
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
-    check = {c.name: c for c in replay.run(config).checks}["compiled_graphs_within_limit"]
+    # config.patch, not monkeypatch: monkeypatch's undo wrote the value back past dynamo's config
+    # (recompile_limit then read "does not exist" in later tests of the same process)
+    with torch._dynamo.config.patch(recompile_limit=1):
+        check = {c.name: c for c in replay.run(config).checks}["compiled_graphs_within_limit"]
     assert not check.ok and "recompile_limit (1)" in check.detail
 
 
