@@ -15,9 +15,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script,
 import torch
 from torch.autograd import DeviceType
 
-from probes.step import attribution, contract, kernels, worker
 from probes.step import harness as reference
-from probes.step.measurement import Spec
+from probes.step.measure import attribution, kernels
+from probes.step.train import contract
+from probes.step.variants import worker
+from probes.step.variants.measurement import Spec
 
 ckpt, batch, seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 spec = Spec(

@@ -5,7 +5,7 @@ Run on an H200 from a plain checkout (PYTHONPATH=. , no install; parts 1-3 about
     PYTHONPATH=. python3 benchmarks/bench_carriers_gpu.py --out $OUT [--fla-path DIR --conv-path DIR|--conv-shim]
 Random weights, real-size configs (demo/checkpoints), the carrier probe's reference step (bf16 autocast,
 PEFT LoRA rank 32, fused AdamW), one sequence of 4,096 tokens a step, each measurement in its own fresh
-process (probes/step/processes.py). Parts, in order (the slow reference path last: on the H200 it took 197 s
+process (probes/step/variants/processes.py). Parts, in order (the slow reference path last: on the H200 it took 197 s
 of a first run's 350, profiling 26,000 element-wise launches a step):
 0. `fla_check`: fla's chunk_gated_delta_rule and the causal conv against transformers' torch reference,
    forward and gradients, one sequence and three packed (benchmarks/fla_check.py). The H200 image's
@@ -48,8 +48,8 @@ from benchmarks.bench_goodput_gpu import environment  # noqa: E402  (one record 
 from probes.carrier import probe as carrier  # noqa: E402
 from probes.mask import leak as mask_leak  # noqa: E402
 from probes.mask.config import Config as MaskConfig  # noqa: E402
-from probes.step.attention_calls import build_batch  # noqa: E402
-from probes.step.checkpoint import load_text_config  # noqa: E402
+from probes.step.masking.attention_calls import build_batch  # noqa: E402
+from probes.step.train.checkpoint import load_text_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CKPT = ROOT / "demo" / "checkpoints"
@@ -125,7 +125,7 @@ def packed_varlen(checkpoint: Path) -> dict:
 def fla_check() -> dict:
     """fla's kernels (and the conv) against transformers' torch reference, before anything is timed."""
     from benchmarks import fla_check as check
-    from probes.step import kernel_watch
+    from probes.step.measure import kernel_watch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     out = {"tolerance": check.TOLERANCE, "kernel_packages": kernel_watch.installed(), "imports": check.imports()}

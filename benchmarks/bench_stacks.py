@@ -170,7 +170,7 @@ def _logging(out: Path) -> None:
     jsonl.setLevel(logging.DEBUG)
     jsonl.addFilter(lambda record: record.levelno == logging.DEBUG)
     jsonl.setFormatter(logging.Formatter("%(message)s"))
-    workers = logging.getLogger("probes.step.processes")
+    workers = logging.getLogger("probes.step.variants.processes")
     workers.setLevel(logging.DEBUG)
     workers.addHandler(jsonl)
 

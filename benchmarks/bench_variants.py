@@ -146,7 +146,7 @@ def main() -> int:
     jsonl.setLevel(logging.DEBUG)
     jsonl.addFilter(lambda record: record.levelno == logging.DEBUG)
     jsonl.setFormatter(logging.Formatter("%(message)s"))
-    workers = logging.getLogger("probes.step.processes")
+    workers = logging.getLogger("probes.step.variants.processes")
     workers.setLevel(logging.DEBUG)
     workers.addHandler(jsonl)
     results = {

@@ -150,7 +150,7 @@ def main() -> int:
     parser.add_argument("--strict", action="store_true", help="exit 1 when an output or gradient is wrong or fails")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    from probes.step import kernel_watch
+    from probes.step.measure import kernel_watch
 
     report = {"tolerance": TOLERANCE, "kernel_packages": kernel_watch.installed(), "imports": imports(), "parts": {}}
     for name, part in (("chunk_gated_delta_rule", gated_delta_rule), ("causal_conv1d_fn", conv)):

@@ -58,7 +58,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script,
 
 import timeline  # noqa: E402 - benchmarks/timeline.py, beside this script
 
-from probes.step import harness, syncs  # noqa: E402
+from probes.step import harness  # noqa: E402
+from probes.step.measure import syncs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SEGMENTS = ("probe_like", "no_sync", "sleep_50ms", "nvml_thread", "gc_live", "empty_cache", "ce_sync", "profiled")
@@ -96,7 +97,7 @@ def _alloc_counts(cuda: bool) -> dict[str, int]:
 
 
 def phased_step(step, clock: Clock) -> None:
-    """One TrainStep (probes/step/models.py) with a mark between its phases: forward + loss, backward,
+    """One TrainStep (probes/step/train/models.py) with a mark between its phases: forward + loss, backward,
     optimizer (step and zero_grad). A harness with its own train_step is one phase."""
     clock.mark()
     if step.harness_step is not None:
@@ -286,7 +287,7 @@ def _add_timeline(records: list[dict], prof) -> None:
 
 
 def sync_census(step, cuda: bool) -> list[dict]:
-    """Where one step waits for the device (probes.step.syncs), after the timed segments: it slows the step."""
+    """Where one step waits for the device (probes.step.measure.syncs), after the timed segments: it slows the step."""
     rows = syncs.census(step, torch.device("cuda" if cuda else "cpu"))
     return [{"what": r.what, "where": r.where, "count": r.count_per_step} for r in rows]
 
@@ -402,10 +403,11 @@ def _read_or_empty(path: Path) -> str:
 def worker(args: argparse.Namespace, target: Path) -> None:
     """One process's segments, written to `target` after each (a segment that fails keeps those before it),
     then the sync census."""
-    from probes.step import contract, stacks
     from probes.step import harness as reference
-    from probes.step import worker as step_worker
-    from probes.step.measurement import Spec
+    from probes.step.train import contract
+    from probes.step.variants import stacks
+    from probes.step.variants import worker as step_worker
+    from probes.step.variants.measurement import Spec
 
     device = torch.device("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
     spec = Spec(

@@ -121,7 +121,7 @@ def per_step(timeline: Timeline, gap_min_us: float = GAP_MIN_US) -> tuple[list[d
 
 def _sync_calls(waits: list[Span], step: Span) -> dict[str, int]:
     """The runtime's synchronising calls (`waits`) made inside the step's own mark (the timing's wait after it
-    is not), by name: the step's waits counted a second way, beside probes.step.syncs' census."""
+    is not), by name: the step's waits counted a second way, beside probes.step.measure.syncs' census."""
     calls: dict[str, int] = collections.defaultdict(int)
     for s in waits:
         if step.start_us <= s.start_us <= step.end_us:

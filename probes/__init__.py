@@ -23,8 +23,8 @@ from types import ModuleType
 from typing import Any
 
 from probes.result import Check, InputError, ProbeResult
-from probes.step.checkpoint import read_config  # the runner fingerprints a checkpoint's config.json with it
-from probes.step.names import canonical as variant_name  # compare matches --variant as the store keeps names
+from probes.step.train.checkpoint import read_config  # the runner fingerprints a checkpoint's config.json with it
+from probes.step.variants.names import canonical as variant_name  # compare matches --variant as the store keeps names
 
 __all__ = [
     "ENV_PROBES",

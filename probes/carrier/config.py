@@ -6,8 +6,9 @@ import dataclasses
 from pathlib import Path
 
 from probes.result import require
-from probes.step import models, variants
 from probes.step.config import StepConfig, VariantChoice
+from probes.step.train import models
+from probes.step.variants import catalog
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -32,8 +33,8 @@ class Config(StepConfig, VariantChoice):
     """Seeds per arm of the sweep to project."""
     peak_tflops: float | None = None
     """The peak mfu_vs_measured_peak divides by, TFLOP/s; unset: measured by a bf16 8192^3 matmul on the GPU."""
-    variant: tuple[str, ...] = (variants.BASELINE,)
-    """Variants to measure, each in its own process (repeat --variant; probes.step.variants): baseline,
+    variant: tuple[str, ...] = (catalog.BASELINE,)
+    """Variants to measure, each in its own process (repeat --variant; probes.step.variants.catalog): baseline,
     bf16-autocast, bf16-adapters, fused-adamw, grad-ckpt, compile, liger, float8, cuda-graphs, ce-chunk=N,
     micro-batch=N."""
     processes: int = 2
@@ -41,13 +42,14 @@ class Config(StepConfig, VariantChoice):
     seed: int = 0
     """Seed of the random weights and batches, the same in every process."""
     search: bool = False
-    """Find the fastest stack within the numerics tolerance (probes.step.search): the singles, then the best stack
-    within it grown greedily; the candidates are the --variant values, or bf16-autocast, bf16-adapters,
-    fused-adamw, compile, liger, float8, cuda-graphs."""
+    """Find the fastest stack within the numerics tolerance (probes.step.variants.search): the singles, then the
+    best stack within it grown greedily; the candidates are the --variant values, or bf16-autocast,
+    bf16-adapters, fused-adamw, compile, liger, float8, cuda-graphs."""
     search_budget_s: float = 3600.0
     """Wall-clock budget of --search per checkpoint, seconds; stacks past it are listed as not tried."""
     numerics_steps: int = 30
-    """Steps of the numerics price of every variant and stack on a fixed batch (probes.step.numerics; 0: none)."""
+    """Steps of the numerics price of every variant and stack on a fixed batch (probes.step.variants.numerics;
+    0: none)."""
     rows: str = "full"
     """How the measured batch's rows are filled: full (no mask: SDPA's causal fast path) or packed (four
     sequences a row, positions restarting: a packing collator's block-diagonal mask). A stack saves less on

@@ -16,7 +16,7 @@ BAR_METRICS = (
 )
 """`mfu` is the column's name in rows stored before MFU was named by its peak."""
 MEASURED_MFU = ("mfu_vs_measured_peak", "MFU (measured peak: a card without a datasheet figure)", 1.0)
-"""Drawn too when some host's card has no datasheet peak (probes.step.peaks): its MFU is not left blank."""
+"""Drawn too when some host's card has no datasheet peak (probes.step.measure.peaks): its MFU is not left blank."""
 FACTS = ("params_total", "params_trainable", "tokens_per_step")
 """Properties of the carrier and its config, not measurements: said once above its table."""
 

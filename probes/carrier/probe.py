@@ -1,29 +1,29 @@
 """`carrier`: what each model of a family really delivers for LoRA training, and how far to trust it.
 
-For every `--checkpoint` (repeatable: a family) and every `--variant` (repeatable; probes.step.variants),
+For every `--checkpoint` (repeatable: a family) and every `--variant` (repeatable; probes.step.variants.catalog),
 one row of table `carriers`, named by `model` (the checkpoint directory's name; not `checkpoint`,
 which is the store's job key) and `variant`: `params_total` (the base plus LoRA, a tied embedding
-once), `params_active` (what one token uses: experts at top_k / num_experts; probes.step.params) and
+once), `params_active` (what one token uses: experts at top_k / num_experts; probes.step.train.params) and
 `params_trainable` (LoRA), `tokens_per_step`, `warmup_steps` and `steps` (the timed window
 the statistics use), `step_s` (median), `tok_per_s`, `spread_pct` ((max-min)/median over the window
 the statistics use), `spread_all_pct` (over every timed step after warm-up: the window is chosen for
 being quiet, so spread_pct is biased low), `iqr_pct` (interquartile range / median),
 `spread_across_pct` (the baseline only: (max-min)/median of the medians of `--processes` fresh
 processes, the spread a rerun sees), `peak_mem_bytes`, `gpu_busy_frac` (kernel time from
-torch.profiler over step time), MFU named by its peak (probes.step.flops states the FLOP formula):
+torch.profiler over step time), MFU named by its peak (probes.step.measure.flops states the FLOP formula):
 `mfu_vs_measured_peak` (a bf16 matmul on this GPU, or --peak-tflops) and `mfu_vs_datasheet_peak`
 (989 TFLOP/s dense bf16 for an H100/H200 SXM; None for a device not listed), projected hours for
 `--token-budget` tokens per job (`hours_per_job`, from `mean_step_s`, the mean of every timed step after
 warm-up: a job pays its slow steps too, which the median's quiet window leaves out) and for `--num-arms` x `--num-seeds` jobs
 (`hours_sweep`), `attention_backends` (read from the kernels that ran), `kernel_fallbacks` (kernels that fell back to
-transformers' reference PyTorch code in the timed process: probes.step.kernel_watch), `caveat` (what the variant
+transformers' reference PyTorch code in the timed process: probes.step.measure.kernel_watch), `caveat` (what the variant
 may change besides speed) and `compile_s`.
 
 The measured batch is `--batch-size` rows of `--seq-len` tokens, filled as `--rows` says: full (no mask:
 SDPA's causal fast path) or packed (four sequences a row, positions restarting: every position a real
 token). A stack saves less on masked rows than on full ones: measure the fill the lab trains on.
 
-Every measurement runs in its own fresh process with the same seed and data (probes.step.processes):
+Every measurement runs in its own fresh process with the same seed and data (probes.step.variants.processes):
 the baseline in `--processes` of them (>= 2 by default), each other variant in one. A spread above
 2% extends the timed steps up to --max-steps; `trustworthy` is False when a window still disagrees
 by more than 2% or the processes do. A row whose GPU idles more than 10% of the step
@@ -36,15 +36,15 @@ None: there is no device timeline to read. `--steps 0` reports parameter counts 
 meta device in this process: no weights, no GPU. A CUDA out-of-memory (building the model, timing,
 profiling) or a process that dies is a row with its reason, never a crash of the family.
 
-Table `whatif` (probes.step.whatif): per variant, the saving predicted from the baseline's attributed
+Table `whatif` (probes.step.variants.whatif): per variant, the saving predicted from the baseline's attributed
 profile before it is measured, the measured one, the error in percentage points and the peak memory
 before and after. The summary ends with `advice`: the measured changes ranked by speed-up.
 
-A `--variant` may be a stack, `a+b+c` (probes.step.stacks: stored under its canonical name, a conflict
-refused in one line). `--search` finds the fastest stack greedily (probes.step.search: table `search`, each
+A `--variant` may be a stack, `a+b+c` (probes.step.variants.stacks: stored under its canonical name, a conflict
+refused in one line). `--search` finds the fastest stack greedily (probes.step.variants.search: table `search`, each
 stack predicted from the singles before measured; summary `search_best`, `search_stop`, `not_tried`).
 Whenever something is compared with the baseline, table `numerics` gives each row's numerics price and
-`within_tolerance` (probes.step.numerics), the advice marks a change outside it, and summary `settings`
+`within_tolerance` (probes.step.variants.numerics), the advice marks a change outside it, and summary `settings`
 prints the fastest as the settings to make and the command reproducing it (probes.carrier.stack_report).
 """
 
@@ -59,33 +59,24 @@ import torch
 from probes.carrier import stack_report
 from probes.carrier.config import Config
 from probes.result import Check, ProbeResult
-from probes.step import (
-    contract,
-    flops,
-    kernel_watch,
-    kernels,
-    lora_targets,
-    models,
-    params,
-    peaks,
-    variants,
-    whatif,
-)
 from probes.step import harness as reference
-from probes.step.checkpoint import load_text_config, model_name
-from probes.step.measurement import Measurement
-from probes.step.timing import MAX_SPREAD
+from probes.step.measure import flops, kernel_watch, kernels, peaks
+from probes.step.measure.timing import MAX_SPREAD
+from probes.step.train import contract, lora_targets, models, params
+from probes.step.train.checkpoint import load_text_config, model_name
+from probes.step.variants import catalog, whatif
+from probes.step.variants.measurement import Measurement
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CarrierRow:
     model: str
-    variant: str = variants.BASELINE
+    variant: str = catalog.BASELINE
     params_total: int | None
     params_trainable: int | None
     tokens_per_step: int
     params_active: int | None = None
-    """Parameters one token uses: experts at top_k / num_experts, all else whole (probes.step.params);
+    """Parameters one token uses: experts at top_k / num_experts, all else whole (probes.step.train.params);
     the step's FLOPs are charged on these."""
     warmup_steps: int | None = None
     steps: int | None = None
@@ -109,7 +100,7 @@ class CarrierRow:
     attention_backends: str | None = None
     kernel_fallbacks: str | None = None
     """Kernels that fell back to transformers' reference PyTorch implementation in the timed process,
-    `function (package)` (probes.step.kernel_watch); None: every kernel took its fast path."""
+    `function (package)` (probes.step.measure.kernel_watch); None: every kernel took its fast path."""
     compile_s: float | None = None
     not_measured: str | None = None
     """Stages after the timing that ran out of memory, `numerics: oom: ...`: the step time stands, their

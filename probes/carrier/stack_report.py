@@ -1,6 +1,6 @@
 """Carrier's measurement of one checkpoint's variants and stacks, with their numerics price and the
 settings of the fastest: the named set (`--variant`, each in fresh processes) or the greedy search
-(`--search`, probes.step.search). carrier.py keeps its rows and checks; this module gives it, per
+(`--search`, probes.step.variants.search). carrier.py keeps its rows and checks; this module gives it, per
 checkpoint, the baseline, the other results and the extra tables (`search`, `numerics`) and lines
 (`settings`, `search_stop`, `not_tried`)."""
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from probes.step import numerics, processes, search, settings, variants
-from probes.step.measurement import Measurement, Spec
+from probes.step.variants import catalog, numerics, processes, search, settings
+from probes.step.variants.measurement import Measurement, Spec
 
 
 @dataclasses.dataclass
@@ -22,7 +22,7 @@ class Measured:
     notes: dict = dataclasses.field(default_factory=dict)
 
 
-def _numerics_steps(config, chosen: tuple[variants.Variant, ...]) -> int:
+def _numerics_steps(config, chosen: tuple[catalog.Variant, ...]) -> int:
     """Numerics only where something is compared with the baseline."""
     return config.numerics_steps if (config.search or len(chosen) > 1) else 0
 
@@ -32,7 +32,7 @@ def measure(config, checkpoint: Path, model: str) -> Measured:
     chosen = config.resolved_variants
     spec = Spec.of(config, checkpoint, numerics_steps=_numerics_steps(config, chosen), rows=config.rows)
     if config.search:
-        candidates = tuple(v for v in chosen if v.name != variants.BASELINE) or search.CANDIDATES
+        candidates = tuple(v for v in chosen if v.name != catalog.BASELINE) or search.CANDIDATES
         outcome = search.run(spec, candidates, config.processes, config.search_budget_s, model)
         out = Measured(outcome.baseline, outcome.results, search_rows=outcome.rows)
         out.notes = outcome.notes()

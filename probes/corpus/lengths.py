@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from probes.corpus.records import DEFAULT_SOURCE, Records, is_parquet, read_corpus, read_parquet
 from probes.result import InputError, require
-from probes.step.checkpoint import read_config
+from probes.step.train.checkpoint import read_config
 
 DEFAULT_CACHE_DIR = Path("~/.cache/labprobe/lengths")
 _CACHE_VERSION = b"labprobe-lengths-v1"

@@ -9,7 +9,7 @@ from pathlib import Path
 from probes.corpus import batching
 from probes.corpus.config import CorpusConfig
 from probes.result import FieldError, require
-from probes.step import stacks
+from probes.step.variants import stacks
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -47,7 +47,7 @@ class Config(CorpusConfig):
     stack_json: Path | None = None
     """A `labprobe probe carrier --json` (or `profile --variant ... --json`) output that measured a stack of
     variants beside the baseline: every step time of the model is scaled by the stack's step_s over the
-    baseline's, so the hours are those of training with the stack (probes.step.stack_step)."""
+    baseline's, so the hours are those of training with the stack (probes.step.steptime.stack_step)."""
     stack: str | None = None
     """The stack of --stack-json to price with (a --variant value, e.g. bf16-adapters+compile+fused-adamw);
     unset: its fastest row measured ok. Of --checkpoint's model when the file holds several."""

@@ -6,7 +6,7 @@ its `--json` output or the store, or terms given here), the predicted time of an
 (real, non-padding tokens per second) and the projected hours for the lab's budget (tokens a job,
 arms, seeds: cluster.yaml's `budget`, the default of every projection).
 
-The step-time model (probes.step.steptime) is the profile's: step_s = quadratic * rows * width^2 +
+The step-time model (probes.step.steptime.model) is the profile's: step_s = quadratic * rows * width^2 +
 linear * rows * width + fixed, over a batch of `rows` sequences padded to `width` tokens. Below the
 fit's lengths a step is launch-bound (the host's launch time sets it, not a polynomial): there the
 profile's measured launch-bound points are interpolated in tokens a step, and a step below all of
@@ -24,7 +24,7 @@ time outside the fit) and `fit_gpu_bound` (the fit was built from GPU-bound poin
 
 With a stack (`--stack-json`: a `carrier --json` or `profile --variant ... --json` output, `--stack`: one of
 its rows, unset: its fastest measured ok), every step time of the model is scaled by that stack's measured
-step over the baseline's from the same run (probes.step.stack_step): the hours are those of training with
+step over the baseline's from the same run (probes.step.steptime.stack_step): the hours are those of training with
 the stack. Only the steady steps scale: new_shapes_s, a one-off of the process at each new shape, is added
 unscaled (a compiled stack also compiles a few graphs once a job, each about its compile_s: minutes, not in
 these hours; replay pays them in its warm-up and counts them, docs/measurement.md), so a row's
@@ -48,9 +48,9 @@ import numpy as np
 from probes.corpus import batching
 from probes.goodput.config import Config
 from probes.result import Check, InputError, ProbeResult
-from probes.step import stack_step, steptime
-from probes.step.checkpoint import model_name
-from probes.step.steptime import StepModel
+from probes.step.steptime import stack_step
+from probes.step.steptime.model import StepModel, from_profile_file
+from probes.step.train.checkpoint import model_name
 
 OUTSIDE_FIT_LIMIT_PCT = 5.0
 STACK_SHAPE_SHARE_PCT = 90.0
@@ -86,7 +86,7 @@ def sweep_hours(arm_hours: Sequence[float], budget: Budget) -> float:
 
 def step_model(config: Config) -> StepModel:
     if config.profile is not None:
-        model = steptime.from_profile_file(config.profile)
+        model = from_profile_file(config.profile)
         given = config.new_shape_s is not None  # 0 too: replay's new_shape_s_confirmed may advise it
         return dataclasses.replace(model, new_shape_s=config.new_shape_s) if given else model
     floor = () if config.floor_s is None else ((0, config.floor_s),)

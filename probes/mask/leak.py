@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from probes.step.attention_calls import Batch
-from probes.step.layer_types import tiny_config
+from probes.step.masking.attention_calls import Batch
+from probes.step.train.layer_types import tiny_config
 
 LEAK_REL = 1e-4
 

@@ -11,7 +11,7 @@ flash-eligible by torch's SDPA rules at that layer's own head_dim (Gemma-4: 512 
 expected SDPA backend, the sliding band (keys a real query can see, `keys_min`/`keys_max`, against
 `window`), and whether a query sees a key of another packed sequence. Linear-attention layers
 (Qwen3.5's Gated DeltaNet) make no attention call: their row says so (a recurrent state, no mask);
-other layer types are named, never dropped (probes.step.layer_types). With --padding packed, every
+other layer types are named, never dropped (probes.step.train.layer_types). With --padding packed, every
 layer's output on each packed sequence is also compared with the same sequence alone
 (probes.mask.leak, `packed_rel_diff`): a linear layer's state crossing a boundary shows there.
 
@@ -20,7 +20,7 @@ exactly min(window, p + 1) keys), `no_cross_sequence`, `fast_path_kept` (with no
 full-attention layer keeps the maskless fast path). Exit 1 when one fails: a pre-flight check.
 
 This module reads the calls and holds the checks; the probe batch and the recorded forward are the
-step kit's (probes.step.attention_calls), as are the fast path's rules (probes.step.fast_path), which
+step kit's (probes.step.masking.attention_calls), as are the fast path's rules (probes.step.masking.fast_path), which
 `profile` reads too.
 """
 
@@ -35,10 +35,10 @@ import torch
 from probes.mask import leak as mask_leak
 from probes.mask.config import Config
 from probes.result import Check, InputError, ProbeResult
-from probes.step import layer_types
-from probes.step.attention_calls import Batch, Call, allowed_matrix, check_lengths, record_forward
-from probes.step.checkpoint import load_text_config
-from probes.step.fast_path import HALF_DTYPES, flash_eligible
+from probes.step.masking.attention_calls import Batch, Call, allowed_matrix, check_lengths, record_forward
+from probes.step.masking.fast_path import HALF_DTYPES, flash_eligible
+from probes.step.train import layer_types
+from probes.step.train.checkpoint import load_text_config
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

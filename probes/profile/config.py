@@ -27,7 +27,7 @@ class Config(StepConfig, VariantChoice):
     """Steps under torch.profiler for the kernel table (each scaling point gets one for gpu_busy_frac)."""
     variant: tuple[str, ...] = ()
     """Variants to measure at --batch-size x --seq-len, each in its own process (repeat --variant;
-    probes.step.variants): baseline, bf16-autocast, bf16-adapters, fused-adamw, grad-ckpt, compile,
+    probes.step.variants.catalog): baseline, bf16-autocast, bf16-adapters, fused-adamw, grad-ckpt, compile,
     ce-chunk=N. Tables `variants` and `whatif`, and the summary's advice."""
     processes: int = 2
     """Fresh processes the variants' baseline is measured in (the across-process spread)."""

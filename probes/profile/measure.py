@@ -1,8 +1,8 @@
 """The `profile` probe's measurements, all through one model session (probes.step.session; probes.profile.probe
 orders them and documents the tables and units).
 
-Each measurement here times steps through the session (probes.step.timing) or profiles them
-(probes.step.kernels), an out-of-memory becoming a row rather than a crash (`oom_guard`): a scaling
+Each measurement here times steps through the session (probes.step.measure.timing) or profiles them
+(probes.step.measure.kernels), an out-of-memory becoming a row rather than a crash (`oom_guard`): a scaling
 point, its gpu_busy_frac (profiled AFTER every timing: CUPTI lingers), the padding penalty's three
 cases, CE alone, and the kernel profile.
 """
@@ -14,11 +14,13 @@ import dataclasses
 import torch
 
 from probes.profile.config import Config
-from probes.step import fast_path, kernels, models, syncs
 from probes.step import harness as reference
-from probes.step.attention_calls import ForwardConfig
-from probes.step.fit import ScalingRow
+from probes.step.masking import fast_path
+from probes.step.masking.attention_calls import ForwardConfig
+from probes.step.measure import kernels, syncs
 from probes.step.session import Session, oom_guard
+from probes.step.steptime.fit import ScalingRow
+from probes.step.train import models
 
 
 def scaling_point(session: Session, seq_len: int) -> ScalingRow:
@@ -173,7 +175,7 @@ def with_ce_share(rows: list[CeRow], step_s: float | None) -> list[CeRow]:
 
 
 def sync_census(session: Session) -> tuple[list[syncs.SyncRow] | None, str | None]:
-    """Where the production step waits for the device (probes.step.syncs), after a warm step, and why there
+    """Where the production step waits for the device (probes.step.measure.syncs), after a warm step, and why there
     is no answer when there is none: out of memory, or a census the step does not survive (a lab harness's
     own code under the census's dispatch mode). The census is an aside: it never ends the probe."""
     c = session.config

@@ -1,6 +1,6 @@
 """`profile`: where a LoRA training step's time goes, measured through the lab's own harness.
 
-Tables (times in seconds, medians of timed steps after warm-up; probes.step.timing):
+Tables (times in seconds, medians of timed steps after warm-up; probes.step.measure.timing):
 - `scaling`: step time at each `--fit-lens` length at a fixed batch, with spread, IQR, peak memory
   and `gpu_busy_frac` (kernel time over step time). A point whose GPU idles more than 10% of the step
   is `launch_bound` (the host sets its time) and is left out of the fit; the row says so, with the
@@ -19,7 +19,7 @@ Tables (times in seconds, medians of timed steps after warm-up; probes.step.timi
   model's mask code then builds a block-diagonal mask and loses the fast path itself (docs/measurement.md).
   In seconds and percent against both, and whether each case keeps SDPA's maskless `is_causal`
   fast path on every layer (read as the `mask` probe reads it, through the model's own mask code:
-  probes.step.fast_path).
+  probes.step.masking.fast_path).
 - `ce`: lm_head + cross-entropy alone, forward and backward, at the production shape, chunked and
   unchunked (full fp32 logits), with peak memory over the inputs and its share of the step (the
   measured step at seq_len when it is one of --fit-lens, else the fitted one: summary
@@ -27,22 +27,22 @@ Tables (times in seconds, medians of timed steps after warm-up; probes.step.timi
   own CE is in its step times. An out-of-memory while building the model or adding LoRA is a result
   whose rows say "oom while loading", never a crash.
 - `kernels`: torch.profiler over `--profile-steps` steps at the production shape, device kernel rows
-  only (probes.step.kernels), by category. Artifacts: the unedited key_averages() table and every raw
+  only (probes.step.measure.kernels), by category. Artifacts: the unedited key_averages() table and every raw
   timing. On the CPU (CI) the rows are CPU ops by self time and gpu_busy_frac is None.
 - `syncs`: where one production step waits for the device (`.item()`, nonzero, indexing by a boolean
   mask), by the line outside torch that made it wait, with summary `host_waits_per_step`. After each
-  wait the GPU idles until the host launches again (probes.step.syncs). On the CPU the ops that would
+  wait the GPU idles until the host launches again (probes.step.measure.syncs). On the CPU the ops that would
   wait on CUDA. Waits of ops a compiled graph calls directly are not seen (a lab harness that compiles its
   loss); summary `syncs_census` says why when the census could not run.
 
 - `variants` and `whatif` (with `--variant`): the step at `--batch-size` x `--seq-len` under each
   variant in its own fresh process (the baseline in `--processes`), and each variant's saving
-  predicted from the baseline's attributed profile before it is measured (probes.step.whatif); the
+  predicted from the baseline's attributed profile before it is measured (probes.step.variants.whatif); the
   summary ends with `advice`, the measured changes ranked by speed-up.
 
 This module holds the order of the measurements and the summary; the Config is in
 probes.profile.config, the measurements in probes.profile.measure and
-probes.profile.variants, the fit in probes.step.fit.
+probes.profile.variants, the fit in probes.step.steptime.fit.
 """
 
 from __future__ import annotations
@@ -56,9 +56,10 @@ from probes.profile import measure
 from probes.profile import variants as profile_variants
 from probes.profile.config import Config
 from probes.result import Check, ProbeResult
-from probes.step import kernel_watch, kernels, models
-from probes.step.fit import ScalingRow, fit_scaling, predict
+from probes.step.measure import kernel_watch, kernels
 from probes.step.session import Session, oom_guard, with_busy
+from probes.step.steptime.fit import ScalingRow, fit_scaling, predict
+from probes.step.train import models
 
 
 def run(config: Config) -> ProbeResult:

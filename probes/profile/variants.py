@@ -1,5 +1,5 @@
 """`profile --variant`: the step at the production shape under each variant, each in its own fresh
-process (probes.step.processes), with the what-if table and the advice (probes.step.whatif). Carrier
+process (probes.step.variants.processes), with the what-if table and the advice (probes.step.variants.whatif). Carrier
 measures the same way per checkpoint; this is the one-checkpoint view beside profile's fit."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ import dataclasses
 import json
 
 from probes.profile.config import Config
-from probes.step import kernels, processes, whatif
-from probes.step.measurement import Measurement, Spec
-from probes.step.timing import MAX_SPREAD
+from probes.step.measure import kernels
+from probes.step.measure.timing import MAX_SPREAD
+from probes.step.variants import processes, whatif
+from probes.step.variants.measurement import Measurement, Spec
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

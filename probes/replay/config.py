@@ -10,8 +10,8 @@ import numpy as np
 from probes.corpus import batching
 from probes.corpus import lengths as corpus_mod
 from probes.result import require
-from probes.step import stacks
 from probes.step.config import StepConfig
+from probes.step.variants import stacks
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

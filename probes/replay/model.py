@@ -1,4 +1,4 @@
-"""The `replay` probe's step model (probes.step.steptime, the one goodput prices with), read from a
+"""The `replay` probe's step model (probes.step.steptime.model, the one goodput prices with), read from a
 profile's JSON or fitted here on padded batches of the replay's own session (probes.replay.probe
 documents both)."""
 
@@ -10,10 +10,9 @@ import numpy as np
 
 from probes.result import Check
 from probes.step import session as session_mod
-from probes.step import steptime
-from probes.step.fit import ScalingRow, fit_scaling
 from probes.step.session import Session, oom_guard
-from probes.step.steptime import StepModel
+from probes.step.steptime.fit import ScalingRow, fit_scaling
+from probes.step.steptime.model import StepModel, from_profile_file
 
 
 def _padded_rows(batch_size: int, width: int) -> list[int] | None:
@@ -96,7 +95,7 @@ def model_here(session: Session, rows: list[ScalingRow]):
 
 def given_model(profile: Path | None) -> StepModel | None:
     """The step model of a `labprobe probe profile --json` file; None without one."""
-    return None if profile is None else steptime.from_profile_file(profile)
+    return None if profile is None else from_profile_file(profile)
 
 
 NEW_SHAPE_MIN_STEPS = 5

@@ -4,14 +4,14 @@ For each strategy (probes.corpus.batching), the first `--steps` batches of the e
 reshuffled with seed+1, seed+2, ... when one is shorter), in the order training feeds them: random
 token ids at exactly each batch's row lengths, right-padded to its width with an explicit attention
 mask where rows differ (as a collator pads), one optimizer step each through the harness's
-train step (probes.step.models, the profile's session; AdamW shared across the replay as in training).
-Each step is timed alone (probes.step.timing: CUDA events, the end waited on, as a loop that logs its
+train step (probes.step.train.models, the profile's session; AdamW shared across the replay as in training).
+Each step is timed alone (probes.step.measure.timing: CUDA events, the end waited on, as a loop that logs its
 loss does) after `--warmup-steps` untimed steps of the widest batches (the allocator's peak reached).
 
-The prediction is goodput's step model (probes.step.steptime), either read from `--profile` or measured
+The prediction is goodput's step model (probes.step.steptime.model), either read from `--profile` or measured
 in the same session first: `scaling` times a padded batch of `--batch-size` rows at each of
 `--fit-lens` widths (one row half padding, so the mask is the replay's) and `fit` fits them as the
-profile probe does (probes.step.fit), launch-bound points (GPU busy < 90%, profiled after every
+profile probe does (probes.step.steptime.fit), launch-bound points (GPU busy < 90%, profiled after every
 timing) left out of the fit and interpolated below it. A fit point's `step_s` here is the MEAN of
 its timed steps, not the median: a replay sums steps, and a launch-bound point's jitter is skewed.
 The first step at a batch shape the process has not run yet costs more (on an H200, ~0.2 s: kernel
@@ -53,11 +53,13 @@ from probes.corpus import lengths as corpus_mod
 from probes.replay import model as replay_model
 from probes.replay.config import Config
 from probes.result import Check, InputError, ProbeResult
-from probes.step import libvariants, models, stack_step, stacks
-from probes.step.checkpoint import load_text_config, model_name
+from probes.step.measure.timing import time_steps
 from probes.step.session import Session, oom_guard
-from probes.step.steptime import StepModel
-from probes.step.timing import time_steps
+from probes.step.steptime import stack_step
+from probes.step.steptime.model import StepModel
+from probes.step.train import models
+from probes.step.train.checkpoint import load_text_config, model_name
+from probes.step.variants import libvariants, stacks
 
 LIMIT_PCT = 5.0
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from probes.result import require
 from probes.step import harness as reference
-from probes.step import models, stacks, variants
+from probes.step.train import models
+from probes.step.variants import catalog, stacks
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -47,7 +48,7 @@ class StepConfig:
 class VariantChoice:
     """A Config's `variant` values and the Variants they name, resolved once: the Config's __post_init__
     resolves them (a bad name is its FieldError, before anything runs), the probe hands these objects to
-    probes.step.processes."""
+    probes.step.variants.processes."""
 
     def resolve_variants(self) -> None:
         """The values in their canonical spelling (a stack's members sorted, blanks and a CE chunk's leading
@@ -57,8 +58,8 @@ class VariantChoice:
         self.resolved_variants  # noqa: B018 - resolved here, once: a bad name is this Config's FieldError
 
     @functools.cached_property
-    def resolved_variants(self) -> tuple[variants.Variant, ...]:
-        """Baseline first and once, a stack under its canonical name (probes.step.stacks.parse)."""
+    def resolved_variants(self) -> tuple[catalog.Variant, ...]:
+        """Baseline first and once, a stack under its canonical name (probes.step.variants.stacks.parse)."""
         return stacks.parse(self.variant)
 
     def __getstate__(self) -> dict:

@@ -7,7 +7,7 @@ A harness is any importable module (named by an import path, e.g. `mytrainer.tra
   `input_ids` (b, s), `labels` (b, s; -100 ignored) and optionally `attention_mask`.
 
 Optional pieces (`apply_lora`, `autocast_dtype`, `make_optimizer`, `gradient_checkpointing`,
-`train_step`) are described in probes.step.contract: each is used as given, and a missing one is
+`train_step`) are described in probes.step.train.contract: each is used as given, and a missing one is
 taken from this module and named in the probes' summary (`harness_fallbacks`). A `chunk_tokens`
 keyword on `compute_loss` receives the probes' `--ce-chunk`. The probes import these and never
 re-implement them: a probe of a re-implementation measures the probe. `load_harness(path)` turns a
@@ -83,7 +83,7 @@ def load_harness(path: str) -> ModuleType:
 def _cwd_on_path() -> None:
     """Resolve a harness from the current directory, as `python -m` would: the `labprobe` script puts
     its own folder first on sys.path, not the cwd, so a lab's `mytrainer.train` would not import. The
-    worker processes get this sys.path (probes.step.processes), so they resolve it the same way."""
+    worker processes get this sys.path (probes.step.variants.processes), so they resolve it the same way."""
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
@@ -100,9 +100,9 @@ def loss_fn(harness: ModuleType, chunk_tokens: int):
 
 def discover_target_modules(model: nn.Module) -> list[str]:
     """Suffixes of every nn.Linear inside the decoder's layers (not lm_head, not a vision tower), routers
-    excluded (probes.step.lora_targets): a suffix that also names a router (Gemma-4's `router.proj`) is
+    excluded (probes.step.train.lora_targets): a suffix that also names a router (Gemma-4's `router.proj`) is
     left out whole, since PEFT matches suffixes."""
-    from probes.step import lora_targets
+    from probes.step.train import lora_targets
 
     layers = _decoder_layers(model)
     moe = lora_targets.num_experts(model)

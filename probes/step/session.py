@@ -1,7 +1,7 @@
 """A model session: the model with LoRA built once through the harness, every timing and profile of a
 probe run through it (`profile` measures its scaling, padding and CE tables through one; `replay` its
 fit points and replayed steps). With a variant (a stack), the model and every step carry its changes
-as the worker applies them (probes.step.worker), so a step here is the one carrier measures.
+as the worker applies them (probes.step.variants.worker), so a step here is the one carrier measures.
 `oom_guard` turns an out-of-memory into a row (or a result) rather than a crash."""
 
 from __future__ import annotations
@@ -9,13 +9,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from probes.step import contract, kernels, libvariants, models, params, variants
 from probes.step import harness as reference
 from probes.step.config import StepConfig
-from probes.step.timing import Timings, time_steps
+from probes.step.measure import kernels
+from probes.step.measure.timing import Timings, time_steps
+from probes.step.train import contract, models, params
+from probes.step.variants import catalog, libvariants
 
 # The worker's own changes to a built model, so a stack here is the one carrier and profile measure.
-from probes.step.worker import prepare as prepare_variant
+from probes.step.variants.worker import prepare as prepare_variant
 
 LOG = logging.getLogger(__name__)
 
@@ -32,7 +34,7 @@ class Session:
         warmup_steps: int,
         steps: int,
         max_steps: int,
-        variant: variants.Variant | None = None,
+        variant: catalog.Variant | None = None,
     ):
         self.config = config
         self.warmup_steps, self.steps, self.max_steps = warmup_steps, steps, max_steps
@@ -105,8 +107,8 @@ def oom_guard(session: Session, what, on_oom):
 
 
 def with_busy(session: Session, row, real_lengths: list[int] | None = None):
-    """A timed fit point's row (probes.step.fit.ScalingRow) with its gpu_busy_frac and launch_bound, profiled
-    AFTER every timing (CUPTI lingers: probes.step.kernels); `real_lengths` as the point was timed with."""
+    """A timed fit point's row (probes.step.steptime.fit.ScalingRow) with its gpu_busy_frac and launch_bound, profiled
+    AFTER every timing (CUPTI lingers: probes.step.measure.kernels); `real_lengths` as the point was timed with."""
     if row.status != "ok" or session.device.type != "cuda":
         return row
 

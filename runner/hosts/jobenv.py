@@ -107,7 +107,7 @@ def code_version() -> str:
 
 
 def harness_env(summary: dict) -> dict[str, str]:
-    """What a GPU probe's summary says of the harness it measured through (probes.step.contract): its
+    """What a GPU probe's summary says of the harness it measured through (probes.step.train.contract): its
     import path and source hash, and the step it gave: optimizer class, autocast dtype, fallbacks.
     Empty for a probe that runs no harness."""
     env = {k: str(v) for k, v in (summary.get("harness_env") or {}).items()}

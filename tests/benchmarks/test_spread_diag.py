@@ -13,9 +13,10 @@ import spread_diag  # noqa: E402
 
 @pytest.fixture(scope="module")
 def tiny_step():
-    from probes.step import contract, stacks, worker
     from probes.step import harness as reference
-    from probes.step.measurement import Spec
+    from probes.step.train import contract
+    from probes.step.variants import stacks, worker
+    from probes.step.variants.measurement import Spec
 
     spec = Spec(checkpoint=str(spread_diag._tiny_checkpoint()), weights="random", harness="benchmarks.harness_plain",
                 lora_rank=4, lora_alpha=8.0, batch_size=2, seq_len=48, warmup_steps=0, steps=1, max_steps=1,

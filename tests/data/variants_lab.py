@@ -5,7 +5,7 @@ from non-zero B sees the difference)."""
 
 import torch
 
-from probes.step.variants import Variant
+from probes.step.variants.catalog import Variant
 
 
 def _zero_first_layer(model) -> None:

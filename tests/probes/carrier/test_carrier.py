@@ -16,7 +16,8 @@ from transformers import Qwen3Config
 from probes.carrier import answer
 from probes.carrier import probe as carrier
 from probes.result import InputError
-from probes.step import flops, models
+from probes.step.measure import flops
+from probes.step.train import models
 from runner.cli import main
 
 H, I, HEADS, KV, D, LAYERS, VOCAB = 48, 80, 3, 1, 16, 2, 300

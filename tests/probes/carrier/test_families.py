@@ -75,8 +75,8 @@ def test_packed_notes_count_masks_and_tell_a_hybrid_what_use_cache_cannot_do(hyb
 
 
 def test_a_hybrid_keeps_the_fast_path_on_all_its_softmax_layers(hybrid):
-    from probes.step.attention_calls import ForwardConfig
-    from probes.step.fast_path import all_layers
+    from probes.step.masking.attention_calls import ForwardConfig
+    from probes.step.masking.fast_path import all_layers
 
     assert all_layers(ForwardConfig(checkpoint=hybrid, seq_len=16, batch_size=2, padding="none")) is True
     assert all_layers(ForwardConfig(checkpoint=hybrid, seq_len=16, batch_size=2, padding="right")) is False

@@ -305,7 +305,7 @@ def test_a_stack_measured_through_another_harness_rank_or_chunk_fails_its_check(
     card = {c.name: c for c in run.checks}["stack_of_the_fits_step"]
     assert not card.ok and card.detail.endswith("card 'NVIDIA H200' vs 'NVIDIA H100 80GB HBM3'")
 
-    from probes.step import stack_step
+    from probes.step.steptime import stack_step
 
     assert stack_step.setup_differences({"lora_rank": 1}, {"lora_rank": True}) == ["lora_rank 1 vs True"]
     assert stack_step.setup_differences({"lora_rank": 32}, {"lora_rank": 32.0}) == []  # a store's float
@@ -389,7 +389,7 @@ def test_the_best_strategy_is_the_one_of_fewest_hours_one_offs_included(lengths)
 def test_a_profiles_variant_list_is_no_stacked_fit_and_a_replays_variant_is(tmp_path):
     """profile --variant measures variants beside its fit, which stays the baseline's (config `variant`, a list);
     replay --variant fits the step it replays (a name): only that one would count a stack twice."""
-    from probes.step import stack_step
+    from probes.step.steptime import stack_step
 
     path = tmp_path / "p.json"
     for variant, measured in (

@@ -10,7 +10,7 @@ import pytest
 from transformers import Gemma3Config, Gemma3TextConfig, Qwen3Config
 
 from probes.mask import probe as mask
-from probes.step import attention_calls as mask_calls
+from probes.step.masking import attention_calls as mask_calls
 from runner.cli import main
 
 WINDOW = 8

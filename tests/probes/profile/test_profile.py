@@ -1,6 +1,6 @@
 """profile: the whole probe on a tiny random Qwen3 on the CPU (every table, an OOM as a row or a
 result, the held-out check and the CE share), and the micro-batch reference of the padding penalty.
-The fit is tested in tests/probes/step/test_fit.py, the kernel table in test_kernels.py."""
+The fit is tested in tests/probes/step/steptime/test_fit.py, the kernel table in test_kernels.py."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import torch
 from probes.profile import probe as profile
 from probes.result import InputError
 from probes.step import harness as reference
-from probes.step import models
 from probes.step import session as step_session
+from probes.step.train import models
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +235,7 @@ def test_a_production_length_beyond_the_fit_is_said_extrapolated_and_fails_its_c
 
 
 def test_a_step_the_sync_census_breaks_still_gives_its_profile_and_says_why(tiny, monkeypatch):
-    from probes.step import syncs
+    from probes.step.measure import syncs
 
     def census(step, device):
         raise RuntimeError("a dispatch mode met a compiled graph\nsecond line")

@@ -19,7 +19,7 @@ from probes.corpus import batching
 from probes.replay import model as replay_model
 from probes.replay import probe as replay
 from probes.result import InputError
-from probes.step import steptime
+from probes.step.steptime.model import from_profile_file
 from runner.cli import main
 
 
@@ -149,7 +149,7 @@ def test_a_packed_row_keeps_its_sequences_apart_as_a_packing_collator_does(tiny)
     sequence of a packed row sees nothing of the first (its hidden states are those of the sequence alone)."""
     from transformers import AutoModelForCausalLM
 
-    from probes.step import models
+    from probes.step.train import models
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(
@@ -278,7 +278,7 @@ def test_replay_with_the_stack_goodput_priced_checks_that_price(tiny, lengths_fi
     stacked = ["--variant", "fused-adamw+bf16-adapters", "--profile", str(profile), "--stack-json", str(stack_file)]
     assert main(_replay_argv(tiny, lengths_file, *stacked)) in (0, 1)
     out = json.loads(capsys.readouterr().out)
-    model = steptime.from_profile_file(profile)
+    model = from_profile_file(profile)
     assert (
         out["summary"]["variant"] == "bf16-adapters+fused-adamw"
     )  # asked in another order, stored as carrier stores it

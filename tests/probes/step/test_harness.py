@@ -12,7 +12,8 @@ from transformers import AutoModelForCausalLM, Qwen3Config
 from probes.carrier import probe as carrier
 from probes.profile import probe as profile
 from probes.result import InputError
-from probes.step import harness, syncs
+from probes.step import harness
+from probes.step.measure import syncs
 from runner.cli import main
 
 
@@ -114,7 +115,7 @@ def test_chunked_ce_equals_full_logits_in_loss_and_gradients(chunk):
 
 
 class _OpLog(TorchDispatchMode):
-    """The ops a call runs, and those that would read back from a CUDA device (probes.step.syncs)."""
+    """The ops a call runs, and those that would read back from a CUDA device (probes.step.measure.syncs)."""
 
     def __init__(self):
         super().__init__()

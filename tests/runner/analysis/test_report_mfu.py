@@ -1,5 +1,5 @@
 """The report's carrier bars: MFU against the datasheet peak, and against the measured peak as soon as
-one host's card has no datasheet figure (a card not in probes/step/peaks.py), so its MFU is never blank."""
+one host's card has no datasheet figure (a card not in probes/step/measure/peaks.py), so its MFU is never blank."""
 
 from __future__ import annotations
 

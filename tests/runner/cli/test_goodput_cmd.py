@@ -15,7 +15,7 @@ import yaml
 from probes.carrier import config as carrier
 from probes.profile import probe as profile
 from probes.result import ProbeResult
-from probes.step.fit import FitRow, ScalingRow
+from probes.step.steptime.fit import FitRow, ScalingRow
 from runner.cli import main
 from runner.store.store import JobKey, Store
 
