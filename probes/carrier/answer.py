@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from probes import rate
 from probes.result import SPREAD_LIMIT_PCT, plain
 
 QUESTION = "carrier: what does each model deliver here, and can the number be trusted?"
@@ -15,6 +16,12 @@ EXACT = False
 RATIO_OF = "tok_per_s"
 """What a host measures: ratios between hosts are given for this figure."""
 IDENTITY = ("model", "variant")
+RATE_BASIS = rate.STEP
+"""The kind of rate `rates` gives (probes.rate)."""
+RATE_TABLES = ("carriers", "numerics")
+"""The tables `rates` reads (numerics: each variant's verdict against the baseline's training)."""
+RATE_HINT = "a carrier entry for {checkpoint} on {host} in a plan (`search: true` finds the best stack)"
+"""What measures a step rate here, when none is stored: recommend's line for what is missing."""
 
 
 def figures(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> tuple[list[dict], list[str]]:
@@ -83,3 +90,39 @@ def _trust(row: pd.Series) -> str:
     if trust is None:
         return "unknown" + (f" ({', '.join(why)})" if why else "")
     return "yes" if trust and not why else "no" + (f" ({', '.join(why)})" if why else "")
+
+
+def rates(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> list[rate.Rate]:
+    """Each measured row's real tokens a second at the run's shape (every token of carrier's rows is real, full
+    or packed), from its mean step where stored (a job pays its slow steps too), with the numerics verdict."""
+    carriers, numerics = tables.get("carriers"), tables.get("numerics")
+    verdicts = {}
+    if numerics is not None and not numerics.empty and "within_tolerance" in numerics:
+        for _, r in numerics.iterrows():
+            verdicts[(plain(r.get("model")), plain(r.get("variant")))] = rate.flag(r.get("within_tolerance"))
+    shape = rate.step_shape(config.get("batch_size"), config.get("seq_len"), str(config.get("rows") or "full"))
+    found = []
+    for _, r in (carriers if carriers is not None else pd.DataFrame()).iterrows():
+        status = str(plain(r.get("status")) or "ok")
+        step_s = rate.positive(r.get("mean_step_s")) or rate.positive(r.get("step_s"))
+        tokens = rate.positive(r.get("tokens_per_step"))
+        if step_s is None or tokens is None or not (status == "ok" or status.startswith("not trustworthy")):
+            continue
+        model, variant = plain(r.get("model")), str(plain(r.get("variant")) or rate.BASELINE)
+        trust = _trust(r)
+        found.append(
+            rate.Rate(
+                basis=rate.STEP,
+                real_tok_per_s=tokens / step_s,
+                stack=variant,
+                model=model,
+                shape=shape,
+                spread_pct=rate.number(r.get("spread_pct")),
+                trustworthy=rate.flag(r.get("trustworthy")),
+                within_tolerance=True if variant == rate.BASELINE else verdicts.get((model, variant)),
+                step_s=step_s,
+                tokens_per_step=int(tokens),
+                note="" if trust == "yes" else trust,
+            )
+        )
+    return found

@@ -4,6 +4,11 @@ runner.analysis shows it."""
 
 from __future__ import annotations
 
+import pandas as pd
+
+from probes import rate
+from probes.result import plain
+
 QUESTION = "goodput: how many hours will the run take, with the best batching (and stack)?"
 TABLES = ()
 EXACT = False
@@ -19,5 +24,42 @@ FIGURES = (
 )
 
 
+RATE_BASIS = rate.CORPUS
+"""The kind of rate `rates` gives (probes.rate)."""
+RATE_TABLES = ("goodput",)
+RATE_HINT = (
+    "a goodput entry in a plan stores one; `labprobe goodput --host {host} --profile-checkpoint {checkpoint} "
+    "--corpus FILE --checkpoint DIR` prices it from a stored profile"
+)
+"""What prices the lab's batching here, when nothing is stored: recommend's line for what is missing."""
+
+
 def figures(tables: dict, summary: dict, config: dict) -> tuple[list[dict], list[str]]:
     return [{k: summary[k] for k in FIGURES if summary.get(k) is not None}], []
+
+
+def rates(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> list[rate.Rate]:
+    """Each strategy's priced goodput on the corpus (a prediction from a step model), with the stack that
+    priced it and its numerics verdict; the one-off new-shape seconds a job pays beside."""
+    stack = summary.get("stack") or rate.BASELINE
+    within = True if stack == rate.BASELINE else summary.get("stack_within_tolerance")
+    found = []
+    goodput = tables.get("goodput")
+    for _, r in (goodput if goodput is not None else pd.DataFrame()).iterrows():
+        tok_per_s = rate.positive(r.get("goodput_tok_per_s"))
+        if tok_per_s is None:
+            continue
+        bucket = plain(r.get("bucket_size"))
+        found.append(
+            rate.Rate(
+                basis=rate.CORPUS,
+                real_tok_per_s=tok_per_s,
+                stack=stack,
+                shape=f"{plain(r.get('strategy'))} batching" + (f" (bucket size {bucket})" if bucket else ""),
+                corpus=rate.corpus_name(config),
+                once_s=rate.number(r.get("new_shapes_s")) or 0.0,
+                within_tolerance=within,
+                note=f"predicted from {summary.get('step_model') or 'a step model'}",
+            )
+        )
+    return found
