@@ -126,3 +126,14 @@ def rates(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> list[
             )
         )
     return found
+
+
+def row_rates(table: str, rows: pd.DataFrame) -> pd.DataFrame | None:
+    """Each stored row's real tokens a second (from its mean step where stored, as its hours were): what
+    hours for another budget are recomputed from at read time (runner.analysis.rates.budget_hours)."""
+    if table != "carriers" or "tokens_per_step" not in rows:
+        return None
+    step = pd.to_numeric(rows["step_s"], errors="coerce") if "step_s" in rows else pd.Series(float("nan"), rows.index)
+    if "mean_step_s" in rows:
+        step = pd.to_numeric(rows["mean_step_s"], errors="coerce").fillna(step)
+    return pd.DataFrame({"real_tok_per_s": rows["tokens_per_step"] / step, "once_s": 0.0}, index=rows.index)

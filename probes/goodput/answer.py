@@ -63,3 +63,11 @@ def rates(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> list[
             )
         )
     return found
+
+
+def row_rates(table: str, rows: pd.DataFrame) -> pd.DataFrame | None:
+    """Each strategy's goodput and the one-off seconds a job pays: its hours for another budget at read time."""
+    if table != "goodput" or "goodput_tok_per_s" not in rows:
+        return None
+    once = rows["new_shapes_s"].fillna(0.0) if "new_shapes_s" in rows else 0.0
+    return pd.DataFrame({"real_tok_per_s": rows["goodput_tok_per_s"], "once_s": once}, index=rows.index)

@@ -9,7 +9,13 @@ host. Row groups: rows of one table that differ in a label column (a string, int
 column such as `seq_len` or `strategy`) are compared separately, never averaged together.
 
 Rows of different variants (`variant`, probes.step.variants) are always separate row groups;
-`--variant NAME` (repeatable) keeps only those variants' rows.
+`--variant NAME` (repeatable) keeps only those variants' rows, `--host` and `--checkpoint` (repeatable)
+only those hosts' and checkpoints' (`labprobe history` takes the same filters).
+
+Hours (`hours_per_job`, `hours_sweep`) are never compared as stored: each job priced its own budget (a
+hand default of tokens, its own arms x seeds). With the lab's budget (cluster.yaml's), they are recomputed
+from each row's rate as its probe reads it (runner.analysis.rates.budget_hours) and the title names the
+budget; without one, compare refuses them.
 
 Warnings (compared numbers that may not be comparable): the hosts' rows carry different checkpoint
 fingerprints (not the same checkpoint), different software versions (python, torch, transformers,
@@ -41,7 +47,9 @@ from runner.analysis.drift import (
     spread_fraction,
     spread_pct,
 )
+from runner.analysis.rates import HOURS, budget_hours
 from runner.hosts.jobenv import VERSION_KEYS
+from runner.lab.budget import BudgetSpec
 from runner.store.store import KEY_COLUMNS, SLOT, Store
 from runner.tables import format_table
 
@@ -62,6 +70,8 @@ class Comparison:
     """{checkpoint, group, values: {host: median}, ratios: {host: value/baseline}, counts: {host: n}}"""
     warnings: list[str]
     gpus: dict[str, str]
+    budget: str | None = None
+    """What an hours metric prices (the lab's budget, recomputed at read time); None for other metrics."""
 
     def to_json_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -76,12 +86,16 @@ def compare(
     baseline: str | None = None,
     host_order: list[str] | None = None,
     variants: list[str] | None = None,
+    hosts: list[str] | None = None,
+    checkpoints: list[str] | None = None,
+    budget: BudgetSpec | None = None,
 ) -> Comparison:
     table, metric = _choose(store, probe, table, metric)
     extra = [metric] if table == "jobs" else ["summary_json"] if table == SUMMARY else []
     jobs = _latest_ok_jobs(store, probe, extra=extra)
     if jobs.empty:
         raise InputError(f"{store.root}: no ok jobs of probe {probe!r} stored")
+    jobs = only(jobs, hosts=hosts, checkpoints=checkpoints, what=f"the newest ok {probe} jobs")
     rows = (
         jobs
         if table == "jobs"
@@ -91,7 +105,8 @@ def compare(
     )
     if rows.empty:
         raise InputError(f"{store.root}: no rows of {probe}.{table} from its newest ok jobs")
-    rows = _of_variants(rows, probe, table, variants)
+    rows = of_variants(rows, probe, table, variants)
+    rows, priced = _budget_hours(rows, probe, table, metric, budget)
     if metric not in rows.columns or not pd.api.types.is_numeric_dtype(rows[metric]):
         numeric = [c for c in rows.columns if pd.api.types.is_float_dtype(rows[c])]
         raise InputError(f"--metric: no column {metric!r} in {probe}.{table} (numeric: {', '.join(numeric)})")
@@ -113,7 +128,39 @@ def compare(
         rows=_pivot(cells, hosts, baseline),
         warnings=warnings,
         gpus=gpus,
+        budget=priced,
     )
+
+
+def only(frame: pd.DataFrame, *, hosts: list[str] | None, checkpoints: list[str] | None, what: str) -> pd.DataFrame:
+    """The rows of these hosts and checkpoints (all when None); a name with no rows is bad input, named."""
+    for column, wanted in (("host", hosts), ("checkpoint", checkpoints)):
+        if not wanted:
+            continue
+        known = sorted(frame[column].astype(str).unique())
+        missing = [w for w in wanted if w not in known]
+        if missing:
+            raise InputError(f"--{column} {missing[0]!r}: none in {what} ({column}s: {', '.join(known) or 'none'})")
+        frame = frame[frame[column].astype(str).isin(wanted)]
+    return frame
+
+
+def _budget_hours(
+    rows: pd.DataFrame, probe: str, table: str, metric: str, budget: BudgetSpec | None
+) -> tuple[pd.DataFrame, str | None]:
+    """Stored hours priced each job's own budget: an hours metric recomputed for the lab's `budget` (its
+    words returned), or refused; any other metric as it is."""
+    if metric not in HOURS:
+        return rows, None
+    if budget is None:
+        raise InputError(
+            f"--metric {metric}: stored hours price each job's own budget; give a cluster file with a `budget` "
+            "(--cluster) to compare hours for the lab's"
+        )
+    priced = budget_hours(probe, table, rows, budget)
+    if priced is None:
+        raise InputError(f"--metric {metric}: {probe}.{table} gives no rate to price the lab's budget with")
+    return priced, f"{budget.describe()}, recomputed from each row's step time"
 
 
 JOB_READ_COLUMNS = [
@@ -192,7 +239,7 @@ def _summary_rows(jobs: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _of_variants(rows: pd.DataFrame, probe: str, table: str, variants: list[str] | None) -> pd.DataFrame:
+def of_variants(rows: pd.DataFrame, probe: str, table: str, variants: list[str] | None) -> pd.DataFrame:
     """The rows of the named variants (all when none is named), each under its canonical name: b+a is a+b, and
     a row stored before names were canonical (ce-chunk=0512) is the series of ce-chunk=512, one group, not
     two. An unknown name is bad input."""
@@ -332,9 +379,14 @@ def _fingerprint_warnings(rows: pd.DataFrame) -> list[str]:
     return out
 
 
+BUDGET_CONFIG = ("token_budget", "num_arms", "num_seeds")
+"""Config fields that change only the hours a job stored, not what it measured."""
+
+
 def _config_warnings(jobs: pd.DataFrame, dims: list[str], hosts: list[str]) -> list[str]:
     """A checkpoint whose hosts ran different probe configs: the fields that differ, named, since a ratio of
-    another seq_len or harness is no host's difference (steps or processes only change the effort)."""
+    another seq_len or harness is no host's difference (steps or processes only change the effort). The
+    budget's fields change only stored hours, which compare recomputes for one budget: never warned."""
     if "config_json" not in jobs or "config_hash" in dims:
         return []
     out = []
@@ -345,6 +397,9 @@ def _config_warnings(jobs: pd.DataFrame, dims: list[str], hosts: list[str]) -> l
         configs = {h: found[h] for h in hosts if h in found}  # in the comparison's host order
         keys = sorted({k for c in configs.values() for k in c})
         differ = [k for k in keys if len({json.dumps(c.get(k), sort_keys=True) for c in configs.values()}) > 1]
+        differ = [k for k in differ if k not in BUDGET_CONFIG]  # hours are recomputed for one budget or not shown
+        if not differ:
+            continue
         shown = "; ".join(f"{k}: " + ", ".join(f"{h} {configs[h].get(k)}" for h in configs) for k in differ[:4])
         out.append(f"checkpoint {ckpt}: hosts ran different configs ({shown}): not the same work where these change it")
     return out
@@ -407,6 +462,8 @@ def render(result: Comparison) -> str:
     direction = better(result.metric)
     notes = ([f"ratio to {result.baseline}"] if len(result.hosts) > 1 else []) + ([direction] if direction else [])
     title = f"== {result.probe}: {result.table}.{result.metric} by host" + (f" ({'; '.join(notes)})" if notes else "")
+    if result.budget:
+        title += f"\n   hours for the lab's budget: {result.budget}"
     table = []
     for row in result.rows:
         line: dict[str, Any] = {"checkpoint": row["checkpoint"]}

@@ -161,3 +161,19 @@ def planned_missing(
         f"no {probe} of {', '.join(ckpts)} on {host}: run `labprobe sweep --plan {plan}`"
         for (plan, probe, host), ckpts in wanted.items()
     ]
+
+
+HOURS = ("hours_per_job", "hours_sweep")
+"""The hours columns probes store, each for its own job's budget: recomputed for the lab's at read time."""
+
+
+def budget_hours(probe: str, table: str, rows: pd.DataFrame, budget) -> pd.DataFrame | None:
+    """`rows` with HOURS recomputed for `budget` (runner.lab.budget.BudgetSpec) from each row's rate, as the
+    probe's answer module reads it (`row_rates`); None where the probe gives no rate for that table."""
+    answer = probes.answer(probe)
+    reader = getattr(answer, "row_rates", None) if answer is not None else None
+    found = reader(table, rows) if callable(reader) else None
+    if found is None:
+        return None
+    per_job = (budget.tokens_per_job / found["real_tok_per_s"] + found["once_s"]) / 3600.0
+    return rows.assign(hours_per_job=per_job, hours_sweep=per_job * budget.jobs)

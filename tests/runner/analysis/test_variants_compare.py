@@ -167,10 +167,10 @@ def test_the_report_lists_each_jobs_advice_per_host(tmp_path):
 
 
 def test_stored_variant_names_of_other_types_neither_crash_nor_match_a_name():
-    from runner.analysis.compare import _of_variants
+    from runner.analysis.compare import of_variants
 
     rows = pd.DataFrame(
         {"variant": ["compile+fused-adamw", 512, None, "fused-adamw+compile"], "tok_per_s": [1, 2, 3, 4]}
     )
-    kept = _of_variants(rows, "carrier", "carriers", ["fused-adamw + compile"])
+    kept = of_variants(rows, "carrier", "carriers", ["fused-adamw + compile"])
     assert kept["tok_per_s"].tolist() == [1, 4] and set(kept["variant"]) == {"compile+fused-adamw"}
