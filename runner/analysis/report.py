@@ -39,19 +39,22 @@ def write_report(
     max_spread_pct: float = SPREAD_LIMIT_PCT,
     work: list[Work] | None = None,
     path: Path | None = None,
-) -> tuple[Path, str]:
-    """Write the run's HTML report (to `path`, default `<store>/reports/<run_id>.html`); return its
-    path and a short text summary for stdout. `work`: the run's planned work (report_data.collect)."""
+) -> tuple[Path | str, str]:
+    """Write the run's HTML report (to the local file `path`, default `<store>/reports/<run_id>.html`,
+    an object on an object store); return where and a short text summary for stdout. `work`: the run's
+    planned work (report_data.collect). A report may be rewritten: it is derived, not a measurement."""
     data = collect(store, run_id, threshold_pct=threshold_pct, max_spread_pct=max_spread_pct, work=work)
-    path = path if path is not None else store.root / "reports" / f"{run_id}.html"
+    if path is None:
+        where: Path | str = store.place.write_text(store.place.report(run_id), render_html(data))
+        return (Path(where) if store.local else where), summary_text(data, where)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     tmp.write_text(render_html(data), encoding="utf-8")
-    os.replace(tmp, path)  # a report may be rewritten: it is derived, not a measurement
+    os.replace(tmp, path)
     return path, summary_text(data, path)
 
 
-def summary_text(data: RunData, path: Path) -> str:
+def summary_text(data: RunData, path: Path | str) -> str:
     """A few lines for stdout (the sweep prints the report's path itself)."""
     earlier = sorted(set(data.shown["run_id"].astype(str)) - {data.run_id}) if not data.shown.empty else []
     reused = f"; answers of earlier runs shown: {', '.join(earlier)}" if earlier else ""

@@ -3,8 +3,8 @@
 A sweep stores a job row only for what it ran: a rerun whose jobs were all done stores none, yet its
 answers are the stored ones it skipped to. So every sweep also leaves `<store>/runs/<run_id>.json`:
 its plan and its work (probe, host, checkpoint, config hash per planned job). `labprobe report --run
-ID` takes the work from there; for a run without that record (an older store, an object store: the
-record is written on a local store only) the work is the run's own jobs.
+ID` takes the work from there; for a run without that record (an older store) the work is the run's
+own jobs. On an object store the record is an object (runner.store.root builds its path).
 
 `--night DATE`: the runs started from noon of DATE to noon of the next day, local time (a night's
 sweep, and a resumed one); the report is the last one's, which shows the others' answers as stored.
@@ -14,64 +14,57 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from datetime import date, datetime, time, timedelta, timezone
-from pathlib import Path
 
 import pandas as pd
 
 from probes.result import InputError, loads
+from runner.store.root import RUNS
 
-RUNS = "runs"
 _RUN_ID = re.compile(r"^(\d{8}T\d{6}Z)-[0-9a-z]+$")
 Work = tuple[str, str, str, str]
 """(probe, host, checkpoint, config_hash): what answers.WORK_KEY names."""
 
 
-def write_run(store, run_id: str, *, plan: str, work: list[Work], hosts: list[str] | None = None) -> Path | None:
-    """Record a sweep's plan and work (local stores only; -> the file, or None). A record that cannot
-    be written is a warning: the sweep's results matter more than its report."""
-    if not store.local:
-        return None
-    folder = Path(store.root) / RUNS
-    path = folder / f"{run_id}.json"
-    tmp = folder / f".{path.name}.tmp-{os.getpid()}"
+def write_run(store, run_id: str, *, plan: str, work: list[Work], hosts: list[str] | None = None) -> str | None:
+    """Record a sweep's plan and work (-> where, or None). A record that cannot be written is a
+    warning: the sweep's results matter more than its report."""
     record = {"run_id": run_id, "plan": plan, "work": [list(w) for w in dict.fromkeys(work)]}
     if hosts:  # the cluster's host order: the report's baseline host is the sweep's
         record["hosts"] = list(hosts)
+    rel = store.place.run_record(run_id)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(record) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        return store.place.write_text(rel, json.dumps(record) + "\n")
     except OSError as exc:
-        logging.getLogger("labprobe").warning(f"{path}: run record not written ({exc}); its report shows its own jobs")
+        where = store.place.join(rel)
+        logging.getLogger("labprobe").warning(f"{where}: run record not written ({exc}); its report shows its own jobs")
         return None
-    return path
+
+
+def _record(store, run_id: str) -> dict | None:
+    """The run record of `run_id` as stored, None when there is none (ValueError: not JSON)."""
+    text = store.place.read_text(store.place.run_record(run_id))
+    return None if text is None else loads(text)
 
 
 def run_hosts(store, run_id: str) -> list[str] | None:
     """The host order the sweep of `run_id` used (its cluster's), when its record says it."""
-    if not store.local:
-        return None
     try:
-        hosts = loads((Path(store.root) / RUNS / f"{run_id}.json").read_text(encoding="utf-8")).get("hosts")
-    except (OSError, ValueError, AttributeError):
+        hosts = (_record(store, run_id) or {}).get("hosts")
+    except (ValueError, AttributeError, InputError):
         return None
     return [str(h) for h in hosts] if isinstance(hosts, list) else None
 
 
 def run_work(store, run_id: str) -> list[Work] | None:
     """The work a sweep recorded for `run_id`; None when it left no record."""
-    if not store.local:
-        return None
-    path = Path(store.root) / RUNS / f"{run_id}.json"
     try:
-        return [tuple(w) for w in loads(path.read_text(encoding="utf-8"))["work"]]
-    except FileNotFoundError:
-        return None
+        record = _record(store, run_id)
+        return None if record is None else [tuple(w) for w in record["work"]]
     except (ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"{path}: not a run record ({exc})") from None
+        where = store.place.join(store.place.run_record(run_id))
+        raise InputError(f"{where}: not a run record ({exc})") from None
 
 
 def known_runs(store, jobs: pd.DataFrame) -> list[str]:
@@ -80,10 +73,10 @@ def known_runs(store, jobs: pd.DataFrame) -> list[str]:
     (`recorded-...`) would sort after every sweep's."""
     ids = set(jobs["run_id"].astype(str)) if not jobs.empty else set()
     recorded: dict[str, datetime] = {}  # a run that ran no job (all already stored) has its record's time
-    if store.local and (Path(store.root) / RUNS).is_dir():
-        for record in (Path(store.root) / RUNS).glob("*.json"):
-            ids.add(record.stem)
-            recorded[record.stem] = datetime.fromtimestamp(record.stat().st_mtime, tz=timezone.utc)
+    for name, written in store.place.files(RUNS).items():
+        if name.endswith(".json"):
+            ids.add(name.removesuffix(".json"))
+            recorded[name.removesuffix(".json")] = written
     finished: dict[str, datetime] = {}
     if not jobs.empty and "finished_at" in jobs:
         stamps = pd.to_datetime(jobs["finished_at"], utc=True, errors="coerce")

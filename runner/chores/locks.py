@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from probes.result import InputError
-from runner.dispatch.lock import SweepLock
+from runner.dispatch.lock import SweepLock, lease_left
+from runner.store.root import StoreRoot
 
 ROOT_LOCK_FILE = ".labprobe-purge.lock"
 
@@ -27,25 +28,23 @@ class StoreLock(SweepLock):
 
     def _busy_message(self, holder: dict | None) -> str:
         if not holder:
-            return f"store {self.path.parent} is busy: another labprobe command holds its lock {self.path}"
+            return f"store {self.where} is busy: another labprobe command holds its lock {self.path}"
         return (
-            f"store {self.path.parent} is busy: {holder.get('plan') or 'a sweep'} (pid {holder.get('pid')} on "
+            f"store {self.where} is busy: {holder.get('plan') or 'a sweep'} (pid {holder.get('pid')} on "
             f"{holder.get('host')}, run {holder.get('run_id')}, started {holder.get('started_at')}) holds its "
-            f"lock {self.path}; try again when it is done"
+            f"lock {self.path}{lease_left(holder)}; try again when it is done"
         )
 
 
 @contextlib.contextmanager
-def store_lock(root: Path | str, local: bool, run_id: str, what: str) -> Iterator[None]:
-    """The store's lock for the whole purge (a local store; an object store has no flock)."""
-    lock = StoreLock(Path(root), run_id=run_id, plan=what) if local else None
-    if lock is not None:
-        lock.acquire()
+def store_lock(root: StoreRoot | Path | str, run_id: str, what: str) -> Iterator[None]:
+    """The store's lock for the whole purge: a flock on a local store, a lease object on an object store."""
+    lock = StoreLock(root, run_id=run_id, plan=what)
+    lock.acquire()
     try:
         yield
     finally:
-        if lock is not None:
-            lock.release()
+        lock.release()
 
 
 @contextlib.contextmanager

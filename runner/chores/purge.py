@@ -258,7 +258,7 @@ def store_phase(store: Any, report: Report, phase: str) -> None:
                     raise InputError(
                         f"store {store.root}: the purge's {phase} (run {report.run_id}) could not be stored: {exc}"
                     ) from None
-                store = Store(store.root, storage_options=store.storage_options)
+                store = Store(store.place)
                 time.sleep(0.2 * (attempt + 1))
 
 

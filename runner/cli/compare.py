@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from runner.analysis.compare import compare, render
 from runner.cli.options import plot_file
 from runner.cli.outputs import add_mkdir_option, writable_file, writing
-from runner.lab.cluster import load_cluster
+from runner.cli.stores import add_store_option, open_store, optional_cluster
 from runner.store.store import Store
 
 
@@ -32,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--plot", type=plot_file, help="write a PNG bar chart here")
     add_mkdir_option(parser)
-    parser.add_argument("--store", type=Path, help="store root (default: the cluster file's, else ./results)")
+    add_store_option(parser)
     parser.add_argument("--cluster", default="cluster.yaml", help="cluster file (store root, host order)")
 
 
@@ -63,10 +62,6 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _store_and_order(store: Path | None, cluster_file: str) -> tuple[Store, list[str]]:
-    order: list[str] = []
-    if Path(cluster_file).is_file():
-        cluster = load_cluster(cluster_file, configs=False)  # plans are not run here: no probe imports
-        order = list(cluster.hosts)
-        store = store if store is not None else cluster.store_root()
-    return Store(store if store is not None else Path("results")), order
+def _store_and_order(store: str | None, cluster_file: str) -> tuple[Store, list[str]]:
+    cluster = optional_cluster(cluster_file)  # plans are not run here: no probe imports
+    return open_store(store, cluster), list(cluster.hosts) if cluster is not None else []

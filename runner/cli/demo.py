@@ -5,25 +5,20 @@ into the store, so `compare --probe carrier`, `history` and the report have two 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from runner.chores.sample import SAMPLE, load_sample
-from runner.lab.cluster import load_cluster
-from runner.store.store import Store
+from runner.cli.stores import add_store_option, open_store, optional_cluster
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     load = actions.add_parser("load-sample", help="store the recorded H200 carrier sample (flagged recorded)")
-    load.add_argument("--store", type=Path, help="store root (default: the cluster file's store.root)")
+    add_store_option(load)
     load.add_argument("--cluster", default="cluster.yaml", help="cluster file (default: ./cluster.yaml)")
 
 
 def main(args: argparse.Namespace) -> int:
-    root = args.store
-    if root is None:
-        root = load_cluster(args.cluster).store_root() if Path(args.cluster).is_file() else Path("results")
-    store = Store(root)
+    store = open_store(args.store, optional_cluster(args.cluster))
     added, had = load_sample(store)
     print(f"recorded sample {SAMPLE.name}: {added} job(s) stored, {had} already there (store {store.root})")
     print("  hosts h200-0312 and h200-0412: two loans of one lent NVIDIA H200 machine, 2026-12-03 and 2026-12-04")

@@ -19,6 +19,7 @@ from probes.result import InputError
 from runner.analysis.stored_profile import stored_result
 from runner.cli.options import add_config_options, build_config, options_named
 from runner.cli.probe import show
+from runner.cli.stores import add_store_option, open_store
 from runner.lab.budget import with_budget
 from runner.lab.cluster import load_cluster
 from runner.store.store import Store
@@ -42,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the lab's file: its store root and budget (default: ./cluster.yaml, if present)",
     )
-    parser.add_argument("--store", type=Path, default=None, help="the store root (default: cluster.yaml's)")
+    add_store_option(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     for stored in spec.stored_inputs:
         if stored.flag is not None:
@@ -77,7 +78,7 @@ def main(args: argparse.Namespace) -> int:
     spec = probes.REGISTRY[args.priced_probe]
     path = args.cluster or Path("cluster.yaml")
     cluster = load_cluster(path) if args.cluster is not None or path.is_file() else None
-    store = Store(args.store or (cluster.store_root() if cluster else Path("results")))
+    store = open_store(args.store, cluster)
     inputs = _inputs(store, spec, args)
     for field, value in with_budget(cluster.spec.budget if cluster else None, spec.name, {}).items():
         if not hasattr(args, field):  # an option given on the command line wins over the lab's budget

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from runner.analysis.drift import (
     SERIES_KEYS,
@@ -16,8 +15,7 @@ from runner.analysis.drift import (
 from runner.analysis.history import choose_table, newest_drifted, render, select_rows
 from runner.cli.options import add_store_options, percent, plot_file
 from runner.cli.outputs import add_mkdir_option, writable_file, writing
-from runner.lab.cluster import load_cluster
-from runner.store.store import Store
+from runner.cli.stores import open_store, optional_cluster
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.plot:  # before the work: a plot that cannot be written is said first, in one line
         writable_file(args.plot, what="--plot", mkdir=args.mkdir)
-    store = Store(resolve_store(args.store, args.cluster))
+    store = open_store(args.store, optional_cluster(args.cluster))
     table = choose_table(store, args.probe, args.table)
     frame = select_rows(store.read(table), host=args.host, checkpoint=args.checkpoint, table=table)
     metric = args.metric or default_metric(frame)
@@ -88,11 +86,3 @@ def main(args: argparse.Namespace) -> int:
     else:
         print(render(drift, table, metric, by, alerts, plot=args.plot))
     return 1 if newest_drifted(drift, by) else 0
-
-
-def resolve_store(store: Path | None, cluster: Path) -> Path:
-    if store is not None:
-        return store
-    if cluster.is_file():
-        return load_cluster(cluster, configs=False).store_root()
-    return Path("results")

@@ -272,7 +272,9 @@ def plot_file(text: str) -> Path:
 
 def add_store_options(parser: argparse.ArgumentParser) -> None:
     """--store and --cluster as the commands that read the store (history, report) take them."""
-    parser.add_argument("--store", type=Path, help="the store (default: the cluster file's, else ./results)")
+    from runner.cli.stores import add_store_option
+
+    add_store_option(parser)
     parser.add_argument(
         "--cluster",
         type=Path,

@@ -25,11 +25,12 @@ from runner.chores.purge import (
     store_phase,
 )
 from runner.cli.options import positive_seconds
+from runner.cli.stores import add_store_option, open_store
 from runner.clock import new_run_id
 from runner.gpu.idle import Thresholds
 from runner.hosts.nodes import connect, warn_embedded
 from runner.lab.cluster import load_cluster
-from runner.log import foreign_output_to, log_path
+from runner.log import foreign_output_to
 from runner.store.store import Store
 from runner.tables import format_table
 
@@ -59,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="finish or undo what an interrupted purge left set aside (.labprobe-purging-*), and store it",
     )
-    parser.add_argument("--store", metavar="D", help="store root (default: the cluster file's)")
+    add_store_option(parser)
     parser.add_argument("--address", metavar="A", help="Ray address (default: the cluster file's)")
     parser.add_argument(
         "--timeout-s",
@@ -137,14 +138,15 @@ def main(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     roots = runs_roots(cluster, args.host)
     check_glob(args.run)
-    store = Store(args.store or cluster.store_root())
+    store = open_store(args.store, cluster)
     quiets = {h: _quiet_s(cluster, h) for h in cluster.hosts}
     run_id = new_run_id()
     what = "purge --recover" if args.recover else ("purge --yes" if args.yes else "purge (dry run)")
-    with store_lock(store.root, store.local, run_id, what):
+    ray_log = store.place.log_file("ray-purge.log")
+    with store_lock(store.place, run_id, what):
         plan = _chosen_plan(args, cluster, store) if args.yes else None
         out = _json_stream() if args.json else sys.stdout
-        with foreign_output_to(log_path(store.root, "ray-purge.log")):  # Ray's banners off the terminal, as sweep
+        with store.place.keeping_log(ray_log, "ray-purge.log"), foreign_output_to(ray_log):  # as sweep
             _start_ray(args.address or cluster.spec.ray.address, set(plan.roots if plan else roots))
         if args.recover:
             report = recover_all(roots, timeout_s=args.timeout_s, run_id=run_id)

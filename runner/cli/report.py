@@ -16,10 +16,9 @@ from pathlib import Path
 from probes.result import InputError
 from runner.analysis.report import write_report
 from runner.analysis.report_runs import pick_run
-from runner.cli.history import resolve_store
 from runner.cli.options import add_store_options
 from runner.cli.outputs import add_mkdir_option, writable_file, writing
-from runner.store.store import Store
+from runner.cli.stores import open_store, optional_cluster
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,17 +31,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    store = Store(resolve_store(args.store, args.cluster))
+    store = open_store(args.store, optional_cluster(args.cluster))
     if store.local and Path(store.root).is_file():  # else it reads as an empty store: "run labprobe sweep first"
         raise InputError(f"store {store.root}: is a file, not a store directory")
     run_id = pick_run(store, store.jobs(columns=["run_id", "finished_at"]), run=args.run, night=args.night)
+    path = None  # inside the store (its reports/ folder is made when missing): an object on an object store
     if args.out is not None:
         path = writable_file(args.out, what="--out", mkdir=args.mkdir)
-    else:  # inside the store: its reports/ folder is made when missing
-        path = Path(store.root) / "reports" / f"{run_id}.html"
-        if store.local:
-            writable_file(path, what="report", make_under=Path(store.root))
-    with writing(path, what="report"):
+    elif store.local:
+        path = writable_file(store.root / store.place.report(run_id), what="report", make_under=store.root)
+    with writing(path or store.place.join(store.place.report(run_id)), what="report"):
         path, text = write_report(store, run_id, path=path)
     print(text)
     print(f"report: {path}")

@@ -16,6 +16,7 @@ from pathlib import Path
 from runner.cli.outputs import add_mkdir_option, writable_file
 from runner.lab import schedule as sched
 from runner.lab.cluster import load_cluster
+from runner.store.root import is_url
 
 EPILOG = (
     "The crontab line runs one fixed command, `labprobe schedule run --entries DIR ID`; the cluster file, "
@@ -91,7 +92,7 @@ def main(args: argparse.Namespace) -> int:
     if args.action == "install":
         cluster = load_cluster(args.cluster)
         root = cluster.store_root()
-        store = Path(root) if "://" not in str(root) else None
+        store = None if is_url(root) else Path(root)
 
         def prepare_log(log: Path) -> None:  # a log the cluster file names (or the default) is the lab's word
             writable_file(log, what="--log" if args.log else "log", mkdir=args.mkdir or not args.log, make_under=store)

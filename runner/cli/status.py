@@ -8,24 +8,21 @@ import argparse
 from pathlib import Path
 
 from probes.result import InputError
+from runner.cli.stores import add_store_option, open_store, optional_cluster
 from runner.dispatch.status import render, sweep_status
-from runner.lab.cluster import load_cluster
-from runner.store.store import Store
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", type=Path, metavar="DIR", help="store root (default: the cluster file's store.root)")
+    add_store_option(parser)
     parser.add_argument(
         "--cluster", default="cluster.yaml", metavar="FILE", help="cluster file (default: ./cluster.yaml)"
     )
 
 
 def main(args: argparse.Namespace) -> int:
-    root = args.store
-    if root is None:
-        root = load_cluster(args.cluster).store_root() if Path(args.cluster).is_file() else Path("results")
-    store = Store(root)
+    store = open_store(args.store, optional_cluster(args.cluster))
     if store.local and not Path(store.root).is_dir():
         raise InputError(f"store {store.root}: no such directory")
-    print(render(sweep_status(store), store.root))
+    store.require_root()  # an object store that does not answer: what its server said, one line
+    print(render(sweep_status(store), store.uri))
     return 0

@@ -8,8 +8,8 @@
     labprobe store repair  [--store D] [--cluster F]    put right what check finds, keeping every readable row
 
 The store is the cluster file's `store:` (root, storage_options, vacuum_retention_days), or --store.
-compact, vacuum and migrate take the store's lock (the sweep's) on a local store, so they never run
-beside a sweep or a purge; vacuum also never deletes a file the newest version uses or one younger
+compact, vacuum, migrate and repair take the store's lock (the sweep's: on an object store a lock
+object with a lease, runner.store.lease), so they never run beside a sweep or a purge; vacuum also never deletes a file the newest version uses or one younger
 than an hour (runner.store.maintain), so a writer without the lock loses nothing either.
 check lists every table, a broken one too, with every unreadable data file and every commit file
 that lost actions. Exit 0 done, 1 `check` found unreadable files, 2 bad input (a store path that is
@@ -24,8 +24,10 @@ import argparse
 from pathlib import Path
 
 from probes.result import InputError
+from runner.cli import stores
 from runner.cli.options import days
 from runner.cli.outputs import add_mkdir_option, writable_folder, writing
+from runner.cli.stores import add_store_option, optional_cluster
 from runner.clock import new_run_id
 from runner.dispatch.lock import SweepLock
 from runner.store import maintain
@@ -50,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     for action in ACTIONS:  # each action's --help shows its own options only
         sub = actions.add_parser(action, help=helps.get(action, ""), description=helps.get(action, ""))
-        sub.add_argument("--store", help="store root, a directory or URL (default: the cluster file's, else ./results)")
+        add_store_option(sub)
         sub.add_argument("--cluster", default="cluster.yaml", help="cluster file (default: ./cluster.yaml, if present)")
         sub.set_defaults(retention_days=None, dry_run=False)
         if action == "export":
@@ -98,34 +100,15 @@ def main(args: argparse.Namespace) -> int:
 
 
 def open_store(store: str | None, cluster_file: str) -> tuple[Store, float]:
-    """The store named by --store or the cluster file, and the vacuum retention (days)."""
-    spec = None
-    if Path(cluster_file).is_file():
-        from runner.lab.cluster import load_cluster
-
-        cluster = load_cluster(cluster_file)
-        spec = cluster.spec.store
-        root = store if store is not None else cluster.store_root()
-    else:
-        root = store if store is not None else "results"
-    options = spec.storage_options if spec is not None else {}
-    return Store(root, storage_options=options), spec.vacuum_retention_days if spec else maintain.DEFAULT_RETENTION_DAYS
+    """The store named by --store or the cluster file (runner.cli.stores), and the vacuum retention (days)."""
+    cluster = optional_cluster(cluster_file, configs=True)
+    retention = cluster.spec.store.vacuum_retention_days if cluster is not None else maintain.DEFAULT_RETENTION_DAYS
+    return stores.open_store(store, cluster), retention
 
 
-class _locked:
-    """The sweep lock, on a local store (an object store has no flock: Delta's commit protocol is
-    what keeps concurrent writers apart there)."""
-
-    def __init__(self, store: Store, action: str) -> None:
-        self.lock = SweepLock(store.root, run_id=new_run_id(), plan=f"store {action}") if store.local else None
-
-    def __enter__(self) -> None:
-        if self.lock is not None:
-            self.lock.acquire()
-
-    def __exit__(self, *exc) -> None:
-        if self.lock is not None:
-            self.lock.release()
+def _locked(store: Store, action: str) -> SweepLock:
+    """The store's lock (the sweep's): a flock on a local store, a lease object on an object store."""
+    return SweepLock(store.place, run_id=new_run_id(), plan=f"store {action}")
 
 
 def _check(store: Store) -> int:
@@ -204,13 +187,12 @@ def _repair(store: Store) -> None:
 
 
 def _migrate(store: Store) -> None:
-    if not store.local:
-        raise InputError(f"--store: migrate reads the older layout from a local directory, not {store.uri}")
-    if not legacy_tables(store.root):
-        raise InputError(f"store {store.root}: no tables of the older layout (jobs/host=.../) to migrate")
+    store.require_root()
+    if not legacy_tables(store.place):
+        raise InputError(f"store {store.uri}: no tables of the older layout (jobs/host=.../) to migrate")
     report = migrate(store)
     rows = [{"table": name, "files": report.files[name], "rows_added": report.rows[name]} for name in report.rows]
-    print(format_table(rows, title=f"store {store.root}: migrated into {store.root}/tables"))
+    print(format_table(rows, title=f"store {store.uri}: migrated into {store.place.join('tables')}"))
     for path, why in report.skipped:
         print(f"skipped: {path}: {why}")
     print("the older files are left in place; remove them when you no longer need them")

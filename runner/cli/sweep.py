@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any, TextIO
 
 from probes.result import InputError
@@ -44,12 +43,12 @@ from runner.analysis.answers import answers_text
 from runner.analysis.report import write_report
 from runner.analysis.report_runs import write_run
 from runner.cli.options import nonneg_seconds, positive_seconds
+from runner.cli.stores import add_store_option, open_store
 from runner.clock import new_run_id, parse_deadline
 from runner.dispatch.interrupt import connect_or_one_line, interrupted_once
 from runner.dispatch.lock import SweepLock
 from runner.dispatch.loop import Counts, gpu_wait_lines
 from runner.dispatch.placement import gpu_skip_kind
-from runner.dispatch.spill import check_writable
 from runner.dispatch.sweep import run_sweep
 from runner.hosts.nodes import (
     warn_embedded,
@@ -57,7 +56,7 @@ from runner.hosts.nodes import (
 from runner.hosts.reach import DEFAULT_CONNECT_TIMEOUT_S
 from runner.lab.cluster import load_cluster
 from runner.lab.plan import DEFAULT_PLAN, Job, expand
-from runner.log import foreign_output_to, log_path, say
+from runner.log import foreign_output_to, say
 from runner.log import setup as setup_logging
 from runner.store.store import Store
 
@@ -72,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Ray address (host:port or auto; `local`: the embedded Ray); "
         "default: the cluster file's ray.address, else the embedded local Ray (host `local`)",
     )
-    parser.add_argument("--store", type=Path, help="store root (default: the cluster file's store.root)")
+    add_store_option(parser)
     parser.add_argument("--force", action="store_true", help="run jobs already stored ok again")
     parser.add_argument(
         "--deadline",
@@ -116,20 +115,23 @@ def main(args: argparse.Namespace) -> int:
 def _main(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     jobs = expand(cluster, args.plan)
-    store = Store(args.store if args.store is not None else cluster.store_root())
+    store = open_store(args.store, cluster)
     deadline = parse_deadline(args.deadline) if args.deadline else None
     if args.inline is not None:
         jobs = [j for j in jobs if j.host == args.inline]
         if not jobs:
             raise InputError(f"--inline: plan {args.plan!r} has no job on host {args.inline!r}")
     run_id = new_run_id()
-    check_writable(store.root)  # before Ray starts or any job runs: a full disk is one line, exit 2
+    store.place.check_writable()  # before Ray starts or any job runs: a full disk, a missing bucket: one line, exit 2
     work = [(j.probe, j.host, j.checkpoint, j.config_hash) for j in jobs]
     setup_logging()
     hosts = list(cluster.hosts)
+    ray_log = f"ray-{run_id}.log"
+    log_file = store.place.log_file(ray_log)  # on an object store a local file, copied into logs/ at the end
     with (
-        SweepLock(store.root, run_id=run_id, plan=args.plan) as lock,
-        foreign_output_to(log_path(store.root, f"ray-{run_id}.log")) as (out, _),
+        SweepLock(store.place, run_id=run_id, plan=args.plan) as lock,
+        store.place.keeping_log(log_file, ray_log),  # after Ray's output is closed: entered first, left last
+        foreign_output_to(log_file) as (out, _),
     ):
         if args.inline is None:
             address = args.address or cluster.spec.ray.address

@@ -8,6 +8,10 @@ sweeps taking over the same dead holder: exactly one `flock` succeeds. The file 
 (removing it would let a late opener lock a file nobody else sees); on release it is emptied. On a
 store on NFS, Linux maps `flock` to NFS byte-range locks, so it holds across the lab's hosts too.
 
+On an object store (`s3://`) the lock is the object `<root>/.sweep.lock` with a lease, taken by a
+conditional put and renewed while held (runner.store.lease): every host sees it. A holder that died
+keeps the store for the rest of its lease (a minute), then the next command takes it over.
+
 """
 
 from __future__ import annotations
@@ -20,13 +24,20 @@ from datetime import datetime
 from pathlib import Path
 
 from probes.result import InputError, loads
+from runner.store import lease
+from runner.store.root import LOCK, StoreRoot
 
-LOCK_NAME = ".sweep.lock"
+LOCK_NAME = LOCK
 
 
 class SweepLock:
-    def __init__(self, store_root: Path, *, run_id: str, plan: str) -> None:
-        self.path = Path(store_root) / LOCK_NAME
+    def __init__(
+        self, store_root: StoreRoot | Path | str, *, run_id: str, plan: str, lease_s: float = lease.LEASE_S
+    ) -> None:
+        place = StoreRoot.of(store_root)
+        self.where: Path | str = place.path if place.local else place.uri
+        """The store, as messages name it."""
+        self.path: Path | str = place.path / LOCK_NAME if place.local else place.join(LOCK_NAME)
         self.info = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
@@ -35,9 +46,15 @@ class SweepLock:
             "started_at": datetime.now().astimezone().isoformat(timespec="seconds"),
         }
         self._fd: int | None = None
+        self._lease = None if place.local else lease.Lease(place, self.info, lease_s=lease_s)
 
     def acquire(self) -> None:
         """Take the lock, or raise InputError naming the running sweep (one line)."""
+        if self._lease is not None:
+            held_by = self._lease.acquire()
+            if held_by is not None:
+                raise InputError(self._busy_message(held_by))
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -64,9 +81,12 @@ class SweepLock:
     def update(self, **info) -> None:
         """Add to the holder info (the plan's job counts once known) for `labprobe status`; a write
         that fails leaves the older info, which only `status` reads."""
+        self.info.update(info)
+        if self._lease is not None:
+            self._lease.update(self.info)
+            return
         if self._fd is None:
             return
-        self.info.update(info)
         data = json.dumps(self.info).encode()
         try:
             os.pwrite(self._fd, data, 0)
@@ -75,6 +95,9 @@ class SweepLock:
             pass
 
     def release(self) -> None:
+        if self._lease is not None:
+            self._lease.release()
+            return
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
@@ -96,14 +119,23 @@ class SweepLock:
         return (
             f"another sweep is running on this store: pid {holder.get('pid')} on {holder.get('host')}, "
             f"run {holder.get('run_id')}, plan {holder.get('plan')!r}, started {holder.get('started_at')} "
-            f"(lock {self.path})"
+            f"(lock {self.path}{lease_left(holder)})"
         )
 
 
-def holder(store_root: Path) -> dict | None:
+def lease_left(holder: dict) -> str:
+    """On an object store: how long the holder's lease runs without a renewal (a dead holder's, at most)."""
+    left = holder.get("lease_left_s")
+    return "" if left is None else f"; its lease runs out in {left} s unless renewed"
+
+
+def holder(store_root: StoreRoot | Path | str) -> dict | None:
     """The running sweep's holder info when one holds `store_root`'s lock, else None."""
+    place = StoreRoot.of(store_root)
+    if not place.local:
+        return lease.holder(place)
     try:
-        fd = os.open(Path(store_root) / LOCK_NAME, os.O_RDONLY)
+        fd = os.open(place.path / LOCK_NAME, os.O_RDONLY)
     except FileNotFoundError:
         return None
     try:

@@ -1,8 +1,8 @@
 """When the store cannot take a result: find out before any job runs, and never lose one computed.
 
-`check_writable(root)` writes, syncs and removes a small file in the store's root before a sweep
-hands out its first job: a read-only, full or vanished store is one line (exit 2) then, not every
-job computed and thrown away at its write. It writes beside the tables rather than through them
+`check_writable(root)` writes (and syncs) and removes a small file in the store's root before a sweep
+hands out its first job: a read-only, full or vanished store, a missing bucket or refused credentials
+are one line (exit 2) then, not every job computed and thrown away at its write. It writes beside the tables rather than through them
 (the store's own API has no such check yet); a store that takes this file but refuses a table
 write still reaches the spill below.
 
@@ -17,46 +17,26 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from probes.result import InputError, loads, to_jsonable
-
-CHECK_BYTES = 64 * 1024
-"""Written and synced by the check: a disk with less room than this cannot take a result file."""
+from probes.result import loads, to_jsonable
+from runner.store.root import StoreRoot
 
 
-def check_writable(root: Path) -> None:
-    """InputError naming the store unless a file can be created, filled, synced and removed in `root`."""
-    root = Path(root)
-    if root.exists() and not root.is_dir():
-        raise InputError(f"store {root}: not a folder (--store or store.root names a file); no job was run")
-    probe = root / f".write-check-{os.getpid()}"
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            os.write(fd, b"\0" * CHECK_BYTES)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise InputError(f"store {root}: cannot be written ({exc.strerror or exc}); no job was run") from None
-    finally:
-        try:
-            probe.unlink()
-        except OSError:  # never created, or the store vanished meanwhile: nothing left behind
-            pass
+def check_writable(root: Path | str) -> None:
+    """InputError naming the store unless a file can be written and removed under `root` (a folder or
+    an object-store URL): runner.store.root.StoreRoot.check_writable."""
+    StoreRoot.of(root).check_writable()
 
 
 class Spill:
     """JSON lines of the results the store refused, one per job, in a file named after the run."""
 
     def __init__(self, run_id: str, folder: Path | None = None) -> None:
-        self.path = Path(folder or tempfile.gettempdir()) / f"labprobe-spill-{run_id}.jsonl"
+        self.path = Path(folder) / f"labprobe-spill-{run_id}.jsonl" if folder else StoreRoot.spill(run_id)
         self.num_jobs = 0
 
     def add(

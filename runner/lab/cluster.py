@@ -32,6 +32,7 @@ from runner.lab.names import control_characters, is_safe_name, path_name_errors,
 from runner.lab.probe_config import build_probe_config, field_error_line
 from runner.lab.safe_yaml import read_yaml
 from runner.lab.store_spec import StoreSpec
+from runner.store.root import is_url
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 """Checkpoint and corpus names become Parquet partition values: keep them plain."""
@@ -289,7 +290,7 @@ def load_cluster(path: str | Path, *, configs: bool = True) -> Cluster:
 def _path_name_errors(cluster: Cluster) -> list[str]:
     """Names the store's filesystem would refuse as file names, before any job runs (runner.lab.names)."""
     spec = cluster.spec
-    local = "://" not in str(spec.store.root)
+    local = not is_url(spec.store.root)
     return path_name_errors(
         cluster.store_root() if local else Path("."),
         local=local,

@@ -51,6 +51,7 @@ from probes.result import InputError, loads, shown
 from runner.clock import parse_deadline
 from runner.lab.cluster import Cluster
 from runner.lab.names import control_characters, is_safe_name, refuse_control
+from runner.store.root import LOGS, is_url
 
 BEGIN = "# BEGIN labprobe schedule: lines written by `labprobe schedule`, edit them with it"
 END = "# END labprobe schedule"
@@ -218,7 +219,7 @@ def _bad_value(entry: Entry, eid: str) -> str | None:
         return f"cron: invalid cron expression {shown(entry.cron)}"
     for key in ("cluster", "log", "store", "ray_auth_token_path"):
         value = getattr(entry, key)
-        if value is not None and ("://" not in value or key != "store") and not Path(value).is_absolute():
+        if value is not None and not (key == "store" and is_url(value)) and not Path(value).is_absolute():
             return f"{key}: expected an absolute path, got {shown(value)}"
     if entry.ray_auth_mode is not None and entry.ray_auth_mode not in AUTH_MODES:
         return f"ray_auth_mode: expected one of {', '.join(AUTH_MODES)}, got {shown(entry.ray_auth_mode)}"
@@ -431,7 +432,7 @@ def new_entry(
         cron=" ".join(cron.split()),
         cluster=str(cluster.path),
         plan=plan,
-        store=None if store is None else (store if "://" in store else str(Path(store).absolute())),
+        store=None if store is None else (store if is_url(store) else str(Path(store).absolute())),
         deadline=deadline,
         log=str(log_path),
         ray_auth_mode=mode,
@@ -574,7 +575,10 @@ def _log_path(cluster: Cluster, plan: str, log: Path | None) -> Path:
     if configured:
         path = Path(configured).expanduser()
         return path if path.is_absolute() else (cluster.base / path).resolve()
-    return Path(cluster.store_root()) / "logs" / f"sweep-{plan}.log"
+    root = cluster.store_root()
+    # The shell appends the sweep's output line by line: an object cannot take that, so a store on an
+    # object store has its cron log beside the cluster file.
+    return (cluster.base if is_url(root) else Path(root)) / LOGS / f"sweep-{plan}.log"
 
 
 def _check_deadline_after_start(cron: str, deadline: str) -> None:

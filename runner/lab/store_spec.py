@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-URL = re.compile(r"^[a-z][a-z0-9+.-]*://")
+from runner.store.root import is_url
 
 
 class StoreSpec(BaseModel):
@@ -27,7 +26,7 @@ class StoreSpec(BaseModel):
 
     def location(self, base: Path) -> Path | str:
         """The root: a URL as written, a path resolved against `base` (the cluster file's directory)."""
-        if URL.match(self.root) and not self.root.startswith("file://"):
+        if is_url(self.root):
             return self.root
         path = Path(self.root.removeprefix("file://")).expanduser()
         return path if path.is_absolute() else (base / path).resolve()

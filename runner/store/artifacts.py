@@ -7,9 +7,7 @@ import os
 from pathlib import Path
 
 import pyarrow.fs as pa_fs
-from deltalake.fs import DeltaStorageHandler
 
-from runner.store import delta
 from runner.store.delta import StoreError
 
 
@@ -17,9 +15,10 @@ def write(store, job_id: str, run_id: str, files: dict[str, str]) -> str:
     """Write `files` (name -> text) of one job's run; -> their folder."""
     for name in files:
         assert "/" not in name and not name.startswith("."), f"bad artifact name {name!r}"
+    rel = store.place.artifacts(job_id, run_id)
     if not store.local:
-        return _write_remote(store, f"artifacts/{job_id}/{run_id}", files)
-    folder = store.root / "artifacts" / job_id / run_id
+        return _write_remote(store.place, rel, files)
+    folder = store.root / rel
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         path = folder / name
@@ -31,15 +30,14 @@ def write(store, job_id: str, run_id: str, files: dict[str, str]) -> str:
     return str(folder)
 
 
-def _write_remote(store, folder: str, files: dict[str, str]) -> str:
+def _write_remote(place, folder: str, files: dict[str, str]) -> str:
     # An object store's put is atomic (the object appears whole or not at all).
-    fs = pa_fs.PyFileSystem(DeltaStorageHandler(store.uri, store.storage_options or None))
+    fs = place.filesystem()
     for name, text in files.items():
         if fs.get_file_info(f"{folder}/{name}").type != pa_fs.FileType.NotFound:
-            raise StoreError(f"{store.uri}/{folder}/{name}: already stored; the store never rewrites a file")
-        with fs.open_output_stream(f"{folder}/{name}") as out:
-            out.write(text.encode("utf-8"))
-    return delta.join(store.uri, folder)
+            raise StoreError(f"{place.join(folder, name)}: already stored; the store never rewrites a file")
+        place.write_text(f"{folder}/{name}", text)
+    return place.join(folder)
 
 
 def _publish(tmp: Path, path: Path) -> None:

@@ -1,7 +1,7 @@
 """The store's Delta Lake tables through delta-rs (`deltalake`): where they live, append, read.
 
-A store root is a local directory or an object-store URL delta-rs supports (`s3://`, `gs://`,
-`az://`, `abfss://`, ...). Its tables live under `<root>/tables/<name>/` (`jobs`, and
+A store root (runner.store.root) is a local directory or an object-store URL delta-rs supports
+(`s3://`, `gs://`, `az://`, `abfss://`, ...). Its tables live under `<root>/tables/<name>/` (`jobs`, and
 `<probe>.<table>` per probe table), each a Delta table: data files plus the `_delta_log/` that says
 which files are the table. A file not in the log (a stray, a writer's half-written file, a file of
 the older hive layout) is never read: that is how stray files stop breaking reads.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -38,12 +37,12 @@ from deltalake.transaction import PostCommitHookProperties
 from pyarrow.dataset import ParquetReadOptions
 
 from probes.result import InputError
+from runner.store.root import one_line
 
 log = logging.getLogger("labprobe.store")
 
 TABLES = "tables"
 """Folder of the root that holds the Delta tables (the older hive layout used the root itself)."""
-_URL = re.compile(r"^([a-z][a-z0-9+.-]*):/+(.+)$")
 TARGET_FILE_BYTES = 32 * 2**20
 """Compaction target: files above it are left alone, so a nightly compaction rewrites only the
 recent small files, not the whole table (a year of one table stays a few files)."""
@@ -85,17 +84,6 @@ class StoreError(RuntimeError):
 
 class CorruptStoreError(InputError):
     """A file the table's log references cannot be read (corrupt or missing)."""
-
-
-def location(root: str | Path) -> tuple[str, bool]:
-    """(uri for delta-rs, is it a local directory). `s3://b/x`, also as `Path` mangles it (`s3:/b/x`)."""
-    text = str(root)
-    match = _URL.match(text)
-    if match and match.group(1) != "file":
-        return f"{match.group(1)}://{match.group(2)}", False
-    if match:  # file:///abs/path
-        text = "/" + match.group(2).lstrip("/")
-    return str(Path(text).expanduser().absolute()), True
 
 
 def _unicode(path: str) -> str:
@@ -393,7 +381,6 @@ def is_table(uri: str, options: dict[str, str] | None) -> bool:
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:
-    """The message's first line (delta-rs appends a Rust backtrace), cut to `limit` characters."""
-    lines = str(exc).strip().splitlines() or [type(exc).__name__]
-    text = " ".join(lines[0].split())
-    return text if len(text) <= limit else text[:limit] + "..."
+    """The error in one line (delta-rs appends a Rust backtrace; its object store chains causes over
+    many lines: runner.store.root.one_line keeps the server's code, or the failed connection's cause)."""
+    return one_line(exc, limit)

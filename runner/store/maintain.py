@@ -104,8 +104,10 @@ def _lost_log(store, name: str) -> str | None:
 
 
 def require_store(store) -> None:
-    """A local store root must be a folder holding tables (or the older layout): else InputError."""
+    """A local store root must be a folder holding tables (or the older layout), an object store's must
+    answer (its bucket there, the credentials taken): else InputError."""
     if not store.local:
+        store.place.require_reachable()
         return
     root = Path(store.root)
     if not root.exists():

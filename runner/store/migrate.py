@@ -9,7 +9,8 @@ jobs commit their rows as a sweep's would; rows of a job that never got its job 
 (nothing is lost) and stay unread, as before. A file that is not a store file (not Parquet, empty,
 unreadable, or Parquet of another schema: no job_id/run_id, or null ones) is skipped and named.
 Run again, it adds only what is not yet in the Delta tables. The old files stay until the user
-removes them; artifacts/ keeps its layout and needs no migration.
+removes them; artifacts/ keeps its layout and needs no migration. The files are read through the
+root's file system (runner.store.root): a local folder, or an object store whose bucket holds them.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pa_fs
 import pyarrow.parquet as pq
 
 from runner.store import delta
+from runner.store.root import StoreRoot
 
 NEEDED = {"jobs": ("job_id", "run_id", "probe", "status", "finished_at")}
 """Columns a file must carry to be taken in as rows of its table."""
@@ -38,28 +41,33 @@ class Migration:
     """(file, why) of every file that is not a store file."""
 
 
-def legacy_tables(root: Path) -> list[str]:
+def legacy_tables(root: StoreRoot | Path | str) -> list[str]:
     """Folders of `root` in the older layout: `jobs` or `<probe>.<table>`, holding `host=` folders."""
-    if not root.is_dir():
+    place = StoreRoot.of(root)
+    if place.local and not place.path.is_dir():
         return []
     return sorted(
-        p.name
-        for p in root.iterdir()
-        if p.is_dir()
-        and (p.name == "jobs" or "." in p.name)
-        and not p.name.startswith(".")
-        and any(c.is_dir() and c.name.startswith("host=") for c in p.iterdir())
+        name
+        for name in _folders(place, "")
+        if (name == "jobs" or "." in name)
+        and not name.startswith(".")
+        and any(c.startswith("host=") for c in _folders(place, name))
     )
 
 
+def _folders(place: StoreRoot, rel: str) -> list[str]:
+    infos = place.filesystem().get_file_info(pa_fs.FileSelector(rel, allow_not_found=True))
+    return [i.base_name for i in infos if i.type == pa_fs.FileType.Directory]
+
+
 def migrate(store) -> Migration:
-    """Carry every legacy table of `store` (a local runner.store.store.Store) into its Delta tables."""
+    """Carry every legacy table of `store` (a runner.store.store.Store) into its Delta tables."""
     report = Migration()
-    names = legacy_tables(store.root)
+    names = legacy_tables(store.place)
     for name in sorted(names, key=lambda n: n == "jobs"):  # jobs last: job rows commit the rest
         tables = []
-        for path in _files(store.root / name, report):
-            table = _read(path, name, report)
+        for path in _files(store.place, name, report):
+            table = _read(store.place, path, name, report)
             if table is not None:
                 tables.append(table)
         report.files[name] = len(tables)
@@ -68,41 +76,42 @@ def migrate(store) -> Migration:
     return report
 
 
-def _files(folder: Path, report: Migration) -> list[Path]:
+def _files(place: StoreRoot, name: str, report: Migration) -> list[pa_fs.FileInfo]:
+    """The files of legacy table `name` in host=/checkpoint= folders (the others named in the report)."""
+    infos = place.filesystem().get_file_info(pa_fs.FileSelector(name, recursive=True))
     out = []
-    for path in sorted(folder.rglob("*")):
-        if not path.is_file() or path.name.startswith("."):  # dot files: the old writer's temp files
+    for info in sorted(infos, key=lambda i: i.path):
+        if info.type != pa_fs.FileType.File or info.base_name.startswith("."):  # dot files: the old writer's temp files
             continue
-        rel = path.relative_to(folder).parts
+        rel = info.path.split("/")[1:]
         if len(rel) != 3 or not rel[0].startswith("host=") or not rel[1].startswith("checkpoint="):
-            report.skipped.append((str(path), "not in a host=/checkpoint= folder"))
-        elif path.suffix != ".parquet":
-            report.skipped.append((str(path), "not a Parquet file"))
+            report.skipped.append((place.join(info.path), "not in a host=/checkpoint= folder"))
+        elif not info.base_name.endswith(".parquet"):
+            report.skipped.append((place.join(info.path), "not a Parquet file"))
         else:
-            out.append(path)
+            out.append(info)
     return out
 
 
-def _read(path: Path, name: str, report: Migration) -> pa.Table | None:
+def _read(place: StoreRoot, info: pa_fs.FileInfo, name: str, report: Migration) -> pa.Table | None:
     """The file's rows with host and checkpoint from its folders; None (and why) if not a store file."""
+    shown = place.join(info.path)
     try:
-        table = pq.read_table(path)
+        with place.filesystem().open_input_file(info.path) as handle:
+            table = pq.ParquetFile(handle, pre_buffer=False).read()
     except (OSError, pa.ArrowException):
-        report.skipped.append(
-            (
-                str(path),
-                "unreadable as Parquet (" + ("empty)" if path.stat().st_size == 0 else "corrupt or not Parquet)"),
-            )
-        )
+        why = "empty)" if info.size == 0 else "corrupt or not Parquet)"
+        report.skipped.append((shown, "unreadable as Parquet (" + why))
         return None
     needed = NEEDED.get(name, NEEDED_ROWS)
     missing = [c for c in needed if c not in table.column_names]
     if missing or any(table.column(c).null_count for c in ("job_id", "run_id") if c in table.column_names):
         why = f"no {missing[0]} column" if missing else "null job_id or run_id"
-        report.skipped.append((str(path), f"foreign schema ({why}): not a store file"))
+        report.skipped.append((shown, f"foreign schema ({why}): not a store file"))
         return None
-    host = path.parent.parent.name.removeprefix("host=")
-    checkpoint = path.parent.name.removeprefix("checkpoint=")
+    _, host_dir, checkpoint_dir, _ = info.path.split("/")
+    host = host_dir.removeprefix("host=")
+    checkpoint = checkpoint_dir.removeprefix("checkpoint=")
     for column, value in (("host", host), ("checkpoint", checkpoint)):
         if column in table.column_names:
             table = table.drop_columns([column])

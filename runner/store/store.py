@@ -36,6 +36,7 @@ from probes.result import InputError, ProbeResult, config_to_dict
 from runner.store import artifacts, delta
 from runner.store.delta import CorruptStoreError, StoreError
 from runner.store.latest import JOB, ORDER, SLOT, latest, latest_indices, plain
+from runner.store.root import StoreRoot
 from runner.store.rows import JOB_COLUMNS, KEY_COLUMNS, STATUSES, JobKey, job_record, table_records
 
 __all__ = [
@@ -64,12 +65,14 @@ past it a pyarrow filter (measured: DataFusion's IN list costs 0.02-0.1 ms an id
 
 
 class Store:
-    def __init__(self, root: str | Path, *, storage_options: dict[str, str] | None = None) -> None:
-        """`root`: a directory or an object-store URL; `storage_options`: delta-rs's, for a URL
-        (credentials and endpoints; unset, delta-rs reads the usual AWS_/GOOGLE_/AZURE_ variables)."""
-        self.uri, self.local = delta.location(root)
+    def __init__(self, root: StoreRoot | str | Path, *, storage_options: dict[str, str] | None = None) -> None:
+        """`root`: a StoreRoot (runner.cli.stores opens one per command), a directory or an object-store
+        URL; `storage_options`: delta-rs's, for a URL (credentials and endpoints; unset, delta-rs reads
+        the usual AWS_/GOOGLE_/AZURE_ variables)."""
+        self.place = StoreRoot.of(root, storage_options)
+        self.uri, self.local = self.place.uri, self.place.local
         self.root: Path | str = Path(self.uri) if self.local else self.uri
-        self.storage_options = dict(storage_options or {})
+        self.storage_options = self.place.storage_options
         self._writers: dict[str, DeltaTable] = {}
         self._written: dict[tuple[str, str], set[str]] = {}  # (table, run_id) -> job ids stored
         self._layout_ok = False
@@ -77,7 +80,7 @@ class Store:
 
     # -- where ---------------------------------------------------------------------------------
     def table_uri(self, name: str) -> str:
-        return delta.join(self.uri, delta.TABLES, name)
+        return self.place.table(name)
 
     def table(self, name: str) -> DeltaTable | None:
         """Table `name` at its newest version; None when nothing was stored in it. A local store
@@ -92,7 +95,9 @@ class Store:
         return table
 
     def require_root(self) -> None:
-        """A reader of a local store that does not exist is told so (not "no results")."""
+        """A reader of a local store that does not exist is told so (not "no results"); one of an object
+        store that does not answer (a missing bucket, refused credentials) is told what the server said."""
+        self.place.require_reachable()
         if self.local and not self.root.exists():
             raise InputError(f"store {self.root}: no such directory")
         if self.local and not self.root.is_dir():
@@ -242,7 +247,7 @@ class Store:
         self.require_root()
         self.check_layout()
         names = []
-        for name in delta.list_dirs(delta.join(self.uri, delta.TABLES), self.storage_options, self.local):
+        for name in delta.list_dirs(self.place.join(delta.TABLES), self.storage_options, self.local):
             shaped = (name == "jobs" or "." in name) and not name.startswith(".")
             if shaped and delta.is_table(self.table_uri(name), self.storage_options):
                 names.append(name)
