@@ -27,6 +27,7 @@ from probes.step.train.checkpoint import read_config  # the runner fingerprints 
 from probes.step.variants.names import canonical as variant_name  # compare matches --variant as the store keeps names
 
 __all__ = [
+    "ANSWER",
     "ENV_PROBES",
     "GPU_PROBES",
     "REGISTRY",
@@ -53,6 +54,9 @@ __all__ = [
 
 SUMMARY = "summary"
 """The pseudo-table of a job's summary figures (the `summary_json` of each job row), for `compare`."""
+ANSWER = "answer"
+"""The pseudo-table of a job's answer figures, worded as the sweep's end and the report word them, for
+`compare` (a text figure, such as mask's `full_fast_path`, is compared as it is worded)."""
 
 
 # -- what a probe declares for the report's plots and sections (the runner draws them) --------------------
@@ -130,7 +134,7 @@ class Presentation:
     """The findings' one line over the answer rows of every host and checkpoint; None: the count of rows."""
     compare: tuple[tuple[str, str], ...] = ()
     """(table, metric) candidates of `labprobe compare`, the answer first: the first stored wins, else the
-    jobs' `wall_s`. The table SUMMARY compares a figure of the jobs' summaries."""
+    jobs' `wall_s`. The table SUMMARY compares a figure of the jobs' summaries, ANSWER one of its answer's."""
     history_table: str | None = None
     """The table `labprobe history` follows when the probe wrote several and --table is not given."""
     plots: tuple[Plot, ...] = ()

@@ -23,6 +23,20 @@ def layer_ranges(layers: list[int]) -> str:
     return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out) or "none"
 
 
+def fast_path_words(kept: int, full: int, no_flash: pd.DataFrame) -> str:
+    """The one wording of the fast-path fact, as the sweep's table, compare, the report and the docs say it:
+    `28 of 28`, or, where layers keep the maskless is_causal call that flash cannot run (Gemma-4's head_dim
+    512), `5 of 5 (not flash: head_dim 512, efficient kernel)`: the fast path kept, its kernel named."""
+    words = f"{kept} of {full}"
+    if no_flash.empty:
+        return words
+    dims = sorted({int(d) for d in no_flash["head_dim"].dropna()}) if "head_dim" in no_flash else []
+    kernels = sorted(set(no_flash["expected_backend"].dropna().astype(str))) if "expected_backend" in no_flash else []
+    said = [f"head_dim {', '.join(map(str, dims))}"] if dims else []
+    said += [f"{' / '.join(kernels)} kernel"] if kernels else []
+    return f"{words} (not flash: {', '.join(said) or 'not eligible'})"
+
+
 def _flag(frame: pd.DataFrame, column: str) -> pd.Series:
     return frame[column].fillna(False).astype(bool) if column in frame else pd.Series(False, index=frame.index)
 
@@ -38,6 +52,7 @@ def figures(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> tup
     # the fast path is the maskless is_causal call (flash eligibility is the `fast_path` column's own matter)
     lost = full["mask"].astype(str) != "none" if "mask" in full else ~_flag(full, "fast_path")
     slow = full[lost]["layer"].tolist()
+    no_flash = full[~lost & ~_flag(full, "fast_path")] if "mask" in full else full.iloc[:0]
     leaking = layers[_flag(layers, "cross_sequence")]
     leaks = leaking["layer"].tolist()
     row = {
@@ -45,7 +60,7 @@ def figures(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> tup
         "padding": config.get("padding"),
         "use_cache": _use_cache(config) if config.get("padding") == "packed" else None,
         "layers": len(layers),
-        "full_fast_path": f"{len(full) - len(slow)} of {len(full)}",
+        "full_fast_path": fast_path_words(len(full) - len(slow), len(full), no_flash),
         "lose_fast_path": layer_ranges(slow),
         "sliding_band_ok": f"{int(_flag(slide, 'band_ok').sum())} of {len(slide)}" if len(slide) else "-",
         "cross_sequence": layer_ranges(leaks),

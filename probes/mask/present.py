@@ -1,9 +1,10 @@
-"""How the runner shows the `mask` probe: its headline, compare's default (the layers keeping the fast path).
+"""How the runner shows the `mask` probe: its headline, compare's default (its answer's full layers keeping the
+fast path, worded as the sweep's table words them).
 The checks (fast path, band, packing) are the answer itself, shown per row."""
 
 from __future__ import annotations
 
-from probes import SUMMARY, Presentation
+from probes import ANSWER, Presentation
 
 
 def headline(rows: list[dict]) -> str:
@@ -15,4 +16,4 @@ def headline(rows: list[dict]) -> str:
     )
 
 
-PRESENTATION = Presentation(headline=headline, compare=((SUMMARY, "layers_fast_path"),), checks_are_answer=True)
+PRESENTATION = Presentation(headline=headline, compare=((ANSWER, "full_fast_path"),), checks_are_answer=True)

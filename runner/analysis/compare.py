@@ -37,8 +37,9 @@ from typing import Any
 
 import pandas as pd
 
-from probes import SUMMARY, presentation, variant_name
+from probes import ANSWER, SUMMARY, presentation, variant_name
 from probes.result import FieldError, InputError
+from runner.analysis.compare_answer import answer_rows, text_cells
 from runner.analysis.drift import (
     DIMENSIONS,
     SPREAD_LIMIT_PCT,
@@ -101,23 +102,26 @@ def compare(
         if table == "jobs"
         else _summary_rows(jobs)
         if table == SUMMARY
+        else answer_rows(store, jobs)
+        if table == ANSWER
         else _table_rows(store, f"{probe}.{table}", jobs)
     )
     if rows.empty:
         raise InputError(f"{store.root}: no rows of {probe}.{table} from its newest ok jobs")
     rows = of_variants(rows, probe, table, variants)
     rows, priced = _budget_hours(rows, probe, table, metric, budget)
-    if metric not in rows.columns or not pd.api.types.is_numeric_dtype(rows[metric]):
+    text = table == ANSWER and metric in rows.columns and not pd.api.types.is_numeric_dtype(rows[metric])
+    if metric not in rows.columns or not (text or pd.api.types.is_numeric_dtype(rows[metric])):
         numeric = [c for c in rows.columns if pd.api.types.is_float_dtype(rows[c])]
         raise InputError(f"--metric: no column {metric!r} in {probe}.{table} (numeric: {', '.join(numeric)})")
     hosts = _host_order(rows["host"].unique(), host_order or [])
     baseline = baseline or hosts[0]
     if baseline not in hosts:
         raise InputError(f"--baseline: host {baseline!r} has no rows (hosts: {', '.join(hosts)})")
-    dims = _label_columns(rows, metric)
-    cells = _cells(rows, metric, dims)
+    dims = _label_columns(rows, metric, text_labels=table == ANSWER)
+    cells, differ = text_cells(rows, metric, dims, hosts) if text else (_cells(rows, metric, dims), [])
     warnings = _fingerprint_warnings(rows) + _config_warnings(jobs, dims, hosts) + _version_warnings(jobs)
-    warnings += _spread_warnings(rows, cells, dims)
+    warnings += differ if text else _spread_warnings(rows, cells, dims)
     gpus = {h: _env(jobs[jobs["host"] == h]).get("gpu", "") for h in hosts}
     return Comparison(
         probe=probe,
@@ -195,21 +199,21 @@ def _choose(store: Store, probe: str, table: str | None, metric: str | None) -> 
     defaults = presentation(probe).compare  # (table, metric) candidates, the probe's answer first
     if table is None:
         for cand_table, cand_metric in defaults:
-            if cand_table == SUMMARY or f"{probe}.{cand_table}" in names:
+            if cand_table in (SUMMARY, ANSWER) or f"{probe}.{cand_table}" in names:
                 return cand_table, metric or cand_metric
         # A metric of the probe's tables, none stored (its jobs skipped or failed): say that, not "no column"
         if defaults and metric is not None and metric not in store.columns("jobs"):
-            wanted = ", ".join(f"{probe}.{t}" for t, _ in defaults if t != SUMMARY)
+            wanted = ", ".join(f"{probe}.{t}" for t, _ in defaults if t not in (SUMMARY, ANSWER))
             raise InputError(
                 f"{store.root}: no {probe} results stored ({wanted}: none; its jobs were skipped or failed, "
                 "e.g. no GPU): run it on a GPU host, or `labprobe demo load-sample` for recorded H200 results"
             )
         return "jobs", metric or "wall_s"
-    if table not in ("jobs", SUMMARY) and f"{probe}.{table}" not in names:
+    if table not in ("jobs", SUMMARY, ANSWER) and f"{probe}.{table}" not in names:
         stored = sorted(n.split(".", 1)[1] for n in names if n.startswith(probe + "."))
         raise InputError(f"--table: no table {probe}.{table} stored (stored: {', '.join(stored) or 'none'})")
-    if metric is None and table == SUMMARY:
-        raise InputError("--metric: name the summary figure to compare (--table summary)")
+    if metric is None and table in (SUMMARY, ANSWER):
+        raise InputError(f"--metric: name the {table} figure to compare (--table {table})")
     if metric is None:
         cols = ["wall_s"] if table == "jobs" else store.columns(f"{probe}.{table}")
         metric = next((m for m in METRIC_PREFERENCE if m in cols), None) or next(
@@ -272,9 +276,11 @@ def _host_order(present, order: list[str]) -> list[str]:
     return [h for h in order if h in present] + sorted(present - set(order))
 
 
-def _label_columns(rows: pd.DataFrame, metric: str) -> list[str]:
+def _label_columns(rows: pd.DataFrame, metric: str, *, text_labels: bool = False) -> list[str]:
     """The fewest label columns (string/int/bool) that tell a job's rows apart, taking only columns
-    with the same values on every host (seq_len, strategy), never per-host results (steps taken)."""
+    with the same values on every host (seq_len, strategy), never per-host results (steps taken).
+    `text_labels` (an answer's rows): the answer's own columns tell a checkpoint's configs apart where they
+    can, before the config hash does."""
     skip = set(KEY_COLUMNS) | {metric, "variant"}
     candidates = [
         c
@@ -297,7 +303,13 @@ def _label_columns(rows: pd.DataFrame, metric: str) -> list[str]:
         # the other's lengths into one median; another label only where every host shows the same values
         if rows.groupby("job_id")[col].nunique().max() > 1 and (col in DIMENSIONS or _aligned(rows, col)):
             dims.append(col)
-    if rows.groupby(["host", "checkpoint"])["config_hash"].nunique().max() > 1:
+    if text_labels:  # an answer's rows name their config (mask: seq_len, padding, use_cache): say it so
+        for col in candidates:
+            if rows.groupby(["host", "checkpoint", *dims], dropna=False)["config_hash"].nunique().max() < 2:
+                break
+            if col not in dims and rows.groupby(["host", "checkpoint"])[col].nunique(dropna=False).max() > 1:
+                dims.append(col)
+    if rows.groupby(["host", "checkpoint", *dims], dropna=False)["config_hash"].nunique().max() > 1:
         dims.append("config_hash")
     return dims
 
@@ -360,12 +372,13 @@ def _pivot(cells: pd.DataFrame, hosts: list[str], baseline: str) -> list[dict[st
                 "untrusted": {},
             },
         )
-        row["values"][cell.host] = float(cell.median)
+        row["values"][cell.host] = cell.median if isinstance(cell.median, str) else float(cell.median)
         row["counts"][cell.host] = int(cell.count)
         row["untrusted"][cell.host] = bool(cell.untrusted)
     for row in out.values():
         base = row["values"].get(baseline)
-        row["ratios"] = {h: (v / base if base not in (None, 0) else None) for h, v in row["values"].items()}
+        numeric = not isinstance(base, str) and base not in (None, 0)
+        row["ratios"] = {h: (v / base if numeric else None) for h, v in row["values"].items()}
     return list(out.values())
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from probes.result import InputError
 from runner.analysis import plots
 from runner.analysis.compare import Comparison, better
 
@@ -17,6 +18,8 @@ COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA
 
 
 def plot_comparison(result: Comparison, path: Path) -> Path:
+    if any(isinstance(v, str) for r in result.rows for v in r["values"].values()):
+        raise InputError(f"--plot: {result.table}.{result.metric} is worded, not a number: nothing to draw")
     labels = [f"{r['checkpoint']}\n{r['group']}" if r["group"] else r["checkpoint"] for r in result.rows]
     num_hosts = len(result.hosts)
     fig = Figure(figsize=(max(6.0, 1.5 + (0.5 * num_hosts + 0.6) * len(labels)), 4.2), layout="constrained")

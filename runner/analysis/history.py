@@ -16,6 +16,7 @@ import pandas as pd
 
 from probes import presentation
 from probes.result import InputError
+from runner.analysis.compare import of_variants, only
 from runner.analysis.drift import SERIES_KEYS
 from runner.store.store import Store
 from runner.tables import format_table
@@ -37,15 +38,18 @@ def choose_table(store: Store, probe: str, table: str | None) -> str:
     raise InputError(f"--table: probe {probe!r} has several tables, name one: {', '.join(names)}")
 
 
-def select_rows(frame: pd.DataFrame, *, host: str | None, checkpoint: str | None, table: str) -> pd.DataFrame:
-    for column, value in (("host", host), ("checkpoint", checkpoint)):
-        if value is None:
-            continue
-        known = sorted(frame[column].astype(str).unique())
-        if value not in known:
-            raise InputError(f"--{column}: no rows for {column} {value!r} in {table} ({column}s: {', '.join(known)})")
-        frame = frame[frame[column].astype(str) == value]
-    return frame
+def select_rows(
+    frame: pd.DataFrame,
+    *,
+    hosts: list[str] | None,
+    checkpoints: list[str] | None,
+    variants: list[str] | None = None,
+    table: str,
+) -> pd.DataFrame:
+    """The rows of these hosts, checkpoints and variants (all where None), as `labprobe compare` filters them."""
+    frame = only(frame, hosts=hosts, checkpoints=checkpoints, what=table)
+    probe, name = table.split(".", 1)
+    return of_variants(frame, probe, name, variants)
 
 
 def newest_drifted(drift: pd.DataFrame, by: list[str]) -> bool:
@@ -63,10 +67,14 @@ def render(drift: pd.DataFrame, table: str, metric: str, by: list[str], alerts: 
         + (f" (spread from {spread})" if spread else " (no spread column: values taken as exact)")
     ]
     series = ["host", "checkpoint"] + [c for c in by if c not in SERIES_KEYS]
+    variant = "variant" in drift.columns and drift["variant"].notna().any()
     for key, rows in drift.groupby(series + ["checkpoint_fp", "config_hash"], sort=True, dropna=False):
         title = "== " + " ".join(f"{c}={v}" for c, v in zip(series + ["fp", "config"], key))
+        if variant:  # each variant its own series: its rows together, its own baseline
+            rows = rows.sort_values(["variant", "finished_at"], kind="stable")
         records = [
             {
+                **({"variant": r.variant} if variant else {}),
                 "finished_at": r.finished_at.strftime("%Y-%m-%d %H:%M"),
                 "run_id": r.run_id,
                 metric: r.value,
@@ -87,3 +95,9 @@ def render(drift: pd.DataFrame, table: str, metric: str, by: list[str], alerts: 
 def _or_none(value: float) -> float | None:
     """No earlier run, no baseline: shown as None rather than nan."""
     return None if pd.isna(value) else float(value)
+
+
+def plot_labels(drift: pd.DataFrame, by: list[str]) -> list[str]:
+    """The columns one plotted line stands for: host and checkpoint, the variant, the other identity columns."""
+    variant = ["variant"] if "variant" in drift.columns and drift["variant"].notna().any() else []
+    return ["host", "checkpoint", *variant] + [c for c in by if c not in SERIES_KEYS]

@@ -19,6 +19,7 @@ RUNNER_COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("runner.cli.sweep", "run a plan of probes over the lab's hosts with Ray"),
     "status": ("runner.cli.status", "what is running on the store: the sweep, its plan, its jobs done and left"),
     "validate": ("runner.cli.validate", "check cluster.yaml and expand every plan, running nothing"),
+    "recommend": ("runner.cli.recommend", "which carrier, on which host, how many hours for the lab's budget"),
     "compare": ("runner.cli.compare", "compare hosts on the same work from the store"),
     "host-command": ("runner.cli.host_command", "print the `ray start` line for one host"),
     "idle": ("runner.cli.idle", "read every GPU of the lab through NVML: idle or busy, and why"),

@@ -10,7 +10,6 @@ from runner.analysis.compare import compare, render
 from runner.cli.options import plot_file
 from runner.cli.outputs import add_mkdir_option, writable_file, writing
 from runner.cli.stores import add_store_option, open_store, optional_cluster
-from runner.store.store import Store
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="only rows of this variant (repeatable; default: every variant, each its own row)",
     )
+    parser.add_argument("--host", action="append", metavar="HOST", help="only this host (repeatable)")
+    parser.add_argument("--checkpoint", action="append", metavar="NAME", help="only this checkpoint (repeatable)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--plot", type=plot_file, help="write a PNG bar chart here")
     add_mkdir_option(parser)
@@ -38,15 +39,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.plot is not None:  # before the work: a plot that cannot be written is said first, in one line
         writable_file(args.plot, what="--plot", mkdir=args.mkdir)
-    store, order = _store_and_order(args.store, args.cluster)
+    cluster = optional_cluster(args.cluster)  # plans are not run here: no probe imports
+    store = open_store(args.store, cluster)
     result = compare(
         store,
         args.probe,
         table=args.table,
         metric=args.metric,
         baseline=args.baseline,
-        host_order=order,
+        host_order=list(cluster.hosts) if cluster is not None else [],
         variants=args.variant,
+        hosts=args.host,
+        checkpoints=args.checkpoint,
+        budget=cluster.spec.budget if cluster is not None else None,
     )
     if args.json:
         json.dump(result.to_json_dict(), sys.stdout, indent=1, default=str)
@@ -60,8 +65,3 @@ def main(args: argparse.Namespace) -> int:
             plot_comparison(result, args.plot)
         print(f"plot: {args.plot}", file=sys.stderr)
     return 0
-
-
-def _store_and_order(store: str | None, cluster_file: str) -> tuple[Store, list[str]]:
-    cluster = optional_cluster(cluster_file)  # plans are not run here: no probe imports
-    return open_store(store, cluster), list(cluster.hosts) if cluster is not None else []

@@ -7,12 +7,11 @@ import json
 import sys
 
 from runner.analysis.drift import (
-    SERIES_KEYS,
     default_metric,
     describe_alert,
     drift_table,
 )
-from runner.analysis.history import choose_table, newest_drifted, render, select_rows
+from runner.analysis.history import choose_table, newest_drifted, plot_labels, render, select_rows
 from runner.cli.options import add_store_options, percent, plot_file
 from runner.cli.outputs import add_mkdir_option, writable_file, writing
 from runner.cli.stores import open_store, optional_cluster
@@ -21,8 +20,11 @@ from runner.cli.stores import open_store, optional_cluster
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--probe", required=True, metavar="P", help="the probe whose results to follow")
     parser.add_argument("--table", metavar="T", help="the probe's table (default: its only or main one)")
-    parser.add_argument("--host", metavar="H", help="only this host")
-    parser.add_argument("--checkpoint", metavar="C", help="only this checkpoint")
+    parser.add_argument("--host", action="append", metavar="HOST", help="only this host (repeatable)")
+    parser.add_argument("--checkpoint", action="append", metavar="NAME", help="only this checkpoint (repeatable)")
+    parser.add_argument(
+        "--variant", action="append", metavar="NAME", help="only rows of this variant (repeatable; default: every one)"
+    )
     parser.add_argument("--metric", metavar="M", help="the column to follow (default: step_s, or the first timing)")
     parser.add_argument(
         "--by",
@@ -55,7 +57,9 @@ def main(args: argparse.Namespace) -> int:
         writable_file(args.plot, what="--plot", mkdir=args.mkdir)
     store = open_store(args.store, optional_cluster(args.cluster))
     table = choose_table(store, args.probe, args.table)
-    frame = select_rows(store.read(table), host=args.host, checkpoint=args.checkpoint, table=table)
+    frame = select_rows(
+        store.read(table), hosts=args.host, checkpoints=args.checkpoint, variants=args.variant, table=table
+    )
     metric = args.metric or default_metric(frame)
     drift = drift_table(frame, metric, by=args.by, threshold_pct=args.threshold_pct, max_spread_pct=args.max_spread_pct)
     by = drift.attrs["by"]
@@ -63,8 +67,9 @@ def main(args: argparse.Namespace) -> int:
     if args.plot:
         from runner.analysis import plots
 
-        label = ["host", "checkpoint"] + [c for c in by if c not in SERIES_KEYS]
-        figure = plots.history_lines(drift, metric, label_columns=label, title=f"{table}: {metric} over runs")
+        figure = plots.history_lines(
+            drift, metric, label_columns=plot_labels(drift, by), title=f"{table}: {metric} over runs"
+        )
         with writing(args.plot, what="--plot"):
             plots.save(figure, args.plot)
     if args.json:

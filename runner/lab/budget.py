@@ -59,8 +59,9 @@ class BudgetSpec(BaseModel):
 
     def describe(self) -> str:
         """`23.4M tokens a job x 3 arms x 2 seeds`, the arms named where the budget names them."""
-        arms = f"{self.num_arms} arms" + (f" ({', '.join(self.arms)})" if self.arm_checkpoints else "")
-        return f"{self.tokens_per_job / 1e6:.4g}M tokens a job x {arms} x {self.seeds} seeds"
+        arms = f"{self.num_arms} arm{'s' * (self.num_arms != 1)}"
+        arms += f" ({', '.join(self.arm_checkpoints)})" if self.arm_checkpoints else ""
+        return f"{self.tokens_per_job / 1e6:.4g}M tokens a job x {arms} x {self.seeds} seed{'s' * (self.seeds != 1)}"
 
 
 def with_budget(budget: BudgetSpec | None, probe: str, config: dict[str, Any]) -> dict[str, Any]:

@@ -353,6 +353,13 @@ def check_references(spec: ClusterSpec, *, configs: bool = True) -> list[str]:
             errors += [
                 f"{section}[{i}].hosts.{h[:SHOWN_CHARS]}: unknown host {shown(h)}" for h in item.hosts if h not in hosts
             ]
+    if spec.budget is not None:
+        known = {c.name for c in spec.checkpoints}
+        errors += [
+            f"budget.arms[{i}]: unknown checkpoint {shown(name)}"
+            for i, name in enumerate(spec.budget.arm_checkpoints)
+            if name not in known
+        ]
     for plan, entries in spec.plans.items():
         for i, entry in enumerate(entries if is_safe_name(plan) else []):  # an unsafe name: said once, above
             errors += _check_entry(spec, f"plans.{plan}[{i}]", entry, configs=configs)

@@ -206,7 +206,8 @@ def test_jobs_wall_time_is_the_default_only_for_a_probe_without_an_answer(tmp_pa
 
 
 def test_the_default_metric_of_a_cpu_probe_is_its_answer(tmp_path):
-    """mask and bucket compare their summary's answer, padding the pad fraction per strategy: never wall time."""
+    """mask compares its answer's words, bucket its summary's answer, padding the pad fraction per strategy:
+    never wall time."""
     store = Store(tmp_path)
     fast = {"gx10": 28, "ana-ml2": 0}  # ana-ml2's transformers loses the fast path on every layer
     for host in ("gx10", "ana-ml2"):
@@ -232,11 +233,22 @@ def test_the_default_metric_of_a_cpu_probe_is_its_answer(tmp_path):
                     "strategies",
                     [{"strategy": s, "pad_fraction": f} for s, f in (("fixed", 0.86), ("sorted", 0.02))],
                 )
+            if probe == "mask":  # 28 full-attention layers: a mask tensor on ana-ml2's, none on gx10's
+                mask = "none" if fast[host] else "tensor"
+                layers = [
+                    {"layer": i, "kind": "softmax", "mask": mask, "fast_path": mask == "none", "band_ok": True,
+                     "cross_sequence": False, "window": None}
+                    for i in range(28)
+                ]  # fmt: skip
+                store.write_table(key, "layers", layers)
             store.write_job(key, status="ok", started_at=T0, wall_s=5.0, summary=summary, config={}, env=ENV)
     order = ["gx10", "ana-ml2"]
-    mask = compare(store, "mask", host_order=order)
-    assert (mask.table, mask.metric) == ("summary", "layers_fast_path")
-    assert mask.rows[0]["values"] == {h: float(v) for h, v in fast.items()}
+    mask = compare(store, "mask", host_order=order)  # worded as the sweep's table words it
+    assert (mask.table, mask.metric) == ("answer", "full_fast_path")
+    assert mask.rows[0]["values"] == {"gx10": "28 of 28", "ana-ml2": "0 of 28"}
+    assert mask.warnings == ["checkpoint A: hosts answer full_fast_path differently (gx10: 28 of 28; ana-ml2: 0 of 28)"]
+    summary = compare(store, "mask", table="summary", metric="layers_fast_path", host_order=order)
+    assert summary.rows[0]["values"] == {h: float(v) for h, v in fast.items()}
     assert compare(store, "bucket", host_order=order).rows[0]["values"] == {"gx10": 136.0, "ana-ml2": 136.0}
     padding = compare(store, "padding", host_order=order)
     assert (padding.table, padding.metric) == ("strategies", "pad_fraction")
@@ -263,7 +275,8 @@ def test_the_by_option_is_gone(tmp_path, capsys):
         finished_at=T0,
     )
     store.write_job(key, status="ok", started_at=T0, wall_s=1.0, summary={"layers_fast_path": 28}, config={}, env=ENV)
-    args = ["compare", "--probe", "mask", "--store", str(tmp_path), "--cluster", "/x"]
+    args = ["compare", "--probe", "mask", "--table", "summary", "--metric", "layers_fast_path"]
+    args += ["--store", str(tmp_path), "--cluster", "/x"]
     assert cli.main(args) == 0
     capsys.readouterr()
     assert cli.main([*args, "--by", "host"]) == 2

@@ -157,7 +157,7 @@ def test_history_command_table_plot_json_and_exit_code(tmp_path, capsys):
     [
         (["--probe", "padding"], "no results of probe 'padding'"),
         (["--probe", "carrier", "--metric", "nope"], "no column 'nope'"),
-        (["--probe", "carrier", "--host", "h9"], "--host: no rows for host 'h9'"),
+        (["--probe", "carrier", "--host", "h9"], "--host 'h9': none in carrier.carriers"),
         (["--probe", "carrier", "--table", "kernels"], "has no table 'kernels'"),
         (["--probe", "carrier", "--threshold-pct", "-1"], "--threshold-pct"),
     ],

@@ -64,6 +64,9 @@ def test_without_a_budget_the_probes_defaults_stand(tmp_path):
         ({"tokens_per_job": 0}, "budget.tokens_per_job: Input should be greater than or equal to 1"),
         ({"arms": 2}, "budget.tokens_per_job: required key is missing"),
         ({"tokens_per_job": 10, "seed": 2}, "budget: unknown key 'seed'"),
+        ({"tokens_per_job": 10, "arms": ["qwen9"]}, "budget.arms[0]: unknown checkpoint 'qwen9'"),
+        ({"tokens_per_job": 10, "arms": ["qwen3-0.6b-base"] * 2}, "names each checkpoint once"),
+        ({"tokens_per_job": 10, "arms": 0}, "budget.arms"),
     ],
 )
 def test_a_bad_budget_is_one_line_naming_the_key(tmp_path, budget, message):
@@ -75,3 +78,13 @@ def test_a_bad_budget_is_one_line_naming_the_key(tmp_path, budget, message):
 def test_the_shipped_cluster_yaml_carries_the_rulings_budget():
     budget = load_cluster(REPO / "cluster.yaml").spec.budget
     assert (budget.tokens_per_job, budget.arms, budget.seeds) == (23_400_000, 3, 2)
+
+
+def test_arms_named_by_checkpoint_count_as_that_many_arms(tmp_path):
+    """The ruling's budget: its three models are its three arms; every projection gets num_arms 3."""
+    budget = {"tokens_per_job": 23_400_000, "arms": ["qwen3-0.6b-base"], "seeds": 2}
+    (job,) = expand(load_cluster(cluster_file(tmp_path, budget, [GOODPUT])), "p")
+    assert job.probe_config().num_arms == 1
+    spec = load_cluster(cluster_file(tmp_path, budget, [GOODPUT])).spec.budget
+    assert spec.arm_checkpoints == ["qwen3-0.6b-base"] and spec.jobs == 2
+    assert spec.describe() == "23.4M tokens a job x 1 arm (qwen3-0.6b-base) x 2 seeds"
