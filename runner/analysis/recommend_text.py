@@ -31,11 +31,17 @@ def _row(host: str, carrier: str, price: Price) -> dict:
     }
 
 
-def render(rec: Recommendation, store_root) -> str:
-    title = f"recommend: hours for the lab's budget, {rec.budget['describe']} ({rec.budget['jobs']} jobs); store {store_root}"
+def table_rows(rec: Recommendation) -> list[dict]:
+    """A row per host x carrier's best price within the tolerance, and the faster one outside under it."""
     rows = []
     for p in rec.priced:
         rows += [_row(p.host, p.carrier, price) for price in (p.best, p.faster_outside) if price is not None]
+    return rows
+
+
+def render(rec: Recommendation, store_root) -> str:
+    title = f"recommend: hours for the lab's budget, {rec.budget['describe']} ({rec.budget['jobs']} jobs); store {store_root}"
+    rows = table_rows(rec)
     parts = [format_table(rows, title=title) if rows else f"{title}\n  no training rate stored"]
     if any(p.faster_outside for p in rec.priced):
         parts.append(

@@ -25,9 +25,12 @@ from pathlib import Path
 
 from runner.analysis.drift import SPREAD_LIMIT_PCT
 from runner.analysis.findings import gpu_host_findings
-from runner.analysis.report_data import RunData, collect, problems
+from runner.analysis.recommend import Recommendation, from_store
+from runner.analysis.recommend_text import NO_VERDICT
+from runner.analysis.report_data import RunData, collect, gpu_waits, problems
 from runner.analysis.report_html import render_html
-from runner.analysis.report_runs import Work
+from runner.analysis.report_runs import Work, night_line
+from runner.dispatch.lock import holder
 from runner.store.store import Store
 
 
@@ -39,11 +42,17 @@ def write_report(
     max_spread_pct: float = SPREAD_LIMIT_PCT,
     work: list[Work] | None = None,
     path: Path | None = None,
+    cluster=None,
 ) -> tuple[Path | str, str]:
     """Write the run's HTML report (to the local file `path`, default `<store>/reports/<run_id>.html`,
     an object on an object store); return where and a short text summary for stdout. `work`: the run's
-    planned work (report_data.collect). A report may be rewritten: it is derived, not a measurement."""
+    planned work (report_data.collect). `cluster`: the lab's file, whose budget the report leads with
+    (`labprobe recommend`'s verdict) and prices every hours figure for. A report may be rewritten: it is
+    derived, not a measurement."""
     data = collect(store, run_id, threshold_pct=threshold_pct, max_spread_pct=max_spread_pct, work=work)
+    data.night = night_line(store, run_id, holder(store.place))
+    data.budget = cluster.spec.budget if cluster is not None else None
+    data.recommendation = _recommendation(store, cluster)
     if path is None:
         where: Path | str = store.place.write_text(store.place.report(run_id), render_html(data))
         return (Path(where) if store.local else where), summary_text(data, where)
@@ -54,13 +63,30 @@ def write_report(
     return path, summary_text(data, path)
 
 
+def _recommendation(store: Store, cluster) -> Recommendation | None:
+    """`labprobe recommend`'s answer for the cluster's budget; None without a budget to price."""
+    if cluster is None or cluster.spec.budget is None:
+        return None
+    return from_store(store, cluster)
+
+
 def summary_text(data: RunData, path: Path | str) -> str:
-    """A few lines for stdout (the sweep prints the report's path itself)."""
+    """A few lines for stdout (the sweep prints the report's path itself): the night's failure first, then
+    the verdict for the lab's budget, the run's counts, its GPU jobs' waits, its problems and drift."""
+    lead = [data.night] if data.night else []
+    if data.recommendation is not None:
+        lead.append(data.recommendation.verdict or NO_VERDICT)
+    return "\n".join([*lead, _run_text(data)])
+
+
+def _run_text(data: RunData) -> str:
     earlier = sorted(set(data.shown["run_id"].astype(str)) - {data.run_id}) if not data.shown.empty else []
     reused = f"; answers of earlier runs shown: {', '.join(earlier)}" if earlier else ""
     if data.jobs.empty:
         if not data.answers:
             return f"run {data.run_id}: no jobs of this run in the store, and no record of its plan"
+        if data.night:
+            return f"run {data.run_id}: ran no job; its plan's answers are the store's newest{reused}"
         return f"run {data.run_id}: ran no job (all already stored){reused}"
     counts = data.jobs["status"].value_counts()
     hosts = sorted(data.jobs["host"].astype(str).unique())
@@ -70,6 +96,12 @@ def summary_text(data: RunData, path: Path | str) -> str:
         + reused
     ]
     lines += [f"  {text}" for _, text in gpu_host_findings(problems(data.jobs))]
+    for wait in gpu_waits(data.jobs):
+        waited = "waited: not recorded" if wait["waited_s"] is None else f"waited {wait['waited_s']:.0f} s"
+        lines.append(
+            f"  GPU job {wait['status']}: {wait['probe']} {wait['checkpoint']} @ {wait['host']} on {wait['card']}: "
+            f"{waited}: {wait['why']}"
+        )
     for _, job in problems(data.jobs).iterrows():
         status = "" if job["status"] == "ok" else f"{job['status']}: "  # ok: the reason names the checks
         lines.append(f"  {status}{job['probe']} on {job['host']}/{job['checkpoint']}: {job['reason']}")

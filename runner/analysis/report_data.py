@@ -4,9 +4,12 @@ probe's answers (runner.analysis.report renders them)."""
 from __future__ import annotations
 
 import dataclasses
+import json
+from typing import Any
 
 import pandas as pd
 
+import probes
 from probes.result import InputError
 from runner.analysis import answers, plots
 from runner.analysis.answers import ProbeAnswers
@@ -30,6 +33,12 @@ class RunData:
     """Each probe's answer per host x checkpoint (runner.analysis.answers)."""
     shown: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
     """The job rows whose figures the answers show (this run's and earlier runs'), oldest first."""
+    night: str | None = None
+    """Why the run's night went wrong, from its run record (runner.analysis.report_runs.night_line)."""
+    recommendation: Any = None
+    """`labprobe recommend`'s answer for the lab's budget (runner.analysis.recommend), when there is one."""
+    budget: Any = None
+    """The lab's budget (runner.lab.budget.BudgetSpec) every hours figure is priced for; None: none given."""
 
     @property
     def colors(self) -> dict[str, str]:
@@ -122,3 +131,35 @@ def problems(jobs: pd.DataFrame) -> pd.DataFrame:
     bad = jobs[(jobs["status"] != "ok") | (jobs["reason"].fillna("") != "")].copy()
     bad["order"] = bad["status"].map({"failed": 0, "skipped": 1, "ok": 2})
     return bad.sort_values(["order", "probe", "host", "checkpoint"], kind="stable").drop(columns="order")
+
+
+def gpu_waits(jobs: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each GPU job of the run: the card it ran on, how long it waited for a foreign process to leave a card
+    (its row's env `gpu_wait_s`, counted from when a slot of its host was free of labprobe's own work) and
+    why (`gpu_wait_reason`); a job skipped before any card was read says so in its reason."""
+    found = []
+    for _, job in jobs.sort_values(["host", "probe", "checkpoint"], kind="stable").iterrows():
+        try:
+            env = json.loads(job.get("env_json") or "{}")
+        except (TypeError, ValueError):
+            env = {}
+        reason = str(job["reason"] or "")
+        placed = job["probe"] in probes.GPU_PROBES and (job["status"] == "ok" or "waited" in reason)
+        if "gpu_wait_s" not in env and not placed:  # never placed on a card (no GPU host): its reason says why
+            continue
+        card = f"GPU {env['gpu_index']} ({env.get('gpu_uuid', '')})" if env.get("gpu_index") not in (None, "") else ""
+        waited = env.get("gpu_wait_s")
+        found.append(
+            {
+                "host": str(job["host"]),
+                "probe": str(job["probe"]),
+                "checkpoint": str(job["checkpoint"]),
+                "status": str(job["status"]),
+                "card": card or "-",
+                "waited_s": float(waited) if waited not in (None, "") else None,
+                "why": env.get("gpu_wait_reason")
+                or (str(job["reason"] or "") if job["status"] != "ok" else "")
+                or "none recorded",
+            }
+        )
+    return found

@@ -19,7 +19,9 @@ from runner.analysis import plots
 from runner.analysis.drift import SPREAD_LIMIT_PCT, above_spread_limit, default_metric, spread_column, spread_pct
 from runner.analysis.findings import findings_html
 from runner.analysis.html_table import CSS, SPAN, html_table
+from runner.analysis.rates import HOURS, budget_hours
 from runner.analysis.report_data import RunData, problems
+from runner.analysis.report_lead import gpu_waits_html, night_html, question_html
 from runner.analysis.report_plots import bar_labels, comparisons_html, marked, runs_note
 from runner.store.store import KEY_COLUMNS
 from runner.tables import format_value
@@ -31,10 +33,11 @@ MAX_ROWS = 40
 def render_html(data: RunData) -> str:
     if data.jobs.empty and not data.answers:
         sections = [
-            (
-                f'<h1>labprobe sweep {html.escape(data.run_id)}</h1><p class="ok">This run stored no '
-                "jobs, and the store has no record of its plan (or the run id is unknown).</p>"
-            )
+            f"<h1>labprobe sweep {html.escape(data.run_id)}</h1>",
+            night_html(data)
+            or '<p class="ok">This run stored no jobs, and the store has no record of its plan (or the run id is '
+            "unknown).</p>",
+            question_html(data),
         ]
     else:
         # What the run found first (and the measured changes to the step), then the plots; the raw
@@ -43,7 +46,10 @@ def render_html(data: RunData) -> str:
         plotted = [comparisons_html(data, _img), *_sections(data)]
         sections = [
             _title(data),
+            night_html(data),
+            question_html(data),
             findings_html(data.answers, alerts=data.alerts, watched=data.watched, problems=problems(data.jobs)),
+            gpu_waits_html(data),
             _advice(data),
             runs_note(data) + "".join(s for s in plotted if s),
             '<details id="raw"><summary>Raw tables: jobs per host, job summaries, every table the answers '
@@ -138,10 +144,11 @@ def section_html(data: RunData, probe: str, section: probes.Section) -> str:
 def _host_tables(data: RunData, probe: str, section: probes.HostTables) -> str:
     parts = []
     for name in [n for n in data.tables if n.startswith(f"{probe}.")]:
-        frame = marked(data.tables[name], data.run_id)
+        frame, priced = budget_hours_of(data, name, marked(data.tables[name], data.run_id))
         for checkpoint, rows in frame.groupby("checkpoint", sort=True):
-            rows = rows.sort_values("host")
+            rows = rows.sort_values([c for c in ("variant", "host") if c in rows], kind="stable")
             parts.append(f'<h3>{html.escape(str(checkpoint))} <span class="muted">({html.escape(name)})</span></h3>')
+            parts.append(priced)
             own = _own_columns(rows)
             # What every host shares (parameter counts, tokens per step) is said once, above.
             shared = [c for c in own if c in section.facts and rows[c].astype(str).nunique() == 1]
@@ -153,7 +160,7 @@ def _host_tables(data: RunData, probe: str, section: probes.HostTables) -> str:
                     )
                     + "</p>"
                 )
-            records = _records(rows, ["host"] + [c for c in own if c not in shared])
+            records = _records(rows, lead_columns(rows, [c for c in own if c not in shared]))
             missing = data.jobs[
                 (data.jobs["probe"] == probe) & (data.jobs["status"] != "ok") & (data.jobs["checkpoint"] == checkpoint)
             ]
@@ -173,6 +180,28 @@ def _host_tables(data: RunData, probe: str, section: probes.HostTables) -> str:
                 )
                 parts.append(_img(fig, f"{checkpoint} per host"))
     return f"<h2>{html.escape(section.title)}</h2>" + "".join(parts) if parts else ""
+
+
+def lead_columns(rows: pd.DataFrame, rest: list[str]) -> list[str]:
+    """The variant (where the rows have one) and the host first, then the rest: a row's work, then where."""
+    lead = [c for c in ("variant", "host") if c in rows]
+    return lead + [c for c in rest if c not in lead]
+
+
+def budget_hours_of(data: RunData, name: str, frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """A table's stored hours (each job's own budget) recomputed for the lab's budget, with a line saying so;
+    without a budget they are dropped: stored, they would compare two budgets as if one."""
+    have = [c for c in HOURS if c in frame]
+    if not have:
+        return frame, ""
+    probe, table = name.split(".", 1)
+    priced = budget_hours(probe, table, frame, data.budget) if data.budget is not None else None
+    if priced is None:
+        return frame.drop(columns=have), (
+            '<p class="muted">Stored hours left out: each priced its own job\'s budget (<code>labprobe recommend</code> '
+            "prices cluster.yaml's).</p>"
+        )
+    return priced, f'<p class="muted">Hours for the lab\'s budget, {html.escape(data.budget.describe())}.</p>'
 
 
 def _untrusted(rows: pd.DataFrame) -> pd.Series:
@@ -301,11 +330,12 @@ def _other_tables(data: RunData) -> str:
     for name, frame in data.tables.items():
         if name in shown:
             continue
-        frame = marked(frame, data.run_id).sort_values(["checkpoint", "host"], kind="stable")
+        frame, priced = budget_hours_of(data, name, marked(frame, data.run_id))
+        frame = frame.sort_values([c for c in ("checkpoint", "variant", "host") if c in frame], kind="stable")
         more = f' <span class="muted">(first {MAX_ROWS} of {len(frame)})</span>' if len(frame) > MAX_ROWS else ""
+        columns = lead_columns(frame, ["checkpoint", *_own_columns(frame)])
         parts.append(
-            f"<h3>{html.escape(name)}{more}</h3>"
-            + html_table(_records(frame.head(MAX_ROWS), ["host", "checkpoint"] + _own_columns(frame)))
+            f"<h3>{html.escape(name)}{more}</h3>{priced}" + html_table(_records(frame.head(MAX_ROWS), columns))
         )
     return "<h2>Other tables</h2>" + "".join(parts) if parts else ""
 

@@ -27,12 +27,63 @@ Work = tuple[str, str, str, str]
 """(probe, host, checkpoint, config_hash): what answers.WORK_KEY names."""
 
 
-def write_run(store, run_id: str, *, plan: str, work: list[Work], hosts: list[str] | None = None) -> str | None:
-    """Record a sweep's plan and work (-> where, or None). A record that cannot be written is a
-    warning: the sweep's results matter more than its report."""
+RUNNING = "running"
+OK = "ok"
+OUTCOMES = (RUNNING, OK, "failed", "incomplete", "interrupted", "died")
+"""A run record's `outcome`: `running` from its start until the sweep records its end (a record left
+`running` with no sweep holding the lock died without a word: killed, or its machine went down)."""
+
+
+def write_run(
+    store, run_id: str, *, plan: str, work: list[Work], hosts: list[str] | None = None, outcome: str = RUNNING
+) -> str | None:
+    """Record a sweep's plan and work, and that it is running (-> where, or None). A record that cannot be
+    written is a warning: the sweep's results matter more than its report."""
     record = {"run_id": run_id, "plan": plan, "work": [list(w) for w in dict.fromkeys(work)]}
     if hosts:  # the cluster's host order: the report's baseline host is the sweep's
         record["hosts"] = list(hosts)
+    record |= {"started_at": _now(), "outcome": outcome, "reason": ""}
+    return _write(store, run_id, record)
+
+
+def end_run(store, run_id: str, outcome: str, reason: str = "") -> str | None:
+    """The run's end in its record: `ok`, or what went wrong with the night (`failed`: the cluster could not
+    be reached, the store stopped taking results, jobs failed; `incomplete`: the deadline passed; `died`,
+    `interrupted`). A run without a record (an older sweep's) gets one naming no work."""
+    assert outcome in OUTCOMES, outcome
+    try:
+        record = _record(store, run_id)
+    except (ValueError, InputError):
+        record = None
+    record = record if isinstance(record, dict) else {"run_id": run_id, "work": []}
+    record |= {"outcome": outcome, "reason": reason, "ended_at": _now()}
+    return _write(store, run_id, record)
+
+
+def night_line(store, run_id: str, running: dict | None = None) -> str | None:
+    """The line `report` and `status` lead with when the run's night went wrong; None when it ended ok, is
+    still running (`running`: the lock holder's info), or left no word (an older record)."""
+    try:
+        record = _record(store, run_id) or {}
+    except (ValueError, InputError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    outcome, reason = record.get("outcome"), str(record.get("reason") or "")
+    if outcome in (None, OK) or (outcome == RUNNING and (running or {}).get("run_id") == run_id):
+        return None
+    if outcome == RUNNING:
+        outcome, reason = "died", "it ended without recording its end (killed, or its machine went down)"
+    when = f", started {str(record.get('started_at'))[:16].replace('T', ' ')} UTC" if record.get("started_at") else ""
+    plan = f"plan {record.get('plan')!r}" if record.get("plan") else "plan not recorded"
+    return f"run {run_id} ({plan}{when}) {outcome.upper()}: {reason or 'no reason recorded'}"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _write(store, run_id: str, record: dict) -> str | None:
     rel = store.place.run_record(run_id)
     try:
         return store.place.write_text(rel, json.dumps(record) + "\n")

@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    store = open_store(args.store, optional_cluster(args.cluster))
+    cluster = optional_cluster(args.cluster)  # its budget: the verdict the report leads with
+    store = open_store(args.store, cluster)
     if store.local and Path(store.root).is_file():  # else it reads as an empty store: "run labprobe sweep first"
         raise InputError(f"store {store.root}: is a file, not a store directory")
     run_id = pick_run(store, store.jobs(columns=["run_id", "finished_at"]), run=args.run, night=args.night)
@@ -41,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
     elif store.local:
         path = writable_file(store.root / store.place.report(run_id), what="report", make_under=store.root)
     with writing(path or store.place.join(store.place.report(run_id)), what="report"):
-        path, text = write_report(store, run_id, path=path)
+        path, text = write_report(store, run_id, path=path, cluster=cluster)
     print(text)
     print(f"report: {path}")
     return 0

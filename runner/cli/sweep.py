@@ -9,7 +9,9 @@ skips jobs already stored ok (unless --force), dispatches the rest as pinned Ray
 (runner.dispatch.loop), writes each result as it arrives, shows progress per host, and ends with the
 per-host comparison (`--json`: one JSON object instead). It records its plan's work in
 `<store>/runs/<run id>.json` (what `labprobe report --run` shows for it, even when every job was
-already done) and ends by compacting the store and vacuuming what compaction replaced more than the
+already done) as soon as it holds the store's lock, and there its end: ok, or why the night went
+wrong (the cluster unreachable, the deadline passed, jobs failed, the store stopped, interrupted,
+died), which `labprobe status` and `labprobe report` lead with the next morning and ends by compacting the store and vacuuming what compaction replaced more than the
 cluster file's `store.vacuum_retention_days` ago. Exit 0 when every job ran (GPU jobs skipped
 because their GPU stayed busy, and deadline skips, included: the report names them), 1 when some
 failed, when a GPU job was skipped because its host's GPUs could not be read (unreadable is not
@@ -33,15 +35,17 @@ two names would be a lie in the store.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 from probes.result import InputError
 from runner.analysis.answers import answers_text
 from runner.analysis.report import write_report
-from runner.analysis.report_runs import write_run
+from runner.analysis.report_runs import end_run, write_run
 from runner.cli.options import nonneg_seconds, positive_seconds
 from runner.cli.stores import add_store_option, open_store
 from runner.clock import new_run_id, parse_deadline
@@ -49,7 +53,7 @@ from runner.dispatch.interrupt import connect_or_one_line, interrupted_once
 from runner.dispatch.lock import SweepLock
 from runner.dispatch.loop import Counts, gpu_wait_lines
 from runner.dispatch.placement import gpu_skip_kind
-from runner.dispatch.sweep import run_sweep
+from runner.dispatch.sweep import night_failure, night_outcome, run_sweep
 from runner.hosts.nodes import (
     warn_embedded,
 )
@@ -132,7 +136,9 @@ def _main(args: argparse.Namespace) -> int:
         SweepLock(store.place, run_id=run_id, plan=args.plan) as lock,
         store.place.keeping_log(log_file, ray_log),  # after Ray's output is closed: entered first, left last
         foreign_output_to(log_file) as (out, _),
+        recording_the_night(store, run_id),  # a night that fails from here on is a run record with the reason
     ):
+        write_run(store, run_id, plan=args.plan, work=work, hosts=hosts)  # `running`; what `report --run` shows
         if args.inline is None:
             address = args.address or cluster.spec.ray.address
             say(f"labprobe sweep: run {run_id}, plan {args.plan!r}, {len(jobs)} job(s); connecting to Ray")
@@ -146,10 +152,10 @@ def _main(args: argparse.Namespace) -> int:
 
         def head_lost(counts: Counts) -> None:  # runs on the head-watch thread; Ray would kill us soon
             _print_end(args, store, jobs, counts, run_id, hosts, out)
+            end_run(store, run_id, "failed", counts.failures[0][1] if counts.failures else "the Ray head was lost")
             out.flush()
             os._exit(1)
 
-        write_run(store, run_id, plan=args.plan, work=work, hosts=hosts)  # what `labprobe report --run` shows
         counts = run_sweep(
             cluster=cluster,
             store=store,
@@ -166,10 +172,22 @@ def _main(args: argparse.Namespace) -> int:
         )
         store.compact()  # the night's small files into few, and a log checkpoint: reads stay fast
         store.vacuum(cluster.spec.store.vacuum_retention_days)  # files replaced longer ago than that
+        end_run(store, run_id, *night_outcome(counts))
     _print_end(args, store, jobs, counts, run_id, hosts, sys.stdout)
     if args.report and counts.store_failure is None:
-        _report(store, run_id, work)
+        _report(store, run_id, work, cluster)
     return 1 if counts.failed or counts.unreadable or counts.store_failure else 0
+
+
+@contextlib.contextmanager
+def recording_the_night(store: Store, run_id: str) -> Iterator[None]:
+    """A sweep that stops before its end (the cluster unreachable, Ctrl-C, an error) records why in its run
+    record, so the morning's `report` and `status` lead with it; the exception goes on."""
+    try:
+        yield
+    except BaseException as exc:
+        end_run(store, run_id, *night_failure(exc))
+        raise
 
 
 def _print_end(args, store: Store, jobs: list[Job], counts, run_id: str, hosts: list[str], out: TextIO) -> None:
@@ -262,8 +280,8 @@ def end_json(store: Store, counts: Counts, run_id: str) -> dict[str, Any]:
     }
 
 
-def _report(store: Store, run_id: str, work: list[tuple[str, str, str, str]]) -> None:
+def _report(store: Store, run_id: str, work: list[tuple[str, str, str, str]], cluster) -> None:
     """The same report as `labprobe report --run ID` (runner.cli.report)."""
-    path, text = write_report(store, run_id, work=work)
+    path, text = write_report(store, run_id, work=work, cluster=cluster)
     print(text)
     print(f"report: {path}")

@@ -9,6 +9,7 @@ from collections import Counter
 
 import pyarrow.compute as pc
 
+from runner.analysis.report_runs import known_runs, night_line
 from runner.dispatch.lock import holder
 from runner.store.store import Store
 
@@ -23,21 +24,23 @@ class Status:
     """This run's stored jobs by status (ok, failed, skipped)."""
     last: dict | None
     """The run's newest stored job (probe, checkpoint, host, status, finished_at)."""
+    night: str | None = None
+    """Why the newest run's night went wrong (its run record: the cluster unreachable, the deadline, died)."""
 
 
 def sweep_status(store: Store) -> Status:
-    running = holder(store.root) if store.local else None
+    running = holder(store.place)
     columns = ["run_id", "probe", "checkpoint", "host", "status", "finished_at"]
     run_id = (running or {}).get("run_id")
-    if run_id is None:
-        jobs = store.jobs(columns=["run_id", "finished_at"])
-        if jobs.empty:
+    if run_id is None:  # the newest run, a night that stored no job (its cluster unreachable) included
+        runs = known_runs(store, store.jobs(columns=["run_id", "finished_at"]))
+        if not runs:
             return Status(running, None, {}, None)
-        run_id = jobs.sort_values("finished_at")["run_id"].iloc[-1]
+        run_id = runs[-1]
     rows = _run_jobs(store, run_id, columns)
     counts = dict(Counter(rows["status"])) if not rows.empty else {}
     last = rows.sort_values("finished_at").iloc[-1].to_dict() if not rows.empty else None
-    return Status(running, run_id, counts, last)
+    return Status(running, run_id, counts, last, night_line(store, run_id, running))
 
 
 def _run_jobs(store: Store, run_id: str, columns: list[str]):
@@ -45,6 +48,11 @@ def _run_jobs(store: Store, run_id: str, columns: list[str]):
 
 
 def render(status: Status, store_root) -> str:
+    text = _render(status, store_root)
+    return f"{status.night}\n{text}" if status.night else text
+
+
+def _render(status: Status, store_root) -> str:
     stored = sum(status.counts.values())
     parts = ", ".join(f"{status.counts.get(s, 0)} {s}" for s in ("ok", "failed", "skipped"))
     if status.running is None:

@@ -146,3 +146,34 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def night_outcome(counts: Counts) -> tuple[str, str]:
+    """(outcome, reason) of a sweep that ran to its end, for its run record (runner.analysis.report_runs)."""
+    if counts.store_failure is not None:
+        return (
+            "failed",
+            f"the store stopped taking results ({counts.store_failure}); {counts.num_spilled} job(s) spilled",
+        )
+    late = sum(status == "skipped" and reason.startswith("deadline") for _, status, reason in counts.outcomes)
+    if late:
+        return "incomplete", f"the deadline passed with {late} job(s) not started (stored skipped)"
+    if counts.failed:
+        return "failed", f"{counts.failed} job(s) failed: {counts.failures[0][1]}" + (
+            f" (and {counts.failed - 1} more)" if counts.failed > 1 else ""
+        )
+    return "ok", ""
+
+
+def night_failure(exc: BaseException) -> tuple[str, str]:
+    """(outcome, reason) of a sweep that stopped before its end: the cluster unreachable (bad input once the
+    cluster file is valid: the night's failure), interrupted, or died of an error."""
+    from probes.result import InputError
+
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", "interrupted (Ctrl-C or SIGINT) before its end"
+    if isinstance(exc, InputError):
+        return "failed", str(exc)
+    if isinstance(exc, SystemExit):
+        return "died", f"exited with status {exc.code} before its end"
+    return "died", f"{type(exc).__name__}: {exc}".splitlines()[0]

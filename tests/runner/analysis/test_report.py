@@ -455,12 +455,12 @@ def test_the_report_takes_the_baseline_host_the_sweep_took(tmp_path):
     work = list(
         jobs[jobs["run_id"] == last][["probe", "host", "checkpoint", "config_hash"]].itertuples(index=False, name=None)
     )
-    write_run(store, last, plan="nightly", work=work, hosts=["gx10", "ana-ml2", "h200-a"])
+    write_run(store, last, plan="nightly", work=work, hosts=["gx10", "ana-ml2", "h200-a"], outcome="ok")
     assert run_hosts(store, last) == ["gx10", "ana-ml2", "h200-a"]
     data = collect(store, last, threshold_pct=3.0, max_spread_pct=2.0)
     carrier = next(a for a in data.answers if a.probe == "carrier")
     assert carrier.baseline == "gx10"
-    write_run(store, last, plan="nightly", work=work)  # a record of before: no order, as it was
+    write_run(store, last, plan="nightly", work=work, outcome="ok")  # a record of before: no order, as it was
     assert (
         next(
             a for a in collect(store, last, threshold_pct=3.0, max_spread_pct=2.0).answers if a.probe == "carrier"

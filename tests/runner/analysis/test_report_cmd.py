@@ -30,12 +30,13 @@ def lab(tmp_path_factory) -> Path:
     store = build_lab_store(root)
     jobs = store.jobs()
     work = list(jobs[jobs["run_id"] == LAST_RUN][list(WORK_KEY)].itertuples(index=False, name=None))
-    write_run(store, RERUN, plan="nightly", work=work)
+    write_run(store, RERUN, plan="nightly", work=work, outcome="ok")
     return root
 
 
 def report(root: Path, *args: str, capsys) -> tuple[int, str, str, str]:
-    code = labprobe(["report", "--store", str(root), *args])
+    # no cluster file (the repo's would lead the text with its budget's verdict): the run's own lines first
+    code = labprobe(["report", "--store", str(root), "--cluster", str(root / "no-cluster.yaml"), *args])
     out, err = capsys.readouterr()
     path = Path(out.strip().splitlines()[-1].removeprefix("report: ")) if code == 0 else None
     return code, out, err, path.read_text(encoding="utf-8") if path else ""
@@ -68,7 +69,7 @@ def test_the_newest_run_by_default_and_a_run_by_id(lab, capsys):
 def test_a_night_is_noon_to_noon_local_time(lab, capsys):
     started = datetime.now().astimezone().replace(hour=23, minute=30, second=0, microsecond=0)  # local
     run_id = started.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-ab12"  # as new_run_id names it
-    write_run(Store(lab), run_id, plan="nightly", work=[])
+    write_run(Store(lab), run_id, plan="nightly", work=[], outcome="ok")
     try:
         code, out, _, _ = report(lab, "--night", started.date().isoformat(), capsys=capsys)
         assert code == 0 and out.startswith(f"run {run_id}:"), out
