@@ -12,8 +12,10 @@ import io
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.category import StrCategoryFormatter
 from matplotlib.figure import Figure
 from matplotlib.text import Text
+from matplotlib.ticker import FixedFormatter, Formatter, FuncFormatter
 
 LINE_MARKERS = "os^Dv"
 """One host's lines, one per config, in its one colour."""
@@ -22,11 +24,40 @@ UNTRUSTED_HATCH = "//"
 
 
 def literal_text(fig: Figure) -> Figure:
-    """Every text of the figure drawn as written: matplotlib reads `$...$` as math, so a model, host or
-    checkpoint named with two `$` (`a$\\frac$b`) failed the whole report's rendering, or was typeset."""
+    """Names drawn as written, axes' numbers as matplotlib typesets them. matplotlib reads `$...$` as math, so
+    a model, host or checkpoint named with two `$` (`a$\\frac$b`) failed the whole report's rendering, or was
+    typeset: every title, label and legend entry is drawn literally. Tick labels are left to mathtext (a log
+    axis writes `$\\mathdefault{10^{1}}$`: drawn literally it printed that), except ticks named by the figure
+    (categories: a host, a strategy), whose `$` are escaped."""
+    ticks: set[int] = set()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(_literal_names(axis.get_major_formatter()))
+            axis.set_minor_formatter(_literal_names(axis.get_minor_formatter()))
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                ticks |= {id(tick.label1), id(tick.label2)}
     for text in fig.findobj(Text):
-        text.set_parse_math(False)
+        if id(text) not in ticks:
+            text.set_parse_math(False)
     return fig
+
+
+NAMED_TICKS = (FixedFormatter, FuncFormatter, StrCategoryFormatter)
+"""Formatters whose ticks are names (`set_xticks(positions, names)`, categories), not numbers."""
+
+
+def _literal_names(formatter: Formatter) -> Formatter:
+    """A formatter of names escaped for mathtext; a formatter of numbers as it is."""
+    if not isinstance(formatter, NAMED_TICKS) or getattr(formatter, "literal_names", False):
+        return formatter
+    escaped = FuncFormatter(lambda x, pos=None: literal_math(str(formatter(x, pos))))
+    escaped.literal_names = True
+    return escaped
+
+
+def literal_math(name: str) -> str:
+    """A name inside text matplotlib parses as math: each `$` escaped, so it is drawn as written."""
+    return name.replace("\\$", "$").replace("$", "\\$")
 
 
 def png_bytes(fig: Figure, *, dpi: int = 90) -> bytes:

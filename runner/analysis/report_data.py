@@ -144,8 +144,10 @@ def gpu_waits(jobs: pd.DataFrame) -> list[dict[str, Any]]:
         except (TypeError, ValueError):
             env = {}
         reason = str(job["reason"] or "")
-        placed = job["probe"] in probes.GPU_PROBES and (job["status"] == "ok" or "waited" in reason)
-        if "gpu_wait_s" not in env and not placed:  # never placed on a card (no GPU host): its reason says why
+        # A job skipped while it waited says so in its reason; one never placed on a card (a host without a
+        # GPU), or stored before jobs recorded their wait, has nothing to say here.
+        waited_skip = job["probe"] in probes.GPU_PROBES and job["status"] != "ok" and "waited" in reason
+        if "gpu_wait_s" not in env and not waited_skip:
             continue
         card = f"GPU {env['gpu_index']} ({env.get('gpu_uuid', '')})" if env.get("gpu_index") not in (None, "") else ""
         waited = env.get("gpu_wait_s")

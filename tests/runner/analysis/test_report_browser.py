@@ -27,6 +27,9 @@ import pytest
 from test_report import LAST_RUN, build_lab_store
 
 from runner.analysis.report import write_report
+from runner.lab.cluster import load_cluster
+
+REPO = Path(__file__).resolve().parents[3]
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None and not os.environ.get("LABPROBE_REQUIRE_BROWSER"):
@@ -222,7 +225,8 @@ def browser(tmp_path_factory):
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> Path:
     store = build_lab_store(tmp_path_factory.mktemp("lab") / "results")
-    return write_report(store, LAST_RUN)[0]
+    cluster = load_cluster(REPO / "cluster.yaml", configs=False)  # its budget: the verdict the report leads with
+    return write_report(store, LAST_RUN, cluster=cluster)[0]
 
 
 def test_report_loads_with_every_image_and_no_errors(browser, report):
@@ -236,8 +240,9 @@ def test_report_loads_with_every_image_and_no_errors(browser, report):
 
 
 def test_the_findings_come_first_then_the_plots_and_the_raw_tables_are_collapsed(browser, report):
-    """As a reader sees it: the first heading under the title is the findings, the first table is an
-    answer, every plot is shown below the findings, and the raw tables sit in a closed <details>."""
+    """As a reader sees it: the first heading under the title is the lab's question (the verdict for its
+    budget), then the findings; the first table is the verdict's figures, every plot is shown below the
+    findings, and the raw tables sit in a closed <details>."""
     browser.load(report.as_uri())
     layout = browser.page(
         "Runtime.evaluate",
@@ -254,13 +259,14 @@ def test_the_findings_come_first_then_the_plots_and_the_raw_tables_are_collapsed
         ),
     )["result"]["value"]
     titles = [t for t, _ in layout["h2"]]
-    assert titles[0] == "What this run found", titles
-    assert titles[1].startswith("What changed since the last run") and titles[2].startswith("Failed and skipped")
+    assert titles[0].startswith("The lab's question: hours for the budget"), titles  # the verdict first
+    assert titles[1] == "What this run found", titles
+    assert titles[2].startswith("What changed since the last run") and titles[3].startswith("Failed and skipped")
     assert [top for _, top in layout["h2"]] == sorted(top for _, top in layout["h2"])
-    assert titles[3] == "Host comparison", titles
+    assert titles[4] == "Host comparison", titles
     assert layout["details"] == [False] and layout["firstTable"]
     assert layout["visibleImages"] == layout["images"] >= 6
-    assert layout["firstImageTop"] > layout["h2"][3][1]  # below the findings, under the plots' heading
+    assert layout["firstImageTop"] > layout["h2"][4][1]  # below the findings, under the plots' heading
 
 
 def test_report_screenshot_shows_a_rendered_page(browser, report, tmp_path):

@@ -157,4 +157,48 @@ def test_names_with_dollar_signs_are_drawn_as_written_not_as_math():
         rows, [("step_s", "s/step", 1.0)], title="c$\\frac$: per host", colors=COLORS, labels=bar_labels(rows)
     )
     assert plots.png_bytes(fig)[:8] == b"\x89PNG\r\n\x1a\n"
-    assert [t.get_text() for t in fig.axes[0].get_xticklabels()][1] == "gx10 (model=q$\\frac$x, batch_size=1)"
+    assert "gx10 (model=q$\\frac$x, batch_size=1)" in svg_text(fig)  # drawn as written (its `$` escaped)
+
+
+def svg_text(fig) -> str:
+    """The figure as SVG with its text as text (not paths), comments (matplotlib's source strings) dropped."""
+    import io
+    import re
+
+    import matplotlib
+
+    plots.literal_text(fig)
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(buffer, format="svg")
+    return re.sub(r"<!--.*?-->", "", buffer.getvalue(), flags=re.S)
+
+
+def test_axes_numbers_are_typeset_and_names_drawn_as_written():
+    """The bucket plot's log axis printed `$\\mathdefault{10^{1}}$` literally: every text was made literal, tick
+    labels too. Names (hosts, checkpoints, the title, categories) stay literal, `$` and `_` included."""
+    host = "a$\\frac$b_c"
+    frame = pd.DataFrame(
+        {
+            "bucket_size": [8, 64, 1024] * 2,
+            "pad_pct": [50.0, 10.0, 3.0, 40.0, 9.0, 2.0],
+            "host": [host] * 3 + ["gx10"] * 3,
+            "checkpoint": ["qwen3_4b"] * 6,
+        }
+    )
+    fig = plots.sweep_lines(frame, x="bucket_size", y="pad_pct", series=["host", "checkpoint"], title="t $x$ _y")
+    svg = svg_text(fig)
+    assert "mathdefault" not in svg and "$" not in svg.replace(host, "").replace("t $x$ _y", "")
+    assert f"{host} qwen3_4b" in svg and "t $x$ _y" in svg  # names as written
+    ticks = fig.axes[0].get_xticklabels()
+    assert ticks and all(t.get_parse_math() and t.get_text().startswith("$\\mathdefault{10^{") for t in ticks)
+    bars = plots.grouped_bars(
+        frame.assign(strategy=["s$1$", "s_2", "s3"] * 2),
+        panel="checkpoint",
+        group="strategy",
+        value="pad_pct",
+        colors={host: "C0", "gx10": "C1"},
+        title="t",
+    )
+    svg = svg_text(bars)
+    assert ">s$1$<" in svg and ">s_2<" in svg  # category ticks: names, drawn as written
