@@ -6,7 +6,8 @@ deletes through directory fds opened with O_NOFOLLOW, so a link swapped in after
 unlinked, never followed, and a directory on another mount (a bind mount of the same filesystem
 included) is never entered. `tree_digests` reads regular files only, never blocking on a FIFO or
 opening a device. `link_trail` says every place a symlink's resolution passes through.
-`readable` turns a file name (bytes on POSIX, carried as surrogate-escaped str) into printable text.
+`readable`, `walk`, `mount_id` and DIR_FLAGS live in runner.store.nofollow (the store's deletion guard
+needs them too, a layer below) and are imported from here as well.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import hashlib
 import os
 import stat
 
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-"""Open a directory, never through a symlink."""
+from runner.store.nofollow import DIR_FLAGS, mount_id, walk
+from runner.store.nofollow import readable as readable  # re-exported: the chores name it from here
+
 READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_NOCTTY", 0)
 """Open a file to read it: never through a symlink, never blocking on a FIFO."""
 UNVERIFIABLE = "not read: "
@@ -138,28 +140,6 @@ def _note(tree: Tree, rel: str, st: os.stat_result, index_only: bool) -> None:
         tree.entries.append(f"{rel}\0{stat.S_IFMT(st.st_mode)}\0{st.st_size}\0{st.st_mtime_ns}")
 
 
-def walk(top: str):
-    """os.walk(top, followlinks=False) without recursion (Python 3.11's recurses: a tree 1,000
-    levels deep raises RecursionError): (folder, dirs, files), top-down, errors skipped."""
-    stack = [top]
-    while stack:
-        folder = stack.pop()
-        try:
-            with os.scandir(folder) as found:
-                entries = list(found)
-        except OSError:
-            continue
-        dirs, files = [], []
-        for entry in entries:
-            try:
-                is_dir = entry.is_dir(follow_symlinks=False)
-            except OSError:
-                is_dir = False
-            (dirs if is_dir else files).append(entry.name)
-        yield folder, dirs, files
-        stack.extend(os.path.join(folder, d) for d in reversed(dirs))
-
-
 def is_inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
@@ -198,19 +178,6 @@ def link_trail(link: str, max_links: int = 40) -> list[str]:
 
 def _components(text: str) -> list[str]:
     return [p for p in text.split(os.sep) if p]
-
-
-def mount_id(fd: int) -> int | None:
-    """The mount an open file lives on (/proc/self/fdinfo's mnt_id); None where /proc cannot say.
-    st_dev cannot tell a bind mount of the same filesystem from a plain directory; this can."""
-    try:
-        with open(f"/proc/self/fdinfo/{fd}", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("mnt_id:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        return None
-    return None
 
 
 def remove_tree(name: str, parent_fd: int, expect: tuple[int, int] | None = None) -> None:
@@ -344,20 +311,3 @@ def file_sha256(path: str, *, follow: bool = False) -> str:
         except OSError as exc:
             return f"{UNVERIFIABLE}{exc.strerror or exc}"
     return digest.hexdigest()
-
-
-def readable(name: str) -> str:
-    """A file name or path as printable text, one to one: bytes that are not UTF-8 (carried by
-    os functions as surrogate escapes) and control characters become `\\xNN`, a backslash `\\\\`."""
-    out = []
-    for char in name:
-        code = ord(char)
-        if char == "\\":
-            out.append("\\\\")
-        elif 0xDC80 <= code <= 0xDCFF:  # os.fsdecode's escape of one undecodable byte
-            out.append(f"\\x{code - 0xDC00:02x}")
-        elif code < 0x20 or code == 0x7F or 0xD800 <= code <= 0xDFFF:
-            out.append(f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
-        else:
-            out.append(char)
-    return "".join(out)

@@ -11,10 +11,13 @@ follow one another from the oldest kept to the newest (cleanup removes the oldes
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from probes.result import loads
 
+REPAIRS = "repairs.json"
+"""At the store's root: table -> {commit file name: sha256} of the commit files `store repair` dealt with."""
 ADDED = ("num_added_files", "numFilesAdded")
 REMOVED = ("num_removed_files", "numFilesRemoved")
 
@@ -23,9 +26,6 @@ def commit_problems(table_folder: Path, acknowledged: dict[str, str] | None = No
     """(commit file, why) for every commit file of the table's log that lost or garbled actions,
     but those `labprobe store repair` dealt with (`acknowledged`: commit file name -> its sha256 then,
     or "gap" for missing versions; by default read from the store root's repairs.json)."""
-    from runner.store.repair import acknowledged as recorded
-    from runner.store.repair import sha256
-
     done = recorded(table_folder.parent.parent, table_folder.name) if acknowledged is None else acknowledged
     log = table_folder / "_delta_log"
     versions = sorted(int(p.stem) for p in log.glob("*.json") if p.stem.isdigit())
@@ -69,3 +69,17 @@ def _commit_problem(path: Path) -> str | None:
         if said is not None and said != counts[kind]:
             return f"holds {counts[kind]} {kind} action(s) where its commit wrote {said}: truncated"
     return None
+
+
+def recorded(root: Path, name: str) -> dict[str, str]:
+    """Commit file name -> sha256 of the commit files of table `name` that repair recorded."""
+    try:
+        tables = loads((root / REPAIRS).read_text(encoding="utf-8")).get("tables", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    found = tables.get(name, {}) if isinstance(tables, dict) else {}
+    return found if isinstance(found, dict) else {}
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

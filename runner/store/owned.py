@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import stat
 
-from runner.chores.fstree import DIR_FLAGS, mount_id, readable, walk
+from runner.store.nofollow import DIR_FLAGS, mount_id, readable, walk
 
 
 class Refused(Exception):

@@ -21,7 +21,6 @@ Nothing is deleted: not a data file, not a commit file.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -31,9 +30,8 @@ import pyarrow.parquet as pq
 
 from probes.result import loads
 from runner.store import delta
+from runner.store.logcheck import REPAIRS, _commit_problem, commit_problems, sha256
 
-REPAIRS = "repairs.json"
-"""At the store's root: table -> {commit file name: sha256} of the commit files repair has dealt with."""
 ASIDE = "repairs"
 """At the store's root: commit files moved out of a log, per table."""
 
@@ -44,20 +42,6 @@ class Repaired:
     what: str
     rows: int
     """Rows in the table's new version (0: nothing rewritten)."""
-
-
-def acknowledged(root: Path, name: str) -> dict[str, str]:
-    """Commit file name -> sha256 of the commit files of table `name` that repair recorded."""
-    try:
-        tables = loads((root / REPAIRS).read_text(encoding="utf-8")).get("tables", {})
-    except (OSError, ValueError, AttributeError):
-        return {}
-    found = tables.get(name, {}) if isinstance(tables, dict) else {}
-    return found if isinstance(found, dict) else {}
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def repair(store) -> list[Repaired]:
@@ -124,8 +108,6 @@ def _pairs(rows: pa.Table) -> set[tuple[str, str]]:
 
 def _move_unparsable_newest(store, name: str, folder: Path) -> str | None:
     """Move the newest commit file out of the log when a line of it is not JSON; -> its name."""
-    from runner.store.logcheck import _commit_problem
-
     log = folder / "_delta_log"
     versions = sorted(p for p in log.glob("*.json") if p.stem.isdigit())
     if not versions or "is not JSON" not in (_commit_problem(versions[-1]) or ""):
@@ -141,8 +123,6 @@ def _move_unparsable_newest(store, name: str, folder: Path) -> str | None:
 
 def _acknowledge(root: Path, name: str, folder: Path) -> None:
     """Record every commit file of the table that check would flag: it is history now."""
-    from runner.store.logcheck import commit_problems
-
     path = Path(root) / REPAIRS
     try:
         data = loads(path.read_text(encoding="utf-8"))
