@@ -96,6 +96,13 @@ def _unicode(path: str) -> str:
         return path
 
 
+def os_path(text: str) -> str:
+    """A local path as delta-rs gives it (real characters) as Python's own file calls take it: the
+    inverse of `_unicode`. Under an ASCII locale `os.stat('/tmp/störe/...')` raises UnicodeEncodeError;
+    the same bytes carried as surrogates are what the filesystem holds. Unchanged under UTF-8."""
+    return os.fsdecode(text.encode("utf-8", "surrogateescape"))
+
+
 def join(uri: str, *parts: str) -> str:
     return "/".join([uri.rstrip("/"), *parts])
 
@@ -273,7 +280,7 @@ def mismatched_files(table: DeltaTable, *, deep: bool = False) -> list[tuple[str
     actions = live_files(table)
     bad = []
     for i, path in enumerate(actions.column("path").to_pylist()):
-        full = os.path.join(folder, unquote(path))
+        full = os_path(os.path.join(folder, unquote(path)))
         try:
             size = os.stat(full).st_size
         except OSError:

@@ -23,6 +23,7 @@ import dataclasses
 import math
 import time
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow.fs as pa_fs
 from deltalake.exceptions import DeltaError
@@ -142,7 +143,8 @@ def _table_state(store, name: str) -> TableState:
 
 def _other_files(store, name: str, table) -> int:
     folder = store.root / delta.TABLES / name
-    live = {str(folder / p) for p in table.get_add_actions(flatten=True).column("path").to_pylist()}
+    paths = table.get_add_actions(flatten=True).column("path").to_pylist()
+    live = {str(folder / delta.os_path(unquote(p))) for p in paths}
     files = [p for p in folder.rglob("*") if p.is_file() and "_delta_log" not in p.relative_to(folder).parts]
     return sum(str(p) not in live for p in files)
 
@@ -256,9 +258,8 @@ def _delete(store, name: str, doomed: list[str], dry_run: bool, refused: list[tu
     deleted = []
     if store.local:
         for path in doomed:
-            why = owned.delete_file(
-                str(store.root), f"{delta.TABLES}/{name}/{_relative(path, store.table_uri(name))}", dry_run=dry_run
-            )
+            rel = delta.os_path(_relative(path, store.table_uri(name)))  # delta-rs' characters, as os calls take them
+            why = owned.delete_file(str(store.root), f"{delta.TABLES}/{name}/{rel}", dry_run=dry_run)
             if why:
                 refused.append((path, why))
             else:
@@ -285,8 +286,6 @@ def _table_fs(store, name: str) -> pa_fs.FileSystem:
 
 def _relative(path: str, table_uri: str) -> str:
     """A file's path inside its table's folder, from a URI, an absolute path or a relative path."""
-    from urllib.parse import unquote
-
     text = path.removeprefix("file://")
     base = table_uri.removeprefix("file://").rstrip("/") + "/"
     return unquote(text[len(base) :] if text.startswith(base) else text.lstrip("/") if "://" not in text else text)

@@ -76,7 +76,7 @@ def repair(store) -> list[Repaired]:
 def _live_paths(table) -> list[str]:
     from urllib.parse import unquote
 
-    return [unquote(p) for p in delta.live_files(table).column("path").to_pylist()]
+    return [delta.os_path(unquote(p)) for p in delta.live_files(table).column("path").to_pylist()]
 
 
 def _gather(files: list[Path], taken: set[tuple[str, str]]) -> pa.Table:

@@ -160,7 +160,7 @@ class StoreRoot:
 
         if self._fs is None:
             if self.local:
-                self._fs = pa_fs.SubTreeFileSystem(self.uri, pa_fs.LocalFileSystem())
+                self._fs = pa_fs.SubTreeFileSystem(_arrow_path(self.uri), pa_fs.LocalFileSystem())
             else:
                 from deltalake.fs import DeltaStorageHandler
 
@@ -292,3 +292,12 @@ def one_line(exc: BaseException | str, limit: int = 300) -> str:
         return f"the server cannot be reached: {lines[-1]}"
     first = " ".join((lines[0] if lines else type(exc).__name__).split())
     return first if len(first) <= limit else first[:limit] + "..."
+
+
+def _arrow_path(path: str) -> str:
+    """A local path as Arrow takes it (UTF-8 text): under an ASCII locale Python holds a non-ASCII
+    path's bytes as surrogates, which Arrow cannot encode (UnicodeEncodeError from every command)."""
+    try:
+        return os.fsencode(path).decode("utf-8")
+    except UnicodeDecodeError:
+        return path

@@ -315,3 +315,31 @@ def test_repair_of_a_replaced_file_keeps_every_row_it_can_read(tmp_path, capsys)
     assert store_cmd(capsys, "repair", root)[0] == 0
     assert store_cmd(capsys, "check", root)[0] == 0
     assert len(Store(root).read("carrier.big")) == 12  # 2 of the replaced job's 5 rows are all there is
+
+
+# -- hostile review, round three (benchmarks/RESULTS.md) -------------------------------------------
+
+
+def test_an_ascii_locale_checks_compacts_vacuums_and_repairs_a_store_at_a_non_ascii_path(tmp_path):
+    """Under LC_ALL=C Python keeps a non-ASCII path's bytes as surrogates; delta-rs hands back real
+    characters, which os.stat could not encode (UnicodeEncodeError from check, compact, every reader)."""
+    import sys
+
+    root = tmp_path / "störe"
+    small_store(root)
+    age(root, 30 * DAY_S)
+    script = (
+        "import sys\nfrom runner import cli\n"
+        "for argv in (['check'], ['compact'], ['vacuum', '--retention-days', '0'], ['repair'], ['check']):\n"
+        "    code = cli.main(['store', argv[0], '--store', sys.argv[1], '--cluster', 'none.yaml', *argv[1:]])\n"
+        "    print('==', argv[0], code, flush=True)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("LANG", "LC_CTYPE", "PYTHONIOENCODING")}
+    env.update(LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONPATH=str(Path(__file__).resolve().parents[3]))
+    proc = subprocess.run(
+        [sys.executable, "-c", script, os.fsencode(root)], env=env, cwd=tmp_path, capture_output=True, timeout=120
+    )
+    err = proc.stderr.decode("utf-8", "replace")
+    assert "Traceback" not in err and proc.returncode == 0, err
+    codes = [line for line in proc.stdout.decode("ascii", "replace").splitlines() if line.startswith("== ")]
+    assert codes == ["== check 0", "== compact 0", "== vacuum 0", "== repair 0", "== check 0"], err
