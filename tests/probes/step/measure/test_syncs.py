@@ -23,8 +23,8 @@ def test_each_wait_is_named_by_its_line_and_counted_once_a_step():
     rows = syncs.census(_step_that_logs_its_loss(x), torch.device("cpu"))
     here = {(r.what, r.where.split(":")[0]): r.count_per_step for r in rows}
     assert here == {
-        ("index by a boolean mask (nonzero)", "step/test_syncs.py"): 1,
-        ("_local_scalar_dense", "step/test_syncs.py"): 1,
+        ("index by a boolean mask (nonzero)", "measure/test_syncs.py"): 1,
+        ("_local_scalar_dense", "measure/test_syncs.py"): 1,
     }
     lines = {r.where.split(":")[1] for r in rows}
     assert len(lines) == 2  # two lines, each named
@@ -90,7 +90,7 @@ def test_the_cuda_census_counts_the_sync_warnings_by_line_and_puts_the_lab_mode_
 
     (row,) = syncs.census(step, torch.device("cuda"))
     assert row.what == "called a synchronizing CUDA operation" and row.count_per_step == 3
-    assert row.where.startswith("step/test_syncs.py:") and modes == ["error", "warn", "error"]
+    assert row.where.startswith("measure/test_syncs.py:") and modes == ["error", "warn", "error"]
 
     def failing():
         raise RuntimeError("the step broke")
