@@ -175,9 +175,20 @@ def compact(store) -> dict[str, dict[str, int]]:
         removed, added = int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0))
         if removed:
             table.create_checkpoint()
-            table.cleanup_metadata()  # log files past the log retention (7 days by default), never data
+            _clean_log(store, name, table)
         out[name] = {"files_removed": removed, "files_added": added}
     return out
+
+
+def _clean_log(store, name: str, table) -> None:
+    """Delete the log files past the log retention (7 days by default), never data. delta-rs lists the
+    log following links and deletes what it finds: a log holding anything but regular files (a folder
+    linked to /elsewhere) is left as it is, with a warning."""
+    why = owned.only_files(str(store.root), f"{delta.TABLES}/{name}/_delta_log") if store.local else None
+    if why:
+        delta.log.warning(f"store {store.uri}: table {name}: log not cleaned: {why}")
+        return
+    table.cleanup_metadata()
 
 
 def table_problem(store, name: str) -> str | None:

@@ -1,6 +1,6 @@
 """Deleting only what a root owns: the one way the store's chores remove a file.
 
-A chore (vacuum, compaction's log cleanup, export's stale files) is handed a root it owns (the
+A chore (vacuum, export's stale files) is handed a root it owns (the
 store's root, an export folder) and a path under it. The path is reached from the root one folder
 at a time through directory fds opened with O_NOFOLLOW: a symlink anywhere below the root is never
 followed (a link in a table folder to /elsewhere: its files are not the store's), a folder on
@@ -8,6 +8,8 @@ another mount (another filesystem, or a bind mount of this one) is never entered
 name must be a regular file (a symlink there is left alone: unlinking it is harmless, but it is not
 the store's to remove). The root itself may be a symlink: the user named it. Whatever is refused
 comes back as a reason; `store check` lists the links and mounts it finds (`links_and_mounts`).
+Compaction's log cleanup is delta-rs' own and follows links: `only_files` says when a log holds
+nothing but regular files, the only case it is let run.
 
 Functions take the root as a path, so whoever opens the store (a path today, more later) can hand
 its root to them.
@@ -58,6 +60,29 @@ def folder_problem(root: str, rel: str) -> str | None:
         return None
     except Refused as exc:
         return str(exc)
+    return None
+
+
+def only_files(root: str, rel: str) -> str | None:
+    """Why folder `rel` under `root` is not one a foreign deleter (delta-rs' expired-log cleanup, which
+    lists the folder following links) may delete in: the way there holds a link or a mount, or the folder
+    holds anything but regular files (a link, a subfolder, a FIFO). None when it is safe, or absent."""
+    why = folder_problem(root, rel)
+    if why:
+        return why
+    try:
+        fd = _open_folder(root, [p for p in rel.split("/") if p not in ("", ".")])
+    except (FileNotFoundError, Refused):
+        return None  # gone, or swapped since folder_problem: its own next run says which
+    try:
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                mode = entry.stat(follow_symlinks=False).st_mode
+                if not stat.S_ISREG(mode):
+                    kind = "a symlink" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else "not a file"
+                    return f"{readable(rel)}/{readable(entry.name)} is {kind}: nothing is deleted there"
+    finally:
+        os.close(fd)
     return None
 
 

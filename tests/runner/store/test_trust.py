@@ -343,3 +343,26 @@ def test_an_ascii_locale_checks_compacts_vacuums_and_repairs_a_store_at_a_non_as
     assert "Traceback" not in err and proc.returncode == 0, err
     codes = [line for line in proc.stdout.decode("ascii", "replace").splitlines() if line.startswith("== ")]
     assert codes == ["== check 0", "== compact 0", "== vacuum 0", "== repair 0", "== check 0"], err
+
+
+def test_compactions_log_cleanup_never_deletes_through_a_link_in_the_delta_log(tmp_path, capsys):
+    """delta-rs' expired-log cleanup lists _delta_log following links: a folder link there holding
+    commit-named files had them deleted outside the store (4 of 4) by `store compact` and a sweep's end."""
+    root = tmp_path / "store"
+    small_store(root)
+    log = root / "tables" / "carrier.big" / "_delta_log"
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    for commit in sorted(log.glob("*.json")):
+        (outside / commit.name).write_bytes(commit.read_bytes())
+    age(outside, 60 * DAY_S)
+    before = snapshot(outside)
+    os.symlink(outside, log / "linked")
+    assert store_cmd(capsys, "vacuum", root, "--retention-days", "0")[0] == 0  # the log keeps 0 hours from now on
+    small_store(root, first=3)  # more small files: compaction has work, then cleans the log
+    age(root, 30 * DAY_S)
+    code, out, err = store_cmd(capsys, "compact", root)
+    assert code == 0, err
+    assert snapshot(outside) == before
+    assert "carrier.big: log not cleaned" in err and "linked" in err, err
+    assert len(Store(root).read("carrier.big")) == 30
