@@ -20,7 +20,10 @@ RATE_BASIS = rate.STEP
 """The kind of rate `rates` gives (probes.rate)."""
 RATE_TABLES = ("carriers", "numerics")
 """The tables `rates` reads (numerics: each variant's verdict against the baseline's training)."""
-RATE_HINT = "a carrier entry for {checkpoint} on {host} in a plan (`search: true` finds the best stack)"
+RATE_HINT = (
+    "a carrier entry for {checkpoint} on {host} with its variants measures their numerics beside the baseline "
+    "(`search: true` finds the fastest stack within the tolerance)"
+)
 """What measures a step rate here, when none is stored: recommend's line for what is missing."""
 
 

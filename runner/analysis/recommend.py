@@ -294,19 +294,29 @@ def _sweep_verdict(sweeps: list[dict[str, Any]], budget: BudgetSpec) -> str | No
     )
 
 
+def _unpriced_batching(priced: list[Priced], evidence: list[Evidence], hints: dict[str, tuple[str, str]]) -> list[str]:
+    """A line per host whose carriers' batching no rate on a corpus prices, with what would price it."""
+    hint = next((hint for basis, hint in hints.values() if basis == CORPUS), None)
+    on_corpus = {(e.host, e.carrier) for e in evidence if e.rate.basis == CORPUS}
+    unpriced: dict[str, list[str]] = {}
+    for p in priced:
+        if (p.host, p.carrier) not in on_corpus:
+            unpriced.setdefault(p.host, []).append(p.carrier)
+    if hint is None:
+        return []
+    return [
+        f"{host}: batching not priced on the lab's corpus for {', '.join(carriers)} (their hours assume full rows, "
+        f"no padding): {hint.format(host=host, checkpoint=carriers[0] if len(carriers) == 1 else 'NAME')}"
+        for host, carriers in unpriced.items()
+    ]
+
+
 def _gaps(priced: list[Priced], evidence: list[Evidence], hints: dict[str, tuple[str, str]]) -> list[str]:
     """What would make each figure better founded: a batching priced on the lab's corpus, numerics of the faster
     stacks, a trustworthy step."""
-    corpus_hint = next((hint for basis, hint in hints.values() if basis == CORPUS), None)
-    on_corpus = {(e.host, e.carrier) for e in evidence if e.rate.basis == CORPUS}
-    lines = []
+    lines = _unpriced_batching(priced, evidence, hints)
     for p in priced:
         where = dict(host=p.host, checkpoint=p.carrier)
-        if (p.host, p.carrier) not in on_corpus and corpus_hint:
-            lines.append(
-                f"{p.carrier} on {p.host}: batching not priced on the lab's corpus (its hours assume full rows, "
-                f"no padding): {corpus_hint.format(**where)}"
-            )
         if p.unverified and p.faster_outside is not None:
             probe = p.faster_outside.evidence[-1]["probe"]
             hint = hints.get(probe, ("", ""))[1]

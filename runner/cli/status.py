@@ -5,9 +5,11 @@ Read-only: safe beside a running sweep."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from probes.result import InputError
+from runner.analysis.report_runs import known_runs, night_line
 from runner.cli.stores import add_store_option, open_store, optional_cluster
 from runner.dispatch.status import render, sweep_status
 
@@ -24,5 +26,8 @@ def main(args: argparse.Namespace) -> int:
     if store.local and not Path(store.root).is_dir():
         raise InputError(f"store {store.root}: no such directory")
     store.require_root()  # an object store that does not answer: what its server said, one line
-    print(render(sweep_status(store), store.uri))
+    newest = known_runs(store, store.jobs(columns=["run_id", "finished_at"]))  # a night that stored no job too
+    status = sweep_status(store, newest=newest[-1] if newest else None)
+    night = night_line(store, status.run_id, status.running) if status.run_id else None
+    print(render(dataclasses.replace(status, night=night), store.uri))
     return 0

@@ -140,15 +140,7 @@ def _main(args: argparse.Namespace) -> int:
     ):
         write_run(store, run_id, plan=args.plan, work=work, hosts=hosts)  # `running`; what `report --run` shows
         if args.inline is None:
-            address = args.address or cluster.spec.ray.address
-            say(f"labprobe sweep: run {run_id}, plan {args.plan!r}, {len(jobs)} job(s); connecting to Ray")
-            connect_or_one_line(address, args.connect_timeout_s)
-            warn_embedded(
-                "sweep",
-                address,
-                {j.host for j in jobs},
-                "jobs for {hosts} will fail (pass --address or set ray.address)",
-            )
+            _connect(args, cluster, jobs, run_id)
 
         def head_lost(counts: Counts) -> None:  # runs on the head-watch thread; Ray would kill us soon
             _print_end(args, store, jobs, counts, run_id, hosts, out)
@@ -177,6 +169,16 @@ def _main(args: argparse.Namespace) -> int:
     if args.report and counts.store_failure is None:
         _report(store, run_id, work, cluster)
     return 1 if counts.failed or counts.unreadable or counts.store_failure else 0
+
+
+def _connect(args: argparse.Namespace, cluster, jobs: list[Job], run_id: str) -> None:
+    """Join the lab's Ray cluster (or start the embedded one); one line, exit 2, where none answers."""
+    address = args.address or cluster.spec.ray.address
+    say(f"labprobe sweep: run {run_id}, plan {args.plan!r}, {len(jobs)} job(s); connecting to Ray")
+    connect_or_one_line(address, args.connect_timeout_s)
+    warn_embedded(
+        "sweep", address, {j.host for j in jobs}, "jobs for {hosts} will fail (pass --address or set ray.address)"
+    )
 
 
 @contextlib.contextmanager

@@ -9,7 +9,6 @@ from collections import Counter
 
 import pyarrow.compute as pc
 
-from runner.analysis.report_runs import known_runs, night_line
 from runner.dispatch.lock import holder
 from runner.store.store import Store
 
@@ -25,22 +24,26 @@ class Status:
     last: dict | None
     """The run's newest stored job (probe, checkpoint, host, status, finished_at)."""
     night: str | None = None
-    """Why the newest run's night went wrong (its run record: the cluster unreachable, the deadline, died)."""
+    """Why the run's night went wrong (its run record: the cluster unreachable, the deadline, died), set by
+    the caller that reads run records (runner.analysis.report_runs.night_line)."""
 
 
-def sweep_status(store: Store) -> Status:
+def sweep_status(store: Store, *, newest: str | None = None) -> Status:
+    """`newest`: the newest run the store knows when none is running (a night that stored no job, its
+    cluster unreachable, included: runner.analysis.report_runs reads the run records); None: the newest
+    run with a stored job."""
     running = holder(store.place)
     columns = ["run_id", "probe", "checkpoint", "host", "status", "finished_at"]
-    run_id = (running or {}).get("run_id")
-    if run_id is None:  # the newest run, a night that stored no job (its cluster unreachable) included
-        runs = known_runs(store, store.jobs(columns=["run_id", "finished_at"]))
-        if not runs:
+    run_id = (running or {}).get("run_id") or newest
+    if run_id is None:
+        jobs = store.jobs(columns=["run_id", "finished_at"])
+        if jobs.empty:
             return Status(running, None, {}, None)
-        run_id = runs[-1]
+        run_id = jobs.sort_values("finished_at")["run_id"].iloc[-1]
     rows = _run_jobs(store, run_id, columns)
     counts = dict(Counter(rows["status"])) if not rows.empty else {}
     last = rows.sort_values("finished_at").iloc[-1].to_dict() if not rows.empty else None
-    return Status(running, run_id, counts, last, night_line(store, run_id, running))
+    return Status(running, run_id, counts, last)
 
 
 def _run_jobs(store: Store, run_id: str, columns: list[str]):
