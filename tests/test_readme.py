@@ -25,7 +25,7 @@ PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 README = (REPO / "README.md").read_text()
 MAX_README_LINES = 200
 RUN = re.compile(
-    r"^labprobe (probe (mask|padding|bucket|goodput)|sweep|status|demo|compare|history|host-command|validate"
+    r"^labprobe (probe (mask|padding|bucket|goodput)|sweep|status|demo|compare|history|recommend|host-command|validate"
     r"|schedule install --crontab-file)\b"
 )
 WILD = re.compile(
