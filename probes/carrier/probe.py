@@ -58,6 +58,7 @@ import torch
 
 from probes.carrier import stack_report
 from probes.carrier.config import Config
+from probes.carrier.contract import CARRIERS
 from probes.result import Check, ProbeResult
 from probes.step import harness as reference
 from probes.step.measure import flops, kernel_watch, kernels, peaks
@@ -247,7 +248,7 @@ def run(config: Config) -> ProbeResult:
         rows, whatifs, advice, measured_info = _family(config, peaks, evidence, extra)
         result.artifacts["evidence.json"] = json.dumps(evidence, indent=1)
         info.update(measured_info)
-    result.tables["carriers"] = rows
+    result.tables[CARRIERS] = rows  # named by the contract other probes read it through
     if whatifs:
         result.tables["whatif"] = whatifs
     if config.steps:
@@ -259,6 +260,7 @@ def run(config: Config) -> ProbeResult:
         "harness": config.harness,
         **info,
         "tokens_per_step": config.batch_size * config.seq_len,
+        "hours_priced_for": hours_priced_for(config),
         "variants": [v.name for v in config.resolved_variants],
         "num_launch_bound": sum(bool(r.launch_bound) for r in rows),
         "num_untrustworthy": sum(r.trustworthy is False for r in rows),
@@ -268,6 +270,16 @@ def run(config: Config) -> ProbeResult:
     result.summary["advice"] = advice
     result.checks += _checks(config, rows)
     return result
+
+
+def hours_priced_for(config: Config) -> str:
+    """What a row's hours price: this job's budget (its own token_budget, arms and seeds, which a sweep fills from
+    cluster.yaml's budget), each row's variant as the stack, full steps of the measured shape (no batching
+    strategy). `labprobe recommend` and `compare` price the lab's budget from the rows' step times instead."""
+    return (
+        f"{config.token_budget:,} tokens a job x {config.num_arms} arms x {config.num_seeds} seeds; stack: each "
+        f"row's variant; batching: {config.batch_size} x {config.seq_len:,} tokens a step, {config.rows} rows"
+    )
 
 
 def _checks(config: Config, rows: list[CarrierRow]) -> list[Check]:

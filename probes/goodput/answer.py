@@ -35,7 +35,13 @@ RATE_HINT = (
 
 
 def figures(tables: dict, summary: dict, config: dict) -> tuple[list[dict], list[str]]:
-    return [{k: summary[k] for k in FIGURES if summary.get(k) is not None}], []
+    """The figures, and the budget the hours price (the job's own: cluster.yaml's when a sweep ran it)."""
+    row = {k: summary[k] for k in FIGURES if summary.get(k) is not None}
+    tokens = summary.get("budget_tokens_per_job")
+    if tokens:
+        arms, seeds = summary.get("budget_arms", 1), summary.get("budget_seeds", 1)
+        row["hours_priced_for"] = f"{tokens / 1e6:.4g}M tokens a job x {arms} arms x {seeds} seeds"
+    return [row], []
 
 
 def rates(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> list[rate.Rate]:

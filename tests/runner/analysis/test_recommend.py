@@ -233,3 +233,18 @@ def test_work_a_plan_would_measure_is_named_with_its_plan(tmp_path, capsys):
     assert "no mask" not in out  # a probe that measures no rate is no gap
     code, out, _ = run(capsys, "--store", store, "--cluster", cluster, "--checkpoint", "qwen3-4b-base")
     assert code == 0 and "no profile of" not in out
+
+
+def test_every_hours_figure_a_probe_prints_names_the_budget_it_prices(tmp_path):
+    """A stored hours figure prices its own job's budget: the probe's output says which (carrier's summary; goodput's
+    answer, as the sweep's end and the report show it), so two of them are never read as one."""
+    import probes
+
+    lengths = tmp_path / "lengths.csv"
+    lengths.write_text("length\n" + "\n".join(["4096"] * 8) + "\n")
+    budget = dict(token_budget=23_400_000, num_arms=3, num_seeds=2)
+    priced = probes.run("goodput", lengths=lengths, batch_size=1, quadratic_s=0.0, linear_s=0.0, fixed_s=1.0, **budget)
+    (row,), _ = probes.answer("goodput").figures({}, priced.summary, {})
+    assert row["hours_priced_for"] == "23.4M tokens a job x 3 arms x 2 seeds" and "best_hours_sweep" in row
+    counted = probes.run("carrier", checkpoint=(REPO / "demo/checkpoints/qwen3-0.6b-base",), steps=0, **budget)
+    assert counted.summary["hours_priced_for"].startswith("23,400,000 tokens a job x 3 arms x 2 seeds; stack: each")
