@@ -1,4 +1,4 @@
-"""compare, history and report read the store: they must not import torch, transformers or Ray (torch
+"""compare, history, report and recommend read the store: they must not import torch, transformers or Ray (torch
 alone costs ~1.2 s of a command that otherwise takes well under a second). Each runs in a fresh
 process with the lab's cluster file (its plans name every probe), and the process says what it
 imported."""
@@ -46,6 +46,7 @@ def cluster(tmp_path_factory) -> Path:
         ["compare", "--probe", "padding", "--plot", "{folder}/compare.png"],
         ["history", "--probe", "carrier", "--plot", "{folder}/history.png"],
         ["report"],
+        ["recommend"],
     ],
 )
 def test_store_readers_import_no_torch(cluster, command):
