@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
+import random
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -31,7 +33,7 @@ from deltalake import (
     WriterProperties,
     write_deltalake,
 )
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import PostCommitHookProperties
 from pyarrow.dataset import ParquetReadOptions
@@ -72,6 +74,9 @@ TABLE_CONFIG = {"delta.logRetentionDuration": RETENTION, "delta.deletedFileReten
 commit lists the log folder, so a log kept 30 days (Delta's default) of 200 commits a night would
 make each commit several times slower."""
 
+
+COMMIT_ATTEMPTS = 8
+"""Tries of one append whose commit another writer's metadata change failed (see `append`)."""
 
 HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
 """Per commit: a log checkpoint every 100 commits, but no expired-log cleanup, which lists the whole
@@ -117,11 +122,30 @@ def open_table(uri: str, options: dict[str, str] | None) -> DeltaTable | None:
         raise CorruptStoreError(f"table {uri}: its log cannot be read: {_short(exc)}") from None
 
 
-def append(target: DeltaTable | str, data: pa.Table, options: dict[str, str] | None) -> None:
+def append(target: DeltaTable | str, data: pa.Table, options: dict[str, str] | None) -> DeltaTable | None:
     """One commit adding `data` (to a table, or creating it at a uri); a new column merges into the
-    table's schema (older rows read null)."""
+    table's schema (older rows read null). -> the table it committed to (None: not known).
+
+    Another writer's commit in between (another host, or process, appending to the same table) is
+    resolved by delta-rs for plain appends; one that changed the table's metadata (it created the
+    table, or merged a new column) fails ours (CommitFailedError): then the table is read again, the
+    rows fitted to its schema now, and the commit tried again, up to COMMIT_ATTEMPTS times. The data
+    file of a failed try is never in the log, so never read (vacuum deletes it)."""
     uri = target.table_uri if isinstance(target, DeltaTable) else _unicode(target)
     table = target if isinstance(target, DeltaTable) else open_table(target, options)
+    for attempt in range(COMMIT_ATTEMPTS):
+        try:
+            _append_once(table, uri, data, options)
+            return table
+        except CommitFailedError as exc:
+            if attempt == COMMIT_ATTEMPTS - 1:
+                raise StoreError(f"table {uri}: rows refused: {_short(exc)}") from None
+            time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))  # apart from the other writer's next try
+            table = open_table(uri, options)
+    return table
+
+
+def _append_once(table: DeltaTable | None, uri: str, data: pa.Table, options: dict[str, str] | None) -> None:
     if table is not None:
         data = fit(data, pa.schema(table.schema().to_arrow()), uri)
     config = None if table is not None else TABLE_CONFIG
@@ -136,6 +160,8 @@ def append(target: DeltaTable | str, data: pa.Table, options: dict[str, str] | N
             post_commithook_properties=HOOKS,
             writer_properties=writer_properties(),
         )
+    except CommitFailedError:
+        raise
     except Exception as exc:
         raise StoreError(f"table {uri}: rows refused: {_short(exc)}") from None
 

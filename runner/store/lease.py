@@ -118,7 +118,9 @@ class Lease:
 
     # -- the lease ----------------------------------------------------------------------------------
     def _body(self) -> bytes:
-        return json.dumps({**self.info, "lease_s": self.lease_s}).encode()
+        """Our info, the lease, and when it was renewed: each renewal a new ETag (an ETag is the body's MD5)."""
+        renewed = datetime.now().astimezone().isoformat(timespec="milliseconds")
+        return json.dumps({**self.info, "lease_s": self.lease_s, "renewed_at": renewed}).encode()
 
     def _put(self, *, if_none_match: bool = False, if_match: str | None = None) -> bool:
         """One conditional put of our info: True when it took, False when the condition failed."""

@@ -288,10 +288,11 @@ def one_line(exc: BaseException | str, limit: int = 300) -> str:
         message = f"{code.group(1)}: {code.group(2).strip().rstrip('.')}" if code.group(2) else code.group(1)
         return message + (f" ({status.group(0).strip()})" if status else "")
     lines = [line.strip().lstrip("↳").strip() for line in text.splitlines() if line.strip()]
-    if len(lines) > 1 and any("error sending request" in line or "tcp connect" in line for line in lines):
-        return f"the server cannot be reached: {lines[-1]}"
     first = " ".join((lines[0] if lines else type(exc).__name__).split())
-    return first if len(first) <= limit else first[:limit] + "..."
+    first = first if len(first) <= limit else first[:limit] + "..."
+    if any(mark in text for mark in ("error sending request", "tcp connect error", "operation timed out")):
+        return f"the server cannot be reached: {lines[-1] if len(lines) > 1 else first}"
+    return first
 
 
 def _arrow_path(path: str) -> str:

@@ -153,8 +153,8 @@ class Store:
         # A table kept open across this process's writes: each commit then reads only the log's
         # new entries, not the whole snapshot again.
         target = self._writers.get(name) or delta.open_table(uri, self.storage_options)
-        delta.append(target or uri, data, self.storage_options)
-        self._writers[name] = target or delta.open_table(uri, self.storage_options)
+        committed = delta.append(target or uri, data, self.storage_options)  # read again after another writer's change
+        self._writers[name] = committed or delta.open_table(uri, self.storage_options)
         stored.add(key.job_id)
         return uri
 
