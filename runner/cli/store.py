@@ -91,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
         if args.action == "compact":
             _compact(store)
         elif args.action == "repair":
-            _repair(store)
+            return _repair(store)
         elif args.action == "vacuum":
             _vacuum(store, retention, args.dry_run)
         else:
@@ -175,15 +175,24 @@ def _vacuum(store: Store, retention_days: float, dry_run: bool) -> None:
         print(f"left alone: {len(done.refused) - SHOWN_REFUSED} more (`labprobe store check` lists the links)")
 
 
-def _repair(store: Store) -> None:
+def _repair(store: Store) -> int:
+    """Exit 0 when every broken table was repaired, 1 when one was left alone (a link or a mount)."""
     if not store.local:
         raise InputError(f"--store: repair reads a local store's files, not {store.uri}")
     from runner.store.repair import repair
 
     done = repair(store)
-    rows = [{"table": r.table, "rows": r.rows, "what": r.what} for r in done]
-    print(format_table(rows, title=f"store {store.uri}: repaired") if rows else f"store {store.uri}: nothing to repair")
+    rows = [{"table": r.table, "rows": r.rows, "what": r.what} for r in done if not r.left_alone]
+    empty = f"store {store.uri}: " + ("nothing repaired" if done else "nothing to repair")
+    print(format_table(rows, title=f"store {store.uri}: repaired") if rows else empty)
+    for r in done:
+        if r.left_alone:
+            print(f"left alone: {r.table}: {r.what}")
+    if any(r.left_alone for r in done):
+        print("nothing was deleted; the tables left alone stay broken: `labprobe store check` lists the links")
+        return 1
     print("nothing was deleted; `labprobe store check` should now exit 0")
+    return 0
 
 
 def _migrate(store: Store) -> None:

@@ -366,3 +366,66 @@ def test_compactions_log_cleanup_never_deletes_through_a_link_in_the_delta_log(t
     assert snapshot(outside) == before
     assert "carrier.big: log not cleaned" in err and "linked" in err, err
     assert len(Store(root).read("carrier.big")) == 30
+
+
+def test_repair_of_a_replaced_file_takes_rows_from_the_files_compaction_replaced(tmp_path, capsys):
+    """A sweep ends with a compaction, so the rows of a live file also sit in the files it replaced:
+    repair took a replaced live file's 2 rows as the job's, dropping 3 rows it could read elsewhere."""
+    root = tmp_path / "store"
+    small_store(root)
+    assert store_cmd(capsys, "compact", root)[0] == 0
+    replace_live_file(root, 2)
+    assert store_cmd(capsys, "repair", root)[0] == 0
+    assert store_cmd(capsys, "check", root)[0] == 0
+    assert sorted(Store(root).read("carrier.big")["x"]) == [10 * n + i for n in range(3) for i in range(5)]
+
+
+@pytest.mark.parametrize("linked", ["table folder", "its _delta_log", "repairs"])
+def test_repair_never_writes_or_moves_files_through_a_link(tmp_path, capsys, linked):
+    """Repair rebuilt a table through a linked table folder (a log and a data file written outside the
+    store), moved a cut commit out of a linked log, and wrote into a linked <store>/repairs."""
+    root = tmp_path / "store"
+    small_store(root)
+    elsewhere = tmp_path / "elsewhere"
+    source = {
+        "table folder": root / "tables" / "carrier.big",
+        "its _delta_log": root / "tables" / "carrier.big" / "_delta_log",
+        "repairs": root / "repairs",
+    }[linked]
+    if linked == "repairs":
+        elsewhere.mkdir()
+    else:
+        os.rename(source, elsewhere)
+    os.symlink(elsewhere, source)
+    cut = newest_commit(root, "carrier.big")
+    cut.write_bytes(cut.read_bytes()[:20])  # a commit cut mid-line: repair moves it aside
+    before = snapshot(elsewhere)
+    code, out, err = store_cmd(capsys, "repair", root)
+    assert snapshot(elsewhere) == before, out + err
+    if linked != "repairs":
+        assert code == 1 and "left alone: carrier.big: " in out, out + err
+    else:
+        assert code == 1 and "left alone: carrier.big: repairs/carrier.big resolves outside" in out, out + err
+
+
+def test_check_and_repair_never_block_on_a_fifo_in_place_of_a_live_file(tmp_path):
+    """A live file replaced by a FIFO: check opened it to read and waited for ever (as did repair)."""
+    import sys
+
+    root = tmp_path / "store"
+    small_store(root)
+    path = Path(DeltaTable(str(root / "tables" / "carrier.big")).file_uris()[0].removeprefix("file://"))
+    path.unlink()
+    os.mkfifo(path)
+    script = (
+        "import sys\nfrom runner import cli\n"
+        "for action in ('check', 'repair'):\n"
+        "    print('==', action, cli.main(['store', action, '--store', sys.argv[1], '--cluster', 'none.yaml']))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(root)], capture_output=True, timeout=60, cwd=tmp_path, text=True, env=env
+    )
+    assert "Traceback" not in proc.stderr and "== check 1" in proc.stdout, proc.stdout + proc.stderr
+    assert "not a regular file" in proc.stdout and "== repair 0" in proc.stdout, proc.stdout + proc.stderr
+    assert sorted(Store(root).jobs()["job_id"]) == ["k0", "k1", "k2"]
