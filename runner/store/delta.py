@@ -13,9 +13,12 @@ naming the file, so every command reports it in one line and exits 2.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import random
+import re
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +48,7 @@ log = logging.getLogger("labprobe.store")
 
 TABLES = "tables"
 """Folder of the root that holds the Delta tables (the older hive layout used the root itself)."""
+_TABLE_NAME = re.compile(r"jobs|[A-Za-z0-9][A-Za-z0-9_-]*\.[A-Za-z0-9._-]+")
 TARGET_FILE_BYTES = 32 * 2**20
 """Compaction target: files above it are left alone, so a nightly compaction rewrites only the
 recent small files, not the whole table (a year of one table stays a few files)."""
@@ -99,6 +103,21 @@ def _unicode(path: str) -> str:
         return os.fsencode(path).decode("utf-8")
     except UnicodeDecodeError:
         return path
+
+
+def open_regular(path: str | Path):
+    """`path` opened to read, binary, when it is a regular file; OSError otherwise. The open never
+    blocks (a FIFO in place of a data file hung `store check` and `store repair` for ever), and the
+    kind is checked on what was opened."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
 
 
 def os_path(text: str) -> str:
@@ -261,9 +280,13 @@ def unreadable_files(table: DeltaTable) -> list[tuple[str, str]]:
     ("terminate called without an active exception", exit 134, about 1 run in 15 of `store check`)."""
     fs = reader_filesystem(table)
     plain = isinstance(fs, pa_fs.SubTreeFileSystem)  # the log's paths are URL-encoded; a folder's are not
+    folder = local_folder(table) if plain else None
     bad = []
     for path in table.get_add_actions(flatten=True).column("path").to_pylist():
         try:
+            if folder is not None:  # Arrow's open of a FIFO waits for a writer for ever: never opened
+                with open_regular(os_path(os.path.join(folder, unquote(path)))):
+                    pass
             with fs.open_input_file(unquote(path) if plain else path) as handle:
                 pq.ParquetFile(handle, pre_buffer=False).read()
         except Exception as exc:
@@ -324,7 +347,7 @@ def mismatched_files(table: DeltaTable, *, deep: bool = False) -> list[tuple[str
 def _content_mismatch(path: str, action: pa.Table) -> str | None:
     """How a file's rows differ from its add action's statistics (rows, null counts, min/max), or None."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             rows = pq.ParquetFile(handle, pre_buffer=False).read()
     except Exception:
         return None  # unreadable: unreadable_files says so
@@ -391,7 +414,7 @@ def data_pairs(files: list[Path]) -> set[tuple[str, str]]:
     pairs: set[tuple[str, str]] = set()
     for path in files:
         try:
-            with open(path, "rb") as handle:
+            with open_regular(path) as handle:
                 rows = pq.ParquetFile(handle, pre_buffer=False).read(columns=["job_id", "run_id"])
         except Exception:  # not Parquet, cut short, another schema: not rows of this store
             continue
@@ -407,6 +430,35 @@ def list_dirs(uri: str, options: dict[str, str] | None, local: bool) -> list[str
     fs = pa_fs.PyFileSystem(DeltaStorageHandler(_unicode(uri), options or None))
     infos = fs.get_file_info(pa_fs.FileSelector("", allow_not_found=True))
     return sorted(i.base_name for i in infos if i.type == pa_fs.FileType.Directory)
+
+
+def table_shaped(name: str) -> bool:
+    """Whether a folder name under tables/ is one a table of this store has: `jobs` or
+    `<probe>.<table>`, plain ASCII (a name holding bytes that are not UTF-8 is a stray, never handed to
+    delta-rs, which cannot encode it)."""
+    return _TABLE_NAME.fullmatch(name) is not None
+
+
+def not_folders(uri: str, local: bool) -> list[tuple[str, str]]:
+    """(name, what it is) of every table-shaped entry directly under a local `uri` that is not a
+    folder: a table whose folder was replaced by a file, whose rows no reader can see."""
+    path = Path(uri)
+    if not local or not path.is_dir():
+        return []
+    found = []
+    for entry in sorted(path.iterdir()):
+        if table_shaped(entry.name) and not entry.is_dir():
+            found.append(
+                (
+                    entry.name,
+                    "a symlink" if entry.is_symlink() else "a regular file" if entry.is_file() else "not a folder",
+                )
+            )
+    return found
+
+
+def not_a_folder(what: str) -> str:
+    return f"{what} where the table's folder belongs: its rows cannot be read (move it out of {TABLES}/)"
 
 
 def is_table(uri: str, options: dict[str, str] | None) -> bool:

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from urllib.parse import unquote
 
+import pyarrow as pa
 import pyarrow.fs as pa_fs
 from deltalake.exceptions import DeltaError
 
@@ -32,6 +33,7 @@ from probes.result import InputError
 from runner.store import delta, owned
 from runner.store.logcheck import commit_problems
 from runner.store.migrate import legacy_tables
+from runner.store.nofollow import readable
 
 DEFAULT_RETENTION_DAYS = 7.0
 VACUUM_MIN_AGE_S = 3600.0
@@ -75,18 +77,15 @@ def check(store) -> Check:
     folders = delta.list_dirs(tables_root, store.storage_options, store.local)
     names, states, strays = [], [], []
     for name in folders:
-        shaped = (name == "jobs" or "." in name) and not name.startswith(".")
+        shaped = delta.table_shaped(name)
         if shaped and delta.is_table(store.table_uri(name), store.storage_options):
             names.append(name)
         elif shaped and _lost_log(store, name):
-            folder = store.table_uri(name)
-            states.append(
-                TableState(
-                    name=name, version=None, files=0, rows=0, bytes=0, unreadable=[(folder, _lost_log(store, name))]
-                )
-            )
+            states.append(_broken(name, store.table_uri(name), _lost_log(store, name)))
         else:
-            strays.append(name)
+            strays.append(readable(name))
+    for name, why in store.misplaced():  # a table's folder replaced by a file
+        states.append(_broken(name, store.table_uri(name), why))
     states += [_table_state(store, name) for name in names]
     states.sort(key=lambda t: t.name)
     return Check(
@@ -95,6 +94,10 @@ def check(store) -> Check:
         legacy=legacy_tables(store.root) if store.local else [],
         links=owned.links_and_mounts(str(store.root)) if store.local else [],
     )
+
+
+def _broken(name: str, where: str, why: str) -> TableState:
+    return TableState(name=name, version=None, files=0, rows=0, bytes=0, unreadable=[(where, why)])
 
 
 def _lost_log(store, name: str) -> str | None:
@@ -254,7 +257,10 @@ def _still_unneeded(store, name: str, listed: list[str]) -> list[str]:
         rel = _relative(path, store.table_uri(name))
         if rel in live:
             continue
-        info = fs.get_file_info(rel)
+        try:
+            info = fs.get_file_info(rel)
+        except (pa.ArrowException, OSError):  # a tombstone naming a URL (file:///elsewhere): no file here
+            continue
         if (
             info.type == pa_fs.FileType.File
             and info.mtime is not None

@@ -36,6 +36,8 @@ def delete_file(root: str, rel: str, *, dry_run: bool = False) -> str | None:
         return None
     except Refused as exc:
         return str(exc)
+    except OSError as exc:  # a folder swapped for a link or a file since it was checked: O_NOFOLLOW said so
+        return _changed(rel, exc)
     try:
         st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
         if stat.S_ISLNK(st.st_mode):
@@ -46,9 +48,15 @@ def delete_file(root: str, rel: str, *, dry_run: bool = False) -> str | None:
             os.unlink(name, dir_fd=parent_fd)  # a swap for a link since the stat: the link goes, never its target
     except FileNotFoundError:
         return None
+    except OSError as exc:  # swapped for a folder since the stat (unlink never removes one)
+        return _changed(rel, exc)
     finally:
         os.close(parent_fd)
     return None
+
+
+def _changed(rel: str, exc: OSError) -> str:
+    return f"{readable(rel)} changed while it was checked ({exc.strerror or exc}): left alone"
 
 
 def folder_problem(root: str, rel: str) -> str | None:
@@ -60,6 +68,8 @@ def folder_problem(root: str, rel: str) -> str | None:
         return None
     except Refused as exc:
         return str(exc)
+    except OSError as exc:
+        return _changed(rel, exc)
     return None
 
 
@@ -72,8 +82,10 @@ def only_files(root: str, rel: str) -> str | None:
         return why
     try:
         fd = _open_folder(root, [p for p in rel.split("/") if p not in ("", ".")])
-    except (FileNotFoundError, Refused):
-        return None  # gone, or swapped since folder_problem: its own next run says which
+    except FileNotFoundError:
+        return None
+    except (Refused, OSError) as exc:  # swapped since folder_problem looked
+        return str(exc) if isinstance(exc, Refused) else _changed(rel, exc)
     try:
         with os.scandir(fd) as entries:
             for entry in entries:
@@ -81,6 +93,8 @@ def only_files(root: str, rel: str) -> str | None:
                 if not stat.S_ISREG(mode):
                     kind = "a symlink" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else "not a file"
                     return f"{readable(rel)}/{readable(entry.name)} is {kind}: nothing is deleted there"
+    except OSError as exc:
+        return _changed(rel, exc)
     finally:
         os.close(fd)
     return None

@@ -36,6 +36,7 @@ from probes.result import InputError, ProbeResult, config_to_dict
 from runner.store import artifacts, delta
 from runner.store.delta import CorruptStoreError, StoreError
 from runner.store.latest import JOB, ORDER, SLOT, latest, latest_indices, plain
+from runner.store.nofollow import readable
 from runner.store.root import StoreRoot
 from runner.store.rows import JOB_COLUMNS, KEY_COLUMNS, STATUSES, JobKey, job_record, table_records
 
@@ -243,19 +244,41 @@ class Store:
     def table_names(self) -> list[str]:
         """Every table stored ("jobs" and "<probe>.<table>"). A folder under tables/ that is not a
         Delta table (a stray) is skipped with one warning naming it; one whose log was lost
-        (`lost_log`) is refused: a reader would silently miss that table."""
+        (`lost_log`), or a file where a table's folder belongs, is refused: a reader would silently miss
+        that table."""
         self.require_root()
         self.check_layout()
         names = []
-        for name in delta.list_dirs(self.place.join(delta.TABLES), self.storage_options, self.local):
-            shaped = (name == "jobs" or "." in name) and not name.startswith(".")
+        tables = self.place.join(delta.TABLES)
+        for name in delta.list_dirs(tables, self.storage_options, self.local):
+            shaped = delta.table_shaped(name)
             if shaped and delta.is_table(self.table_uri(name), self.storage_options):
                 names.append(name)
             elif shaped and self.lost_log(name):
                 raise CorruptStoreError(f"store {self.uri}: table {name}: {self.lost_log(name)}")
             else:
-                self._warn(name, f"store {self.uri}: skipped {delta.TABLES}/{name}: not a store table")
+                self._warn(name, f"store {self.uri}: skipped {delta.TABLES}/{readable(name)}: not a store table")
+        for name, why in self.misplaced():  # that table's rows would be silently missed
+            raise CorruptStoreError(f"store {self.uri}: table {name}: {why}")
         return names
+
+    def misplaced(self) -> list[tuple[str, str]]:
+        """(name, why) of each file under tables/ standing where a table's folder belongs: `jobs`, or
+        `<probe>.<table>` of a probe the jobs table holds jobs of (a stray `notes.txt` is not one).
+        Every reader would silently miss that table's rows. Local stores only."""
+        found = delta.not_folders(self.place.join(delta.TABLES), self.local)
+        probes: set[str] | None = None
+        out = []
+        for name, what in found:
+            if name != "jobs" and probes is None:
+                try:
+                    jobs = self.table("jobs")
+                    probes = set(delta.read(jobs, columns=["probe"]).column("probe").to_pylist()) if jobs else set()
+                except InputError:  # the jobs table is broken itself: said on its own
+                    probes = set()
+            if name == "jobs" or name.split(".", 1)[0] in (probes or set()):
+                out.append((name, delta.not_a_folder(what)))
+        return out
 
     def columns(self, name: str) -> list[str]:
         """Table `name`'s columns, from its log (no data read); empty when nothing is stored."""

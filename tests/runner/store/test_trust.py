@@ -429,3 +429,91 @@ def test_check_and_repair_never_block_on_a_fifo_in_place_of_a_live_file(tmp_path
     assert "Traceback" not in proc.stderr and "== check 1" in proc.stdout, proc.stdout + proc.stderr
     assert "not a regular file" in proc.stdout and "== repair 0" in proc.stdout, proc.stdout + proc.stderr
     assert sorted(Store(root).jobs()["job_id"]) == ["k0", "k1", "k2"]
+
+
+@pytest.mark.parametrize("table", ["carrier.big", "jobs"])
+def test_a_table_folder_replaced_by_a_file_is_exit_1_and_readers_refuse(tmp_path, capsys, table):
+    """tables/<table> a file: check said nothing (exit 0), compare answered another metric
+    (jobs.wall_s), export wrote every table but that one, exit 0."""
+    import shutil
+
+    root = tmp_path / "store"
+    small_store(root)
+    shutil.rmtree(root / "tables" / table)
+    (root / "tables" / table).write_text("not a table")
+    code, out, _ = store_cmd(capsys, "check", root)
+    assert code == 1 and f"unreadable: {root / 'tables' / table}: a regular file where the table's folder" in out, out
+    code, _, err = store_cmd(capsys, "export", root, str(tmp_path / "export"))
+    assert code == 2 and f"table {table}: a regular file where" in err and not (tmp_path / "export").exists(), err
+    code = cli.main(["compare", "--probe", "carrier", "--store", str(root), "--cluster", str(tmp_path / "none.yaml")])
+    assert code == 2 and f"table {table}: a regular file where" in capsys.readouterr().err
+
+
+def test_a_table_folder_named_with_bytes_that_are_not_utf8_is_a_stray_not_a_traceback(tmp_path, capsys):
+    import shutil
+
+    root = tmp_path / "store"
+    small_store(root)
+    shutil.copytree(os.fsencode(root / "tables" / "carrier.big"), os.fsencode(root / "tables") + b"/carrier.b\xffg")
+    age(root, 30 * DAY_S)
+    code, out, err = store_cmd(capsys, "check", root)
+    assert code == 0 and "stray: tables/carrier.b\\xffg is not a store table" in out, out + err
+    for action, argv in (("vacuum", ["--retention-days", "0"]), ("compact", []), ("export", [str(tmp_path / "x")])):
+        code, out, err = store_cmd(capsys, action, root, *argv)
+        assert code == 0 and "Traceback" not in err, (action, out, err)  # UnicodeEncodeError before
+    assert len(Store(root).read("carrier.big")) == 15
+
+
+def test_a_tombstone_naming_a_url_is_never_a_vacuum_traceback(tmp_path, capsys):
+    """A commit whose remove action names file:///elsewhere: vacuum raised ArrowInvalid (exit 1)."""
+    import json
+
+    root = tmp_path / "store"
+    small_store(root)
+    outside, before = outside_folder(tmp_path)
+    then = int((time.time() - 40 * DAY_S) * 1000)
+    actions = [
+        {"commitInfo": {"timestamp": then, "operation": "DELETE", "operationParameters": {}}},
+        {"remove": {"path": f"file://{outside}/f0.parquet", "deletionTimestamp": then, "dataChange": True}},
+        {"remove": {"path": f"{outside}/f1.parquet", "deletionTimestamp": then, "dataChange": True}},
+        {"remove": {"path": "../../../elsewhere/f2.parquet", "deletionTimestamp": then, "dataChange": True}},
+    ]
+    commit = newest_commit(root, "carrier.big")
+    (commit.parent / f"{int(commit.stem) + 1:020d}.json").write_text("\n".join(map(json.dumps, actions)) + "\n")
+    age(root, 30 * DAY_S)
+    code, out, err = store_cmd(capsys, "vacuum", root, "--retention-days", "0")
+    assert code == 0 and "Traceback" not in err, out + err
+    assert snapshot(outside) == before
+
+
+@pytest.mark.parametrize("swap", ["a folder for a link", "the file for a folder"])
+def test_a_path_swapped_while_vacuum_deletes_is_left_alone_not_a_traceback(tmp_path, monkeypatch, swap):
+    """Between owned's check of a name and its open or unlink, a folder became a link to /elsewhere
+    or the file a folder: nothing outside was deleted, but the OSError escaped (a traceback)."""
+    from runner.store import owned
+
+    root, outside = tmp_path / "store", tmp_path / "elsewhere"
+    (root / "tables" / "t").mkdir(parents=True)
+    outside.mkdir()
+    (root / "tables" / "t" / "f.parquet").write_text("x")
+    (outside / "f.parquet").write_text("keep")
+    real_stat, real_unlink = os.stat, os.unlink
+
+    def stat_then_swap(path, *args, **kwargs):
+        st = real_stat(path, *args, **kwargs)
+        if swap.startswith("a folder") and path == "t" and not (root / "tables" / "t").is_symlink():
+            os.rename(root / "tables" / "t", root / "tables" / "t.old")
+            os.symlink(outside, root / "tables" / "t")
+        return st
+
+    def swap_then_unlink(name, *args, **kwargs):
+        os.remove(root / "tables" / "t" / "f.parquet")
+        os.mkdir(root / "tables" / "t" / "f.parquet")
+        return real_unlink(name, *args, **kwargs)
+
+    monkeypatch.setattr(owned.os, "stat", stat_then_swap)
+    if swap.startswith("the file"):
+        monkeypatch.setattr(owned.os, "unlink", swap_then_unlink)
+    why = owned.delete_file(str(root), "tables/t/f.parquet")
+    assert why and "left alone" in why, why
+    assert (outside / "f.parquet").read_text() == "keep"
