@@ -145,5 +145,6 @@ def test_the_newest_run_is_the_last_finished_not_the_last_id_in_sort_order():
             "finished_at": ["2026-12-04T13:57:00+00:00", "2026-12-04T20:27:03+00:00", "2026-12-03T07:05:00+00:00"],
         }
     )
-    runs = known_runs(types.SimpleNamespace(local=False), jobs)
+    no_records = types.SimpleNamespace(place=types.SimpleNamespace(files=lambda rel: {}))  # a store of jobs only
+    runs = known_runs(no_records, jobs)
     assert runs == ["20261203T070000Z-aaaa", "recorded-20261204T1357Z", "20261204T202645Z-14be"]
