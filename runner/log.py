@@ -66,20 +66,6 @@ def terminal_err() -> TextIO:
     return _terminal["err"] or sys.stderr
 
 
-def log_path(store_root: Path, name: str) -> Path:
-    """`<store>/logs/<name>` (beside the cron log) when that folder can be written, else in $TMPDIR."""
-    import tempfile
-
-    folder = Path(store_root) / "logs"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        if os.access(folder, os.W_OK):
-            return folder / name
-    except OSError:
-        pass
-    return Path(tempfile.gettempdir()) / f"labprobe-{name}"
-
-
 def setup() -> logging.Logger:
     """The `labprobe` logger with its one terminal handler (idempotent)."""
     if not any(isinstance(h, _TerminalHandler) for h in logger.handlers):
