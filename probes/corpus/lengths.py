@@ -181,7 +181,8 @@ def _first(mask: pa.ChunkedArray) -> int:
 def _first_non_integer(column: pa.ChunkedArray) -> tuple[int, Any]:
     """The first value that is not an integer (a CSV column with one word in it arrives as text)."""
     for i, value in enumerate(column.to_pylist()):
-        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        digits = value.strip().lstrip("+-") if isinstance(value, str) else ""
+        if digits.isascii() and digits.isdigit():  # str.isdigit alone takes '٣' and '²', which no reader does
             continue
         if not isinstance(value, int) and not (isinstance(value, float) and value.is_integer()):
             return i, value

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import dataclasses
 import math
+import sys
 import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -110,6 +111,8 @@ def number(
             raise NotANumber(said) from None
         if not math.isfinite(value) or value > high or value < low or (low_open and value == low):
             raise argparse.ArgumentTypeError(said)  # nan fails every comparison: named here, not let through
+        if kind is not int and 0 < abs(value) < sys.float_info.min:  # 5e-324 s priced every figure nan
+            raise argparse.ArgumentTypeError(f"{said}: below the smallest normal float, {sys.float_info.min:g}")
         return value
 
     parse.__name__ = what  # argparse names a type by it
@@ -265,7 +268,11 @@ def plot_file(text: str) -> Path:
     path = Path(text)
     if path.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise argparse.ArgumentTypeError(f"{text!r}: expected a .png, .svg or .pdf file name")
-    if path.is_dir():
+    try:
+        folder = path.is_dir()
+    except OSError as exc:  # a name past NAME_MAX: pathlib lets ENAMETOOLONG through
+        raise argparse.ArgumentTypeError(f"{text!r}: {(exc.strerror or str(exc)).lower()}") from None
+    if folder:
         raise argparse.ArgumentTypeError(f"{text!r} is a folder: give a file name")
     return path
 

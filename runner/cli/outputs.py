@@ -30,6 +30,11 @@ def writable_file(path: Path, *, what: str, mkdir: bool = False, make_under: Pat
     """`path` once a file can be written there (its folder made when `mkdir`, or when it lies under
     `make_under`); InputError in one line otherwise. `what` names it for the user (`--out`, `report`)."""
     path = Path(path)
+    with _one_line(what, path):  # pathlib's is_dir lets ENAMETOOLONG (a name past NAME_MAX) through
+        return _writable_file(path, what=what, mkdir=mkdir, make_under=make_under)
+
+
+def _writable_file(path: Path, *, what: str, mkdir: bool, make_under: Path | None) -> Path:
     if path.is_dir():
         raise InputError(f"{what} {path}: is a directory, give a file name")
     if path.exists() and not path.is_file():
@@ -42,6 +47,11 @@ def writable_file(path: Path, *, what: str, mkdir: bool = False, make_under: Pat
 def writable_folder(folder: Path, *, what: str, mkdir: bool = False) -> Path:
     """`folder` once files can be written into it (made when its parent exists, or with `mkdir`)."""
     folder = Path(folder)
+    with _one_line(what, folder):
+        return _writable_folder(folder, what=what, mkdir=mkdir)
+
+
+def _writable_folder(folder: Path, *, what: str, mkdir: bool) -> Path:
     if folder.exists() and not folder.is_dir():
         raise InputError(f"{what} {folder}: not a directory")
     if not folder.exists():
@@ -59,6 +69,15 @@ def writing(path: Path, *, what: str) -> Iterator[None]:
         yield
     except OSError as exc:
         raise InputError(f"{what} {path}: cannot write it: {_why(exc)}") from None
+
+
+@contextlib.contextmanager
+def _one_line(what: str, path: Path) -> Iterator[None]:
+    """An OSError while looking at `path` (a name too long, a loop of links) as one line."""
+    try:
+        yield
+    except OSError as exc:
+        raise InputError(f"{what} {path}: {_why(exc)}") from None
 
 
 def _parent_ready(parent: Path, *, what: str, path: Path, mkdir: bool) -> None:

@@ -334,3 +334,14 @@ def test_a_uint64_parquet_length_past_int64_is_refused_not_wrapped(tmp_path):
     pq.write_table(pa.table({"length": pa.array([3, 2**64 - 1], pa.uint64())}), path)
     with pytest.raises(InputError, match=r"record 2: field 'length' must be at most 2147483647"):
         corpus.read_lengths_file(path)
+
+
+@pytest.mark.parametrize("cell", ["\u0663", "\uff15", "1\u00b2"])
+def test_a_lengths_cell_of_digits_that_are_not_ascii_names_its_own_record(tmp_path, cell):
+    """An Arabic-Indic 3 (str.isdigit says yes) made the whole column text and the error named
+    record 1 and "got 'string'" (the column's type), not the cell."""
+    path = tmp_path / "bad.csv"
+    path.write_text(f"length,source\n4,a\n{cell},b\n5,c\n", encoding="utf-8")
+    with pytest.raises(InputError) as raised:
+        corpus.read_lengths_file(path)
+    assert str(raised.value) == f"{path}: record 2 (line 3): field 'length' must be a positive integer, got {cell!r}"

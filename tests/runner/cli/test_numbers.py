@@ -79,3 +79,17 @@ def test_the_validator_takes_what_is_in_range_and_only_that():
         for text in bad:
             with pytest.raises(argparse.ArgumentTypeError, match="expected"):
                 parse(text)
+
+
+@pytest.mark.parametrize("value", ["5e-324", "1e-320", "-4e-310"])
+def test_a_subnormal_float_is_refused_it_priced_every_figure_nan(value):
+    """--fixed-s/--linear-s/--quadratic-s 5e-324: goodput priced each strategy's goodput nan, the best
+    goodput inf and picked 'fixed' as best, exit 0. A float below the smallest normal one is no number
+    of seconds, percent or days anyone means."""
+    from runner.cli.options import finite_float, nonneg_float
+
+    for parse in (nonneg_seconds, positive_seconds, percent, nonneg_float, finite_float):
+        if parse is finite_float or not value.startswith("-"):
+            with pytest.raises(argparse.ArgumentTypeError, match="expected"):
+                parse(value)
+    assert nonneg_seconds("2.3e-308") == 2.3e-308  # the smallest normal floats still pass

@@ -107,3 +107,16 @@ def test_store_export_that_cannot_be_written_is_one_line(store, tmp_path, read_o
     assert not (tmp_path / "a").exists()
     assert main([*argv, str(tmp_path / "a" / "b"), "--mkdir"]) == 0
     assert (tmp_path / "a" / "b" / "jobs.parquet").is_file()
+
+
+def test_a_name_longer_than_the_filesystem_takes_is_one_line(store, tmp_path, capsys):
+    """A 300-byte folder name: report --out, --plot and store export raised OSError [Errno 36] from
+    pathlib (is_dir lets ENAMETOOLONG through), a traceback, exit 1."""
+    long = tmp_path / ("n" * 300)
+    for argv in (
+        ["report", "--store", str(store), "--out", str(long / "r.html"), "--mkdir"],
+        ["report", "--store", str(store), "--out", str(long) + ".html"],
+        ["compare", "--store", str(store), "--probe", "carrier", "--plot", str(long / "x.png")],
+        ["store", "export", "--store", str(store), str(long)],
+    ):
+        fails_in_one_line(capsys, argv, "name too long")
