@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script,
 from probes.corpus import batching  # noqa: E402
 from probes.goodput import probe as goodput  # noqa: E402
 from probes.padding import probe as padding  # noqa: E402
+from probes.profile.contract import step_model  # noqa: E402  (a replay's fit tables are a profile's)
 from probes.replay import probe as replay  # noqa: E402
 from probes.step.harness import cross_entropy  # noqa: E402
-from probes.step.steptime.model import model_from_profile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = Path(os.environ.get("BENCH_CHECKPOINT", ROOT / "demo" / "checkpoints" / "qwen3-4b-base"))
@@ -145,7 +145,7 @@ def replay_check() -> tuple[dict, replay.ProbeResult]:
 def projection(result_json: dict) -> list[dict]:
     """goodput of every strategy on the demo lengths from the fit the replay measured, for the ruling's
     budget (23.4M real tokens a job, 3 arms x 2 seeds)."""
-    model = model_from_profile(result_json, source="replay fit")
+    model = step_model(result_json, source="replay fit")
     lengths = np.loadtxt(LENGTHS, delimiter=",", skiprows=1, usecols=0, dtype=np.int64)
     size = batching.bucket_size_90pct(lengths, batch_size=6, max_length=2048)
     budget = goodput.Budget(23_400_000, 3, 2)

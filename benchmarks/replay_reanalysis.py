@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_goodput_gpu import FIT_LENS, LENGTHS, replay_config  # noqa: E402
 from probes.corpus import lengths as corpus  # noqa: E402
+from probes.profile.contract import step_model  # noqa: E402  (a replay's fit tables are a profile's)
 from probes.replay import model as replay_model  # noqa: E402
 from probes.replay import probe as replay  # noqa: E402
-from probes.step.steptime.model import model_from_profile  # noqa: E402
 
 
 def main() -> int:
@@ -36,7 +36,7 @@ def main() -> int:
     config = replay_config()
     lengths = corpus.read_lengths_file(LENGTHS).length
     model = dataclasses.replace(
-        model_from_profile(recorded, source="the recorded H200 fit"),
+        step_model(recorded, source="the recorded H200 fit"),
         new_shape_s=replay_model.new_shape_s(raw, f"fit/{max(FIT_LENS)}"),
     )
     steps = recorded["tables"]["replay_steps"]

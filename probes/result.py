@@ -231,6 +231,17 @@ def read_json_file(path: Path, what: str) -> Any:
         raise InputError(f"{path}: unreadable {what}: {exc}") from None
 
 
+def table_rows(tables: dict[str, Any], name: str, source: str) -> list[dict[str, Any]]:
+    """The rows of table `name` among a `--json` result's `tables` ([] where it has none); InputError naming
+    `source` where the table is not a list of rows (a hand-edited or garbled file)."""
+    rows = tables.get(name)
+    if rows is None:
+        return []
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise InputError(f"{source}: table {name!r} is not a list of rows")
+    return rows
+
+
 def require(condition: bool, field: str, message: str) -> None:
     """Raise FieldError(field, message) unless condition: a Config's own checks, in __post_init__.
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from probes.carrier.contract import NUMERICS
 from probes.step.variants import catalog, numerics, processes, search, settings
 from probes.step.variants.measurement import Measurement, Spec
 
@@ -98,8 +99,9 @@ def _within(out: Measured) -> str:
 def collect(out: Measured, extra: dict) -> None:
     """A checkpoint's extra tables and lines into the family's (`tables` holds the non-empty tables)."""
     tables = extra.setdefault("tables", {})
-    for table, rows in (("search", out.search_rows), ("numerics", out.numerics_rows)):
-        if rows:
-            tables.setdefault(table, []).extend(rows)
+    if out.search_rows:
+        tables.setdefault("search", []).extend(out.search_rows)
+    if out.numerics_rows:  # named by the contract other probes read it through
+        tables.setdefault(NUMERICS, []).extend(out.numerics_rows)
     for key, value in out.notes.items():
         extra.setdefault(key, []).extend(value if isinstance(value, list) else [value])

@@ -45,13 +45,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from probes.carrier import contract as carrier_results
 from probes.corpus import batching
 from probes.goodput.config import Config
+from probes.profile import contract as profile_results
 from probes.result import Check, InputError, ProbeResult
 from probes.step.steptime import stack_step
-from probes.step.steptime.model import StepModel, from_profile_file
+from probes.step.steptime.model import StepModel
 from probes.step.train.checkpoint import model_name
 
+STACK_SOURCES = (carrier_results, profile_results)
+"""Whose `--json` output --stack-json reads a stack's measured step from, through its contract."""
 OUTSIDE_FIT_LIMIT_PCT = 5.0
 STACK_SHAPE_SHARE_PCT = 90.0
 """At least this share of the best strategy's priced time in batches like the stack's measured one (rows,
@@ -86,7 +90,7 @@ def sweep_hours(arm_hours: Sequence[float], budget: Budget) -> float:
 
 def step_model(config: Config) -> StepModel:
     if config.profile is not None:
-        model = from_profile_file(config.profile)
+        model = profile_results.read_step_model(config.profile)
         given = config.new_shape_s is not None  # 0 too: replay's new_shape_s_confirmed may advise it
         return dataclasses.replace(model, new_shape_s=config.new_shape_s) if given else model
     floor = () if config.floor_s is None else ((0, config.floor_s),)
@@ -205,7 +209,7 @@ def with_stack(config: Config, model: StepModel) -> tuple[StepModel, stack_step.
     if config.profile is not None:
         stack_step.refuse_stacked_profile(model)
     prefer = model_name(config.checkpoint) if config.checkpoint else model.model
-    stack = stack_step.read(config.stack_json, config.stack, prefer_model=prefer)
+    stack = stack_step.read(config.stack_json, config.stack, STACK_SOURCES, prefer_model=prefer)
     return model.scaled(stack.factor, f"{model.source}; {stack.describe()}"), stack
 
 

@@ -55,6 +55,7 @@ import torch
 from probes.profile import measure
 from probes.profile import variants as profile_variants
 from probes.profile.config import Config
+from probes.profile.contract import FIT, PADDING_PENALTY, SCALING, VARIANTS
 from probes.result import Check, ProbeResult
 from probes.step.measure import kernel_watch, kernels
 from probes.step.session import Session, oom_guard, with_busy
@@ -79,7 +80,9 @@ def run(config: Config) -> ProbeResult:
         [with_busy(session, r) for r in timed], batch_size=config.batch_size, seq_len=config.seq_len
     )
     step_s = _production_step_s(config, scaling, coef)
-    result.tables.update(scaling=scaling, fit=fit, padding_penalty=padding, ce=measure.with_ce_share(ce, step_s))
+    # the tables another probe reads are named by the contract it reads them through
+    result.tables |= {SCALING: scaling, FIT: fit, PADDING_PENALTY: padding}
+    result.tables["ce"] = measure.with_ce_share(ce, step_s)
     prof = measure.kernel_profile(session)
     result.tables["kernels"] = [] if prof is None else kernels.kernel_table(prof)
     _summarise(result, session, scaling, step_s, prof)
@@ -103,7 +106,7 @@ def run(config: Config) -> ProbeResult:
 
 def _with_variants(result: ProbeResult, config: Config) -> None:
     rows, whatifs, advice, evidence = profile_variants.measure(config)
-    result.tables.update(variants=rows, whatif=whatifs)
+    result.tables |= {VARIANTS: rows, "whatif": whatifs}
     result.artifacts["variants_evidence.json"] = evidence
     failed = [f"{r.variant}: {r.status}" for r in rows if r.status != "ok"]
     result.checks.append(
@@ -126,7 +129,7 @@ def _production_step_s(config: Config, scaling: list[ScalingRow], coef) -> float
 def _not_loaded(result: ProbeResult, session: Session, message: str) -> ProbeResult:
     """The model (or its LoRA) did not fit: one row per length saying so, and a failed check."""
     b = session.config.batch_size
-    result.tables["scaling"] = [
+    result.tables[SCALING] = [
         ScalingRow(seq_len=n, batch_size=b, tokens=b * n, status=message) for n in sorted(set(session.config.seq_lens))
     ]
     result.summary = {"device": str(session.device), "harness": session.config.harness, "status": message}
@@ -144,7 +147,7 @@ def _summarise(
     c, cuda = session.config, session.device.type == "cuda"
     fitted = [r.seq_len for r in scaling if r.in_fit]
     errors = [r.heldout_err_pct for r in scaling if r.in_fit and r.heldout_err_pct is not None]
-    padding = {r.case: r for r in result.tables["padding_penalty"]}
+    padding = {r.case: r for r in result.tables[PADDING_PENALTY]}
     measured = any(r.seq_len == c.seq_len and r.step_s is not None for r in scaling)
     summary = {
         "device": torch.cuda.get_device_name(session.device) if cuda else "cpu",
@@ -158,7 +161,7 @@ def _summarise(
         "params_total": session.counts.params_total,
         "params_active": round(session.counts.params_active),
     }
-    summary.update({f"{f.term}_share_pct": f.share_at_production_pct for f in result.tables["fit"]})
+    summary.update({f"{f.term}_share_pct": f.share_at_production_pct for f in result.tables[FIT]})
     if "half_padded" in padding:
         summary["padding_penalty_same_shape_pct"] = padding["half_padded"].penalty_same_shape_pct
         summary["padding_penalty_same_tokens_pct"] = padding["half_padded"].penalty_same_tokens_pct

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
+from probes.profile import contract as profile_results
 from probes.result import Check
 from probes.step import session as session_mod
 from probes.step.session import Session, oom_guard
 from probes.step.steptime.fit import ScalingRow, fit_scaling
-from probes.step.steptime.model import StepModel, from_profile_file
+from probes.step.steptime.model import StepModel
 
 
 def _padded_rows(batch_size: int, width: int) -> list[int] | None:
@@ -95,7 +96,7 @@ def model_here(session: Session, rows: list[ScalingRow]):
 
 def given_model(profile: Path | None) -> StepModel | None:
     """The step model of a `labprobe probe profile --json` file; None without one."""
-    return None if profile is None else from_profile_file(profile)
+    return None if profile is None else profile_results.read_step_model(profile)
 
 
 NEW_SHAPE_MIN_STEPS = 5

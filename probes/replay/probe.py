@@ -48,20 +48,25 @@ import json
 import numpy as np
 import torch
 
+from probes.carrier import contract as carrier_results
 from probes.corpus import batching
 from probes.corpus import lengths as corpus_mod
+from probes.profile import contract as profile_results
 from probes.replay import model as replay_model
 from probes.replay.config import Config
 from probes.result import Check, InputError, ProbeResult
 from probes.step.measure.timing import time_steps
 from probes.step.session import Session, oom_guard
 from probes.step.steptime import stack_step
-from probes.step.steptime.model import StepModel
+from probes.step.steptime.model import StepModel, setup_of
 from probes.step.train import models
 from probes.step.train.checkpoint import load_text_config, model_name
 from probes.step.variants import libvariants, stacks
+from probes.step.variants.names import BASELINE
 
 LIMIT_PCT = 5.0
+STACK_SOURCES = (carrier_results, profile_results)
+"""Whose `--json` output --stack-json reads a stack's measured step from, through its contract."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -113,14 +118,14 @@ def _given(config: Config) -> tuple[StepModel | None, stack_step.StackStep | Non
         return given, None
     stack_step.refuse_stacked_profile(given)
     name = stacks.get(config.variant).name
-    stack = stack_step.read(config.stack_json, name, only_model=runs)
+    stack = stack_step.read(config.stack_json, name, STACK_SOURCES, only_model=runs)
     _same_step(config, config.stack_json, "stack", stack.setup)  # another step's saving predicts nothing here
     return given.scaled(stack.factor, f"{given.source}; {stack.describe()}"), stack
 
 
 def _same_step(config: Config, path, what: str, setup: dict) -> None:
     """A file measured through another harness, LoRA rank or CE chunk than this replay's is refused."""
-    differ = stack_step.setup_differences(setup, stack_step.setup_of(config))
+    differ = stack_step.setup_differences(setup, setup_of(config))
     if differ:
         raise InputError(
             f"{path}: measured through another step than this replay's ({what} vs replay): " + "; ".join(differ)
@@ -144,9 +149,8 @@ def _same_variant(config: Config, given: StepModel | None) -> None:
     the variant replayed, or a stack's steps are compared with the baseline's prediction (or the reverse)."""
     if given is None:
         return
-    replayed = None if config.variant in (None, stack_step.BASELINE) else stacks.canonical(config.variant)
-    measured = stack_step.profile_variant(given.variant, given.source)
-    measured = None if measured is None else stacks.canonical(measured)
+    replayed = None if config.variant in (None, BASELINE) else stacks.canonical(config.variant)
+    measured = None if given.variant is None else stacks.canonical(given.variant)
     if measured != replayed:
         raise InputError(
             f"{config.profile}: measured with {measured or 'the baseline'}, "

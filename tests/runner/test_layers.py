@@ -5,7 +5,8 @@
 A runner module may import its own package and any package of a lower layer, never one of its own layer
 or above. From probes the runner imports only the door: `probes` (the registry) and `probes.result`.
 Inside probes, a package per probe (`probes.<name>`) may import the two kits (`probes.step`,
-`probes.corpus`) and the door, never another probe; a kit never imports a probe. Imports inside
+`probes.corpus`) and the door; of another probe only its contract (`probes.<other>.contract`: what it gives
+other probes, typed), and a contract nothing of another probe; a kit never imports a probe. Imports inside
 functions count too (a lazy import is still a dependency). Modules split where the code has a seam,
 not at a line count; functions stay at most 60 lines.
 """
@@ -93,8 +94,15 @@ def probe_names() -> set[str]:
     return {p.name for p in (ROOT / "probes").iterdir() if (p / "__init__.py").exists()} - set(KITS)
 
 
+def _through_contract(name: str, target: str) -> bool:
+    """`target`, of another probe, is its contract (or its empty package, named by `from probes.x import
+    contract`), and `name` is no contract itself."""
+    tparts = target.split(".")
+    return name.split(".")[2:3] != ["contract"] and (len(tparts) == 2 or tparts[2] == "contract")
+
+
 def probe_violations(modules: dict[str, Path], probes: set[str]) -> list[str]:
-    """Kits importing a probe, probes importing each other, the runner reaching past the door."""
+    """Kits importing a probe, probes importing each other past a contract, the runner reaching past the door."""
     bad = []
     for name, path in modules.items():
         parts = name.split(".")
@@ -107,7 +115,8 @@ def probe_violations(modules: dict[str, Path], probes: set[str]) -> list[str]:
             elif parts[0] == "probes" and len(parts) > 1 and parts[1] in KITS and tparts[1] in probes:
                 bad.append(f"kit {name} imports probe {target}")
             elif parts[0] == "probes" and len(parts) > 1 and parts[1] in probes and tparts[1] in probes - {parts[1]}:
-                bad.append(f"probe {name} imports probe {target}")
+                if not _through_contract(name, target):
+                    bad.append(f"probe {name} imports probe {target}")
     return sorted(set(bad))
 
 
@@ -124,8 +133,11 @@ def test_kits_never_import_a_probe_probes_never_each_other_runner_only_the_door(
 
 
 def test_the_probe_rules_catch_a_cross_probe_import_a_kit_importing_a_probe_and_the_runner_past_the_door(tmp_path):
+    """goodput reading padding's and bucket's contracts passes; a contract importing another probe's does not."""
     files = {
         "probes.mask.probe": "from probes.padding.probe import run\nfrom probes.step import models\n",
+        "probes.goodput.probe": "from probes.padding import contract\nfrom probes.bucket.contract import read\n",
+        "probes.padding.contract": "from probes.bucket import contract\n",
         "probes.corpus.batching": "from probes.bucket import probe as bucket\nfrom probes.result import require\n",
         "runner.cli.goodput": "import probes\nfrom probes.goodput.probe import Config\nfrom probes.result import X\n",
     }
@@ -138,6 +150,8 @@ def test_the_probe_rules_catch_a_cross_probe_import_a_kit_importing_a_probe_and_
         "kit probes.corpus.batching imports probe probes.bucket.probe",
         "probe probes.mask.probe imports probe probes.padding.probe",
         "probe probes.mask.probe imports probe probes.padding.probe.run",
+        "probe probes.padding.contract imports probe probes.bucket",
+        "probe probes.padding.contract imports probe probes.bucket.contract",
         "runner.cli.goodput imports probes.goodput.probe past the door",
         "runner.cli.goodput imports probes.goodput.probe.Config past the door",
     ]

@@ -306,12 +306,13 @@ def test_a_stack_measured_through_another_harness_rank_or_chunk_fails_its_check(
     assert not card.ok and card.detail.endswith("card 'NVIDIA H200' vs 'NVIDIA H100 80GB HBM3'")
 
     from probes.step.steptime import stack_step
+    from probes.step.steptime.model import setup_of
 
     assert stack_step.setup_differences({"lora_rank": 1}, {"lora_rank": True}) == ["lora_rank 1 vs True"]
     assert stack_step.setup_differences({"lora_rank": 32}, {"lora_rank": 32.0}) == []  # a store's float
     # files from before probes/ became packages name the reference harness where it lived then
-    old = stack_step.setup_of({"harness": "probes.harness", "lora_rank": 32})
-    assert stack_step.setup_differences(old, stack_step.setup_of({"harness": "probes.step.harness"})) == []
+    old = setup_of({"harness": "probes.harness", "lora_rank": 32})
+    assert stack_step.setup_differences(old, setup_of({"harness": "probes.step.harness"})) == []
 
 
 def test_a_stack_measured_at_another_shape_says_so(lengths, tmp_path):
@@ -389,7 +390,7 @@ def test_the_best_strategy_is_the_one_of_fewest_hours_one_offs_included(lengths)
 def test_a_profiles_variant_list_is_no_stacked_fit_and_a_replays_variant_is(tmp_path):
     """profile --variant measures variants beside its fit, which stays the baseline's (config `variant`, a list);
     replay --variant fits the step it replays (a name): only that one would count a stack twice."""
-    from probes.step.steptime import stack_step
+    from probes.profile.contract import measured_variant
 
     path = tmp_path / "p.json"
     for variant, measured in (
@@ -399,10 +400,10 @@ def test_a_profiles_variant_list_is_no_stacked_fit_and_a_replays_variant_is(tmp_
         ("compile", "compile"),
     ):
         path.write_text(json.dumps({"config": {"variant": variant}, "tables": {}}))
-        assert stack_step.profile_variant(json.loads(path.read_text())["config"]["variant"], str(path)) == measured
+        assert measured_variant(json.loads(path.read_text())["config"]["variant"], str(path)) == measured
     path.write_text(json.dumps({"config": {"variant": 3}, "tables": {}}))
     with pytest.raises(InputError, match="config.variant is 3"):
-        stack_step.profile_variant(3, str(path))
+        measured_variant(3, str(path))
 
 
 def test_a_stack_measured_on_packed_rows_prices_packed_batches_at_its_shape(lengths, tmp_path):

@@ -16,10 +16,10 @@ import torch
 from stack_util import carrier_json
 
 from probes.corpus import batching
+from probes.profile.contract import read_step_model
 from probes.replay import model as replay_model
 from probes.replay import probe as replay
 from probes.result import InputError
-from probes.step.steptime.model import from_profile_file
 from runner.cli import main
 
 
@@ -278,7 +278,7 @@ def test_replay_with_the_stack_goodput_priced_checks_that_price(tiny, lengths_fi
     stacked = ["--variant", "fused-adamw+bf16-adapters", "--profile", str(profile), "--stack-json", str(stack_file)]
     assert main(_replay_argv(tiny, lengths_file, *stacked)) in (0, 1)
     out = json.loads(capsys.readouterr().out)
-    model = from_profile_file(profile)
+    model = read_step_model(profile)
     assert (
         out["summary"]["variant"] == "bf16-adapters+fused-adamw"
     )  # asked in another order, stored as carrier stores it
