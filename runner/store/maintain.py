@@ -156,12 +156,12 @@ def compact(store) -> dict[str, dict[str, int]]:
     """Compact every table and checkpoint its log; -> table -> {files_removed, files_added}.
     A table with nothing to compact is not touched (no commit, no checkpoint). A live file that is
     missing, unreadable or not what the log says is a CorruptStoreError naming it (one line), nothing
-    committed. A table whose folder or log is a link or on another mount is left alone (warned):
-    compaction's log cleanup deletes there (owned.folder_problem)."""
+    committed. A table whose folder or log is a link or on another mount, or whose log holds anything but
+    regular files, is left alone (warned): compaction's log cleanup deletes there (`_log_problem`)."""
     require_store(store)
     out = {}
     for name in store.table_names():
-        why = table_problem(store, name)
+        why = table_problem(store, name) or _log_problem(store, name)
         if why:
             delta.log.warning(f"store {store.uri}: table {name} not compacted: {why}")
             continue
@@ -183,11 +183,18 @@ def compact(store) -> dict[str, dict[str, int]]:
     return out
 
 
+def _log_problem(store, name: str) -> str | None:
+    """Why delta-rs may not clean table `name`'s log: it lists the log following links and deletes the
+    expired commit files it finds there, in `cleanup_metadata` and inside `optimize.compact` itself (its
+    commit hooks' cleanup_expired_logs=False notwithstanding, deltalake 1.6.6): a log holding anything
+    but regular files (a folder linked to /elsewhere) is not the store's alone."""
+    return owned.only_files(str(store.root), f"{delta.TABLES}/{name}/_delta_log") if store.local else None
+
+
 def _clean_log(store, name: str, table) -> None:
-    """Delete the log files past the log retention (7 days by default), never data. delta-rs lists the
-    log following links and deletes what it finds: a log holding anything but regular files (a folder
-    linked to /elsewhere) is left as it is, with a warning."""
-    why = owned.only_files(str(store.root), f"{delta.TABLES}/{name}/_delta_log") if store.local else None
+    """Delete the log files past the log retention (7 days by default), never data; asked again after
+    the compaction (`_log_problem`): a log that holds a link now is left as it is, with a warning."""
+    why = _log_problem(store, name)
     if why:
         delta.log.warning(f"store {store.uri}: table {name}: log not cleaned: {why}")
         return
