@@ -9,7 +9,8 @@ write still reaches the spill below.
 `Spill` is where results go once a write failed mid-sweep: one JSON line per job (its key, status,
 reason, timing, env, and the probe's result as `labprobe probe --json` prints it: summary, tables,
 checks), appended and flushed per job, in $TMPDIR
-(the store's disk may be the full one). `read_spill` reads it back.
+(the store's disk may be the full one), in a file the spill makes itself (0600, never through a link
+or into a file planted under its name). `read_spill` reads it back.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import tempfile
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -38,6 +40,8 @@ class Spill:
     def __init__(self, run_id: str, folder: Path | None = None) -> None:
         self.path = Path(folder) / f"labprobe-spill-{run_id}.jsonl" if folder else StoreRoot.spill(run_id)
         self.num_jobs = 0
+        self._made: tuple[int, int] | None = None
+        """(st_dev, st_ino) of the file this spill made: the only one it appends to."""
 
     def add(
         self,
@@ -65,11 +69,32 @@ class Spill:
             "result": None if result is None else result.to_json_dict(),
         }
         line = json.dumps(to_jsonable(record), sort_keys=True, default=_text)
-        with open(self.path, "a", encoding="utf-8") as handle:
+        with os.fdopen(self._open(), "a", encoding="utf-8") as handle:
             handle.write(line + "\n")
             handle.flush()
             os.fsync(handle.fileno())
         self.num_jobs += 1
+
+    def _open(self) -> int:
+        """A descriptor appending to this spill's own file. $TMPDIR is everyone's and the name is the run
+        id's: the first add makes the file (O_EXCL, 0600, no link followed); a name already taken (a link
+        or a file planted there) gives a fresh unique name beside it. Later adds append only to that file."""
+        flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        if self._made is None:
+            try:
+                fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                fd, name = tempfile.mkstemp(prefix=f"{self.path.stem}-", suffix=".jsonl", dir=self.path.parent)
+                self.path = Path(name)
+            st = os.fstat(fd)
+            self._made = (st.st_dev, st.st_ino)
+            return fd
+        fd = os.open(self.path, flags)
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != self._made:
+            os.close(fd)
+            raise OSError(f"{self.path} is no longer the spill file this sweep made: not appended to")
+        return fd
 
 
 def _text(value: Any) -> str:

@@ -148,3 +148,37 @@ def test_a_full_disk_is_one_line_naming_the_store_not_a_traceback(lab, tmp_path)
     assert proc.stderr.strip() == (
         f"labprobe sweep: error: store {mnt}/store: cannot be written (No space left on device); no job was run"
     )
+
+
+@pytest.mark.parametrize("planted", ["a symlink", "a hard link", "a file of another user"])
+def test_a_spill_name_planted_in_tmpdir_is_never_written_through(tmp_path, planted):
+    """$TMPDIR is everyone's, and the spill's name is the run id's (a night's run id is a timestamp and
+    4 hex digits): a symlink planted there had the night's results appended to any file the sweep's
+    user can write (fs.protected_symlinks is 0 on many machines, this one included)."""
+    import datetime as dt
+
+    from runner.dispatch.spill import Spill
+    from runner.store.rows import JobKey
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    run_id = new_run_id()
+    spill = Spill(run_id, folder=tmp_path)
+    if planted == "a symlink":
+        os.symlink(victim, spill.path)
+    elif planted == "a hard link":
+        os.link(victim, spill.path)
+    else:
+        spill.path.write_text("")
+        os.chown(spill.path, 65534, 65534) if os.geteuid() == 0 else pytest.skip("needs root to give a file away")
+    now = dt.datetime.now(dt.timezone.utc)
+    key = JobKey(
+        run_id=run_id, job_id="j", probe="mask", host="h", checkpoint="c", checkpoint_fp="f",
+        config_hash="x", code_version="v", finished_at=now,
+    )  # fmt: skip
+    for _ in range(2):
+        spill.add(key, status="ok", reason="", started_at=now, wall_s=1.0, env={}, config={}, plan="p")
+    assert victim.read_text() == "precious\n"
+    assert spill.path.parent == tmp_path and spill.path.name.startswith(f"labprobe-spill-{run_id}")
+    assert [r["key"]["job_id"] for r in read_spill(spill.path)] == ["j", "j"]
+    assert os.stat(spill.path).st_mode & 0o077 == 0  # results are the lab's: not for other users to read
