@@ -45,6 +45,7 @@ def lab(folder: Path, prefix: str) -> Path:
     path = write_cluster(folder, PLANS)
     data = yaml.safe_load(path.read_text())
     data["store"] = {"root": f"s3://{BUCKET}/{prefix}"}
+    data["budget"] = {"tokens_per_job": 1_000_000, "arms": 1, "seeds": 1}  # what recommend prices
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
@@ -96,6 +97,8 @@ def test_sweep_report_compare_history_and_the_store_chores_on_s3(s3, ray_cluster
     code, out, _ = run(capsys, "history", "--cluster", cluster, "--probe", "mask", "--json")
     assert code == 0 and {r["host"] for r in json.loads(out)["rows"]} == {"gx10", "ana-ml2"}
 
+    code, out, err = run(capsys, "recommend", "--cluster", cluster, "--json")  # the answer command
+    assert code == 1 and err == "" and json.loads(out)["verdict"] is None  # read the store: no rates in it yet
     code, out, _ = run(capsys, "store", "check", "--cluster", cluster)
     assert code == 0 and "store s3://lab/e2e: 2 table(s)" in out
     code, out, _ = run(capsys, "store", "export", str(tmp_path / "export"), "--cluster", cluster)
