@@ -17,7 +17,9 @@ import contextlib
 import io
 import logging
 import os
+import stat
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,12 +77,33 @@ def setup() -> logging.Logger:
     return logger
 
 
+def _append_fd(path: Path) -> int:
+    """`path` opened to append when it is a plain file of its own (never through a symlink, never a
+    hard link's second name, never a FIFO): a link planted at a fixed log name (logs/ray-purge.log, or
+    in $TMPDIR) had Ray's output appended to whatever it named. Else a fresh file in $TMPDIR, warned."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    else:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            os.set_blocking(fd, True)
+            return fd
+        os.close(fd)
+        why = "not a plain file of its own (a hard link or a FIFO)"
+    fd, name = tempfile.mkstemp(prefix="labprobe-ray-", suffix=".log")
+    logger.warning(f"labprobe: {path}: {why}: not appended to; Ray's output goes to {name}")
+    return fd
+
+
 @contextlib.contextmanager
 def foreign_output_to(path: Path) -> Iterator[tuple[TextIO, TextIO]]:
     """Send Ray's output (Python streams, the `ray` logger, file descriptors 1 and 2) to `path`,
     appended; yield (stdout, stderr) that still reach the user. Restores everything on exit."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    log_file = open(path, "a", buffering=1, encoding="utf-8", errors="replace")
+    log_file = os.fdopen(_append_fd(path), "a", buffering=1, encoding="utf-8", errors="replace")
     out, err = _keep(sys.stdout, 1), _keep(sys.stderr, 2)
     saved_fds = _redirect_fds(log_file.fileno())
     ray_logger = logging.getLogger("ray")

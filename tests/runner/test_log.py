@@ -46,3 +46,20 @@ def test_a_dead_raylets_dump_goes_to_the_log_file_not_the_terminal(ray_cluster, 
     captured = capfd.readouterr()
     assert "ours" in captured.out and "Raylet" not in captured.out + captured.err
     assert "C++ core" not in captured.err
+
+
+def test_ray_output_is_never_appended_through_a_link_planted_where_the_log_goes(tmp_path, caplog):
+    """<store>/logs/ray-purge.log (a fixed name) or $TMPDIR/labprobe-ray-purge.log a symlink or a hard
+    link to another file: Ray's output was appended to that file, outside the store."""
+    import os
+
+    victim = tmp_path / "victim"
+    for plant in (os.symlink, os.link):
+        victim.write_text("precious\n")
+        log = tmp_path / "logs" / f"ray-{plant.__name__}.log"
+        log.parent.mkdir(exist_ok=True)
+        plant(victim, log)
+        with foreign_output_to(log):
+            print("ray says hello")
+        assert victim.read_text() == "precious\n"
+        assert "ray says hello" not in victim.read_text() and "not appended to" in caplog.text, caplog.text
