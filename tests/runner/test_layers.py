@@ -1,8 +1,9 @@
 """The architecture, enforced: data flows top-down between the runner's packages, no import cycles.
 
-    cli  ->  analysis, chores  ->  dispatch  ->  lab, gpu, store  ->  hosts  ->  clock, tables, log
+    cli  ->  analysis, chores  ->  dispatch  ->  lab  ->  gpu, store  ->  hosts  ->  clock, tables, log
 
-A runner module may import its own package and any package of a lower layer, never one of its own layer
+(lab sits above store: the cluster file names the store's root, and the store says how a root is read,
+a folder or an object-store URL: runner.store.root.) A runner module may import its own package and any package of a lower layer, never one of its own layer
 or above. From probes the runner imports only the door: `probes` (the registry) and `probes.result`.
 Inside probes, a package per probe (`probes.<name>`) may import the two kits (`probes.step`,
 `probes.corpus`) and the door; of another probe only its contract (`probes.<other>.contract`: what it gives
@@ -20,11 +21,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = {
-    "cli": 5,
-    "analysis": 4,
-    "chores": 4,
-    "dispatch": 3,
-    "lab": 2,
+    "cli": 6,
+    "analysis": 5,
+    "chores": 5,
+    "dispatch": 4,
+    "lab": 3,
     "gpu": 2,
     "store": 2,
     "hosts": 1,
