@@ -16,10 +16,12 @@ keeps the store for the rest of its lease (a minute), then the next command take
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import socket
+import stat
 from datetime import datetime
 from pathlib import Path
 
@@ -57,8 +59,8 @@ class SweepLock:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:  # --store naming a file, a read-only place...
+            fd = _open_lock(self.path, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:  # --store naming a file, a read-only place, a link planted at the lock...
             raise InputError(
                 f"store {self.path.parent}: cannot hold the sweep lock there: {exc.strerror or exc}"
             ) from None
@@ -135,8 +137,8 @@ def holder(store_root: StoreRoot | Path | str) -> dict | None:
     if not place.local:
         return lease.holder(place)
     try:
-        fd = os.open(place.path / LOCK_NAME, os.O_RDONLY)
-    except FileNotFoundError:
+        fd = _open_lock(place.path / LOCK_NAME, os.O_RDONLY)
+    except OSError:  # none, or not a lock file (a link, a FIFO): nobody holds it
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -145,6 +147,25 @@ def holder(store_root: StoreRoot | Path | str) -> dict | None:
     finally:
         os.close(fd)
     return None
+
+
+def _open_lock(path: Path, flags: int) -> int:
+    """The lock file opened without following a link or waiting on a FIFO, when it is a regular file of
+    one name: a symlink or hard link planted at <store>/.sweep.lock had every sweep, store chore and purge
+    truncate the file it named, outside the store. OSError otherwise, saying what it is."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise OSError(errno.EPERM, f"{path.name} is a symbolic link: remove it (labprobe makes its own)") from None
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+        os.set_blocking(fd, True)
+        return fd
+    os.close(fd)
+    what = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"a file with {st.st_nlink - 1} other names"
+    raise OSError(errno.EPERM, f"{path.name} is {what}: remove it (labprobe makes its own)")
 
 
 def _read(fd: int) -> dict | None:

@@ -116,3 +116,29 @@ def test_a_store_that_is_a_file_is_bad_input(tmp_path):
     (tmp_path / "store").write_text("not a directory")
     with pytest.raises(InputError, match="cannot hold the sweep lock"):
         SweepLock(tmp_path / "store", run_id="r", plan="p").acquire()
+
+
+@pytest.mark.parametrize("plant", ["symlink", "link"])
+def test_a_link_planted_at_the_lock_never_truncates_the_file_it_names(tmp_path, plant):
+    """<store>/.sweep.lock a symlink (or a hard link) to a file outside the store: every sweep, store
+    chore and purge truncated that file to 0 bytes and wrote its holder info there."""
+    store, victim = tmp_path / "store", tmp_path / "victim"
+    store.mkdir()
+    victim.write_text("precious\n")
+    getattr(os, plant)(victim, store / ".sweep.lock")
+    with pytest.raises(InputError, match=r"\.sweep\.lock.*(symbolic link|other names)"):
+        SweepLock(store, run_id="r", plan="p").acquire()
+    assert victim.read_text() == "precious\n"
+    assert holder(store) is None
+
+
+def test_status_never_waits_on_a_fifo_at_the_lock(tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    os.mkfifo(store / ".sweep.lock")
+    code = subprocess.run(
+        [sys.executable, "-c", "import sys; from runner.dispatch.lock import holder; print(holder(sys.argv[1]))", str(store)],
+        capture_output=True, text=True, timeout=30,
+        env={**os.environ, "PYTHONPATH": str(__import__("pathlib").Path(__file__).resolve().parents[3])},
+    )  # fmt: skip
+    assert code.returncode == 0 and code.stdout.strip() == "None", code.stderr
