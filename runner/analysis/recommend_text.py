@@ -17,7 +17,7 @@ def trust_word(value: bool | None) -> str:
 def _row(host: str, carrier: str, price: Price) -> dict:
     return {
         "host": host,
-        "carrier": carrier,
+        "checkpoint": carrier,  # the carrier: named as compare and history name it
         "stack": price.stack,
         "numerics": price.pick,
         "h_per_job": round(price.hours_per_job, 3),
