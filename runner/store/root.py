@@ -139,16 +139,18 @@ class StoreRoot:
     @contextlib.contextmanager
     def keeping_log(self, file: Path, name: str) -> Iterator[None]:
         """On an object store: at the end, however it ends, move the local log `file` (when there is one)
-        into logs/<name>. A copy that fails is a warning and the file stays: the command's results
-        matter more than its log."""
+        onto the end of logs/<name> (a log a local store appends to, a purge's, keeps every run's part
+        there too). A copy that fails is a warning and the file stays: the command's results matter
+        more than its log."""
         try:
             yield
         finally:
             if not self.local and file.is_file():
                 try:
-                    self.write_bytes(self.log(name), file.read_bytes())
+                    earlier = (self.read_text(self.log(name)) or "").encode("utf-8")
+                    self.write_bytes(self.log(name), earlier + file.read_bytes())
                     file.unlink()
-                except OSError as exc:
+                except (OSError, InputError) as exc:
                     logging.getLogger("labprobe").warning(
                         f"{file}: not copied into {self.join(self.log(name))} ({exc}); it stays here"
                     )

@@ -315,3 +315,16 @@ def test_the_server_gone_mid_sweep_spills_and_the_rerun_fills_the_gap(s3, tmp_pa
         no_local_s3_folder(tmp_path)
     finally:
         gate.close()
+
+
+def test_a_commands_local_log_is_moved_onto_the_end_of_its_log_in_the_bucket(s3, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    place = StoreRoot("s3://lab/logged")
+    for night in ("first", "second"):
+        file = place.log_file("ray-purge.log")
+        assert file.parent == tmp_path  # while the command runs: a local file, never a local s3: folder
+        with place.keeping_log(file, "ray-purge.log"):
+            file.write_text(f"{night} purge's Ray output\n")
+        assert not file.exists()
+    log = s3.client().get_object(Bucket=BUCKET, Key="logged/logs/ray-purge.log")["Body"].read().decode()
+    assert log == "first purge's Ray output\nsecond purge's Ray output\n"
