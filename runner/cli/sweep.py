@@ -98,6 +98,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="without --deadline: how long GPU jobs wait for an idle card (default: 1800)",
     )
     parser.add_argument(
+        "--lock-wait-s",
+        type=nonneg_seconds,
+        default=0.0,
+        help="when another sweep or chore holds the store (another host's, on a shared store): wait up to "
+        "this long for it to end instead of refusing (default: 0, refuse at once)",
+    )
+    parser.add_argument(
         "--connect-timeout-s",
         type=positive_seconds,
         default=DEFAULT_CONNECT_TIMEOUT_S,
@@ -133,7 +140,7 @@ def _main(args: argparse.Namespace) -> int:
     ray_log = f"ray-{run_id}.log"
     log_file = store.place.log_file(ray_log)  # on an object store a local file, copied into logs/ at the end
     with (
-        SweepLock(store.place, run_id=run_id, plan=args.plan) as lock,
+        SweepLock(store.place, run_id=run_id, plan=args.plan, wait_s=args.lock_wait_s) as lock,
         store.place.keeping_log(log_file, ray_log),  # after Ray's output is closed: entered first, left last
         foreign_output_to(log_file) as (out, _),
         recording_the_night(store, run_id),  # a night that fails from here on is a run record with the reason

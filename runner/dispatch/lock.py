@@ -22,6 +22,8 @@ import json
 import os
 import socket
 import stat
+import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -32,11 +34,24 @@ from runner.store.root import LOCK, StoreRoot
 LOCK_NAME = LOCK
 
 
+class LockBusy(Exception):
+    """Another sweep or chore holds the store: the message names it."""
+
+
 class SweepLock:
     def __init__(
-        self, store_root: StoreRoot | Path | str, *, run_id: str, plan: str, lease_s: float = lease.LEASE_S
+        self,
+        store_root: StoreRoot | Path | str,
+        *,
+        run_id: str,
+        plan: str,
+        lease_s: float = lease.LEASE_S,
+        wait_s: float = 0.0,
     ) -> None:
         place = StoreRoot.of(store_root)
+        self.wait_s = wait_s
+        """How long to wait for a running sweep to end before refusing: two hosts' sweeps into one store
+        then run one after the other instead of the second failing."""
         self.where: Path | str = place.path if place.local else place.uri
         """The store, as messages name it."""
         self.path: Path | str = place.path / LOCK_NAME if place.local else place.join(LOCK_NAME)
@@ -51,11 +66,26 @@ class SweepLock:
         self._lease = None if place.local else lease.Lease(place, self.info, lease_s=lease_s)
 
     def acquire(self) -> None:
-        """Take the lock, or raise InputError naming the running sweep (one line)."""
+        """Take the lock, waiting up to wait_s for the running sweep to end; else raise InputError naming it
+        (one line)."""
+        deadline = time.monotonic() + self.wait_s
+        said = False
+        while True:
+            try:
+                return self._try_acquire()
+            except LockBusy as busy:
+                if time.monotonic() >= deadline:
+                    raise InputError(str(busy)) from None
+                if not said:  # once: the holder, and how long we wait for it
+                    print(f"waiting up to {self.wait_s:g} s: {busy}", file=sys.stderr, flush=True)
+                    said = True
+                time.sleep(min(2.0, max(0.1, deadline - time.monotonic())))
+
+    def _try_acquire(self) -> None:
         if self._lease is not None:
             held_by = self._lease.acquire()
             if held_by is not None:
-                raise InputError(self._busy_message(held_by))
+                raise LockBusy(self._busy_message(held_by))
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,7 +99,7 @@ class SweepLock:
         except BlockingIOError:
             holder = _read(fd)
             os.close(fd)
-            raise InputError(self._busy_message(holder)) from None
+            raise LockBusy(self._busy_message(holder)) from None
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(self.info).encode(), 0)

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -54,6 +56,23 @@ def test_lock_is_exclusive_and_released(tmp_path):
     with SweepLock(tmp_path, run_id="r3", plan="demo"):
         assert holder(tmp_path)["run_id"] == "r3"
     assert holder(tmp_path) is None
+
+
+def test_a_second_sweep_waits_for_the_lock_when_asked_and_refuses_past_its_wait(tmp_path, capsys):
+    """--lock-wait-s: another host's sweep on a shared store is waited for, not a failure of the night."""
+    first = SweepLock(tmp_path, run_id="r1", plan="a")
+    first.acquire()
+    threading.Timer(1.0, first.release).start()
+    second = SweepLock(tmp_path, run_id="r2", plan="b", wait_s=30)
+    t0 = time.monotonic()
+    second.acquire()
+    assert 0.8 < time.monotonic() - t0 < 10
+    assert "waiting up to 30 s: another sweep is running on this store: pid" in capsys.readouterr().err
+    t0 = time.monotonic()
+    with pytest.raises(InputError, match="another sweep is running on this store.*run r2"):
+        SweepLock(tmp_path, run_id="r3", plan="c", wait_s=1.5).acquire()
+    assert 1.4 < time.monotonic() - t0 < 5
+    second.release()
 
 
 def test_a_killed_holders_lock_is_free_at_once(tmp_path):

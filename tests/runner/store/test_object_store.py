@@ -175,6 +175,31 @@ def test_two_writers_at_once_keep_every_row(s3, tmp_path, capsys):
     assert run(capsys, "store", "check", "--store", "s3://lab/two")[0] == 0
 
 
+def test_two_labprobe_sweeps_started_at_once_from_two_hosts_both_land(s3, tmp_path, capsys):
+    """Two `labprobe sweep` commands into one bucket at the same moment (each host its own jobs, --inline):
+    the lock object lets one run, the other waits for it (--lock-wait-s) and runs after; every row of both."""
+    cluster = str(lab(tmp_path / "lab", "both-cli"))
+    sweeps = [
+        subprocess.Popen(
+            [sys.executable, "-m", "runner.cli", "sweep", "--cluster", cluster, "--plan", "both", "--inline", host]
+            + ["--lock-wait-s", "240", "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        for host in ("gx10", "ana-ml2")
+    ]
+    ended = [p.communicate(timeout=300) for p in sweeps]
+    assert [p.returncode for p in sweeps] == [0, 0], [err[-500:] for _, err in ended]
+    assert [json.loads(out)["counts"]["ok"] for out, _ in ended] == [4, 4]
+    assert sum("waiting up to 240 s: another sweep is running" in err for _, err in ended) == 1
+    jobs = Store(StoreRoot("s3://lab/both-cli")).jobs()
+    assert jobs.groupby("host")["job_id"].nunique().to_dict() == {"ana-ml2": 4, "gx10": 4}
+    assert run(capsys, "store", "check", "--store", "s3://lab/both-cli")[0] == 0
+    no_local_s3_folder(tmp_path)
+
+
 def test_the_lock_is_an_object_in_the_bucket_that_every_chore_sees(s3, tmp_path, monkeypatch, capsys):
     cluster = str(lab(tmp_path / "lab", "locked"))
     key = f"locked/{LOCK}"
