@@ -53,7 +53,9 @@ def blocks(text: str) -> list[tuple[str, list[str]]]:
 def commands(text: str) -> list[tuple[str, list[str]]]:
     """(command, the page's output lines) of every `labprobe` line in a fenced block, in the page's order."""
     found: list[tuple[str, list[str]]] = []
-    for _, lines in blocks(text):
+    for language, lines in blocks(text):
+        if language == "text":  # what a command printed, shown alone: nothing to run
+            continue
         if not any(line.startswith("$ ") for line in lines):  # a block of bare commands, no output shown
             found += [(line.split("  #")[0].strip(), []) for line in lines if line.startswith("labprobe ")]
             continue
