@@ -55,3 +55,25 @@ def pytest_runtest_setup(item) -> None:
     module = getattr(item, "module", None)
     if module is not None and module.__name__ not in cloudpickle.cloudpickle._PICKLE_BY_VALUE_MODULES:
         cloudpickle.register_pickle_by_value(module)
+
+
+@pytest.fixture(scope="session")
+def moto(tmp_path_factory):
+    """moto_server (a real S3-compatible server) on a free port, authentication on, bucket `lab`; stopped by
+    its PID at the end. Here, not in tests/runner/store/conftest.py: a second module named conftest made
+    `from conftest import ...` elsewhere find the wrong one."""
+    from moto_util import Moto
+
+    server = Moto(tmp_path_factory.mktemp("moto"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(moto, monkeypatch):
+    """The standard AWS variables a lab sets for its server, for this test only."""
+    for name, value in moto.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    return moto

@@ -71,7 +71,11 @@ def adapter_digests(run_path: str) -> dict[str, str] | None:
     adapter that could not be read, not a run without one."""
     adapter = os.path.join(run_path, ADAPTER)
     root = os.path.realpath(os.path.dirname(run_path))
-    if os.path.islink(adapter) and os.path.isdir(adapter) and not is_inside(os.path.realpath(adapter), root):
+    try:
+        outside = os.path.islink(adapter) and os.path.isdir(adapter) and not is_inside(os.path.realpath(adapter), root)
+    except OSError as exc:  # swapped between realpath's lstat and its readlink (EINVAL): unverifiable, never a crash
+        return {"": f"{UNVERIFIABLE}adapter/ changed while it was read ({exc.strerror or exc})"}
+    if outside:
         # Not walked: `adapter -> /` would hash the machine. Such a run is refused (scan's adapter checks);
         # its link text is its digest, so the link moved or left dangling shows. A link within the runs
         # root is walked as before: its bytes are what another run's checkpoints/ may hold.

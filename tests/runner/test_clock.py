@@ -106,7 +106,7 @@ def schedule_accepts(root: Path, text: str) -> bool:
         return False
     shown, problems = schedule.show(crontab, folder)
     assert not problems and [e.id for e in shown] == [entry.id]
-    return entry.deadline == text and entry.argv[-2:] == ["--deadline", text]
+    return entry.deadline == text and schedule.sweep_argv(entry)[-2:] == ["--deadline", text]
 
 
 def sweep_accepts(text: str) -> bool:
