@@ -65,6 +65,11 @@ def step_shape(rows: int | None, length: int | None, fill: str = "full") -> str:
     return f"{rows} x {length:,} tokens, {fill} rows"
 
 
+def batching_shape(strategy: Any, bucket_size: Any) -> str:
+    """`sorted batching (bucket size 64)`: what a corpus rate's batches were (goodput priced, replay ran)."""
+    return f"{strategy} batching" + (f" (bucket size {bucket_size})" if bucket_size else "")
+
+
 def positive(value: Any) -> float | None:
     """A stored figure as a float > 0, else None (a NaN, a failed row's empty value, a bool)."""
     value = plain(value)

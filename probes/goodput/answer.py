@@ -61,7 +61,7 @@ def rates(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> list[
                 basis=rate.CORPUS,
                 real_tok_per_s=tok_per_s,
                 stack=stack,
-                shape=f"{plain(r.get('strategy'))} batching" + (f" (bucket size {bucket})" if bucket else ""),
+                shape=rate.batching_shape(plain(r.get("strategy")), bucket),
                 corpus=rate.corpus_name(config),
                 once_s=rate.number(r.get("new_shapes_s")) or 0.0,
                 within_tolerance=within,

@@ -32,7 +32,7 @@ def rates(tables: dict[str, pd.DataFrame], summary: dict, config: dict) -> list[
                 basis=rate.CORPUS,
                 real_tok_per_s=measured,
                 stack=stack,
-                shape=f"{plain(r.get('strategy'))} batching" + (f" (bucket size {bucket})" if bucket else ""),
+                shape=rate.batching_shape(plain(r.get("strategy")), bucket),
                 corpus=rate.corpus_name(config),
                 within_tolerance=True if stack == rate.BASELINE else None,
                 replayed=True,

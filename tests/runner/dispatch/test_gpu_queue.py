@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -212,7 +213,8 @@ def test_placement_reads_only_the_cards_a_node_offers_ray(lab, tmp_path):
     for row in rows(tmp_path / "store"):
         assert row["reason"].startswith("no idle GPU on half before the deadline: half: GPU 0 busy"), row["reason"]
         assert f"pid {FOREIGN}" in row["reason"] and "GPU 1" not in row["reason"]
-        assert "waited 3 s for a foreign process to leave; --gpu-wait-s 3" in row["reason"]
+        # the wait ends at the first idleness sample past its bound: 3 s, or 4 on loaded cores; once, not twice
+        assert re.search(r"waited [34] s for a foreign process to leave; --gpu-wait-s 3\)", row["reason"]), row
     assert time.monotonic() - t0 < 60
 
 
