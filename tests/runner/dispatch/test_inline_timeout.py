@@ -44,6 +44,11 @@ def test_sweep_inline_fails_every_job_past_timeout_s_with_the_ray_wording(tmp_pa
     assert code == 1, capsys.readouterr().err
     jobs = Store(tmp_path).jobs()
     ran = jobs[jobs["status"] != "skipped"]  # GPU jobs on a machine without one are skipped before they start
-    assert len(ran) >= 2 and set(ran["status"]) == {"failed"}
-    assert set(ran["reason"]) == {"timeout: not finished within 0.01 s"}
+    # mask builds a model's attention from its config: never within 10 ms. A padding job after a bucket job
+    # of the same tokenizer and corpus can be (it reads the token lengths that job cached on disk): it may be ok.
+    mask = ran[ran["probe"] == "mask"]
+    assert len(mask) >= 2 and set(mask["status"]) == {"failed"}
+    failed = ran[ran["status"] == "failed"]
+    assert set(failed["reason"]) == {"timeout: not finished within 0.01 s"}
+    assert set(ran[ran["status"] == "ok"]["probe"]) <= {"padding", "bucket"}
     assert time.monotonic() - t0 < 120
