@@ -35,7 +35,7 @@ class Config(StepConfig, VariantChoice):
     """The peak mfu_vs_measured_peak divides by, TFLOP/s; unset: measured by a bf16 8192^3 matmul on the GPU."""
     variant: tuple[str, ...] = (catalog.BASELINE,)
     """Variants to measure, each in its own process (repeat --variant; probes.step.variants.catalog): baseline,
-    bf16-autocast, bf16-adapters, fused-adamw, grad-ckpt, compile, liger, float8, cuda-graphs, ce-chunk=N,
+    bf16-autocast, bf16-adapters, fused-adamw, grad-ckpt, compile, liger, float8, float8-frozen, cuda-graphs, ce-chunk=N,
     micro-batch=N."""
     processes: int = 2
     """Fresh processes the baseline of each checkpoint is measured in (the across-process spread)."""
@@ -44,7 +44,7 @@ class Config(StepConfig, VariantChoice):
     search: bool = False
     """Find the fastest stack within the numerics tolerance (probes.step.variants.search): the singles, then the
     best stack within it grown greedily; the candidates are the --variant values, or bf16-autocast,
-    bf16-adapters, fused-adamw, compile, liger, float8, cuda-graphs."""
+    bf16-adapters, fused-adamw, compile, liger, float8, float8-frozen, cuda-graphs."""
     search_budget_s: float = 3600.0
     """Wall-clock budget of --search per checkpoint, seconds; stacks past it are listed as not tried."""
     numerics_steps: int = 30

@@ -22,6 +22,10 @@
   (probes.step.variants.libvariants; needs torchao and a card of compute capability 8.9 or more: H100/H200,
   GB10). Caveat: the base projections' forward and input-gradient GEMMs in e4m3/e5m2 with dynamic per-tensor
   scales; pays only compiled.
+- `float8-frozen`: labprobe's own float8 for the frozen base projections (probes.step.variants.fp8): each weight
+  quantized once with row-wise scales, no weight-gradient GEMM (the weight is frozen); needs a card of compute
+  capability 8.9 or more on CUDA (a CPU runs torch's own `_scaled_mm`). Caveat: the base projections' forward
+  and input-gradient GEMMs in e4m3; pays only compiled.
 - `cuda-graphs`: each decoder layer compiled with `mode="reduce-overhead"` (CUDA graphs); needs CUDA. Caveat:
   a graph and its memory pool per shape; pays only where the step is launch-bound (`--search` tries it only
   where the current stack's GPU idles).
@@ -63,6 +67,8 @@ class Variant:
     liger: bool = False
     float8: bool = False
     """torchao float8 matmuls for the frozen base projections (probes.step.variants.libvariants)."""
+    float8_frozen: bool = False
+    """labprobe's static float8 for the frozen base projections (probes.step.variants.fp8)."""
     compile_mode: str | None = None
     """torch.compile's mode for the compiled layers (None: its default; "reduce-overhead": CUDA graphs)."""
     micro_batch: int | None = None
@@ -148,6 +154,14 @@ FIXED: dict[str, Variant] = {
             "the optimizer as they were; torchao also runs each frozen weight's gradient GEMM and drops it; "
             "fast only compiled (the casts fuse)",
             float8=True,
+        ),
+        Variant(
+            "float8-frozen",
+            "precision of the frozen base: its projections' forward and input-gradient GEMMs in float8 (e4m3, "
+            "row-wise scales; each weight quantized once, activations and gradients per call); no weight-gradient "
+            "GEMM (the weight is frozen); adapters, their matmuls and the optimizer as they were; labprobe's own "
+            "module (probes.step.variants.fp8), not a library's; fast only compiled (the casts fuse)",
+            float8_frozen=True,
         ),
         Variant(
             "cuda-graphs",

@@ -11,6 +11,8 @@
   `base_layer` of each adapted linear whose two dimensions are multiples of 16, as `torch._scaled_mm` needs),
   after LoRA: the adapters, lm_head and routers stay as they were. Needs torchao and a card of compute
   capability 8.9 or more (H100/H200 9.0, GB10 12.1).
+- `float8-frozen`: the same projections through labprobe's own static float8 (probes.step.variants.fp8): no
+  library; on CUDA the card's compute capability 8.9 or more, on a CPU torch's own `_scaled_mm`.
 - `cuda-graphs`: needs CUDA (a graph captures a device's launches).
 - `micro-batch=N`: N must divide the step's rows and be fewer than them.
 
@@ -46,6 +48,7 @@ def not_applicable(
     reasons = (
         _liger(device, model_type) if variant.liger else None,
         _float8(device) if variant.float8 else None,
+        _float8_frozen(device) if variant.float8_frozen else None,
         _cuda_graphs(device) if variant.compile_mode == "reduce-overhead" else None,
         _micro_batch(variant.micro_batch, batch_size) if variant.micro_batch is not None else None,
     )
@@ -67,6 +70,13 @@ def _float8(device: torch.device) -> str | None:
         return "not applicable: install torchao"
     if device.type != "cuda":
         return "not applicable: float8 needs CUDA, a card of compute capability 8.9 or more (H100/H200, GB10)"
+    return float8_refusal(torch.cuda.get_device_capability(device))
+
+
+def _float8_frozen(device: torch.device) -> str | None:
+    """torch's own `_scaled_mm` runs on a CPU (a test of the wiring and numerics); on CUDA it needs 8.9."""
+    if device.type != "cuda":
+        return None
     return float8_refusal(torch.cuda.get_device_capability(device))
 
 
@@ -146,6 +156,8 @@ def float8_targets(model: nn.Module) -> list[str]:
 def prepare_adapted(model: nn.Module, variant: catalog.Variant, *, emulate: bool = False) -> dict:
     """The library's change once LoRA is applied (float8 on the base projections it wraps); what was applied.
     `emulate`: torchao's emulated float8 (a CPU test of the wiring, never a measurement)."""
+    if variant.float8_frozen:
+        return _convert_frozen(model)
     if not variant.float8:
         return {}
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
@@ -157,3 +169,13 @@ def prepare_adapted(model: nn.Module, variant: catalog.Variant, *, emulate: bool
         model, module_filter_fn=lambda _m, fqn: fqn in targets, config=Float8LinearConfig(emulate=emulate)
     )
     return {"float8": f"{len(targets)} base projections converted (torchao Float8Linear, tensorwise scales)"}
+
+
+def _convert_frozen(model: nn.Module) -> dict:
+    from probes.step.variants import fp8
+
+    targets = set(float8_targets(model))
+    if not targets:
+        raise catalog.NotApplicable("float8-frozen: no frozen base projection with both dimensions multiples of 16")
+    fp8.convert(model, targets)
+    return {"float8-frozen": f"{len(targets)} base projections in e4m3, quantized once (row-wise scales)"}

@@ -40,6 +40,11 @@ SETTINGS: dict[str, list[str]] = {
         'fqn: fqn.endswith(".base_layer") and m.in_features % 16 == 0 and m.out_features % 16 == 0) '
         "(the frozen base projections only; compile the layers too, or the casts cost more than the GEMMs save)",
     ],
+    "float8-frozen": [
+        "labprobe: after get_peft_model, probes.step.variants.fp8.convert(model, {name for name, m in "
+        'model.named_modules() if name.endswith(".base_layer")}) (a 90-line module on torch._scaled_mm: copy it; '
+        "both dimensions of each projection multiples of 16; compile the layers too)",
+    ],
     "cuda-graphs": [
         'torch: for layer in model.get_base_model().model.layers: layer.compile(mode="reduce-overhead")  '
         '(model.config.use_cache = False); TrainingArguments(torch_compile=True, torch_compile_mode="reduce-overhead") '

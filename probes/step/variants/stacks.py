@@ -29,7 +29,7 @@ PIECES = {
     "prepare": "a lab change",  # never a conflict: lab changes compose (Prepares)
 }
 """Pieces one value of which a stack can hold, named for the conflict's message."""
-FLAGS = ("fused_adamw", "compile", "liger", "float8")
+FLAGS = ("fused_adamw", "compile", "liger", "float8", "float8_frozen")
 """Pieces that are on when any member turns them on."""
 
 
@@ -89,6 +89,11 @@ def compose(name: str) -> catalog.Variant:
                 )
             fields[piece], setter[piece] = value, part.name
         fields.update({flag: True for flag in FLAGS if getattr(part, flag)})
+    if fields.get("float8") and fields.get("float8_frozen"):
+        raise FieldError(
+            "variant",
+            f"{'+'.join(p.name for p in parts)!r}: float8 and float8-frozen conflict: both set the frozen base's GEMMs",
+        )
     caveat = " | ".join(f"{p.name}: {p.caveat}" for p in parts)
     return catalog.Variant("+".join(p.name for p in parts), caveat, **fields)
 

@@ -93,7 +93,7 @@ def predict(variant: catalog.Variant, baseline: Measurement) -> tuple[float | No
         return None, "not predicted: Liger's kernels are timed only in its own process"
     if variant.compile:
         return None, "not predicted: what the compiler fuses is its own choice, not in the profile"
-    if variant.float8:
+    if variant.float8 or variant.float8_frozen:
         return None, "not predicted: float8 GEMMs and their casts are timed only in its own process"
     if variant.micro_batch is not None:
         return None, "not predicted: smaller GEMMs and more launches, timed only in its own process"

@@ -145,7 +145,15 @@ def candidates_run(tiny):
             harness="benchmarks.harness_plain",
             processes=1,
             numerics_steps=4,
-            variant=("micro-batch=1", "bf16-autocast", "float8", "cuda-graphs", "micro-batch=2", "liger"),
+            variant=(
+                "micro-batch=1",
+                "bf16-autocast",
+                "float8",
+                "cuda-graphs",
+                "micro-batch=2",
+                "liger",
+                "float8-frozen",
+            ),
         )
     )
 
@@ -171,6 +179,9 @@ def test_the_candidates_measure_or_say_why_not_each_with_its_numerics_row(candid
     autocast = numerics["bf16-autocast"]
     assert autocast.within_tolerance and autocast.loss_first_diff_pct > 0  # it changes the arithmetic, within bounds
     assert numerics["float8"].basis.startswith("not measured: not applicable")
+    # labprobe's own float8 runs on a CPU too (torch's _scaled_mm): measured and priced like any change
+    assert rows["float8-frozen"].step_s > 0 and numerics["float8-frozen"].grad_cosine is not None
+    assert numerics["float8-frozen"].loss_first_diff_pct > 0  # e4m3 GEMMs change the arithmetic
 
 
 def test_graph_breaks_are_counted_from_dynamos_counters():
