@@ -34,13 +34,14 @@ def rowwise(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _gemm(a: torch.Tensor, b_q: torch.Tensor, b_scale: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-    """a (m x k, high precision) @ b.T where b (n x k) is held as e4m3 rows `b_q` with scales `b_scale` (n x 1)."""
+    """a (m x k, high precision) @ b.T where b (n x k) is held as e4m3 rows `b_q` with scales `b_scale` (1 x n,
+    contiguous: the layout `_scaled_mm` reads a row-wise scale of its second operand in)."""
     m = a.shape[0]
     pad = -m % ROWS
     if pad:
         a = torch.nn.functional.pad(a, (0, 0, 0, pad))
     a_q, a_scale = rowwise(a)
-    out = torch._scaled_mm(a_q, b_q.t(), scale_a=a_scale, scale_b=b_scale.t(), out_dtype=torch.bfloat16)
+    out = torch._scaled_mm(a_q, b_q.t(), scale_a=a_scale, scale_b=b_scale, out_dtype=torch.bfloat16)
     return out[:m].to(out_dtype)
 
 
@@ -67,9 +68,9 @@ class FrozenFloat8Linear(nn.Module):
         w_q, w_scale = rowwise(w)
         wt_q, wt_scale = rowwise(w.t().contiguous())
         self.weight = nn.Parameter(w_q, requires_grad=False)  # shape and device read as before; 1 byte a weight
-        self.register_buffer("w_scale", w_scale)
+        self.register_buffer("w_scale", w_scale.reshape(1, -1).contiguous())
         self.register_buffer("wt_q", wt_q)
-        self.register_buffer("wt_scale", wt_scale)
+        self.register_buffer("wt_scale", wt_scale.reshape(1, -1).contiguous())
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -167,3 +167,14 @@ def test_a_stack_candidate_counts_as_one_in_the_predictions(tiny, monkeypatch):
         100 * (0.464 - 0.42) / 0.42
     )
     assert row.predicted_from_singles_step_s == pytest.approx(0.8 * 0.58)
+
+
+def test_an_eager_float8_single_predicts_no_compiled_stack(tiny, monkeypatch):
+    """float8's casts fuse only compiled: its eager single (slower than the baseline) would predict a compiled
+    stack slower than its parent; the search says nothing rather than a figure it knows is wrong."""
+    speed = {"baseline": 1.0, "compile": 0.6, "float8-frozen": 1.2, "compile+float8-frozen": 0.5}
+    measured, result = _faked(tiny, monkeypatch, speed, ("compile", "float8-frozen"))
+    rows = {r.stack: r for r in result.tables["search"]}
+    assert measured[-1] == "compile+float8-frozen" and result.summary["search_best"] == ["compile+float8-frozen"]
+    assert rows["compile+float8-frozen"].predicted_step_s is None
+    assert rows["compile+float8-frozen"].predicted_from_singles_step_s is None
