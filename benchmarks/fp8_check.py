@@ -67,6 +67,7 @@ def check(tokens: int, d_in: int, d_out: int) -> list[dict]:
         cases = {"bf16": Block(lin), "float8-frozen eager": Block(fp8.FrozenFloat8Linear(lin))}
         torch._dynamo.reset()
         cases["float8-frozen compiled"] = torch.compile(Block(fp8.FrozenFloat8Linear(lin)))
+        cases["float8-frozen compiled, Inductor's _scaled_mm"] = torch.compile(Block(fp8.FrozenFloat8Linear(lin)))
         try:
             from torchao.float8 import convert_to_float8_training
 
@@ -78,9 +79,19 @@ def check(tokens: int, d_in: int, d_out: int) -> list[dict]:
         except Exception as e:  # torchao absent or refusing: say so, the rest still answers
             rows.append({"shape": [tokens, d_in, d_out], "case": "torchao", "error": repr(e)[:200]})
         for name, module in cases.items():
-            out, grad, ms = _run(module, x, weight, autocast)
+            opaque = fp8.scaled_mm_rowwise
+            if "Inductor's" in name:  # the GEMM as a plain `_scaled_mm` call Inductor lowers itself (the old path)
+                fp8.scaled_mm_rowwise = lambda a_q, b_q, a_s, b_s: torch._scaled_mm(
+                    a_q, b_q.t(), scale_a=a_s, scale_b=b_s, out_dtype=torch.bfloat16
+                )
+            try:
+                out, grad, ms = _run(module, x, weight, autocast)
+            finally:
+                fp8.scaled_mm_rowwise = opaque
             rows.append({"shape": [tokens, d_in, d_out], "autocast": autocast, "case": name,
-                         "out_cos": _cos(out, ref[0]), "grad_cos": _cos(grad, ref[1]), "fwd_bwd_ms": ms})  # fmt: skip
+                         "out_cos": _cos(out, ref[0]), "grad_cos": _cos(grad, ref[1]), "fwd_bwd_ms": ms,
+                         "grad_nan": int(grad.isnan().sum()), "grad_zero_frac": float((grad == 0).float().mean()),
+                         "grad_norm_ratio": float(grad.float().norm() / ref[1].float().norm())})  # fmt: skip
             print(json.dumps(rows[-1]), flush=True)
     return rows
 

@@ -12,7 +12,8 @@ Both GEMMs are `torch._scaled_mm` with row-wise scales (bf16 out), two float8 GE
 The bf16 weight itself is freed (its module keeps the e4m3 copy as `weight`, so shapes still read), so the base
 takes 2 bytes a parameter as before. e4m3 keeps 3 mantissa bits: each product is rounded to ~6%, which is why
 the search prices it against the numerics tolerance like any other change. Compiled, the casts fuse into their
-neighbours; eager they cost more than the GEMMs save. Runs on a CPU too (torch's own `_scaled_mm`), slowly.
+neighbours (the GEMM itself stays eager's kernel: `scaled_mm_rowwise`); eager they cost more than the GEMMs save.
+Runs on a CPU too (torch's own `_scaled_mm`), slowly.
 """
 
 from __future__ import annotations
@@ -33,6 +34,22 @@ def rowwise(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (t.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3), scale
 
 
+@torch.library.custom_op("labprobe::scaled_mm_rowwise", mutates_args=())
+def scaled_mm_rowwise(
+    a_q: torch.Tensor, b_q: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor
+) -> torch.Tensor:
+    """a_q (m x k) @ b_q.T (b_q: n x k), e4m3 with row-wise scales (m x 1, 1 x n), bf16 out: `torch._scaled_mm`
+    behind an op torch.compile does not look into. Inductor's own lowering of `_scaled_mm` got the backward's
+    GEMM wrong on an H100 (input gradients NaN where eager's were within e4m3 rounding); as an opaque op the
+    compiled step runs the kernel eager runs, and the casts around it still fuse."""
+    return torch._scaled_mm(a_q, b_q.t(), scale_a=a_scale, scale_b=b_scale, out_dtype=torch.bfloat16)
+
+
+@scaled_mm_rowwise.register_fake
+def _(a_q: torch.Tensor, b_q: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor) -> torch.Tensor:
+    return a_q.new_empty((a_q.shape[0], b_q.shape[0]), dtype=torch.bfloat16)
+
+
 def _gemm(a: torch.Tensor, b_q: torch.Tensor, b_scale: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     """a (m x k, high precision) @ b.T where b (n x k) is held as e4m3 rows `b_q` with scales `b_scale` (1 x n,
     contiguous: the layout `_scaled_mm` reads a row-wise scale of its second operand in)."""
@@ -41,8 +58,7 @@ def _gemm(a: torch.Tensor, b_q: torch.Tensor, b_scale: torch.Tensor, out_dtype: 
     if pad:
         a = torch.nn.functional.pad(a, (0, 0, 0, pad))
     a_q, a_scale = rowwise(a)
-    out = torch._scaled_mm(a_q, b_q.t(), scale_a=a_scale, scale_b=b_scale, out_dtype=torch.bfloat16)
-    return out[:m].to(out_dtype)
+    return scaled_mm_rowwise(a_q, b_q, a_scale, b_scale)[:m].to(out_dtype)
 
 
 class _FrozenMatmul(torch.autograd.Function):
