@@ -8,13 +8,15 @@ workers importing the pynvml test double (tests/helpers/nvml_double) as NVML, th
 
 Every card a slot, each job on exactly the card Ray assigned, rows recording it; a wait counted from when
 a slot was free of our own work; no CPU timing stored as a GPU host's; a node killed just before a sweep
-fails its host at once. One cluster for the module; the last test kills the `nocuda` node.
+fails its host at once. One cluster for the module, and one driver process running the sweeps of the tests
+that wrap the job function (tests/helpers/gpu_queue_driver.py); the last test kills the `nocuda` node.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import subprocess
 import sys
@@ -25,7 +27,7 @@ from pathlib import Path
 import pytest
 from nvml_util import DOUBLE_DIR, GIB, SCENARIO_ENV
 from ray_head import RayHead, RayNode
-from sweep_util import write_cluster
+from sweep_util import tiny_qwen3, write_cluster
 
 from runner.store.store import Store
 
@@ -80,25 +82,80 @@ def lab(tmp_path_factory):
         ],
     )
     head = RayHead(env=base_env(), num_cpus=1)
+    specs = {
+        "duo": (node_env(folder, "duo", fake_cuda=True), 2),
+        "half": (node_env(folder, "half", fake_cuda=True, CUDA_VISIBLE_DEVICES="0"), 1),
+        "nocuda": (node_env(folder, "nocuda", fake_cuda=False), 1),
+    }
     nodes: dict[str, RayNode] = {}
     try:
-        nodes["duo"] = RayNode(
-            head, env=node_env(folder, "duo", fake_cuda=True), labels="labprobe.host=duo", num_gpus=2
-        )
-        nodes["half"] = RayNode(
-            head,
-            env=node_env(folder, "half", fake_cuda=True, CUDA_VISIBLE_DEVICES="0"),
-            labels="labprobe.host=half",
-            num_gpus=1,
-        )
-        nodes["nocuda"] = RayNode(
-            head, env=node_env(folder, "nocuda", fake_cuda=False), labels="labprobe.host=nocuda", num_gpus=1
-        )
+        # one after another: nodes of one machine joining at once time out looking up their node info
+        for host, (env, num_gpus) in specs.items():
+            nodes[host] = RayNode(head, env=env, labels=f"labprobe.host={host}", num_gpus=num_gpus)
         yield path, folder, head, nodes
     finally:
         for node in nodes.values():
             node.kill()
         head.kill()
+
+
+class Driver:
+    """tests/helpers/gpu_queue_driver.py, joined to the module's head once: one sweep per `sweep()` call."""
+
+    def __init__(self, address: str, log: Path):
+        self.checkpoint = log.parent / "tiny"
+        tiny_qwen3(self.checkpoint)  # the model the jobs' cheap stand-in probe runs on
+        self.log = log.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(DRIVER), address],
+            env=base_env(),
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+        )
+        self.answers: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self._answer(timeout_s=120)  # joined
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith("RESULT "):
+                self.answers.put(line[len("RESULT ") :])
+        self.answers.put(None)
+
+    def _answer(self, *, timeout_s: float) -> dict:
+        try:
+            line = self.answers.get(timeout=timeout_s)
+        except queue.Empty:
+            line = None
+        assert line is not None, f"the driver gave no answer: {self.stderr()}"
+        answer = json.loads(line)
+        assert "error" not in answer, answer["error"] + self.stderr()
+        return answer
+
+    def stderr(self) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text()[-3000:]
+
+    def sweep(self, request: dict) -> dict:
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        return self._answer(timeout_s=240)
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def driver(lab, tmp_path_factory):
+    _, _, head, _ = lab
+    driver = Driver(head.address, tmp_path_factory.mktemp("driver") / "stderr.log")
+    yield driver
+    driver.close()
 
 
 def with_plan(lab_path: Path, folder: Path, plan: list[dict]) -> Path:
@@ -119,19 +176,17 @@ def profiles(host: str, num: int) -> list[dict]:
     ]
 
 
-def drive(lab, tmp_path: Path, plan: list[dict], *, wait_s: float, hold_s: float) -> tuple[dict, list[dict]]:
-    """The sweep in its own process (tests/helpers/gpu_queue_driver.py): (counts, each job's record)."""
-    lab_path, folder, head, _ = lab
+def drive(
+    lab, driver: Driver, tmp_path: Path, plan: list[dict], *, wait_s: float, hold_s: float
+) -> tuple[dict, list[dict]]:
+    """The sweep in the driver's process (tests/helpers/gpu_queue_driver.py): (counts, each job's record)."""
+    lab_path, _, _, _ = lab
     tmp_path.mkdir(exist_ok=True)
     path = with_plan(lab_path, tmp_path, plan)
     calls = tmp_path / "calls"
     calls.mkdir()
-    cmd = [sys.executable, str(DRIVER), head.address, str(path), "p", str(tmp_path / "store"), str(wait_s)]
-    proc = subprocess.run(
-        [*cmd, str(calls), str(hold_s)], env=base_env(), cwd=REPO, capture_output=True, text=True, timeout=240
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    request = {"cluster": str(path), "plan": "p", "store": str(tmp_path / "store"), "wait_s": wait_s}
+    counts = driver.sweep({**request, "calls": str(calls), "hold_s": hold_s, "checkpoint": str(driver.checkpoint)})
     records = sorted((json.loads(p.read_text()) for p in calls.glob("*.json")), key=lambda r: r["start"])
     return counts, records
 
@@ -147,10 +202,10 @@ def overlap(a: dict, b: dict) -> bool:
     return a["start"] < b["end"] and b["start"] < a["end"]
 
 
-def test_two_idle_cards_run_two_gpu_jobs_at_once_each_on_its_own_card(lab, tmp_path):
+def test_two_idle_cards_run_two_gpu_jobs_at_once_each_on_its_own_card(lab, driver, tmp_path):
     _, folder, _, _ = lab
     play(folder, "duo", [card("duo", 0), card("duo", 1)])
-    counts, records = drive(lab, tmp_path, profiles("duo", 2), wait_s=30, hold_s=4)
+    counts, records = drive(lab, driver, tmp_path, profiles("duo", 2), wait_s=30, hold_s=2)
     assert counts == {"ok": 2, "failed": 0, "skipped": 0}
     first, second = records
     assert overlap(first, second), records  # both cards busy with our jobs at once
@@ -165,12 +220,12 @@ def test_two_idle_cards_run_two_gpu_jobs_at_once_each_on_its_own_card(lab, tmp_p
     assert all(r["env"]["gpu"] == "NVIDIA H100 80GB HBM3" and r["env"]["torch"] for r in stored)
 
 
-def test_a_busy_card_is_waited_on_never_left_for_the_idle_one(lab, tmp_path):
+def test_a_busy_card_is_waited_on_never_left_for_the_idle_one(lab, driver, tmp_path):
     """Card 0 holds someone's run, card 1 is idle: Ray hands one job each card; the job on card 1 runs
     there, the job on card 0 waits for the foreign process and is skipped naming it, never moving."""
     _, folder, _, _ = lab
     play(folder, "duo", [card("duo", 0, busy=True), card("duo", 1)])
-    counts, records = drive(lab, tmp_path, profiles("duo", 2), wait_s=3, hold_s=5)
+    counts, records = drive(lab, driver, tmp_path, profiles("duo", 2), wait_s=3, hold_s=3)
     assert counts == {"ok": 1, "failed": 0, "skipped": 1}, records
     ran = [r for r in records if r["status"] == "ok"]
     waited = [r for r in records if r["status"] == "skipped"]
@@ -182,18 +237,33 @@ def test_a_busy_card_is_waited_on_never_left_for_the_idle_one(lab, tmp_path):
     assert "waited 3 s on the card Ray gave this job" in skipped["reason"]
 
 
-def test_a_node_given_card_0_only_waits_for_it_never_runs_on_card_1(lab, tmp_path):
+def free_later(folder: Path, host: str, refused: Path, after_s: float, cards: list[dict]) -> threading.Event:
+    """Play `cards` on `host` `after_s` seconds after the sweep's placement first found no idle card there
+    (the driver writes that moment to `refused`); set the returned event to call it off."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not refused.exists():
+            if stop.wait(0.05):
+                return
+        if not stop.wait(max(0.0, float(refused.read_text()) + after_s - time.time())):
+            play(folder, host, cards)
+
+    threading.Thread(target=run, daemon=True).start()
+    return stop
+
+
+def test_a_node_given_card_0_only_waits_for_it_never_runs_on_card_1(lab, driver, tmp_path):
     """`CUDA_VISIBLE_DEVICES=0 ray start --num-gpus=1`: card 1 is someone's own, whatever NVML lists. Card 0
-    busy with a foreign run that ends 30 s after the sweep began (it takes ~10 s to read the cards first):
-    the job runs on card 0 then, never on card 1, and its row says how long it waited and for what."""
+    busy with a foreign run that ends 5.5 s after the sweep's placement first read it busy: the job runs on
+    card 0 then, never on card 1, and its row says how long it waited and for what."""
     _, folder, _, _ = lab
     play(folder, "half", [card("half", 0, busy=True), card("half", 1)])
-    timer = threading.Timer(30.0, play, (folder, "half", [card("half", 0), card("half", 1)]))
-    timer.start()
+    stop = free_later(folder, "half", tmp_path / "first-refusal", 5.5, [card("half", 0), card("half", 1)])
     try:
-        counts, records = drive(lab, tmp_path, profiles("half", 1), wait_s=120, hold_s=0)
+        counts, records = drive(lab, driver, tmp_path, profiles("half", 1), wait_s=120, hold_s=0)
     finally:
-        timer.cancel()
+        stop.set()
     assert counts == {"ok": 1, "failed": 0, "skipped": 0}
     assert [(r["cuda_visible"], r["gpu_index"]) for r in records] == [("0", "0")]
     [row] = rows(tmp_path / "store")
@@ -202,13 +272,13 @@ def test_a_node_given_card_0_only_waits_for_it_never_runs_on_card_1(lab, tmp_pat
     assert "GPU 1" not in row["env"]["gpu_wait_reason"]
 
 
-def test_placement_reads_only_the_cards_a_node_offers_ray(lab, tmp_path):
+def test_placement_reads_only_the_cards_a_node_offers_ray(lab, driver, tmp_path):
     """Card 0 (half's only Ray card) busy for good, card 1 (kept out of Ray) idle: no job is placed to wait on
     card 0 one after another; the host's wait runs out once and both jobs are skipped naming card 0."""
     _, folder, _, _ = lab
     play(folder, "half", [card("half", 0, busy=True), card("half", 1)])
     t0 = time.monotonic()
-    counts, records = drive(lab, tmp_path, profiles("half", 2), wait_s=3, hold_s=0)
+    counts, records = drive(lab, driver, tmp_path, profiles("half", 2), wait_s=3, hold_s=0)
     assert counts == {"ok": 0, "failed": 0, "skipped": 2} and records == [], records  # never started
     for row in rows(tmp_path / "store"):
         assert row["reason"].startswith("no idle GPU on half before the deadline: half: GPU 0 busy"), row["reason"]
@@ -218,18 +288,19 @@ def test_placement_reads_only_the_cards_a_node_offers_ray(lab, tmp_path):
     assert time.monotonic() - t0 < 60
 
 
-def test_a_job_queued_behind_our_own_is_not_skipped_however_long_that_one_runs(lab, tmp_path):
-    """One idle card, two GPU jobs, --gpu-wait-s 30: the first holds the card 33 s; the second waits
-    behind it (labprobe's own work, not a foreign process) and runs after it."""
+def test_a_job_queued_behind_our_own_is_not_skipped_however_long_that_one_runs(lab, driver, tmp_path):
+    """One idle card, two GPU jobs, --gpu-wait-s 4: the first holds the card 6 s (after its own run); the
+    second waits behind it (labprobe's own work, not a foreign process) and runs after it."""
     _, folder, _, _ = lab
     play(folder, "half", [card("half", 0), card("half", 1)])
-    counts, records = drive(lab, tmp_path, profiles("half", 2), wait_s=30, hold_s=-33)
+    counts, records = drive(lab, driver, tmp_path, profiles("half", 2), wait_s=4, hold_s=-6)
     assert counts == {"ok": 2, "failed": 0, "skipped": 0}, records
     first, second = records
-    assert first["end"] - first["start"] >= 33 and second["start"] >= first["end"] - 0.5
+    assert first["end"] - first["start"] >= 6 and second["start"] >= first["end"] - 0.5
     assert all(r["cuda_visible"] == "0" for r in records)
     stored = rows(tmp_path / "store")
-    assert all(float(r["env"]["gpu_wait_s"]) < 5 for r in stored), [r["env"] for r in stored]
+    # below --gpu-wait-s: a wait counted behind our own job would be 6 s or more
+    assert all(float(r["env"]["gpu_wait_s"]) < 4 for r in stored), [r["env"] for r in stored]
 
 
 def sweep_cli(lab, tmp_path: Path, plan: list[dict], *extra: str) -> subprocess.Popen:
