@@ -133,6 +133,7 @@ def timed(qwen3_moe, gemma4_moe, hybrid):
         max_steps=1,
         device="cpu",
         processes=1,
+        numerics_steps=0,  # no test here reads the numerics (tests/probes/step/variants test them)
     )
     return carrier.run(config)
 
@@ -177,8 +178,22 @@ def test_profile_runs_on_a_hybrid_and_reports_params(hybrid):
     assert "chunk_gated_delta_rule" in result.summary["kernel_fallbacks"]
 
 
-def test_a_compiled_hybrid_still_names_its_reference_kernels(hybrid):
+@pytest.fixture(scope="module")
+def linear_hybrid(tmp_path_factory):
+    """Qwen3.5 text cut to one linear-attention layer: compiled, each layer kind (and the first layer, whose
+    input needs no gradient) is a graph of its own, each a minute of gcc on 2 CPU cores; one is enough here."""
+    from conftest import TINY_FAMILIES
+    from transformers import AutoConfig
+
+    path = tmp_path_factory.mktemp("linear_hybrid")
+    config = {**TINY_FAMILIES["qwen3_5_text"], "num_hidden_layers": 1, "layer_types": ["linear_attention"]}
+    AutoConfig.for_model("qwen3_5_text", **config).save_pretrained(path)
+    return path
+
+
+def test_a_compiled_hybrid_still_names_its_reference_kernels(linear_hybrid):
     """Under dynamo transformers does not log the fallback; the compiled row must say it all the same."""
+    hybrid = linear_hybrid
     result = carrier.run(
         carrier.Config(
             checkpoint=(hybrid,), weights="random", lora_rank=4, seq_len=16, warmup_steps=1, steps=1, max_steps=1,
