@@ -90,6 +90,7 @@ def test_a_cpu_run_and_its_projections(family):
         peak_tflops=0.5,
         device="cpu",
         processes=1,
+        numerics_steps=0,  # not read here: the numerics are test_a_stage_after_the_timing_out_of_memory's
     )
     result = carrier.run(config)
     for row in result.tables["carriers"]:
@@ -155,6 +156,17 @@ def test_a_baseline_out_of_memory_beside_a_stack_that_fits_is_a_row_not_a_traceb
     """The 4B's baseline at 6 x 2,048 ran out of memory on an H100 where its bf16-adapters stack fit: the
     settings divided by the baseline's missing step time and the whole carrier died with a TypeError."""
     monkeypatch.setenv("HARNESS_OOM_FP32_ADAPTERS", "1")
+    measured = []  # the printed and the --json output of one config: measured once, shown both ways
+    real_run = carrier.run
+
+    def run_once(config):
+        for seen, result in measured:
+            if seen == config:
+                return result
+        measured.append((config, real_run(config)))
+        return measured[-1][1]
+
+    monkeypatch.setattr(carrier, "run", run_once)
     argv = ["probe", "carrier", "--checkpoint", str(family[0]), "--weights", "random", "--lora-rank", "2"]
     argv += ["--seq-len", "8", "--warmup-steps", "0", "--steps", "1", "--max-steps", "1", "--device", "cpu"]
     argv += ["--processes", "1", "--harness", "harness_oom", "--variant", "bf16-adapters", "--numerics-steps", "2"]
@@ -175,6 +187,7 @@ def test_a_baseline_out_of_memory_beside_a_stack_that_fits_is_a_row_not_a_traceb
     settings = json.loads(capsys.readouterr().out)["summary"]["settings"]
     assert settings[0] == f"{family[0].name}: nothing measured, no change to advise", settings
     assert head in printed and "oom while timing" in printed
+    assert len(measured) == 2
 
 
 def test_a_stage_after_the_timing_out_of_memory_keeps_the_step_time_and_says_what_is_missing(family, lab_path):
@@ -249,6 +262,7 @@ def test_weights_load_from_a_local_checkpoint_or_are_refused_by_name(family, tmp
             steps=1,
             max_steps=1,
             device="cpu",
+            numerics_steps=0,
         )
     )
     assert result.tables["carriers"][0].step_s > 0
