@@ -181,7 +181,7 @@ def test_profile_runs_on_a_hybrid_and_reports_params(hybrid):
 @pytest.fixture(scope="module")
 def linear_hybrid(tmp_path_factory):
     """Qwen3.5 text cut to one linear-attention layer: compiled, each layer kind (and the first layer, whose
-    input needs no gradient) is a graph of its own, each a minute of gcc on 2 CPU cores; one is enough here."""
+    input needs no gradient) is a graph of its own, each tens of seconds of gcc; one is enough here."""
     from conftest import TINY_FAMILIES
     from transformers import AutoConfig
 
