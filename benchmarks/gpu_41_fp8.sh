@@ -17,7 +17,7 @@ export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TRANSFORMERS_V
 timeout -k 5 150 python3 benchmarks/fp8_check.py --out "$OUT/fp8_check.json" 2>&1 | tee "$OUT/fp8_check.txt"
 timeout -k 10 380 python3 -m runner.cli probe carrier --checkpoint demo/checkpoints/qwen3-4b-base --weights random \
   --harness benchmarks.harness_plain --batch-size 1 --seq-len 4096 --warmup-steps 2 --steps 5 --max-steps 8 \
-  --processes 1 --numerics-steps 12 --variant compile+float8-frozen \
-  --variant bf16-autocast+compile+float8-frozen+fused-adamw >"$OUT/carrier.txt" 2>&1
+  --processes 1 --numerics-steps 12 ${FP8_VARIANTS:---variant compile+float8-frozen \
+  --variant bf16-autocast+compile+float8-frozen+fused-adamw} >"$OUT/carrier.txt" 2>&1
 echo "[gpu_41_fp8.sh: carrier exit $?]"
 grep -A12 "carrier.numerics" "$OUT/carrier.txt" | cut -c1-240
