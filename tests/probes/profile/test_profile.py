@@ -167,21 +167,27 @@ def test_micro_batches_give_the_gradient_of_the_half_padded_batch(tiny):
         torch.testing.assert_close(a, b)
 
 
-def test_three_fitted_points_fail_the_heldout_check_as_not_measured(tiny):
-    out = profile.run(
-        profile.Config(
-            checkpoint=tiny,
-            weights="random",
-            lora_rank=4,
-            seq_lens=(8, 16, 24),
-            seq_len=16,
-            warmup_steps=0,
-            steps=1,
-            max_steps=1,
-            profile_steps=1,
-            device="cpu",
-        )
-    )
+@pytest.fixture(scope="module")
+def census_broken(tiny):
+    """Three lengths, one step each, with a sync census that raises: one run for the two tests below (the
+    held-out check and the fit read the timings, which the census comes after)."""
+    from probes.step.measure import syncs
+
+    def census(step, device):
+        raise RuntimeError("a dispatch mode met a compiled graph\nsecond line")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(syncs, "census", census)
+        return profile.run(
+            profile.Config(
+                checkpoint=tiny, weights="random", lora_rank=4, seq_lens=(8, 16, 24), seq_len=16, warmup_steps=0,
+                steps=1, max_steps=1, profile_steps=1, device="cpu",
+            )
+        )  # fmt: skip
+
+
+def test_three_fitted_points_fail_the_heldout_check_as_not_measured(census_broken):
+    out = census_broken
     check = {c.name: c for c in out.checks}["heldout_err_le_5pct"]
     assert not check.ok and "not measured" in check.detail and "got 3" in check.detail
     assert {c.name: c for c in out.checks}["fit_has_3_points"].ok
@@ -234,19 +240,8 @@ def test_a_production_length_beyond_the_fit_is_said_extrapolated_and_fails_its_c
     assert check.detail.startswith("--seq-len 96: step_s extrapolated") or "no step time" in check.detail
 
 
-def test_a_step_the_sync_census_breaks_still_gives_its_profile_and_says_why(tiny, monkeypatch):
-    from probes.step.measure import syncs
-
-    def census(step, device):
-        raise RuntimeError("a dispatch mode met a compiled graph\nsecond line")
-
-    monkeypatch.setattr(syncs, "census", census)
-    out = profile.run(
-        profile.Config(
-            checkpoint=tiny, weights="random", lora_rank=4, seq_lens=(8, 16, 24), seq_len=16, warmup_steps=0,
-            steps=1, max_steps=1, profile_steps=1, device="cpu",
-        )
-    )  # fmt: skip
+def test_a_step_the_sync_census_breaks_still_gives_its_profile_and_says_why(census_broken):
+    out = census_broken
     assert out.tables["syncs"] == [] and out.summary["host_waits_per_step"] is None
     assert out.summary["syncs_census"] == "not taken: RuntimeError: a dispatch mode met a compiled graph"
     assert out.tables["kernels"] and out.summary["step_s"] is not None
