@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from sweep_util import assert_kept, snapshot, write_cluster
+from tiny_lab import TINY, add_tiny_checkpoints
 
 from runner import cli
 from runner.clock import new_run_id
@@ -26,19 +27,23 @@ from runner.lab.plan import expand
 from runner.store.store import Store
 
 HOST_LABEL = "labprobe.host"
-MASK = {"probe": "mask", "config": {"seq_len": 64}}
-MASK2 = {"probe": "mask", "config": {"seq_len": 96}}
+# The jobs run on two config-only checkpoints (tiny_lab): what is under test is the sweep, not the model.
+MASK = {"probe": "mask", "config": {"seq_len": 64}, "checkpoints": list(TINY)}
+MASK2 = {"probe": "mask", "config": {"seq_len": 96}, "checkpoints": list(TINY)}
 PLANS = {
     "doom": [{**MASK, "hosts": ["gx10", "doomed"]}, {**MASK2, "hosts": ["gx10", "doomed"]}],
-    # One host: the killed sweep is its own Ray job, so its workers start cold (torch imports).
+    # One host: the killed sweep is its own Ray job, so its workers start cold (torch imports); it runs its
+    # jobs one at a time (KILLED_SWEEP), in one worker that imports them once.
     "kill": [{**MASK, "hosts": ["gx10"]}, {**MASK2, "hosts": ["gx10"]}],
-    "small": [{**MASK, "hosts": ["gx10"], "checkpoints": ["qwen3-0.6b-base"]}],
+    "small": [{**MASK, "hosts": ["gx10"], "checkpoints": [TINY[0]]}],
 }
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, ray_cluster):
-    return write_cluster(tmp_path_factory.mktemp("lab"), PLANS, extra_hosts=[{"name": "doomed"}])
+    path = write_cluster(tmp_path_factory.mktemp("lab"), PLANS, extra_hosts=[{"name": "doomed"}])
+    add_tiny_checkpoints(path)
+    return path
 
 
 def slow_on_doomed(job, **kwargs):
@@ -124,8 +129,9 @@ KILLED_SWEEP = textwrap.dedent("""
     cluster, store = load_cluster(sys.argv[2]), Store(sys.argv[3])
     run_id = new_run_id()
     with SweepLock(store.root, run_id=run_id, plan="kill"):
+        # each job takes both of gx10's CPUs: one at a time, in one worker (one cold start, not two at once)
         run_sweep(cluster=cluster, store=store, plan="kill", jobs=expand(cluster, "kill"), run_id=run_id,
-                  launcher=RayLauncher(fn=slow), progress=False)
+                  launcher=RayLauncher(fn=slow, num_cpus=2), progress=False)
 """)
 
 
