@@ -36,6 +36,9 @@ def test_embedded_sweep_json_is_one_object_and_ray_banner_stays_off_the_terminal
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}  # auth as shipped: on
     env.update(HOME=str(tmp_path), RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")  # its generated token lands here
+    # One CPU for the embedded Ray: the two jobs run one after the other in one worker, which imports torch
+    # and transformers once (two CPUs: two workers importing them at once, on CI's two cores).
+    env["RAY_OVERRIDE_RESOURCES"] = json.dumps({"CPU": 1})
     proc = subprocess.run(
         [
             sys.executable,
