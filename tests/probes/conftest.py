@@ -12,20 +12,25 @@ from transformers import Qwen3Config
 from runner.cli import main
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    """A 2-layer Qwen3 config (hidden 32, vocab 128) in a checkpoint folder: random weights build in ms."""
-    path = tmp_path_factory.mktemp("tiny")
-    Qwen3Config(
+def tiny_config(layers: int = 2) -> Qwen3Config:
+    """A Qwen3 of `layers` layers, hidden 32, vocab 128: random weights build in ms."""
+    return Qwen3Config(
         hidden_size=32,
         intermediate_size=48,
         num_attention_heads=2,
         num_key_value_heads=1,
         head_dim=16,
         vocab_size=128,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         tie_word_embeddings=True,
-    ).save_pretrained(path)
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """The 2-layer tiny_config in a checkpoint folder."""
+    path = tmp_path_factory.mktemp("tiny")
+    tiny_config().save_pretrained(path)
     return path
 
 

@@ -14,7 +14,6 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from stack_util import carrier_json
-from transformers import Qwen3Config
 
 from probes.corpus import batching
 from probes.profile.contract import read_step_model
@@ -22,6 +21,7 @@ from probes.replay import model as replay_model
 from probes.replay import probe as replay
 from probes.result import InputError
 from runner.cli import main
+from tests.probes.conftest import tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -40,16 +40,7 @@ def compiled_setup(tmp_path_factory) -> tuple[Path, Path]:
     batches of 4 are all 16 wide, padded (a mask) or not: two kinds of batch, so two graphs, and no width that
     changes (a graph with a dynamic width compiles its own kernels: measured, 112 s of CPU against 85 s)."""
     path = tmp_path_factory.mktemp("compiled")
-    Qwen3Config(
-        hidden_size=32,
-        intermediate_size=48,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        vocab_size=128,
-        num_hidden_layers=1,
-        tie_word_embeddings=True,
-    ).save_pretrained(path / "tiny1")
+    tiny_config(layers=1).save_pretrained(path / "tiny1")
     pq.write_table(pa.table({"length": [16] * 7 + [15]}), path / "lengths.parquet")
     return path / "tiny1", path / "lengths.parquet"
 
