@@ -3,8 +3,10 @@
 A fresh process per variant keeps one variant's allocator, autotuner, compiled graphs and profiler
 (CUPTI stays attached once started: probes.step.measure.kernels) out of the next one's timings, and two
 processes of the same step measure the spread a rerun sees, which one process's steps cannot.
-The child gets this process's `sys.path` (a lab harness importable here is importable there). A
-child that dies or outlasts `timeout_s` is a result with its reason, never a crash of the probe.
+The child gets this process's environment and `sys.path` (a lab harness importable here is importable there).
+It is a fork of a server that has done the imports once (probes.step.variants.preload: ~7 s a process saved,
+nothing else shared), or `python -m probes.step.variants.worker` where no server can serve (LABPROBE_PRELOAD=0).
+A child that dies or outlasts `timeout_s` is a result with its reason, never a crash of the probe.
 The Spec carries the Variant object and each answer comes back as a Measurement holding that same object
 (probes.step.variants.measurement says how they cross the process boundary).
 """
@@ -22,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from probes.step.variants import catalog
+from probes.step.variants import catalog, preload
 from probes.step.variants.measurement import Measurement, Spec
 
 LOG = logging.getLogger(__name__)
@@ -54,25 +56,36 @@ def run(spec: Spec, timeout_s: float = TIMEOUT_S) -> Measurement:
 
 def _run(spec: Spec, timeout_s: float) -> Measurement:
     with tempfile.TemporaryDirectory(prefix="labprobe-worker-") as tmp:
-        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
+        spec_path, out_path, log_path = Path(tmp) / "spec.json", Path(tmp) / "out.json", Path(tmp) / "log.txt"
         spec_path.write_text(spec.to_json())
+        argv = [str(spec_path), str(out_path)]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        code = preload.run(argv, env, log_path, timeout_s)
+        if code is preload.UNSERVED:
+            code = _spawned(argv, env, log_path, timeout_s)
+        if code is None:
+            return Measurement.failed(spec.variant, f"timed out after {timeout_s:.0f} s")
+        if code != 0 or not out_path.is_file():
+            lines = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
+            last = lines[-1][:160] if lines else "no output"
+            return Measurement.failed(spec.variant, f"exit {code}: {last}")
+        return Measurement.from_json(out_path.read_text(), spec.variant)
+
+
+def _spawned(argv: list[str], env: dict, log_path: Path, timeout_s: float) -> int | None:
+    """The worker as `python -m`, paying the imports: its exit status, None past the timeout."""
+    with log_path.open("w") as log:
         try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "probes.step.variants.worker", str(spec_path), str(out_path)],
-                capture_output=True,
-                text=True,
+            return subprocess.run(
+                [sys.executable, "-m", "probes.step.variants.worker", *argv],
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 timeout=timeout_s,
                 env=env,
                 check=False,
-            )
+            ).returncode
         except subprocess.TimeoutExpired:
-            return Measurement.failed(spec.variant, f"timed out after {timeout_s:.0f} s")
-        if proc.returncode != 0 or not out_path.is_file():
-            lines = [line for line in proc.stderr.splitlines() if line.strip()]
-            last = lines[-1][:160] if lines else "no output"
-            return Measurement.failed(spec.variant, f"exit {proc.returncode}: {last}")
-        return Measurement.from_json(out_path.read_text(), spec.variant)
+            return None
 
 
 def merge(results: list[Measurement]) -> Measurement:

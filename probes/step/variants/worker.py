@@ -37,6 +37,12 @@ from probes.step.variants.measurement import INPUT_ERROR, Measurement, Spec
 _START = time.perf_counter()
 
 
+def restart_clock() -> None:
+    """A fork of probes.step.variants.preload's server starts here: its first stage counts from the fork."""
+    global _START
+    _START = time.perf_counter()
+
+
 def prepare(model, variant: catalog.Variant, pieces: contract.Contract) -> dict:
     """The variant's changes to the built model (compiling happens at its first step); what a library changed."""
     if variant.adapter_dtype is not None:
@@ -300,7 +306,7 @@ def _unless_oom(out: Measurement, stage: str, device: torch.device, work):
 
 class _Stages:
     """Seconds of each stage, stored in out.stage_s (the first one counts from this module's
-    import, after torch's; the parent's `process_wall_s` is the whole process)."""
+    import, after torch's, or from the fork; the parent's `process_wall_s` is the whole process)."""
 
     def __init__(self, out: Measurement):
         self.out, self.last = out, _START

@@ -1,0 +1,19 @@
+"""A harness whose train_step appends "pid parent-pid $LAB_MARK" to $HARNESS_CALLS_FILE: which process
+measured, forked from which, under which environment."""
+
+import os
+
+from probes.step.harness import compute_loss, discover_target_modules, make_optimizer  # noqa: F401
+
+
+def train_step(model, batches, optimizer):
+    loss = 0.0
+    for batch in batches:
+        out = compute_loss(model, batch)
+        out.backward()
+        loss = loss + out.detach()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    with open(os.environ["HARNESS_CALLS_FILE"], "a") as handle:
+        handle.write(f"{os.getpid()} {os.getppid()} {os.environ.get('LAB_MARK', '-')}\n")
+    return loss

@@ -1,0 +1,68 @@
+"""Measurement processes forked from one preloaded server (probes.step.variants.preload): each a new process
+under the caller's environment and sys.path, a new server when that environment changes, killed at its
+timeout with the server still serving, and the plain `python -m` worker when preloading is off."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from probes.step.variants import catalog, preload, processes
+from probes.step.variants.measurement import Spec
+
+STEP = dict(weights="random", lora_rank=4, seq_len=16, batch_size=2, warmup_steps=0, steps=1, max_steps=1)
+
+
+def _spec(checkpoint: Path) -> Spec:
+    return Spec(checkpoint=str(checkpoint), harness="harness_whoami", lora_alpha=8.0, ce_chunk=8,
+                variant=catalog.BASELINE_VARIANT, profile_steps=1, device="cpu", **STEP)  # fmt: skip
+
+
+def _calls(path: Path) -> list[tuple[int, int, str]]:
+    """(pid, parent pid, LAB_MARK) of each process that ran a step, one entry per process."""
+    seen = {}
+    for line in path.read_text().splitlines():
+        pid, ppid, mark = line.split()
+        seen[int(pid)] = (int(pid), int(ppid), mark)
+    return list(seen.values())
+
+
+@pytest.fixture
+def calls(harness_calls, monkeypatch) -> Path:
+    monkeypatch.delenv("LABPROBE_PRELOAD", raising=False)
+    return harness_calls
+
+
+def test_measurements_fork_from_one_server_under_the_callers_environment(tiny, calls, monkeypatch):
+    monkeypatch.setenv("LAB_MARK", "first")
+    assert processes.run(_spec(tiny)).status == "ok"
+    assert processes.run(_spec(tiny)).status == "ok"
+    server = preload._server.proc.pid
+    monkeypatch.setenv("LAB_MARK", "second")  # an environment the server was not started with: a new server
+    assert processes.run(_spec(tiny)).status == "ok"
+    (a, b, c) = _calls(calls)
+    assert a[0] != b[0] and a[1] == b[1] == server and a[2] == b[2] == "first"  # two forks of one server
+    assert c[1] == preload._server.proc.pid != server and c[2] == "second"
+    assert os.getpid() not in (a[1], c[1])
+
+
+def test_a_timed_out_fork_is_killed_and_the_server_serves_the_next(tiny, calls):
+    assert processes.run(_spec(tiny)).status == "ok"  # the server is up and warm
+    server = preload._server.proc.pid
+    late = processes.run(_spec(tiny), timeout_s=0.05)
+    assert late.status == "failed: timed out after 0 s"
+    assert processes.run(_spec(tiny)).status == "ok" and preload._server.proc.pid == server
+    assert len(_calls(calls)) == 2  # the killed fork never stepped
+
+
+def test_a_server_gone_is_replaced_and_preloading_off_spawns_the_worker(tiny, calls, monkeypatch):
+    assert processes.run(_spec(tiny)).status == "ok"
+    preload._server.proc.kill()  # as if it had ended idle
+    preload._server.proc.wait()
+    assert processes.run(_spec(tiny)).status == "ok"
+    monkeypatch.setenv("LABPROBE_PRELOAD", "0")
+    assert processes.run(_spec(tiny)).status == "ok"
+    first, second, spawned = _calls(calls)
+    assert first[1] != second[1] and spawned[1] == os.getpid()  # the plain worker is this process's child
