@@ -17,11 +17,11 @@ export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TRANSFORMERS_V
 # the CLI with probes.step.variants.processes' INFO lines (each process's wall and stages) on stderr
 DRIVER='import logging, sys; logging.basicConfig(level=logging.INFO); from runner.cli import main; sys.exit(main(sys.argv[1:]))'
 for preload in 1 0; do
-  start=$(date +%s.%N)
+  start=$(date +%s)
   TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-preload$preload-$$ LABPROBE_PRELOAD=$preload timeout -k 10 250 python3 -c "$DRIVER" probe carrier \
     --checkpoint ${CKPT:-demo/checkpoints/qwen3-1.7b-base} --weights random --harness benchmarks.harness_plain \
-    --batch-size 1 --seq-len ${SEQ:-2048} --warmup-steps 3 --steps 10 --max-steps 10 --processes 3 --numerics-steps 0 \
+    --batch-size 1 --seq-len ${SEQ:-2048} --warmup-steps 3 --steps 10 --max-steps 10 --processes ${PROCS:-3} --numerics-steps 0 \
     --variant compile+fused-adamw --json >"$OUT/carrier_preload$preload.json" 2>"$OUT/carrier_preload$preload.log"
-  echo "[preload=$preload: exit $?, $(echo "$(date +%s.%N) - $start" | bc) s]"
+  echo "[preload=$preload: exit $?, $(( $(date +%s) - start )) s]"
   grep -E "in the process" "$OUT/carrier_preload$preload.log" | sed 's/.*processes://' | cut -c1-220
 done

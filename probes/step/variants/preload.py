@@ -2,8 +2,8 @@
 transformers, peft) and forks one child per measurement.
 
 Importing them costs ~7 CPU-s a process; a search of ten stacks paid it eleven times. The server imports and
-does nothing else: no CUDA (it checks that no /dev/nvidia* file is open before it says ready), no model, no
-torch op, no compile. A fork of it is therefore the process `python -m probes.step.variants.worker` would be
+does nothing else: no CUDA (torch's is_available() asks NVML, not the driver, and the server checks that the
+driver is not loaded before it says ready and before each fork), no model, no torch op, no compile. A fork of it is therefore the process `python -m probes.step.variants.worker` would be
 once its imports are done, with its own allocator, autotuner, compiled graphs and profiler. The child takes
 the request's environment and sys.path before it runs anything (Ray's CUDA_VISIBLE_DEVICES, a harness's
 folder); a server serves one environment only, since torch reads some variables as it imports.
@@ -16,6 +16,7 @@ ends at end of input (its parent gone) or after IDLE_S without a request.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
 import signal
@@ -24,6 +25,8 @@ import sys
 import time
 import traceback
 from pathlib import Path
+
+LOG = logging.getLogger(__name__)
 
 IDLE_S = 120.0
 """A probe's measurements follow each other within seconds; a server idle this long is not coming back."""
@@ -34,7 +37,7 @@ READY_TIMEOUT_S = 120.0
 
 
 class _Server:
-    """The parent's end: one server process, the environment it was started with, a line reader."""
+    """The parent's end: one server process, the environment it serves, a line reader."""
 
     def __init__(self, env: dict):
         self.env = env
@@ -43,7 +46,9 @@ class _Server:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            env=env,
+            # torch.cuda.is_available() through NVML: a library that asks it while importing leaves the driver
+            # unloaded (PyTorch's own switch for processes that fork); each fork gets `env` back as it was
+            env={**env, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"},
         )
         self.buffer = b""
 
@@ -77,14 +82,16 @@ class _Server:
 
 
 _server: _Server | None = None
+_refused: list[dict] = []
+"""Environments a server refused (it found CUDA started): not tried again, each refusal logged once."""
 
 
 def run(argv: list[str], env: dict, log: Path, timeout_s: float) -> int | str | None:
     """The worker's exit status for `argv` in a fork of a server started with `env` (its output in `log`);
     None when it outlasted `timeout_s` and was killed; UNSERVED when no server could take it (LABPROBE_PRELOAD=0,
-    the server would not start, or it ended while idle: then the next call starts a new one)."""
+    a server refused this environment, would not start, or ended while idle: then the next call starts one)."""
     global _server
-    if env.get("LABPROBE_PRELOAD", "1") == "0":
+    if env.get("LABPROBE_PRELOAD", "1") == "0" or env in _refused:
         return UNSERVED
     if _server is not None and (_server.env != env or _server.proc.poll() is not None):
         _server.close()
@@ -93,14 +100,15 @@ def run(argv: list[str], env: dict, log: Path, timeout_s: float) -> int | str | 
         _server = _Server(env)
         ready = _server.read(READY_TIMEOUT_S)
         if not (ready and ready.get("ready")):
-            _server.close()
-            _server = None
+            _refuse(env, ready.get("why") if ready else "the server did not start")
             return UNSERVED
     if not _server.send({"argv": argv, "env": env, "path": env["PYTHONPATH"].split(os.pathsep), "log": str(log)}):
         _server = None
         return UNSERVED
     started = _server.read(READY_TIMEOUT_S)
-    if started is None or "pid" not in started:  # it ended (idle, killed) or will not fork (CUDA opened)
+    if started is None or "pid" not in started:  # it ended (idle, killed) or will not fork (CUDA started)
+        if started is not None:
+            _refuse(env, started.get("refused", str(started)))
         _server.close()
         _server = None
         return UNSERVED
@@ -110,6 +118,15 @@ def run(argv: list[str], env: dict, log: Path, timeout_s: float) -> int | str | 
         ended = _server.read(READY_TIMEOUT_S)
         return None
     return ended["exit"]
+
+
+def _refuse(env: dict, why: str) -> None:
+    global _server
+    LOG.warning("measurement processes start as `python -m` (~7 s of imports each): no preloaded server, %s", why)
+    _refused.append(env)
+    if _server is not None:
+        _server.close()
+        _server = None
 
 
 def _serve_one(request: dict) -> int:
@@ -144,17 +161,18 @@ def _answer(message: dict) -> None:
     sys.stdout.flush()
 
 
-def _cuda_opened() -> list[str]:
-    """Device files this process holds open: a fork after CUDA's driver started would share its state."""
-    opened = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("/dev/nvidia"):
-            opened.append(target)
-    return opened
+def _cuda_started() -> str:
+    """Why a fork of this process would not be fresh for CUDA, or "": the driver loaded (libcuda is mapped
+    once anything called into it) or torch's CUDA state initialised. NVML, which is_available() uses here,
+    is safe across a fork."""
+    import torch
+
+    if torch.cuda.is_initialized():
+        return "torch initialised CUDA"
+    with open("/proc/self/maps") as maps:
+        if any("/libcuda.so" in line for line in maps):
+            return "the CUDA driver (libcuda) was loaded"
+    return ""
 
 
 def _import_heavy() -> None:
@@ -182,9 +200,9 @@ def _import_model_class(request: dict) -> None:
 
 def main() -> int:
     _import_heavy()
-    opened = _cuda_opened()
-    _answer({"ready": not opened, "why": f"CUDA opened at import: {opened}" if opened else ""})
-    if opened:
+    why = _cuda_started()
+    _answer({"ready": not why, "why": f"after the imports, {why}" if why else ""})
+    if why:
         return 1
     while select.select([sys.stdin], [], [], IDLE_S)[0]:
         line = sys.stdin.readline()
@@ -192,8 +210,8 @@ def main() -> int:
             return 0
         request = json.loads(line)
         _import_model_class(request)
-        if _cuda_opened():  # a modeling module that touched the driver: no fork of this server is fresh
-            _answer({"exit": UNSERVED})
+        if why := _cuda_started():  # a modeling module that started the driver: no fork of this server is fresh
+            _answer({"refused": f"after importing the checkpoint's model class, {why}"})
             return 1
         _answer({"exit": _serve_one(request)})
     return 0

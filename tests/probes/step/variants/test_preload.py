@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -66,3 +67,27 @@ def test_a_server_gone_is_replaced_and_preloading_off_spawns_the_worker(tiny, ca
     assert processes.run(_spec(tiny)).status == "ok"
     first, second, spawned = _calls(calls)
     assert first[1] != second[1] and spawned[1] == os.getpid()  # the plain worker is this process's child
+
+
+def test_a_server_that_cannot_serve_is_refused_once_and_said(tmp_path, monkeypatch, caplog):
+    started = []
+    monkeypatch.setattr(preload, "_Server", lambda env: started.append(env) or _Broken())
+    env = {"PYTHONPATH": str(tmp_path), "LAB_MARK": "refused"}
+    assert preload.run(["spec", "out"], env, tmp_path / "log", 5) == preload.UNSERVED
+    assert preload.run(["spec", "out"], env, tmp_path / "log", 5) == preload.UNSERVED
+    assert len(started) == 1  # refused once, not started again for the same environment
+    warned = [r.getMessage() for r in caplog.records if r.name == preload.__name__]
+    assert warned == ["measurement processes start as `python -m` (~7 s of imports each): no preloaded server, "
+                      "after the imports, the CUDA driver (libcuda) was loaded"]  # fmt: skip
+
+
+class _Broken:
+    """A server that answers as one does when CUDA was started at import."""
+
+    proc = SimpleNamespace(poll=lambda: 1, kill=lambda: None, wait=lambda: 1)
+
+    def read(self, timeout_s):
+        return {"ready": False, "why": "after the imports, the CUDA driver (libcuda) was loaded"}
+
+    def close(self):
+        pass
