@@ -2,7 +2,8 @@
 
 1. The server's imports one by one in a fresh process, with torch.cuda.is_available() asked the default way
    and through NVML (PYTORCH_NVML_BASED_CUDA_CHECK=1, as the server runs): after each, whether torch
-   initialised CUDA, whether the driver (libcuda) is loaded, which /dev/nvidia* files are open.
+   initialised CUDA (and from where: torch.cuda._lazy_init traced), whether libcuda is mapped, which
+   /dev/nvidia* files are open.
 2. One baseline measurement (a checkpoint, random weights) three times through probes.step.variants.processes:
    twice forked from the server, once spawned (LABPROBE_PRELOAD=0): each one's wall, stages and step time,
    and the warnings logged (a refused server says why).
@@ -23,7 +24,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 PROBE_IMPORTS = """
-import json, os, sys
+import json, os, sys, traceback
+import torch.cuda
+_lazy_init = torch.cuda._lazy_init
+def _traced(*args, **kwargs):  # who initialises CUDA while importing, if anyone does
+    print(json.dumps({"cuda_init_from": traceback.format_stack()[-12:-1]}), flush=True)
+    return _lazy_init(*args, **kwargs)
+torch.cuda._lazy_init = _traced
 def state(stage):
     import torch
     with open("/proc/self/maps") as maps:
@@ -50,7 +57,8 @@ state("after is_available")
 def imports(checkpoint: str) -> dict:
     found = {}
     for nvml in ("0", "1"):
-        env = {**os.environ, "PYTORCH_NVML_BASED_CUDA_CHECK": nvml, "PYTHONPATH": str(ROOT)}
+        path = os.pathsep.join([str(ROOT), *(p for p in sys.path if p)])
+        env = {**os.environ, "PYTORCH_NVML_BASED_CUDA_CHECK": nvml, "PYTHONPATH": path}
         out = subprocess.run(
             [sys.executable, "-c", PROBE_IMPORTS, checkpoint], capture_output=True, text=True, env=env, check=False
         )
@@ -92,12 +100,14 @@ def main() -> int:
     parser.add_argument("--checkpoint", default=str(ROOT / "demo/checkpoints/qwen3-0.6b-base"))
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--imports-only", action="store_true", help="step 1 only")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     report = {"imports": imports(args.checkpoint)}
     for key, stages in report["imports"].items():
         print(key, json.dumps(stages)[:1500], flush=True)
-    report["measurements"] = measurements(args.checkpoint, args.seq_len)
+    if not args.imports_only:
+        report["measurements"] = measurements(args.checkpoint, args.seq_len)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
     return 0
