@@ -1,17 +1,19 @@
-"""Fresh measurement processes without the import: a server that has imported the worker (torch,
-transformers, peft) and forks one child per measurement.
+"""Fresh measurement processes without the imports: a server that has imported torch, transformers, peft and
+the checkpoint's modeling module, forking one child per measurement.
 
-Importing them costs ~7 CPU-s a process; a search of ten stacks paid it eleven times. The server imports and
-does nothing else: no CUDA (torch's is_available() asks NVML, not the driver, and the server checks that the
-driver is not loaded before it says ready and before each fork), no model, no torch op, no compile. A fork of it is therefore the process `python -m probes.step.variants.worker` would be
-once its imports are done, with its own allocator, autotuner, compiled graphs and profiler. The child takes
-the request's environment and sys.path before it runs anything (Ray's CUDA_VISIBLE_DEVICES, a harness's
-folder); a server serves one environment only, since torch reads some variables as it imports.
+Importing them costs ~7 CPU-s a process; a search of ten stacks paid it eleven times. The server imports them
+and does nothing else: none of labprobe's code (it is started by path, and each fork imports the worker,
+~0.4 s), no CUDA (torch's is_available() asks NVML, and the server checks that torch has not initialised CUDA
+before it says ready and before each fork), no model, no torch op, no compile. A fork of it is therefore the
+process `python -m probes.step.variants.worker` would be once those imports are done, with its own allocator,
+autotuner, compiled graphs and profiler. The child takes the request's environment and sys.path before it
+runs anything (Ray's CUDA_VISIBLE_DEVICES, a harness's folder); a server serves one environment only, since
+torch reads some variables as it imports.
 
 Protocol, one JSON line each way: the parent sends {"argv", "env", "path", "log"}; the server answers
-{"pid"} once forked, then {"exit"} when the child ends (the parent kills the pid on its timeout). The server
-ends at end of input (its parent gone) or after IDLE_S without a request.
-"""
+{"pid"} once forked, then {"exit"} when the child ends (the parent kills the pid on its timeout), or
+{"refused"} when it will not fork. The server ends at end of input (its parent gone) or after IDLE_S without
+a request."""
 
 from __future__ import annotations
 
@@ -42,7 +44,8 @@ class _Server:
     def __init__(self, env: dict):
         self.env = env
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", __name__],
+            # by path, not `-m`: importing probes.step.variants would run our packages' code in the server
+            [sys.executable, "-c", "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')", __file__],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -162,38 +165,35 @@ def _answer(message: dict) -> None:
 
 
 def _cuda_started() -> str:
-    """Why a fork of this process would not be fresh for CUDA, or "": the driver loaded (libcuda is mapped
-    once anything called into it) or torch's CUDA state initialised. NVML, which is_available() uses here,
-    is safe across a fork."""
+    """Why a fork of this process would not be fresh for CUDA, or "": torch initialised CUDA. (Loading libcuda
+    is not starting it: on an H100 `import torch` maps it. NVML, which is_available() asks here, is fork-safe.)"""
     import torch
 
-    if torch.cuda.is_initialized():
-        return "torch initialised CUDA"
-    with open("/proc/self/maps") as maps:
-        if any("/libcuda.so" in line for line in maps):
-            return "the CUDA driver (libcuda) was loaded"
-    return ""
+    return "torch initialised CUDA" if torch.cuda.is_initialized() else ""
 
 
 def _import_heavy() -> None:
-    """What every measurement imports, most of it lazily on its first use: ~4 s of a tiny model's 6."""
+    """What every measurement imports, most of it lazily on its first use: ~4 s of a tiny model's 6. Third-party
+    modules only: labprobe's own (~0.4 s) are imported by each fork, so nothing of ours runs in the server (an
+    H100 showed a server that imported the worker with CUDA initialised)."""
     import peft.tuners.lora  # noqa: F401  (peft pulls transformers and accelerate)
     import torch.profiler  # noqa: F401
     from transformers import AutoModelForCausalLM  # noqa: F401
 
-    from probes.step.variants import worker  # noqa: F401
-
 
 def _import_model_class(request: dict) -> None:
-    """The modeling module of the request's checkpoint (a second or more of imports), kept for the next fork.
-    A checkpoint that does not read is left to the child, which says why."""
+    """The modeling module of the request's checkpoint (a second or more of imports), kept for the next fork:
+    the class transformers maps the config's model_type (and its text_config's) to. A checkpoint that does not
+    read is left to the fork, whose worker says why."""
     try:
-        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
-
-        from probes.step.train.checkpoint import load_text_config
+        import transformers
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as NAMES
 
         checkpoint = json.loads(Path(request["argv"][0]).read_text())["checkpoint"]
-        MODEL_FOR_CAUSAL_LM_MAPPING[type(load_text_config(Path(checkpoint)))]
+        config = json.loads((Path(checkpoint) / "config.json").read_text())
+        for model_type in (config.get("model_type"), (config.get("text_config") or {}).get("model_type")):
+            if model_type in NAMES:
+                getattr(transformers, NAMES[model_type])
     except Exception:
         pass
 
