@@ -89,12 +89,14 @@ _refused: list[dict] = []
 """Environments a server refused (it found CUDA started): not tried again, each refusal logged once."""
 
 
-def run(argv: list[str], env: dict, log: Path, timeout_s: float) -> int | str | None:
+def run(argv: list[str], env: dict, log: Path, timeout_s: float, default: bool = True) -> int | str | None:
     """The worker's exit status for `argv` in a fork of a server started with `env` (its output in `log`);
-    None when it outlasted `timeout_s` and was killed; UNSERVED when no server could take it (LABPROBE_PRELOAD=0,
-    a server refused this environment, would not start, or ended while idle: then the next call starts one)."""
+    None when it outlasted `timeout_s` and was killed; UNSERVED when no server takes it: preloading off
+    (LABPROBE_PRELOAD=0 in `env`, or unset and not `default`), a server refused this environment, would not
+    start, or ended while idle (then the next call starts one)."""
     global _server
-    if env.get("LABPROBE_PRELOAD", "1") == "0" or env in _refused:
+    setting = env.get("LABPROBE_PRELOAD")
+    if not (default if setting is None else setting != "0") or env in _refused:
         return UNSERVED
     if _server is not None and (_server.env != env or _server.proc.poll() is not None):
         _server.close()
