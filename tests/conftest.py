@@ -19,6 +19,35 @@ os.environ["LABPROBE_FAKE_NVML_DIR"] = str(FAKE_NVML_DIR)
 HOST_LABEL = "labprobe.host"
 
 
+SLOW_FILES_FIRST = (
+    "tests/runner/dispatch/test_gpu_queue.py",
+    "tests/probes/step/variants/test_variants.py",
+    "tests/probes/carrier/test_families.py",
+    "tests/test_readme.py",
+    "tests/runner/store/test_object_store.py",
+    "tests/benchmarks/test_fault_loop.py",
+    "tests/probes/carrier/test_carrier.py",
+    "tests/probes/step/variants/test_stacks.py",
+    "tests/probes/replay/test_replay.py",
+    "tests/runner/store/test_export.py",
+    "tests/runner/cli/test_sweep_faults.py",
+    "tests/probes/step/variants/test_search_tolerance.py",
+    "tests/runner/lab/test_schedule.py",
+    "tests/runner/cli/test_sweep_ray_head.py",
+)
+"""The longest files (CI's --durations), longest first. With `--dist loadfile` xdist hands whole files to whichever
+worker is free, in collection order: test_readme.py, collected last, kept one worker busy for two minutes while the
+other had nothing left."""
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    missing = [name for name in SLOW_FILES_FIRST if not (config.rootpath / name).is_file()]
+    if missing:  # a renamed file would silently go back to its alphabetical place
+        raise pytest.UsageError(f"tests/conftest.py: SLOW_FILES_FIRST names no such file: {', '.join(missing)}")
+    rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep their order
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A head (no host label, the driver's node) and two lab hosts, `gx10` and `ana-ml2`.
