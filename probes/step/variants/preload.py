@@ -42,7 +42,7 @@ class _Server:
     """The parent's end: one server process, the environment it serves, a line reader."""
 
     def __init__(self, env: dict):
-        self.env = env
+        self.key = served(env)
         self.proc = subprocess.Popen(
             # by path, not `-m`: importing probes.step.variants would run our packages' code in the server
             [sys.executable, "-c", "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')", __file__],
@@ -85,8 +85,17 @@ class _Server:
 
 
 _server: _Server | None = None
+
+
+def served(env: dict) -> dict:
+    """The part of an environment a server is for: all of it but what its imports cannot read. LABPROBE_*
+    is read by labprobe's code, which runs only in the forks; PYTEST_CURRENT_TEST changes with every test.
+    (A variable left in needlessly costs a server start; one taken out wrongly would cost a fresh process.)"""
+    return {k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST" and not k.startswith("LABPROBE_")}
+
+
 _refused: list[dict] = []
-"""Environments a server refused (it found CUDA started): not tried again, each refusal logged once."""
+"""Environments (served()) a server refused (it found CUDA started): not tried again, each refusal logged once."""
 
 
 def run(argv: list[str], env: dict, log: Path, timeout_s: float, default: bool = True) -> int | str | None:
@@ -96,9 +105,9 @@ def run(argv: list[str], env: dict, log: Path, timeout_s: float, default: bool =
     start, or ended while idle (then the next call starts one)."""
     global _server
     setting = env.get("LABPROBE_PRELOAD")
-    if not (default if setting is None else setting != "0") or env in _refused:
+    if not (default if setting is None else setting != "0") or served(env) in _refused:
         return UNSERVED
-    if _server is not None and (_server.env != env or _server.proc.poll() is not None):
+    if _server is not None and (_server.key != served(env) or _server.proc.poll() is not None):
         _server.close()
         _server = None
     if _server is None:
@@ -128,7 +137,7 @@ def run(argv: list[str], env: dict, log: Path, timeout_s: float, default: bool =
 def _refuse(env: dict, why: str) -> None:
     global _server
     LOG.warning("measurement processes start as `python -m` (~7 s of imports each): no preloaded server, %s", why)
-    _refused.append(env)
+    _refused.append(served(env))
     if _server is not None:
         _server.close()
         _server = None

@@ -108,3 +108,10 @@ def test_preloading_is_the_default_on_the_cpu_only_and_the_setting_wins(tmp_path
     assert processes._on_cpu(_spec(tmp_path)) and not processes._on_cpu(
         dataclasses.replace(_spec(tmp_path), device="cuda")
     )
+
+
+def test_a_server_serves_the_tests_and_settings_that_its_imports_cannot_read():
+    env = {"PYTHONPATH": "a", "OMP_NUM_THREADS": "1", "PYTEST_CURRENT_TEST": "t1", "LABPROBE_PRELOAD": "1"}
+    assert preload.served(env) == {"PYTHONPATH": "a", "OMP_NUM_THREADS": "1"}
+    assert preload.served({**env, "PYTEST_CURRENT_TEST": "t2", "LABPROBE_FAKE_CUDA": "1"}) == preload.served(env)
+    assert preload.served({**env, "OMP_NUM_THREADS": "2"}) != preload.served(env)  # torch reads it: a new server
