@@ -6,11 +6,11 @@ and does nothing else: none of labprobe's code (it is started by path, and each 
 ~0.4 s), no CUDA (torch's is_available() asks NVML, and the server checks that torch has not initialised CUDA
 before it says ready and before each fork), no model, no torch op, no compile. A fork of it is therefore the
 process `python -m probes.step.variants.worker` would be once those imports are done, with its own allocator,
-autotuner, compiled graphs and profiler. The child takes the request's environment and sys.path before it
+autotuner, compiled graphs and profiler. The child takes the request's environment, sys.path and folder before it
 runs anything (Ray's CUDA_VISIBLE_DEVICES, a harness's folder); a server serves one environment only, since
 torch reads some variables as it imports.
 
-Protocol, one JSON line each way: the parent sends {"argv", "env", "path", "log"}; the server answers
+Protocol, one JSON line each way: the parent sends {"argv", "env", "path", "cwd", "log"}; the server answers
 {"pid"} once forked, then {"exit"} when the child ends (the parent kills the pid on its timeout), or
 {"refused"} when it will not fork. The server ends at end of input (its parent gone) or after IDLE_S without
 a request."""
@@ -116,7 +116,9 @@ def run(argv: list[str], env: dict, log: Path, timeout_s: float, default: bool =
         if not (ready and ready.get("ready")):
             _refuse(env, ready.get("why") if ready else "the server did not start")
             return UNSERVED
-    if not _server.send({"argv": argv, "env": env, "path": env["PYTHONPATH"].split(os.pathsep), "log": str(log)}):
+    path = env["PYTHONPATH"].split(os.pathsep)
+    if not _server.send({"argv": argv, "env": env, "path": path, "cwd": os.getcwd(), "log": str(log)}):
+        _server.close()  # it ended while idle
         _server = None
         return UNSERVED
     started = _server.read(READY_TIMEOUT_S)
@@ -154,6 +156,7 @@ def _serve_one(request: dict) -> int:
             os.dup2(log, 2)
             os.environ.clear()
             os.environ.update(request["env"])
+            os.chdir(request["cwd"])  # the caller's folder now, not the one it started the server in
             sys.path[:] = request["path"]
             from probes.step.variants import worker
 

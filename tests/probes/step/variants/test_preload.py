@@ -115,3 +115,12 @@ def test_a_server_serves_the_tests_and_settings_that_its_imports_cannot_read():
     assert preload.served(env) == {"PYTHONPATH": "a", "OMP_NUM_THREADS": "1"}
     assert preload.served({**env, "PYTEST_CURRENT_TEST": "t2", "LABPROBE_FAKE_CUDA": "1"}) == preload.served(env)
     assert preload.served({**env, "OMP_NUM_THREADS": "2"}) != preload.served(env)  # torch reads it: a new server
+
+
+def test_a_fork_runs_in_the_callers_folder_of_now(tiny, calls, tmp_path, monkeypatch):
+    assert processes.run(_spec(tiny)).status == "ok"  # the server starts in this folder
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+    (here / "ckpt").symlink_to(tiny)
+    monkeypatch.chdir(here)
+    assert processes.run(_spec(Path("ckpt"))).status == "ok"  # a relative checkpoint, read from the new folder
