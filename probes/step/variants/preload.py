@@ -17,6 +17,7 @@ a request."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -68,7 +69,14 @@ class _Server:
                 return None
             self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
-        return json.loads(line)
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None
+        if isinstance(message, dict):
+            return message
+        # a line something printed while importing, not the protocol's: the next one
+        return self.read(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def send(self, message: dict) -> bool:
         try:
@@ -125,13 +133,15 @@ def run(argv: list[str], env: dict, log: Path, timeout_s: float, default: bool =
     if started is None or "pid" not in started:  # it ended (idle, killed) or will not fork (CUDA started)
         if started is not None:
             _refuse(env, started.get("refused", str(started)))
-        _server.close()
-        _server = None
+        if _server is not None:
+            _server.close()
+            _server = None
         return UNSERVED
     ended = _server.read(timeout_s)
     if ended is None:
-        os.kill(started["pid"], signal.SIGKILL)
-        ended = _server.read(READY_TIMEOUT_S)
+        with contextlib.suppress(ProcessLookupError):  # it may have ended as the wait did
+            os.kill(started["pid"], signal.SIGKILL)
+        _server.read(READY_TIMEOUT_S)  # its exit line: the next request's answers stay in step
         return None
     return ended["exit"]
 

@@ -124,3 +124,12 @@ def test_a_fork_runs_in_the_callers_folder_of_now(tiny, calls, tmp_path, monkeyp
     (here / "ckpt").symlink_to(tiny)
     monkeypatch.chdir(here)
     assert processes.run(_spec(Path("ckpt"))).status == "ok"  # a relative checkpoint, read from the new folder
+
+
+def test_a_line_printed_at_import_is_not_taken_for_the_servers_answer(tmp_path):
+    server = preload._Server.__new__(preload._Server)
+    server.proc = SimpleNamespace(stdout=open(tmp_path / "out", "w+b"))  # noqa: SIM115
+    server.proc.stdout.write(b'Some library says hello\n[1, 2]\n{"ready": true}\n')
+    server.proc.stdout.seek(0)
+    server.buffer = b""
+    assert server.read(5) == {"ready": True}
