@@ -42,7 +42,6 @@ def base_env() -> dict[str, str]:
 def collect_env() -> dict[str, str]:
     """python, torch, transformers, CUDA, NVIDIA driver, GPU name, hostname, the code version of this
     host's checkout. Cached per worker process."""
-    import peft
     import torch
     import transformers
 
@@ -50,7 +49,9 @@ def collect_env() -> dict[str, str]:
         **base_env(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "peft": peft.__version__,
+        # the installed version, not `peft.__version__`: importing peft costs ~3.7 CPU-s, in every Ray worker
+        # whose job (mask, padding, bucket) never uses it
+        "peft": _installed_version("peft"),
         "cuda": torch.version.cuda or "",
         "driver": "",
         "gpu": "",
@@ -60,6 +61,15 @@ def collect_env() -> dict[str, str]:
         env["gpu"] = torch.cuda.get_device_name(0)
         env["driver"] = _driver_version()
     return env
+
+
+def _installed_version(package: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return ""
 
 
 def _driver_version() -> str:

@@ -1,5 +1,5 @@
 """A lab harness that brings its own optimizer (SGD), precision (bf16 autocast) and train_step: the
-probes must use each as given. The train_step appends a line to $HARNESS_CALLS_FILE per call (it
+probes must use each as given. The train_step appends a line to $LABPROBE_TEST_CALLS_FILE per call (it
 runs in the probe's worker processes, so a file is how a test sees it)."""
 
 import os
@@ -27,7 +27,7 @@ def train_step(model, batches, optimizer):
         loss = loss + out.detach()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    if os.environ.get("HARNESS_CALLS_FILE"):
-        with open(os.environ["HARNESS_CALLS_FILE"], "a") as handle:
+    if os.environ.get("LABPROBE_TEST_CALLS_FILE"):
+        with open(os.environ["LABPROBE_TEST_CALLS_FILE"], "a") as handle:
             handle.write(f"{type(optimizer).__name__} {under_autocast}\n")
     return loss

@@ -1,4 +1,4 @@
-"""A harness whose train_step appends "pid parent-pid $LAB_MARK" to $HARNESS_CALLS_FILE: which process
+"""A harness whose train_step appends "pid parent-pid $LAB_MARK" to $LABPROBE_TEST_CALLS_FILE: which process
 measured, forked from which, under which environment."""
 
 import os
@@ -14,6 +14,6 @@ def train_step(model, batches, optimizer):
         loss = loss + out.detach()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    with open(os.environ["HARNESS_CALLS_FILE"], "a") as handle:
+    with open(os.environ["LABPROBE_TEST_CALLS_FILE"], "a") as handle:
         handle.write(f"{os.getpid()} {os.getppid()} {os.environ.get('LAB_MARK', '-')}\n")
     return loss

@@ -54,10 +54,10 @@ def lab_path(monkeypatch) -> Path:
 
 @pytest.fixture
 def harness_calls(lab_path, monkeypatch, tmp_path) -> Path:
-    """The file tests/data's harnesses append their calls to (HARNESS_CALLS_FILE), read back by the test:
+    """The file tests/data's harnesses append their calls to (LABPROBE_TEST_CALLS_FILE), read back by the test:
     it is written by the worker process that measured, so it shows what really ran."""
     calls = tmp_path / "calls.txt"
-    monkeypatch.setenv("HARNESS_CALLS_FILE", str(calls))
+    monkeypatch.setenv("LABPROBE_TEST_CALLS_FILE", str(calls))
     return calls
 
 

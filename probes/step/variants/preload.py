@@ -95,11 +95,32 @@ class _Server:
 _server: _Server | None = None
 
 
+PRELOADED = ("torch", "transformers", "peft", "accelerate", "sitecustomize", "usercustomize")
+"""What the server imports (or Python runs as it starts) from its sys.path: where each resolves is part of what it
+serves."""
+
+
 def served(env: dict) -> dict:
     """The part of an environment a server is for: all of it but what its imports cannot read. LABPROBE_*
-    is read by labprobe's code, which runs only in the forks; PYTEST_CURRENT_TEST changes with every test.
-    (A variable left in needlessly costs a server start; one taken out wrongly would cost a fresh process.)"""
-    return {k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST" and not k.startswith("LABPROBE_")}
+    is read by labprobe's code (and the tests' harnesses), which runs only in the forks; PYTEST_CURRENT_TEST
+    changes with every test. PYTHONPATH gives way to where the server's imports resolve under it: each fork takes
+    the request's sys.path, and a folder added to it (a lab's harness) must not cost a server start, but one that
+    shadows torch must. (A variable left in needlessly costs a server start; one taken out wrongly would cost a
+    fresh process.)"""
+    key = {
+        k: v for k, v in env.items() if k not in ("PYTEST_CURRENT_TEST", "PYTHONPATH") and not k.startswith("LABPROBE_")
+    }
+    path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p] + sys.path
+    key["PYTHONPATH resolves"] = json.dumps({name: _origin(name, path) for name in PRELOADED})
+    return key
+
+
+def _origin(name: str, path: list[str]) -> str | None:
+    """Where `name` imports from on `path`, without importing it."""
+    from importlib.machinery import PathFinder
+
+    spec = PathFinder.find_spec(name, path)
+    return None if spec is None else spec.origin or str(list(spec.submodule_search_locations or []))
 
 
 _refused: list[dict] = []

@@ -127,7 +127,7 @@ def test_a_cpu_run_and_its_projections(family):
 def test_an_oom_is_a_row_and_the_family_goes_on(family, lab_path, monkeypatch):
     """tests/data/harness_oom.py raises CUDA's own OutOfMemoryError: at LoRA for the tied model, in
     the step for the untied one. Each is a row with its stage; the family is measured to the end."""
-    monkeypatch.setenv("HARNESS_OOM_AT_LOAD", "True")
+    monkeypatch.setenv("LABPROBE_TEST_OOM_AT_LOAD", "True")
     result = carrier.run(
         carrier.Config(
             checkpoint=family,
@@ -155,7 +155,7 @@ def test_a_baseline_out_of_memory_beside_a_stack_that_fits_is_a_row_not_a_traceb
 ):
     """The 4B's baseline at 6 x 2,048 ran out of memory on an H100 where its bf16-adapters stack fit: the
     settings divided by the baseline's missing step time and the whole carrier died with a TypeError."""
-    monkeypatch.setenv("HARNESS_OOM_FP32_ADAPTERS", "1")
+    monkeypatch.setenv("LABPROBE_TEST_OOM_FP32_ADAPTERS", "1")
     measured = []  # the printed and the --json output of one config: measured once, shown both ways
     real_run = carrier.run
 

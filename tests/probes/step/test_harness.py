@@ -198,7 +198,7 @@ def test_a_harness_resolves_from_the_current_directory_as_python_m_would(tiny, t
     shutil.copy(Path(__file__).parents[2] / "data" / "harness_custom.py", lab / "mytrainer" / "train.py")
     calls = tmp_path / "calls.txt"
     script = Path(sys.executable).with_name("labprobe")
-    env = {**os.environ, "HARNESS_CALLS_FILE": str(calls)}
+    env = {**os.environ, "LABPROBE_TEST_CALLS_FILE": str(calls)}
     argv = [str(script), "probe", "carrier", "--checkpoint", str(tiny), "--harness", "mytrainer.train"]
     argv += [
         "--weights",

@@ -1,5 +1,5 @@
-"""`labprobe store export` and the client recipes of docs/store.md, on the demo store (two demo sweeps, so
-compaction has replaced files, plus a newer run of one slot, a second host, and a killed writer's
+"""`labprobe store export` and the client recipes of docs/store.md, on the demo store (the demo sweep, then its
+padding jobs again, so compaction has replaced files, plus a newer run of one slot, a second host, and a killed writer's
 rows without their job row): a plain Parquet reader over the export, and each recipe, gives exactly
 `labprobe compare`'s rows and values. A sweep vacuums what its compaction replaced."""
 
@@ -48,9 +48,10 @@ def demo(tmp_path_factory) -> Path:
     """A folder holding `results` (the demo store) and `export` (its export), as the recipes expect."""
     folder = tmp_path_factory.mktemp("demo")
     root = folder / "results"
-    sweep = ["sweep", "--inline", "local", "--cluster", str(REPO / "cluster.yaml"), "--store", str(root)]
+    sweep = ["sweep", "--inline", "local", "--cluster", str(_lab_with_a_padding_plan(folder)), "--store", str(root)]
     assert labprobe(sweep) == 0
-    assert labprobe([*sweep, "--force"]) == 0  # compaction now leaves the first run's files replaced
+    # its padding again: compaction now leaves the first run's files replaced (the table the recipes read)
+    assert labprobe([*sweep, "--plan", "padding", "--force"]) == 0
     store = Store(root)
     jobs = store.jobs()
     job = jobs[(jobs["probe"] == "padding") & (jobs["checkpoint"] == "qwen3-0.6b-base")].iloc[-1]
@@ -181,14 +182,20 @@ def test_export_refuses_a_folder_that_is_not_an_export(demo, tmp_path, capsys):
     assert labprobe(["store", "check", str(tmp_path), "--store", str(demo / "results")]) == 2
 
 
-def test_a_sweep_vacuums_the_files_its_compaction_replaced(tmp_path):
+def _lab_with_a_padding_plan(folder: Path, **store) -> Path:
+    """The repo's cluster file, its plans and a `padding` one (the demo's padding jobs), its store `store`."""
     lab = yaml.safe_load((REPO / "cluster.yaml").read_text())
-    lab["store"] = {"root": str(tmp_path / "store"), "vacuum_retention_days": 0}
+    lab["store"] = store or lab.get("store", {})
     for host in lab["hosts"]:
         host.update({k: str(REPO / v) for k, v in host.items() if k.endswith("_root") and not v.startswith("/")})
     lab["plans"]["padding"] = [{"probe": "padding", "hosts": ["local"], "corpus": "demo"}]
-    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(lab, sort_keys=False))
-    sweep = ["sweep", "--inline", "local", "--plan", "padding", "--cluster", str(tmp_path / "cluster.yaml")]
+    (folder / "cluster.yaml").write_text(yaml.safe_dump(lab, sort_keys=False))
+    return folder / "cluster.yaml"
+
+
+def test_a_sweep_vacuums_the_files_its_compaction_replaced(tmp_path):
+    cluster = _lab_with_a_padding_plan(tmp_path, root=str(tmp_path / "store"), vacuum_retention_days=0)
+    sweep = ["sweep", "--inline", "local", "--plan", "padding", "--cluster", str(cluster)]
     assert labprobe(sweep) == 0
     # Vacuum never deletes a file younger than an hour (a writer may be about to commit it): age the
     # first sweep's files, so the second sweep's compaction replaces old files its vacuum may delete.

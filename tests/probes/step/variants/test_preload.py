@@ -110,11 +110,20 @@ def test_preloading_is_the_default_on_the_cpu_only_and_the_setting_wins(tmp_path
     )
 
 
-def test_a_server_serves_the_tests_and_settings_that_its_imports_cannot_read():
+def test_a_server_serves_the_tests_and_settings_that_its_imports_cannot_read(tmp_path):
     env = {"PYTHONPATH": "a", "OMP_NUM_THREADS": "1", "PYTEST_CURRENT_TEST": "t1", "LABPROBE_PRELOAD": "1"}
-    assert preload.served(env) == {"PYTHONPATH": "a", "OMP_NUM_THREADS": "1"}
+    assert set(preload.served(env)) == {"OMP_NUM_THREADS", "PYTHONPATH resolves"}
     assert preload.served({**env, "PYTEST_CURRENT_TEST": "t2", "LABPROBE_FAKE_CUDA": "1"}) == preload.served(env)
     assert preload.served({**env, "OMP_NUM_THREADS": "2"}) != preload.served(env)  # torch reads it: a new server
+    # a folder put on the path (a lab's harness) is the fork's business: the same server
+    harness = tmp_path / "lab"
+    harness.mkdir()
+    (harness / "harness.py").write_text("")
+    assert preload.served({**env, "PYTHONPATH": f"{harness}{os.pathsep}a"}) == preload.served(env)
+    # one that shadows a preloaded package is not: the server's torch would not be the one the path names
+    (harness / "torch").mkdir()
+    (harness / "torch" / "__init__.py").write_text("")
+    assert preload.served({**env, "PYTHONPATH": f"{harness}{os.pathsep}a"}) != preload.served(env)
 
 
 def test_a_fork_runs_in_the_callers_folder_of_now(tiny, calls, tmp_path, monkeypatch):
