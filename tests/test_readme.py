@@ -2,7 +2,9 @@
 that run on a CPU) from a lab folder laid out like the repo root, with the console script (so nothing relies on
 `python -m` or PYTHONPATH), on one store per session: the demo sweep README's set-up command ends with, and the
 recorded sample, made once before any other command (a page showing either one's output is checked against that
-run). Its exit code must be 0 (1 where the page shows a failing check) and every output line the page shows must
+run). Those two and every command that starts Ray or writes outside the store run as the console script; the rest
+(probes, store readers) run through the same entry point inside the test process, where torch and transformers are
+already imported (~6 CPU-s a mask command otherwise). Its exit code must be 0 (1 where the page shows a failing check) and every output line the page shows must
 be in the output: table rows and headers as ordered subsequences of a real line's words (the pages excerpt
 columns), checks and `key: value` pieces as text; run ids, timings and store paths are wildcards. A line with a
 trailing `# ...` comment is illustrative. GPU commands (and those reading a lab's hosts) are parsed through the
@@ -137,11 +139,39 @@ def ran(lab) -> dict[str, subprocess.CompletedProcess]:
     return {command: run(command, lab) for command in SETUP}
 
 
+IN_PROCESS = ("probe", "compare", "history", "recommend", "status", "validate", "host-command")
+"""Commands that start no Ray and write nothing but their output: run by runner.cli.main in this process."""
+
+
 def run(command: str, cwd: Path) -> subprocess.CompletedProcess:
+    if command not in SETUP and shlex.split(command)[1] in IN_PROCESS:
+        return run_in_process(command, cwd)
     script = Path(sys.executable).with_name("labprobe")
     env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
     argv = [str(script), *shlex.split(command)[1:]]
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
+def run_in_process(command: str, cwd: Path) -> subprocess.CompletedProcess:
+    """runner.cli.main, the console script's entry point, in `cwd`, its output captured as the script's would be."""
+    import contextlib
+    import io
+
+    from runner.cli import main
+
+    argv = shlex.split(command)[1:]
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as exc:  # argparse's own exits
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 def test_readme_is_a_front_page_of_at_most_200_lines():
