@@ -43,15 +43,14 @@ def collect_env() -> dict[str, str]:
     """python, torch, transformers, CUDA, NVIDIA driver, GPU name, hostname, the code version of this
     host's checkout. Cached per worker process."""
     import torch
-    import transformers
 
     env = {
         **base_env(),
         "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        # the installed version, not `peft.__version__`: importing peft costs ~3.7 CPU-s, in every Ray worker
-        # whose job (mask, padding, bucket) never uses it
-        "peft": _installed_version("peft"),
+        # read, not imported where the job has not imported them: importing peft costs ~3.7 CPU-s and transformers
+        # ~1.4, in every Ray worker whose job (padding, bucket, a GPU job's checks) never uses them
+        "transformers": _version("transformers"),
+        "peft": _version("peft"),
         "cuda": torch.version.cuda or "",
         "driver": "",
         "gpu": "",
@@ -63,9 +62,14 @@ def collect_env() -> dict[str, str]:
     return env
 
 
-def _installed_version(package: str) -> str:
+def _version(package: str) -> str:
+    """The version of `package` as imported here, else as installed ("" when neither)."""
+    import sys
     from importlib import metadata
 
+    module = sys.modules.get(package)
+    if module is not None and getattr(module, "__version__", None):
+        return str(module.__version__)
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
