@@ -95,32 +95,16 @@ class _Server:
 _server: _Server | None = None
 
 
-PRELOADED = ("torch", "transformers", "peft", "accelerate", "sitecustomize", "usercustomize")
-"""What the server imports (or Python runs as it starts) from its sys.path: where each resolves is part of what it
-serves."""
-
-
 def served(env: dict) -> dict:
     """The part of an environment a server is for: all of it but what its imports cannot read. LABPROBE_*
     is read by labprobe's code (and the tests' harnesses), which runs only in the forks; PYTEST_CURRENT_TEST
-    changes with every test. PYTHONPATH gives way to where the server's imports resolve under it: each fork takes
-    the request's sys.path, and a folder added to it (a lab's harness) must not cost a server start, but one that
-    shadows torch must. (A variable left in needlessly costs a server start; one taken out wrongly would cost a
-    fresh process.)"""
-    key = {
+    changes with every test; PYTHONPATH becomes each fork's sys.path, and the server refuses a request whose path
+    would import one of its modules from elsewhere (_shadowed): a folder added to it (a lab's harness) costs no
+    server start. (A variable left in needlessly costs a server start; one taken out wrongly would cost a fresh
+    process.)"""
+    return {
         k: v for k, v in env.items() if k not in ("PYTEST_CURRENT_TEST", "PYTHONPATH") and not k.startswith("LABPROBE_")
     }
-    path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p] + sys.path
-    key["PYTHONPATH resolves"] = json.dumps({name: _origin(name, path) for name in PRELOADED})
-    return key
-
-
-def _origin(name: str, path: list[str]) -> str | None:
-    """Where `name` imports from on `path`, without importing it."""
-    from importlib.machinery import PathFinder
-
-    spec = PathFinder.find_spec(name, path)
-    return None if spec is None else spec.origin or str(list(spec.submodule_search_locations or []))
 
 
 _refused: list[dict] = []
@@ -204,6 +188,23 @@ def _serve_one(request: dict) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
+def _shadowed(path: list[str]) -> str:
+    """The first module this process imported (top-level, from a file) that `path` would import from another file,
+    or "". ~10 ms over the ~400 modules the server holds."""
+    from importlib.machinery import PathFinder
+
+    for name, module in sorted(sys.modules.items()):
+        loaded = getattr(module, "__spec__", None)
+        # builtins, frozen modules, namespace packages and the script itself (__main__, __mp_main__) come from no
+        # file the path chooses
+        if "." in name or loaded is None or not loaded.has_location or name.startswith("__"):
+            continue
+        spec = PathFinder.find_spec(name, path)
+        if spec is None or spec.origin != loaded.origin:
+            return name
+    return ""
+
+
 def _answer(message: dict) -> None:
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
@@ -254,6 +255,9 @@ def main() -> int:
         if not line:
             return 0
         request = json.loads(line)
+        if shadowed := _shadowed(request["path"]):  # a fork would run our imports, not the ones its path names
+            _answer({"refused": f"its sys.path imports {shadowed} from elsewhere than the server did"})
+            return 1
         _import_model_class(request)
         if why := _cuda_started():  # a modeling module that started the driver: no fork of this server is fresh
             _answer({"refused": f"after importing the checkpoint's model class, {why}"})

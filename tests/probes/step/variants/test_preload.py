@@ -5,7 +5,10 @@ timeout with the server still serving, and the plain `python -m` worker when pre
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -110,20 +113,32 @@ def test_preloading_is_the_default_on_the_cpu_only_and_the_setting_wins(tmp_path
     )
 
 
-def test_a_server_serves_the_tests_and_settings_that_its_imports_cannot_read(tmp_path):
+def test_a_server_serves_the_tests_and_settings_that_its_imports_cannot_read():
     env = {"PYTHONPATH": "a", "OMP_NUM_THREADS": "1", "PYTEST_CURRENT_TEST": "t1", "LABPROBE_PRELOAD": "1"}
-    assert set(preload.served(env)) == {"OMP_NUM_THREADS", "PYTHONPATH resolves"}
+    assert preload.served(env) == {"OMP_NUM_THREADS": "1"}
     assert preload.served({**env, "PYTEST_CURRENT_TEST": "t2", "LABPROBE_FAKE_CUDA": "1"}) == preload.served(env)
     assert preload.served({**env, "OMP_NUM_THREADS": "2"}) != preload.served(env)  # torch reads it: a new server
-    # a folder put on the path (a lab's harness) is the fork's business: the same server
+    # the path is each fork's own: a folder put on it (a lab's harness) costs no server start
+    assert preload.served({**env, "PYTHONPATH": "lab:a"}) == preload.served(env)
+
+
+def test_a_path_that_would_import_a_preloaded_module_from_elsewhere_is_named(tmp_path):
+    """The server refuses such a request (its fork would run the server's torch, not the path's). Asked in a fresh
+    process that imported torch, as the server did (this one holds modules of other tests' folders)."""
     harness = tmp_path / "lab"
     harness.mkdir()
     (harness / "harness.py").write_text("")
-    assert preload.served({**env, "PYTHONPATH": f"{harness}{os.pathsep}a"}) == preload.served(env)
-    # one that shadows a preloaded package is not: the server's torch would not be the one the path names
-    (harness / "torch").mkdir()
-    (harness / "torch" / "__init__.py").write_text("")
-    assert preload.served({**env, "PYTHONPATH": f"{harness}{os.pathsep}a"}) != preload.served(env)
+    shadow = tmp_path / "shadow"
+    (shadow / "torch").mkdir(parents=True)
+    (shadow / "torch" / "__init__.py").write_text("")
+    code = (
+        "import json, runpy, sys, torch\n"
+        f"preload = runpy.run_path({preload.__file__!r}, run_name='preload')\n"
+        "print(json.dumps([preload['_shadowed']([folder, *sys.path]) for folder in sys.argv[1:]]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(harness), str(shadow)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == ["", "torch"]
 
 
 def test_a_fork_runs_in_the_callers_folder_of_now(tiny, calls, tmp_path, monkeypatch):
