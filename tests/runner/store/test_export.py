@@ -1,6 +1,6 @@
 """`labprobe store export` and the client recipes of docs/store.md, on the demo store (the demo sweep, then its
-padding jobs again, so compaction has replaced files, plus a newer run of one slot, a second host, and a killed writer's
-rows without their job row): a plain Parquet reader over the export, and each recipe, gives exactly
+padding jobs again, so compaction has replaced files, plus a newer run of one slot, a second host, and a killed
+writer's rows without their job row): a plain Parquet reader over the export, and each recipe, gives exactly
 `labprobe compare`'s rows and values. A sweep vacuums what its compaction replaced."""
 
 from __future__ import annotations
