@@ -1,15 +1,15 @@
-"""README and docs/ as a test: every `$ labprobe ...` command README.md and docs/*.md show is run here (those
-that run on a CPU) from a lab folder laid out like the repo root, with the console script (so nothing relies on
-`python -m` or PYTHONPATH), on one store per session: the demo sweep README's set-up command ends with, and the
-recorded sample, made once before any other command (a page showing either one's output is checked against that
-run). Those two and every command that starts Ray or writes outside the store run as the console script; the rest
-(probes, store readers) run through the same entry point inside the test process, where torch and transformers are
-already imported (~6 CPU-s a mask command otherwise). Its exit code must be 0 (1 where the page shows a failing
-check) and every output line the page shows must be in the output: table rows and headers as ordered subsequences
-of a real line's words (the pages excerpt columns), checks and `key: value` pieces as text; run ids, timings and
-store paths are wildcards. A line with a trailing `# ...` comment is illustrative. GPU commands (and those reading a lab's hosts) are parsed through the
-CLI's own parsers and Config checks, and their `--harness` imported from the repo root. Every `ray start` line
-the pages show parses with the installed Ray's own command line, and every relative link points at a file."""
+"""README and docs/ as a test: every `$ labprobe ...` command README.md and docs/*.md show is run here (those that run
+on a CPU) from a lab folder laid out like the repo root, on one store per session: the demo sweep README's set-up
+command ends with, and the recorded sample, made once before any other command (a page showing either one's output
+is checked against that run). Those two and every command that starts Ray or writes outside the store run as the
+console script (so nothing relies on `python -m` or PYTHONPATH); the rest (probes, store readers) run through the
+same entry point inside the test process, where torch and transformers are already imported (~6 CPU-s a mask command
+otherwise). Its exit code must be 0 (1 where the page shows a failing check) and every output line the page shows
+must be in the output: table rows and headers as ordered subsequences of a real line's words (the pages excerpt
+columns), checks and `key: value` pieces as text; run ids, timings and store paths are wildcards. A line with a
+trailing `# ...` comment is illustrative. GPU commands (and those reading a lab's hosts) are parsed through the
+CLI's own parsers and Config checks, and their `--harness` imported from the repo root. Every `ray start` line the
+pages show parses with the installed Ray's own command line, and every relative link points at a file."""
 
 from __future__ import annotations
 
