@@ -198,6 +198,7 @@ def _peaks(config: Config, device: torch.device) -> tuple[tuple[float | None, fl
 
 
 EVIDENCE = ("process_step_s", "attributed_s", "microbench", "kernel_table", "timings")
+VARIANT_EVIDENCE = ("timings", "status", "kernel_table", "gpu_busy_frac")
 HARNESS_INFO = ("harness_step", "harness_fallbacks", "harness_env")
 """What the measured baseline says of the harness (the contract with its variant's pieces, as it ran)."""
 
@@ -212,7 +213,8 @@ def _family(config: Config, peaks, evidence: dict, extra: dict) -> tuple[list, l
         stack_report.collect(measured, extra)
         evidence[name] = {
             "baseline": {k: getattr(baseline, k) for k in EVIDENCE},
-            **{r.variant.name: {"timings": r.timings, "status": r.status} for r in others},
+            # each stack's kernels by category too: where a stack's remaining time goes, not only the baseline's
+            **{r.variant.name: {k: getattr(r, k) for k in VARIANT_EVIDENCE} for r in others},
         }
         rows += [_row(config, name, r, peaks) for r in (baseline, *others)]
         whatifs += whatif.table(name, baseline, others)

@@ -414,6 +414,9 @@ def test_the_evidence_is_json(every_variant):
     evidence = json.loads(every_variant.artifacts["evidence.json"])
     (model,) = evidence
     assert evidence[model]["baseline"]["microbench"]["lora"]["baseline"] > 0
+    compiled = evidence[model]["compile"]  # a stack's kernels by category, beside the baseline's
+    assert compiled["status"] == "ok" and compiled["timings"]
+    assert sum(r["kernel_s_per_step"] for r in compiled["kernel_table"]) > 0
 
 
 def test_the_timed_steps_run_with_the_build_frozen_out_of_the_collector_and_record_each_collection():
