@@ -25,7 +25,8 @@
 - `float8-frozen`: labprobe's own float8 for the frozen base projections (probes.step.variants.fp8): each weight
   quantized once with row-wise scales, no weight-gradient GEMM (the weight is frozen); needs a card of compute
   capability 8.9 or more on CUDA (a CPU runs torch's own `_scaled_mm`). Caveat: the base projections' forward
-  and input-gradient GEMMs in e4m3; pays only compiled.
+  and input-gradient GEMMs in e4m3; eager it is slower than bf16, and compiled it is refused on CUDA (its compiled
+  backward lost the input gradient on an H100).
 - `cuda-graphs`: each decoder layer compiled with `mode="reduce-overhead"` (CUDA graphs); needs CUDA. Caveat:
   a graph and its memory pool per shape; pays only where the step is launch-bound (`--search` tries it only
   where the current stack's GPU idles).
@@ -160,7 +161,8 @@ FIXED: dict[str, Variant] = {
             "precision of the frozen base: its projections' forward and input-gradient GEMMs in float8 (e4m3, "
             "row-wise scales; each weight quantized once, activations and gradients per call); no weight-gradient "
             "GEMM (the weight is frozen); adapters, their matmuls and the optimizer as they were; labprobe's own "
-            "module (probes.step.variants.fp8), not a library's; fast only compiled (the casts fuse)",
+            "module (probes.step.variants.fp8), not a library's; slower than bf16 eager, and refused compiled on CUDA (its "
+            "compiled backward lost the input gradient on an H100)",
             float8_frozen=True,
         ),
         Variant(

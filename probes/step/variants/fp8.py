@@ -11,9 +11,12 @@ drops it, so of its three float8 GEMMs one is waste. Here each frozen weight W (
 Both GEMMs are `torch._scaled_mm` with row-wise scales (bf16 out), two float8 GEMMs where bf16 ran two bf16 ones.
 The bf16 weight itself is freed (its module keeps the e4m3 copy as `weight`, so shapes still read), so the base
 takes 2 bytes a parameter as before. e4m3 keeps 3 mantissa bits: each product is rounded to ~6%, which is why
-the search prices it against the numerics tolerance like any other change. Compiled, the casts fuse into their
-neighbours (the GEMM itself stays eager's kernel: `scaled_mm_rowwise`); eager they cost more than the GEMMs save.
-Runs on a CPU too (torch's own `_scaled_mm`), slowly.
+the search prices it against the numerics tolerance like any other change. Eager, the casts cost more than the
+GEMMs save (x0.82 on Qwen3-4B, H100). Compiled, they would fuse into their neighbours, but on CUDA the compiled
+backward loses the input gradient: zero where eager's is within e4m3 rounding, whether Inductor lowers `_scaled_mm`
+itself or calls `scaled_mm_rowwise` as an opaque op (H100, torch 2.11, benchmarks/fp8_check.py), so a compiled
+float8-frozen is `not applicable` on CUDA (probes.step.variants.libvariants). Runs on a CPU too (torch's own
+`_scaled_mm`; compiled equals eager there), slowly.
 """
 
 from __future__ import annotations
@@ -39,9 +42,9 @@ def scaled_mm_rowwise(
     a_q: torch.Tensor, b_q: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor
 ) -> torch.Tensor:
     """a_q (m x k) @ b_q.T (b_q: n x k), e4m3 with row-wise scales (m x 1, 1 x n), bf16 out: `torch._scaled_mm`
-    behind an op torch.compile does not look into. Inductor's own lowering of `_scaled_mm` got the backward's
-    GEMM wrong on an H100 (input gradients NaN where eager's were within e4m3 rounding); as an opaque op the
-    compiled step runs the kernel eager runs, and the casts around it still fuse."""
+    behind an op torch.compile does not look into, so a compiled step would run the kernel eager runs with the
+    casts around it fused. On an H100 that did not bring the compiled backward's input gradient back (zero, as
+    with Inductor's own lowering): compiled float8-frozen is refused on CUDA until it does."""
     return torch._scaled_mm(a_q, b_q.t(), scale_a=a_scale, scale_b=b_scale, out_dtype=torch.bfloat16)
 
 

@@ -222,9 +222,15 @@ def _import_heavy() -> None:
     """What every measurement imports, most of it lazily on its first use: ~4 s of a tiny model's 6. Third-party
     modules only: labprobe's own (~0.4 s) are imported by each fork, so nothing of ours runs in the server (an
     H100 showed a server that imported the worker with CUDA initialised)."""
-    import peft.tuners.lora  # noqa: F401  (peft pulls transformers and accelerate)
+    import importlib.util
+
     import torch.profiler  # noqa: F401
     from transformers import AutoModelForCausalLM  # noqa: F401
+
+    # Where torchao is installed, peft's LoRA imports it, and torchao's kernels ask Triton for the card's
+    # properties as they import: CUDA initialised, no fork fresh (H100, torchao 0.18). Each fork imports peft there.
+    if importlib.util.find_spec("torchao") is None:
+        import peft.tuners.lora  # noqa: F401  (peft pulls transformers and accelerate)
 
 
 def _import_model_class(request: dict) -> None:

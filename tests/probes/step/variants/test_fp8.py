@@ -69,3 +69,9 @@ def test_float8_frozen_names_refusals_and_settings():
     assert stack.float8_frozen and stack.compile and not stack.float8
     assert any("probes.step.variants.fp8.convert" in line for line in settings.lines("float8-frozen"))
     assert libvariants.float8_refusal((8, 0)).endswith("this card is 8.0")
+    # compiled on CUDA, its backward GEMM was lost (H100): refused before the card is asked anything
+    cuda = torch.device("cuda")
+    assert libvariants.not_applicable(stack, cuda, "qwen3") == libvariants.COMPILED_FLOAT8_FROZEN
+    winner = stacks.get("bf16-autocast+compile+float8-frozen+fused-adamw")
+    assert libvariants.not_applicable(winner, cuda, "qwen3") == libvariants.COMPILED_FLOAT8_FROZEN
+    assert libvariants.not_applicable(stack, torch.device("cpu"), "qwen3") is None  # compiled equals eager there
