@@ -44,6 +44,7 @@ __all__ = [
     "StoredInput",
     "SweepLines",
     "answer",
+    "config_class",
     "get",
     "presentation",
     "read_config",
@@ -170,6 +171,10 @@ class ProbeSpec:
     name: str
     module: str
     """Its `Config` dataclass and `run(config) -> ProbeResult`."""
+    config: str | None = None
+    """The module holding its `Config`, when that imports less than `module` does: a sweep's driver and
+    `labprobe validate` check a plan through the Configs alone, so a probe module's torch is not paid for them.
+    None: `module`'s."""
     settles: str
     """One line: what it settles (`labprobe probe --help`)."""
     answer: str | None = None
@@ -196,6 +201,7 @@ def _builtin(name: str, settles: str, **kw) -> ProbeSpec:
     return ProbeSpec(
         name=name,
         module=f"{package}.probe",
+        config=f"{package}.config",
         settles=settles,
         answer=f"{package}.answer",
         present=f"{package}.present",
@@ -277,6 +283,14 @@ def get(name: str) -> ModuleType:
     if name not in REGISTRY:
         raise InputError(f"unknown probe {name!r} (known: {', '.join(REGISTRY)})")
     return importlib.import_module(REGISTRY[name].module)
+
+
+def config_class(name: str) -> type:
+    """The probe's Config class, from its `config` module where it names one (no probe module imported)."""
+    if name not in REGISTRY:
+        raise InputError(f"unknown probe {name!r} (known: {', '.join(REGISTRY)})")
+    spec = REGISTRY[name]
+    return importlib.import_module(spec.config or spec.module).Config
 
 
 def answer(name: str) -> ModuleType | None:

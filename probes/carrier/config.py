@@ -6,8 +6,8 @@ import dataclasses
 from pathlib import Path
 
 from probes.result import require
+from probes.step import choices
 from probes.step.config import StepConfig, VariantChoice
-from probes.step.train import models
 from probes.step.variants import catalog
 
 
@@ -68,5 +68,5 @@ class Config(StepConfig, VariantChoice):
         require(self.search_budget_s > 0, "search_budget_s", "must be > 0")
         require(not self.search or self.steps >= 1, "search", "needs `steps` >= 1 (`steps` 0 counts parameters only)")
         require(self.numerics_steps >= 0, "numerics_steps", "must be >= 0")
-        require(self.rows in models.ROWS, "rows", f"must be one of {', '.join(models.ROWS)}, got {self.rows!r}")
+        require(self.rows in choices.ROWS, "rows", f"must be one of {', '.join(choices.ROWS)}, got {self.rows!r}")
         self.resolve_variants()

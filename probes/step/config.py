@@ -11,8 +11,7 @@ import re
 from pathlib import Path
 
 from probes.result import require
-from probes.step import harness as reference
-from probes.step.train import models
+from probes.step import choices
 from probes.step.variants import catalog, stacks
 
 
@@ -20,15 +19,15 @@ from probes.step.variants import catalog, stacks
 class StepConfig:
     checkpoint: Path
     """Checkpoint directory with config.json (and weights unless --weights random)."""
-    weights: models.Weights = "checkpoint"
+    weights: choices.Weights = "checkpoint"
     """checkpoint: load the weights (local files only); random: build from config.json, random weights."""
-    harness: str = reference.REFERENCE
+    harness: str = choices.REFERENCE
     """Import path of the training harness providing discover_target_modules and compute_loss."""
     lora_rank: int = 32
     """LoRA rank on every target module the harness discovers."""
     lora_alpha: float = 64.0
     """LoRA alpha."""
-    ce_chunk: int = reference.CHUNK_TOKENS
+    ce_chunk: int = choices.CHUNK_TOKENS
     """Cross-entropy chunk in tokens (passed to a harness whose compute_loss takes chunk_tokens)."""
     device: str = "auto"
     """auto (the GPU if any, else CPU), cpu, or cuda[:N]."""

@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if stored.flag is not None:
             parser.add_argument(f"--{_option(stored.flag)}", action="store_true", help=stored.help)
     # the always-read inputs come from the store, not from an option
-    add_config_options(parser, probes.get(spec.name).Config, exclude=tuple(i.field for i in always))
+    add_config_options(parser, probes.config_class(spec.name), exclude=tuple(i.field for i in always))
     parser.set_defaults(priced_probe=spec.name)
 
 

@@ -69,5 +69,5 @@ def with_budget(budget: BudgetSpec | None, probe: str, config: dict[str, Any]) -
     does not set them itself."""
     if budget is None or probe not in probes.REGISTRY:
         return config
-    fields = {f.name for f in dataclasses.fields(probes.get(probe).Config)}
+    fields = {f.name for f in dataclasses.fields(probes.config_class(probe))}
     return {**{field: getattr(budget, key) for key, field in BUDGET_FIELDS.items() if field in fields}, **config}

@@ -43,7 +43,7 @@ def build_probe_config(
     With `placeholders`, the runner fields get stand-in paths: this checks a plan without touching
     any host (`labprobe validate`). Raises FieldError naming the Config field, InputError otherwise.
     """
-    cls = probes.get(probe).Config
+    cls = probes.config_class(probe)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in config:

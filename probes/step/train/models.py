@@ -13,17 +13,15 @@ import dataclasses
 import gc
 from pathlib import Path
 from types import ModuleType
-from typing import Literal
 
 import torch
 from torch import nn
 
 from probes.result import InputError
 from probes.step import harness as reference
+from probes.step.choices import ROWS, Weights  # noqa: F401  (read here as models.ROWS, models.Weights)
 from probes.step.train.checkpoint import load_text_config
 from probes.step.train.contract import resolve
-
-Weights = Literal["checkpoint", "random"]
 
 
 def pick_device(device: str) -> torch.device:
@@ -102,8 +100,6 @@ def make_batch(
     return {k: v.to(device) for k, v in batch.items()}
 
 
-ROWS = ("full", "packed")
-"""How a measured batch's rows are filled (probes.step.variants.measurement.Spec.rows)."""
 PACKED_PER_ROW = 4
 """Sequences in a `packed` row: enough that its block-diagonal mask is far from the causal one."""
 

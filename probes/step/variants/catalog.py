@@ -43,12 +43,15 @@ one piece two ways are refused, naming the conflict. An unknown name is a FieldE
 from __future__ import annotations
 
 import dataclasses
-
-import torch
+from typing import TYPE_CHECKING
 
 from probes.result import FieldError, shown
-from probes.step.train.contract import Contract
 from probes.step.variants.names import BASELINE, CE_CHUNK, MICRO_BATCH
+
+if TYPE_CHECKING:
+    import torch
+
+    from probes.step.train.contract import Contract
 
 KEEP = "keep"
 
@@ -57,10 +60,11 @@ KEEP = "keep"
 class Variant:
     name: str
     caveat: str
-    autocast_dtype: object = KEEP
-    """A dtype, None (no autocast), or KEEP (the harness's)."""
-    adapter_dtype: torch.dtype | None = None
-    """Cast the trainable (adapter) parameters to this dtype after LoRA is applied."""
+    autocast_dtype: str | None = KEEP
+    """A dtype's name ("bfloat16"), None (no autocast), or KEEP (the harness's). Names, not torch dtypes: a
+    sweep's driver checks a plan's variants without importing torch (a lab variant's torch.dtype is named here)."""
+    adapter_dtype: str | None = None
+    """Cast the trainable (adapter) parameters to this dtype (its name) after LoRA is applied."""
     fused_adamw: bool = False
     gradient_checkpointing: bool | None = None
     compile: bool = False
@@ -77,16 +81,29 @@ class Variant:
     prepare: object = None
     """A lab variant's own change: called with the model after LoRA (and the dtype casts), before compiling."""
 
+    def __post_init__(self) -> None:
+        for field in ("autocast_dtype", "adapter_dtype"):
+            value = getattr(self, field)
+            if value is not None and not isinstance(value, str):  # a torch.dtype: "torch.bfloat16" -> "bfloat16"
+                object.__setattr__(self, field, str(value).removeprefix("torch."))
+
     def contract(self, base: Contract) -> Contract:
         """The harness's contract with this variant's pieces swapped in."""
         changes: dict = {}
         if self.autocast_dtype is not KEEP:
-            changes["autocast_dtype"] = self.autocast_dtype
+            changes["autocast_dtype"] = torch_dtype(self.autocast_dtype)
         if self.fused_adamw:
             changes["make_optimizer"] = _fused_adamw(base.make_optimizer)
         if self.gradient_checkpointing is not None:
             changes["gradient_checkpointing"] = self.gradient_checkpointing
         return dataclasses.replace(base, **changes)
+
+
+def torch_dtype(name: str | None) -> torch.dtype | None:
+    """The torch dtype a Variant's dtype field names (None stays None); torch is imported here, where a step runs."""
+    import torch
+
+    return None if name is None else getattr(torch, name)
 
 
 class NotApplicable(Exception):
@@ -99,6 +116,8 @@ def _fused_adamw(make_optimizer):
     other optimizer is not applicable (replacing it would change the training, not its speed)."""
 
     def make(params) -> torch.optim.Optimizer:
+        import torch
+
         base = make_optimizer(list(params))
         decays = {group.get("weight_decay", 0.0) for group in base.param_groups}
         if not isinstance(base, torch.optim.AdamW) and not (type(base) is torch.optim.Adam and decays == {0.0}):
@@ -117,14 +136,14 @@ FIXED: dict[str, Variant] = {
         Variant(
             "bf16-autocast",
             "LoRA matmuls in bf16 under autocast; fp32 adapter weights and optimizer state kept",
-            autocast_dtype=torch.bfloat16,
-            adapter_dtype=torch.float32,
+            autocast_dtype="bfloat16",
+            adapter_dtype="float32",
         ),
         Variant(
             "bf16-adapters",
             "optimizer precision: adapter weights and AdamW state in bf16, "
             "updates below a weight's bf16 resolution are lost",
-            adapter_dtype=torch.bfloat16,
+            adapter_dtype="bfloat16",
         ),
         Variant(
             "fused-adamw",

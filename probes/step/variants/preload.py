@@ -218,25 +218,32 @@ def _cuda_started() -> str:
     return "torch initialised CUDA" if torch.cuda.is_initialized() else ""
 
 
+def _torchao_installed() -> bool:
+    """torchao starts CUDA as it imports (its kernels ask Triton and torch for the card's capability: H100,
+    torchao 0.18), and both peft's LoRA and transformers' modeling_utils import it where it is installed. There
+    the server leaves those two to each fork: it still saves torch's and transformers' own imports."""
+    import importlib.util
+
+    return importlib.util.find_spec("torchao") is not None
+
+
 def _import_heavy() -> None:
     """What every measurement imports, most of it lazily on its first use: ~4 s of a tiny model's 6. Third-party
     modules only: labprobe's own (~0.4 s) are imported by each fork, so nothing of ours runs in the server (an
     H100 showed a server that imported the worker with CUDA initialised)."""
-    import importlib.util
-
     import torch.profiler  # noqa: F401
-    from transformers import AutoModelForCausalLM  # noqa: F401
+    from transformers import AutoModelForCausalLM  # noqa: F401  (the Auto class only: no modeling_utils)
 
-    # Where torchao is installed, peft's LoRA imports it, and torchao's kernels ask Triton for the card's
-    # properties as they import: CUDA initialised, no fork fresh (H100, torchao 0.18). Each fork imports peft there.
-    if importlib.util.find_spec("torchao") is None:
+    if not _torchao_installed():
         import peft.tuners.lora  # noqa: F401  (peft pulls transformers and accelerate)
 
 
 def _import_model_class(request: dict) -> None:
     """The modeling module of the request's checkpoint (a second or more of imports), kept for the next fork:
     the class transformers maps the config's model_type (and its text_config's) to. A checkpoint that does not
-    read is left to the fork, whose worker says why."""
+    read is left to the fork, whose worker says why; so is every one where torchao is installed."""
+    if _torchao_installed():
+        return
     try:
         import transformers
         from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as NAMES

@@ -48,7 +48,7 @@ def prepare(model, variant: catalog.Variant, pieces: contract.Contract) -> dict:
     if variant.adapter_dtype is not None:
         for p in model.parameters():
             if p.requires_grad:
-                p.data = p.data.to(variant.adapter_dtype)
+                p.data = p.data.to(catalog.torch_dtype(variant.adapter_dtype))
     if pieces.gradient_checkpointing:
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

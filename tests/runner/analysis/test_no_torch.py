@@ -1,5 +1,7 @@
 """compare, history, report and recommend read the store: they must not import torch, transformers or Ray (torch
-alone costs ~1.2 s of a command that otherwise takes well under a second). Each runs in a fresh
+alone costs ~1.2 s of a command that otherwise takes well under a second). Nor must the commands that check a
+plan through the probes' Configs (validate, host-command, store check): a sweep's driver checks its plan the same
+way, and paid ~2 CPU-s of torch for it. Each runs in a fresh
 process with the lab's cluster file (its plans name every probe), and the process says what it
 imported."""
 
@@ -47,6 +49,9 @@ def cluster(tmp_path_factory) -> Path:
         ["history", "--probe", "carrier", "--plot", "{folder}/history.png"],
         ["report"],
         ["recommend"],
+        ["validate"],
+        ["host-command", "gx10"],
+        ["store", "check"],
     ],
 )
 def test_store_readers_import_no_torch(cluster, command):

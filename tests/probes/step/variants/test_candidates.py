@@ -33,7 +33,10 @@ def test_the_new_names_are_canonical_compose_and_conflict_by_piece():
     assert graphs.compile and graphs.compile_mode == "reduce-overhead" and graphs.name == "compile+cuda-graphs"
     assert stacks.get("float8+compile").float8 and stacks.get("float8+compile").compile
     full = stacks.get("bf16-autocast+compile+fused-adamw+micro-batch=1")
-    assert full.autocast_dtype is torch.bfloat16 and full.adapter_dtype is torch.float32 and full.micro_batch == 1
+    assert full.autocast_dtype == "bfloat16" and full.adapter_dtype == "float32" and full.micro_batch == 1
+    # dtypes by name (a plan is checked without torch), torch's where the step runs; a lab's torch.dtype is named
+    assert catalog.torch_dtype(full.autocast_dtype) is torch.bfloat16 and catalog.torch_dtype(None) is None
+    assert catalog.Variant("lab", "a lab's", adapter_dtype=torch.bfloat16).adapter_dtype == "bfloat16"
     with pytest.raises(FieldError, match="micro-batch=1 and micro-batch=2 conflict: both set the micro-batch"):
         stacks.get("micro-batch=1+micro-batch=2")
     with pytest.raises(FieldError, match="at least one row"):

@@ -141,23 +141,29 @@ def test_a_path_that_would_import_a_preloaded_module_from_elsewhere_is_named(tmp
     assert json.loads(out.stdout) == ["", "torch"]
 
 
-def test_with_torchao_installed_the_server_leaves_peft_to_each_fork(tmp_path):
-    """peft's LoRA imports torchao where it is installed, and torchao's kernels start CUDA as they import (an H100:
-    every server refused). A torchao the import system finds (here an empty package on the path): the server's
-    imports leave peft out; without one they take it. Each asked in a fresh process, as the server imports."""
+def test_with_torchao_installed_the_server_leaves_peft_and_the_model_class_to_each_fork(tiny, tmp_path):
+    """peft's LoRA and transformers' modeling_utils import torchao where it is installed, and torchao's kernels start
+    CUDA as they import (an H100: every server refused). A torchao the import system finds (here a stand-in
+    package on the path, which those imports would import): the server's imports and its model class import leave
+    both out, and torchao with them; without one they take them. Each asked in a fresh process, as the server
+    imports."""
     (tmp_path / "torchao").mkdir()
-    (tmp_path / "torchao" / "__init__.py").write_text("raise ImportError('imported: the server must not')\n")
+    (tmp_path / "torchao" / "__init__.py").write_text('__version__ = "0.18.0"\n')
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"checkpoint": str(tiny)}))
     code = (
         "import json, runpy, sys\n"
         f"preload = runpy.run_path({preload.__file__!r}, run_name='preload')\n"
         "preload['_import_heavy']()\n"
-        "print(json.dumps(['peft' in sys.modules, 'transformers' in sys.modules]))\n"
+        f"preload['_import_model_class']({{'argv': [{str(request)!r}]}})\n"
+        "names = ('peft', 'transformers.modeling_utils', 'transformers.models.qwen3.modeling_qwen3', 'torchao')\n"
+        "print(json.dumps([name in sys.modules for name in names]))\n"
     )
-    for path, peft_imported in ((str(tmp_path), False), ("", True)):
+    for path, imported in ((str(tmp_path), False), ("", True)):
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (path, os.environ.get("PYTHONPATH"))))}
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
         assert out.returncode == 0, out.stderr[-2000:]
-        assert json.loads(out.stdout) == [peft_imported, True], path
+        assert json.loads(out.stdout) == [imported, imported, imported, False], path
 
 
 def test_a_fork_runs_in_the_callers_folder_of_now(tiny, calls, tmp_path, monkeypatch):

@@ -1,0 +1,16 @@
+"""The step's named choices that a probe's Config checks its fields against, without torch: the reference
+harness's module and cross-entropy chunk, where weights come from, how a measured batch's rows are filled. The
+modules that use them (probes.step.harness, probes.step.train.models) import torch; the Configs that name them
+must not, so a sweep's driver and `labprobe validate` read a plan without importing it."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+REFERENCE = "probes.step.harness"
+"""The reference harness (probes.step.harness), by module path: a lab's is given the same way."""
+CHUNK_TOKENS = 1024
+"""Default cross-entropy chunk: 1,024 tokens x 151,936 (Qwen3 vocab) x 4 B = 0.58 GiB fp32 logits."""
+Weights = Literal["checkpoint", "random"]
+ROWS = ("full", "packed")
+"""How a measured batch's rows are filled (probes.step.variants.measurement.Spec.rows)."""
