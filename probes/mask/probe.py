@@ -283,7 +283,7 @@ def run(config: Config) -> ProbeResult:
         "use_cache": use_cache,
         "attention_mask_passed": "attention_mask" in batch.kwargs,
         "transformers": transformers.__version__,
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a TorchVersion would import torch wherever it is unpickled
     }
     return ProbeResult(
         probe="mask", config=config, tables={"layers": rows}, summary=summary, checks=checks(config, rows)

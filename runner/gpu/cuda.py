@@ -108,7 +108,7 @@ def check_device(host: str, card: Any, *, cards: list[Any] | None = None) -> Dev
         name=card.name or name,
         driver=driver,
         cuda=torch.version.cuda or "",
-        torch=torch.__version__,
+        torch=str(torch.__version__),
     )
 
 

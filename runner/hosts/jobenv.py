@@ -46,7 +46,7 @@ def collect_env() -> dict[str, str]:
 
     env = {
         **base_env(),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a TorchVersion would import torch wherever it is unpickled
         # read, not imported where the job has not imported them: importing peft costs ~3.7 CPU-s and transformers
         # ~1.4, in every Ray worker whose job (padding, bucket, a GPU job's checks) never uses them
         "transformers": _version("transformers"),

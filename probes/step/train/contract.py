@@ -114,7 +114,7 @@ def fingerprint(harness: ModuleType) -> dict[str, str]:
     return {
         "harness": harness.__name__,
         "harness_sha256": digest,
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a TorchVersion would import torch wherever it is unpickled
         "transformers": transformers.__version__,
         "peft": peft.__version__,
     }

@@ -4,6 +4,9 @@ peft version, optimizer, autocast dtype, fallbacks), so compare can tell a harne
 from __future__ import annotations
 
 import hashlib
+import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import probes.step.harness
@@ -42,3 +45,16 @@ def test_a_carrier_jobs_environment_names_its_harness(tmp_path):
     assert outcome.env["harness_sha256"] == hashlib.sha256(source).hexdigest()[:16]
     assert outcome.env["harness_autocast_dtype"] == "torch.bfloat16" and outcome.env["peft"]
     assert outcome.env["harness_fallbacks"] == "train_step" and "torch" in outcome.env
+
+
+def test_an_outcome_unpickles_without_torch():
+    """The sweep's driver unpickles each job's outcome: a torch object in it (torch.__version__ is a TorchVersion)
+    imports torch there, ~2 CPU-s a sweep for a version string. Unpickled in a fresh process, which says whether
+    that imported torch."""
+    from probes.step.train import contract
+    from runner.hosts.jobenv import collect_env
+
+    data = pickle.dumps([collect_env(), contract.fingerprint(probes.step.harness)])
+    code = "import pickle, sys; pickle.loads(sys.stdin.buffer.read()); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, check=True)
+    assert out.stdout.strip() == b"False", out.stderr[-2000:]
