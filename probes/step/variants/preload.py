@@ -111,14 +111,14 @@ _refused: list[dict] = []
 """Environments (served()) a server refused (it found CUDA started): not tried again, each refusal logged once."""
 
 
-def run(argv: list[str], env: dict, log: Path, timeout_s: float, default: bool = True) -> int | str | None:
+def run(argv: list[str], env: dict, log: Path, timeout_s: float) -> int | str | None:
     """The worker's exit status for `argv` in a fork of a server started with `env` (its output in `log`);
     None when it outlasted `timeout_s` and was killed; UNSERVED when no server takes it: preloading off
-    (LABPROBE_PRELOAD=0 in `env`, or unset and not `default`), a server refused this environment, would not
-    start, or ended while idle (then the next call starts one)."""
+    (LABPROBE_PRELOAD=0 in `env`), a server refused this environment, would not start, or ended while idle (then
+    the next call starts one). On by default on a GPU as on a CPU: an H100's forked step times matched spawned
+    ones within 0.4% (benchmarks/RESULTS.md, 2026-12-07)."""
     global _server
-    setting = env.get("LABPROBE_PRELOAD")
-    if not (default if setting is None else setting != "0") or served(env) in _refused:
+    if env.get("LABPROBE_PRELOAD") == "0" or served(env) in _refused:
         return UNSERVED
     if _server is not None and (_server.key != served(env) or _server.proc.poll() is not None):
         _server.close()

@@ -4,9 +4,9 @@ A fresh process per variant keeps one variant's allocator, autotuner, compiled g
 (CUPTI stays attached once started: probes.step.measure.kernels) out of the next one's timings, and two
 processes of the same step measure the spread a rerun sees, which one process's steps cannot.
 The child gets this process's environment and `sys.path` (a lab harness importable here is importable there).
-On the CPU it is a fork of a server that has done the imports once (probes.step.variants.preload: ~7 s a
-process saved, nothing else shared); on a GPU, and wherever no server can serve, `python -m
-probes.step.variants.worker` (LABPROBE_PRELOAD=1 or 0 says which, wherever it runs).
+It is a fork of a server that has done the imports once (probes.step.variants.preload: ~7 s a process saved,
+nothing else shared), on a GPU as on a CPU; with LABPROBE_PRELOAD=0, and wherever no server can serve, `python -m
+probes.step.variants.worker`.
 A child that dies or outlasts `timeout_s` is a result with its reason, never a crash of the probe.
 The Spec carries the Variant object and each answer comes back as a Measurement holding that same object
 (probes.step.variants.measurement says how they cross the process boundary).
@@ -61,7 +61,7 @@ def _run(spec: Spec, timeout_s: float) -> Measurement:
         spec_path.write_text(spec.to_json())
         argv = [str(spec_path), str(out_path)]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        code = preload.run(argv, env, log_path, timeout_s, default=_on_cpu(spec))
+        code = preload.run(argv, env, log_path, timeout_s)
         if code is preload.UNSERVED:
             code = _spawned(argv, env, log_path, timeout_s)
         if code is None:
@@ -71,16 +71,6 @@ def _run(spec: Spec, timeout_s: float) -> Measurement:
             last = lines[-1][:160] if lines else "no output"
             return Measurement.failed(spec.variant, f"exit {code}: {last}")
         return Measurement.from_json(out_path.read_text(), spec.variant)
-
-
-def _on_cpu(spec: Spec) -> bool:
-    """Whether the measurement runs on the CPU: there forking from the preloaded server is the default. A fork's
-    CUDA timings await a check on a GPU (benchmarks/preload_check.py); until then LABPROBE_PRELOAD=1 asks for it."""
-    if spec.device != "auto":
-        return spec.device == "cpu"
-    import torch
-
-    return not torch.cuda.is_available()
 
 
 def _spawned(argv: list[str], env: dict, log_path: Path, timeout_s: float) -> int | None:

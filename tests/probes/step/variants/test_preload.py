@@ -4,7 +4,6 @@ timeout with the server still serving, and the plain `python -m` worker when pre
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -97,20 +96,15 @@ class _Broken:
         pass
 
 
-def test_preloading_is_the_default_on_the_cpu_only_and_the_setting_wins(tmp_path, monkeypatch):
+def test_preloading_is_the_default_and_off_spawns(tmp_path, monkeypatch):
     started = []
     monkeypatch.setattr(preload, "_Server", lambda env: started.append(env) or _Broken())
     log = tmp_path / "log"
-    assert preload.run(["s", "o"], {"PYTHONPATH": "", "LAB_MARK": "gpu"}, log, 5, default=False) == preload.UNSERVED
-    assert started == []  # a GPU measurement, no setting: spawned, no server tried
-    forced = {"PYTHONPATH": "", "LAB_MARK": "forced", "LABPROBE_PRELOAD": "1"}
-    preload.run(["s", "o"], forced, log, 5, default=False)
-    assert started == [forced]
+    unset = {"PYTHONPATH": "", "LAB_MARK": "gpu"}
+    preload.run(["s", "o"], unset, log, 5)
+    assert started == [unset]  # no setting, on a CPU or a GPU: a server is tried
     off = {"PYTHONPATH": "", "LAB_MARK": "off", "LABPROBE_PRELOAD": "0"}
-    assert preload.run(["s", "o"], off, log, 5, default=True) == preload.UNSERVED and len(started) == 1
-    assert processes._on_cpu(_spec(tmp_path)) and not processes._on_cpu(
-        dataclasses.replace(_spec(tmp_path), device="cuda")
-    )
+    assert preload.run(["s", "o"], off, log, 5) == preload.UNSERVED and len(started) == 1
 
 
 def test_a_server_serves_the_tests_and_settings_that_its_imports_cannot_read():
