@@ -1,6 +1,6 @@
 """What the recorded forward runs (probes.step.masking.attention_calls), as a Config reads it: no torch here,
-so a sweep's driver, `labprobe validate` and `labprobe probe mask --help` check a plan's mask entries without
-importing torch (~2 CPU-s a process)."""
+so a sweep's driver and `labprobe validate` check a plan's mask entries without importing torch (~2 CPU-s a
+process)."""
 
 from __future__ import annotations
 

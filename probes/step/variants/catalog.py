@@ -180,8 +180,8 @@ FIXED: dict[str, Variant] = {
             "precision of the frozen base: its projections' forward and input-gradient GEMMs in float8 (e4m3, "
             "row-wise scales; each weight quantized once, activations and gradients per call); no weight-gradient "
             "GEMM (the weight is frozen); adapters, their matmuls and the optimizer as they were; labprobe's own "
-            "module (probes.step.variants.fp8), not a library's; slower than bf16 eager, and refused compiled on CUDA (its "
-            "compiled backward lost the input gradient on an H100)",
+            "module (probes.step.variants.fp8), not a library's; slower than bf16 eager, and refused compiled on "
+            "CUDA (its compiled backward lost the input gradient on an H100)",
             float8_frozen=True,
         ),
         Variant(
