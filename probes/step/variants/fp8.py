@@ -14,8 +14,10 @@ takes 2 bytes a parameter as before. e4m3 keeps 3 mantissa bits: each product is
 the search prices it against the numerics tolerance like any other change. Eager, the casts cost more than the
 GEMMs save (x0.82 on Qwen3-4B, H100). Compiled, they would fuse into their neighbours, but on CUDA the compiled
 backward loses the input gradient: zero where eager's is within e4m3 rounding, whether Inductor lowers `_scaled_mm`
-itself or calls `scaled_mm_rowwise` as an opaque op (H100, torch 2.11, benchmarks/fp8_check.py), so a compiled
-float8-frozen is `not applicable` on CUDA (probes.step.variants.libvariants). Runs on a CPU too (torch's own
+itself or calls `scaled_mm_rowwise` as an opaque op, and with `aot_eager` too, so it is the traced backward, not
+Inductor's code; the same backward with the GEMM done on dequantized W is right, its e4m3 cast of grad_y too (H100,
+torch 2.11, benchmarks/fp8_check.py and fp8_isolate.py). So a compiled float8-frozen is `not applicable` on CUDA
+(probes.step.variants.libvariants). Runs on a CPU too (torch's own
 `_scaled_mm`; compiled equals eager there), slowly.
 """
 

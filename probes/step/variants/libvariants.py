@@ -75,8 +75,8 @@ def _float8(device: torch.device) -> str | None:
 
 COMPILED_FLOAT8_FROZEN = (
     "not applicable: compiled, float8-frozen's input gradients come out zero on CUDA (an H100, torch 2.11: the "
-    "forward right, the backward's GEMM lost, whether Inductor lowers `_scaled_mm` or calls it as an opaque op); "
-    "its eager row runs"
+    "forward right, the backward's float8 GEMM zero in the traced backward, with Inductor or aot_eager); its eager "
+    "row runs"
 )
 
 
