@@ -8,7 +8,10 @@ from __future__ import annotations
 from typing import Literal
 
 REFERENCE = "probes.step.harness"
-"""The reference harness (probes.step.harness), by module path: a lab's is given the same way."""
+"""The reference harness, by module path: a lab's is given the same way. It and CHUNK_TOKENS are the harness's own
+(probes.step.harness.REFERENCE, .CHUNK_TOKENS), copied here rather than moved: the harness's source is hashed into
+every result (`harness_sha256`), and a moved line would read in `compare` as a harness change
+(tests/probes/step/test_harness.py checks the copies agree)."""
 CHUNK_TOKENS = 1024
 """Default cross-entropy chunk: 1,024 tokens x 151,936 (Qwen3 vocab) x 4 B = 0.58 GiB fp32 logits."""
 Weights = Literal["checkpoint", "random"]

@@ -48,9 +48,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from probes.result import InputError
-from probes.step.choices import CHUNK_TOKENS, REFERENCE  # noqa: F401  (read here as reference.CHUNK_TOKENS)
 
+REFERENCE = "probes.step.harness"
 REQUIRED = ("discover_target_modules", "compute_loss")
+CHUNK_TOKENS = 1024
+"""Default cross-entropy chunk: 1,024 tokens x 151,936 (Qwen3 vocab) x 4 B = 0.58 GiB fp32 logits."""
 autocast_dtype: torch.dtype | None = torch.bfloat16
 """The forward and loss run under bf16 autocast, as Trainer(bf16=True) does."""
 gradient_checkpointing = False

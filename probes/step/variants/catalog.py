@@ -54,6 +54,8 @@ if TYPE_CHECKING:
     from probes.step.train.contract import Contract
 
 KEEP = "keep"
+DTYPES = ("bfloat16", "float16", "float32")
+"""The dtypes a Variant may name (torch's names): what autocast and adapters are run in."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,12 +87,15 @@ class Variant:
         for field in ("autocast_dtype", "adapter_dtype"):
             value = getattr(self, field)
             if value is not None and not isinstance(value, str):  # a torch.dtype: "torch.bfloat16" -> "bfloat16"
-                object.__setattr__(self, field, str(value).removeprefix("torch."))
+                value = str(value).removeprefix("torch.")
+            if value is not None and value not in (*DTYPES, KEEP):  # at plan time, not an AttributeError in the worker
+                raise FieldError("variant", f"{shown(self.name)}: {field} {value!r} is not one of {', '.join(DTYPES)}")
+            object.__setattr__(self, field, value)
 
     def contract(self, base: Contract) -> Contract:
         """The harness's contract with this variant's pieces swapped in."""
         changes: dict = {}
-        if self.autocast_dtype is not KEEP:
+        if self.autocast_dtype != KEEP:  # by value: a Variant unpickled elsewhere holds an equal string, not KEEP
             changes["autocast_dtype"] = torch_dtype(self.autocast_dtype)
         if self.fused_adamw:
             changes["make_optimizer"] = _fused_adamw(base.make_optimizer)

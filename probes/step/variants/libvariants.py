@@ -12,7 +12,8 @@
   after LoRA: the adapters, lm_head and routers stay as they were. Needs torchao and a card of compute
   capability 8.9 or more (H100/H200 9.0, GB10 12.1).
 - `float8-frozen`: the same projections through labprobe's own static float8 (probes.step.variants.fp8): no
-  library; on CUDA the card's compute capability 8.9 or more, on a CPU torch's own `_scaled_mm`.
+  library; on CUDA the card's compute capability 8.9 or more, and eager only (compiled, its input gradients came
+  out zero on an H100); on a CPU torch's own `_scaled_mm`, compiled or not.
 - `cuda-graphs`: needs CUDA (a graph captures a device's launches).
 - `micro-batch=N`: N must divide the step's rows and be fewer than them.
 

@@ -1,5 +1,6 @@
 """Fresh measurement processes without the imports: a server that has imported torch, transformers, peft and
-the checkpoint's modeling module, forking one child per measurement.
+the checkpoint's modeling module (peft and the modeling module only where torchao is not installed: they import
+it, and it starts CUDA), forking one child per measurement.
 
 Importing them costs ~7 CPU-s a process; a search of ten stacks paid it eleven times. The server imports them
 and does nothing else: none of labprobe's code (it is started by path, and each fork imports the worker,

@@ -57,7 +57,8 @@ CANDIDATES = tuple(
 )
 """What `--search` tries when no --variant names the candidates (micro-batch=N needs its N: name it)."""
 EAGER_MISLEADS = {"float8", "float8-frozen"}
-"""Changes whose single, measured eager, predicts nothing of a compiled stack: their casts fuse only compiled."""
+"""Changes whose single, measured eager, predicts nothing of a compiled stack: their casts fuse only compiled (on
+CUDA a compiled float8-frozen is refused: probes.step.variants.libvariants)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

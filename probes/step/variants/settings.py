@@ -43,7 +43,8 @@ SETTINGS: dict[str, list[str]] = {
     "float8-frozen": [
         "labprobe: after get_peft_model, probes.step.variants.fp8.convert(model, {name for name, m in "
         'model.named_modules() if name.endswith(".base_layer")}) (a 90-line module on torch._scaled_mm: copy it; '
-        "both dimensions of each projection multiples of 16; compile the layers too)",
+        "both dimensions of each projection multiples of 16; eager only on CUDA: compiled, its input gradients came "
+        "out zero on an H100)",
     ],
     "cuda-graphs": [
         'torch: for layer in model.get_base_model().model.layers: layer.compile(mode="reduce-overhead")  '

@@ -76,7 +76,7 @@ def compose(name: str) -> catalog.Variant:
     for part in parts:
         for piece in PIECES:
             value, default = getattr(part, piece), getattr(catalog.BASELINE_VARIANT, piece)
-            if value is default or (piece != "autocast_dtype" and value is None):
+            if value is default or value == default == catalog.KEEP or (piece != "autocast_dtype" and value is None):
                 continue
             if piece == "prepare" and piece in fields:  # lab changes compose: each runs, in member order
                 fields[piece], setter[piece] = Prepares((*_prepares(fields[piece]), value)), part.name

@@ -17,6 +17,21 @@ from probes.step.measure import syncs
 from runner.cli import main
 
 
+def test_the_configs_copies_of_the_reference_harness_constants_agree():
+    """probes.step.choices copies them so that Configs import no torch, and the harness's source (hashed into
+    every result) stays as it was."""
+    from probes.step import choices
+
+    assert (
+        (choices.REFERENCE, choices.CHUNK_TOKENS)
+        == (harness.REFERENCE, harness.CHUNK_TOKENS)
+        == (
+            harness.__name__,
+            1024,
+        )
+    )
+
+
 def test_reference_targets_all_seven_projections(tiny):
     model = AutoModelForCausalLM.from_config(Qwen3Config.from_pretrained(tiny))
     assert harness.discover_target_modules(model) == [

@@ -65,5 +65,6 @@ def test_store_readers_import_no_torch(cluster, command):
         timeout=300,
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["code"] in (0, 1), out.stderr[-2000:]  # history exits 1 on the lab's planted drift
+    # history exits 1 on the lab's planted drift; a plan check must pass, or it proves nothing of the Configs
+    assert result["code"] in ((0, 1) if command[0] == "history" else (0,)), out.stderr[-2000:]
     assert result["heavy"] == [], f"{command[0]} imported {result['heavy']}"

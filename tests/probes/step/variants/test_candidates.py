@@ -17,6 +17,7 @@ import torch
 
 from probes.carrier import probe as carrier
 from probes.result import FieldError
+from probes.step import harness as reference
 from probes.step.train import contract
 from probes.step.variants import catalog, libvariants, settings, stacks, worker
 from probes.step.variants.measurement import Spec
@@ -37,6 +38,15 @@ def test_the_new_names_are_canonical_compose_and_conflict_by_piece():
     # dtypes by name (a plan is checked without torch), torch's where the step runs; a lab's torch.dtype is named
     assert catalog.torch_dtype(full.autocast_dtype) is torch.bfloat16 and catalog.torch_dtype(None) is None
     assert catalog.Variant("lab", "a lab's", adapter_dtype=torch.bfloat16).adapter_dtype == "bfloat16"
+    with pytest.raises(FieldError, match="autocast_dtype 'bf16' is not one of bfloat16, float16, float32"):
+        catalog.Variant("lab", "a lab's", autocast_dtype="bf16")
+    import pickle
+
+    # a Variant unpickled elsewhere (its KEEP an equal string, not the object) keeps the harness's autocast, and stacks
+    unpickled = pickle.loads(pickle.dumps(catalog.get("compile")))
+    base = contract.resolve(reference)
+    assert unpickled.contract(base).autocast_dtype == base.autocast_dtype
+    assert stacks.compose("bf16-autocast+compile").autocast_dtype == "bfloat16"
     with pytest.raises(FieldError, match="micro-batch=1 and micro-batch=2 conflict: both set the micro-batch"):
         stacks.get("micro-batch=1+micro-batch=2")
     with pytest.raises(FieldError, match="at least one row"):
