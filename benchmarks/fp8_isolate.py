@@ -82,18 +82,22 @@ def _row(case: str, grad: torch.Tensor, ref: torch.Tensor) -> dict:
     }
 
 
+def setup(tokens: int) -> tuple[str, nn.Linear, torch.Tensor, torch.Tensor]:
+    """The device, one frozen bf16 projection (2,560 -> 1,024), its input and the loss's weights, seeded."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    lin = nn.Linear(2560, 1024, bias=False, device=device, dtype=torch.bfloat16).requires_grad_(False)
+    nn.init.normal_(lin.weight, std=0.02)
+    x = torch.randn(tokens, 2560, device=device, dtype=torch.bfloat16)
+    return device, lin, x, torch.randn(tokens, 1024, device=device)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--tokens", type=int, default=4096)
     args = parser.parse_args()
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.manual_seed(0)
-    d_in, d_out = 2560, 1024
-    lin = nn.Linear(d_in, d_out, bias=False, device=device, dtype=torch.bfloat16).requires_grad_(False)
-    nn.init.normal_(lin.weight, std=0.02)
-    x = torch.randn(args.tokens, d_in, device=device, dtype=torch.bfloat16)
-    weight = torch.randn(args.tokens, d_out, device=device)
+    device, lin, x, weight = setup(args.tokens)
     ref = _grad(Block(fp8.FrozenFloat8Linear(lin)), x, weight, device, True)
     cases = [
         ("eager, again", lambda: Block(fp8.FrozenFloat8Linear(lin)), True, False),

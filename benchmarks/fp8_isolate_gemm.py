@@ -14,12 +14,11 @@ import sys
 from pathlib import Path
 
 import torch
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fp8_check import Block  # noqa: E402
-from fp8_isolate import _Dequantized, _DequantizedLinear, _grad, _row  # noqa: E402
+from fp8_isolate import _Dequantized, _DequantizedLinear, _grad, _row, setup  # noqa: E402
 
 from probes.step.variants import fp8  # noqa: E402
 
@@ -62,12 +61,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--tokens", type=int, default=4096)
     args = parser.parse_args()
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.manual_seed(0)
-    lin = nn.Linear(2560, 1024, bias=False, device=device, dtype=torch.bfloat16).requires_grad_(False)
-    nn.init.normal_(lin.weight, std=0.02)
-    x = torch.randn(args.tokens, 2560, device=device, dtype=torch.bfloat16)
-    weight = torch.randn(args.tokens, 1024, device=device)
+    device, lin, x, weight = setup(args.tokens)
     ref = _grad(Block(fp8.FrozenFloat8Linear(lin)), x, weight, device, True)
     rows = []
     for case in CASES:
