@@ -88,8 +88,9 @@ class Variant:
             value = getattr(self, field)
             if value is not None and not isinstance(value, str):  # a torch.dtype: "torch.bfloat16" -> "bfloat16"
                 value = str(value).removeprefix("torch.")
-            if value is not None and value not in (*DTYPES, KEEP):  # at plan time, not an AttributeError in the worker
-                raise FieldError("variant", f"{shown(self.name)}: {field} {value!r} is not one of {', '.join(DTYPES)}")
+            allowed = (*DTYPES, KEEP) if field == "autocast_dtype" else DTYPES  # KEEP: the harness's autocast only
+            if value is not None and value not in allowed:  # at plan time, not as an AttributeError in the worker
+                raise FieldError("variant", f"{shown(self.name)}: {field} {value!r} is not one of {', '.join(allowed)}")
             object.__setattr__(self, field, value)
 
     def contract(self, base: Contract) -> Contract:
