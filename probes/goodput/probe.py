@@ -48,6 +48,7 @@ import numpy as np
 from probes.carrier import contract as carrier_results
 from probes.corpus import batching
 from probes.goodput.config import Config
+from probes.goodput.rows import Budget, GoodputRow
 from probes.profile import contract as profile_results
 from probes.result import Check, InputError, ProbeResult
 from probes.step.steptime import stack_step
@@ -62,15 +63,6 @@ STACK_SHAPE_SHARE_PCT = 90.0
 width, unmasked) for `stack_at_priced_shape` to pass."""
 MAX_SHAPE_EPOCHS = 32
 """Epochs of a job enumerated for its distinct batch shapes (beyond, few shapes are new)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Budget:
-    """The lab's training budget: real tokens a job, arms of the sweep, seeds an arm."""
-
-    tokens_per_job: int
-    num_arms: int = 1
-    num_seeds: int = 1
 
 
 def hours(real_tokens_per_s: float, budget: Budget) -> float:
@@ -106,27 +98,6 @@ def step_model(config: Config) -> StepModel:
         launch_bound_in_fit=config.fit_launch_bound,
         new_shape_s=config.new_shape_s or 0.0,
     )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class GoodputRow:
-    strategy: str
-    bucket_size: int | None
-    num_batches: int
-    real_tokens: int
-    padded_tokens: int
-    pad_fraction: float
-    epoch_s: float
-    """Steady state: every shape already run once (the one-offs are in new_shapes_s)."""
-    goodput_tok_per_s: float
-    num_shapes: int
-    """Distinct batch shapes (rows, width) over the job's epochs (reshuffled with seed+1, ...; at most
-    MAX_SHAPE_EPOCHS of them are enumerated)."""
-    new_shapes_s: float
-    """num_shapes x the model's new_shape_s: paid once a job, counted in hours_per_job."""
-    outside_fit_time_pct: float
-    hours_per_job: float
-    hours_sweep: float
 
 
 def job_shapes(

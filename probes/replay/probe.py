@@ -54,6 +54,7 @@ from probes.corpus import lengths as corpus_mod
 from probes.profile import contract as profile_results
 from probes.replay import model as replay_model
 from probes.replay.config import Config
+from probes.replay.rows import ReplayRow, StepRow
 from probes.result import Check, InputError, ProbeResult
 from probes.step.measure.timing import time_steps
 from probes.step.session import Session, oom_guard
@@ -67,35 +68,6 @@ from probes.step.variants.names import BASELINE
 LIMIT_PCT = 5.0
 STACK_SOURCES = (carrier_results, profile_results)
 """Whose `--json` output --stack-json reads a stack's measured step from, through its contract."""
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ReplayRow:
-    strategy: str
-    bucket_size: int | None
-    num_steps: int
-    real_tokens: int
-    padded_tokens: int
-    predicted_s: float | None
-    measured_s: float | None
-    error_pct: float | None
-    predicted_tok_per_s: float | None
-    measured_tok_per_s: float | None
-    status: str = "ok"
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class StepRow:
-    strategy: str
-    step: int
-    rows: int
-    width: int
-    real_tokens: int
-    masked: bool
-    new_shape: bool
-    """The first step at this shape in the process (fit points and warm-up included): it pays new_shape_s."""
-    predicted_s: float
-    measured_s: float
 
 
 def _session(config: Config) -> Session:

@@ -58,3 +58,39 @@ def test_an_outcome_unpickles_without_torch():
     code = "import pickle, sys; pickle.loads(sys.stdin.buffer.read()); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, check=True)
     assert out.stdout.strip() == b"False", out.stderr[-2000:]
+
+
+def test_the_rows_a_driver_unpickles_need_no_torch():
+    """A mask job's real outcome, and the rows goodput and replay store, built through their probe modules (which
+    import torch): each row class lives in its probe's torch-free rows module, so the driver unpickling them does not
+    import torch (~2 CPU-s a sweep with a mask job, before the rows moved)."""
+    from probes.goodput import probe as goodput
+    from probes.replay import probe as replay
+
+    demo = Path(__file__).resolve().parents[3] / "demo" / "checkpoints" / "qwen3-0.6b-base"
+    job = Job(
+        plan="p", entry=0, probe="mask", checkpoint="qwen3-0.6b-base", host="local", corpus=None,
+        config={"seq_len": 64}, config_hash="c", gpu=False, paths={"checkpoint": str(demo)},
+    )  # fmt: skip
+    outcome = execute(job)
+    assert outcome.status == "ok" and outcome.result.tables["layers"], outcome.reason
+    numbers = dict(real_tokens=1, padded_tokens=1, bucket_size=None, strategy="s")
+    rows = [
+        goodput.Budget(tokens_per_job=1),
+        goodput.GoodputRow(
+            **numbers, num_batches=1, pad_fraction=0.0, epoch_s=1.0, goodput_tok_per_s=1.0, num_shapes=1,
+            new_shapes_s=0.0, outside_fit_time_pct=0.0, hours_per_job=1.0, hours_sweep=1.0,
+        ),
+        replay.ReplayRow(
+            **numbers, num_steps=1, predicted_s=1.0, measured_s=1.0, error_pct=0.0, predicted_tok_per_s=1.0,
+            measured_tok_per_s=1.0,
+        ),
+        replay.StepRow(
+            strategy="s", step=0, rows=1, width=1, real_tokens=1, masked=False, new_shape=True, predicted_s=1.0,
+            measured_s=1.0,
+        ),
+    ]  # fmt: skip
+    code = "import pickle, sys; pickle.loads(sys.stdin.buffer.read()); print('torch' in sys.modules)"
+    data = pickle.dumps([outcome, rows])
+    out = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, check=True)
+    assert out.stdout.strip() == b"False", out.stderr[-2000:]
