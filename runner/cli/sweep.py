@@ -44,7 +44,6 @@ from typing import Any, TextIO
 
 from probes.result import InputError
 from runner.analysis.answers import answers_text
-from runner.analysis.report import write_report
 from runner.analysis.report_runs import end_run, write_run
 from runner.cli.options import nonneg_seconds, positive_seconds
 from runner.cli.stores import add_store_option, open_store
@@ -291,6 +290,9 @@ def end_json(store: Store, counts: Counts, run_id: str) -> dict[str, Any]:
 
 def _report(store: Store, run_id: str, work: list[tuple[str, str, str, str]], cluster) -> None:
     """The same report as `labprobe report --run ID` (runner.cli.report)."""
+    # imported here: the report's plots import matplotlib, ~3 CPU-s of every sweep's start without --report
+    from runner.analysis.report import write_report
+
     path, text = write_report(store, run_id, work=work, cluster=cluster)
     print(text)
     print(f"report: {path}")

@@ -68,3 +68,13 @@ def test_store_readers_import_no_torch(cluster, command):
     # history exits 1 on the lab's planted drift; a plan check must pass, or it proves nothing of the Configs
     assert result["code"] in ((0, 1) if command[0] == "history" else (0,)), out.stderr[-2000:]
     assert result["heavy"] == [], f"{command[0]} imported {result['heavy']}"
+
+
+def test_a_sweeps_driver_starts_without_torch_or_matplotlib():
+    """The sweep command's module: the report's plots (matplotlib, ~0.5-3 CPU-s) load only with --report, and the
+    probes' Configs and rows it handles are torch-free (tests/runner/dispatch/test_launch_env.py unpickles them)."""
+    code = "import sys, runner.cli.sweep; print([m for m in ('torch', 'matplotlib') if m in sys.modules])"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+    assert out.stdout.strip() == "[]", out.stderr[-2000:]
