@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import io
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -17,6 +21,7 @@ FAKE_NVML_DIR = Path(tempfile.mkdtemp(prefix="labprobe-fake-nvml-"))
 os.environ["LABPROBE_FAKE_NVML_DIR"] = str(FAKE_NVML_DIR)
 
 HOST_LABEL = "labprobe.host"
+REPO = Path(__file__).resolve().parents[1]
 
 
 SLOW_FILES_FIRST = (
@@ -109,3 +114,27 @@ def s3(moto, monkeypatch):
     monkeypatch.delenv("AWS_ENDPOINT", raising=False)
     monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
     return moto
+
+
+@pytest.fixture(scope="session")
+def demo_sweep(tmp_path_factory) -> Path:
+    """The bundled `demo` plan (the repo's cluster.yaml) swept inline on host `local` once a test session, by
+    whichever pytest worker asks first (~20 CPU-s a sweep): a folder with `store/`, the sweep's stdout `out.txt`
+    and its exit code `code`. Read-only: a test that writes copies `store/` first."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # xdist: the workers' common folder
+    folder = shared / "demo-sweep"
+    with open(shared / "demo-sweep.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (folder / "code").exists():
+            from runner import cli
+
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            out = io.StringIO()
+            argv = ["sweep", "--cluster", str(REPO / "cluster.yaml"), "--inline", "local", "--store"]
+            with contextlib.redirect_stdout(out):
+                code = cli.main([*argv, str(folder / "store")])
+            (folder / "out.txt").write_text(out.getvalue())
+            (folder / "code").write_text(str(code))  # last: its presence says the sweep is done
+    return folder

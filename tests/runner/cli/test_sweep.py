@@ -255,12 +255,14 @@ def test_a_host_whose_node_offers_no_cpu_fails_its_jobs_at_once(lab, tmp_path):
     }
 
 
-def test_the_bundled_demo_plan_runs_end_to_end(tmp_path, capsys):
-    """The repo's own cluster.yaml and demo data (inline on host `local`, as the embedded Ray would)."""
+def test_the_bundled_demo_plan_runs_end_to_end(demo_sweep):
+    """The repo's own cluster.yaml and demo data (inline on host `local`, as the embedded Ray would; the session's
+    one demo sweep, tests/conftest.py)."""
     import yaml
 
     repo_yaml = Path(__file__).resolve().parents[3] / "cluster.yaml"
-    assert sweep(repo_yaml, "--inline", "local", "--store", str(tmp_path)) == 0
+    tmp_path = demo_sweep / "store"
+    assert (demo_sweep / "code").read_text() == "0"
     data = yaml.safe_load(repo_yaml.read_text())
     num_ckpts = len(data["checkpoints"])
     expected: dict[str, int] = {}
@@ -276,7 +278,7 @@ def test_the_bundled_demo_plan_runs_end_to_end(tmp_path, capsys):
         else:
             assert set(mine["status"]) == {"ok"}, mine["reason"].tolist()
     assert {"mask.layers", "padding.strategies", "bucket.sweep"} <= set(Store(tmp_path).table_names())
-    out = capsys.readouterr().out
+    out = (demo_sweep / "out.txt").read_text()
     assert "== bucket: which bucket size wins 90%" in out and "ratio_to" not in out
     strategies = Store(tmp_path).read("padding.strategies")
     for ckpt, rows in strategies.groupby("checkpoint"):
