@@ -79,12 +79,10 @@ def execute(job: Job, *, deadline: float | None = None, guard: GpuGuard | None =
         import probes
 
         # Imports (torch, transformers, the probe) happen before the clock starts: wall_s is the
-        # probe's own run, comparable across hosts, not a fresh worker's start-up. The probe first: the
-        # env reads torch's CUDA and card where the probe imported torch, and imports none for one that did not.
-        module = probes.get(job.probe)
+        # probe's own run, comparable across hosts, not a fresh worker's start-up.
         env = {**collect_env(), "node_host": node_host(), **device_env}
         fp = fingerprint(job.paths["checkpoint"])
-        config = job.probe_config()
+        module, config = probes.get(job.probe), job.probe_config()
         t0 = time.perf_counter()
         result = module.run(config)
         env.update(harness_env(result.summary))  # the harness's hash and versions: never read as host drift

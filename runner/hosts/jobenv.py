@@ -8,13 +8,10 @@ driver's). `code_version()` run by the driver is also the code version stamped o
 
 from __future__ import annotations
 
-import ast
 import functools
-import importlib.util
 import platform
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import probes
@@ -44,53 +41,30 @@ def base_env() -> dict[str, str]:
 @functools.lru_cache(maxsize=1)
 def collect_env() -> dict[str, str]:
     """python, torch, transformers, CUDA, NVIDIA driver, GPU name, hostname, the code version of this
-    host's checkout.
+    host's checkout. Cached per worker process."""
+    import torch
 
-    A job whose probe never imported torch (padding, bucket) is not made to, which cost its Ray worker ~2 CPU-s:
-    torch's version and CUDA build are read from its installed files, and the job used no GPU, so `gpu` and
-    `driver` are empty, as they are for any job whose torch sees no card (launch.execute imports the probe first)."""
     env = {
         **base_env(),
-        "torch": _version("torch"),
+        "torch": str(torch.__version__),  # a TorchVersion would import torch wherever it is unpickled
         # read, not imported where the job has not imported them: importing peft costs ~3.7 CPU-s and transformers
         # ~1.4, in every Ray worker whose job (padding, bucket, a GPU job's checks) never uses them
         "transformers": _version("transformers"),
         "peft": _version("peft"),
-        "cuda": "",
+        "cuda": torch.version.cuda or "",
         "driver": "",
         "gpu": "",
         "code_version": code_version(),
     }
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return {**env, "cuda": _installed_cuda()}
-    env["cuda"] = torch.version.cuda or ""
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
         env["driver"] = _driver_version()
     return env
 
 
-def _installed_cuda() -> str:
-    """torch.version.cuda of the installed torch, read from torch/version.py without importing torch ("" for a CPU
-    build or no torch)."""
-    spec = importlib.util.find_spec("torch")  # a top-level package: found, not imported
-    if spec is None or not spec.submodule_search_locations:
-        return ""
-    path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
-    try:
-        tree = ast.parse(path.read_text())
-    except (OSError, SyntaxError):
-        return ""
-    for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
-        if isinstance(target, ast.Name) and target.id == "cuda" and isinstance(node.value, ast.Constant):
-            return node.value.value or ""
-    return ""
-
-
 def _version(package: str) -> str:
     """The version of `package` as imported here, else as installed ("" when neither)."""
+    import sys
     from importlib import metadata
 
     module = sys.modules.get(package)
