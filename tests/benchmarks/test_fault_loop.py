@@ -22,6 +22,7 @@ def test_two_iterations_leave_the_outside_alone_and_the_store_whole(tmp_path):
     code = loop.run(tmp_path / "work", 2, 29, figures)
     found = json.loads(figures.read_text())["figures"]
     assert found["faults"] == {"driver-after-result": 1, "worker": 1}, found["faults"]
+    assert found["kills"] == {"driver": 1, "worker": 1}, found  # drawn, and each kill landed while its sweep ran
     assert found["outside_unchanged"] and found["outside_unchanged_every_iteration"], found
     assert found["check_exit"] == 0 and found["export_equal"], found
     assert found["check_links_reported"] > 0  # the planted links were there to be refused

@@ -62,8 +62,9 @@ def test_an_outcome_unpickles_without_torch():
 
 def test_the_rows_a_driver_unpickles_need_no_torch():
     """A mask job's real outcome, and the rows goodput and replay store, built through their probe modules (which
-    import torch): each row class lives in its probe's torch-free rows module, so the driver unpickling them does not
-    import torch (~2 CPU-s a sweep with a mask job, before the rows moved)."""
+    import torch): those three probes' row classes live in torch-free rows modules, so the driver unpickling them does
+    not import torch (~2 CPU-s a sweep with a mask job, before the rows moved). carrier's and profile's rows still
+    import it: their jobs run on GPU hosts, whose driver pays it once a sweep."""
     from probes.goodput import probe as goodput
     from probes.replay import probe as replay
 

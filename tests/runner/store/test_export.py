@@ -50,6 +50,7 @@ def demo(tmp_path_factory, demo_sweep) -> Path:
     the recipes expect."""
     folder = tmp_path_factory.mktemp("demo")
     root = folder / "results"
+    assert (demo_sweep / "code").read_text() == "0", (demo_sweep / "out.txt").read_text()[-2000:]
     shutil.copytree(demo_sweep / "store", root, symlinks=True)
     sweep = ["sweep", "--inline", "local", "--cluster", str(_lab_with_a_padding_plan(folder)), "--store", str(root)]
     # its padding again: compaction now leaves the first run's files replaced (the table the recipes read)
