@@ -92,13 +92,19 @@ def setup(tokens: int) -> tuple[str, nn.Linear, torch.Tensor, torch.Tensor]:
     return device, lin, x, torch.randn(tokens, 1024, device=device)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def prepared(description: str) -> tuple[argparse.Namespace, str, nn.Linear, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Both diagnostics' command line (`--out`, `--tokens`), their seeded setup and eager float8-frozen's gradient,
+    the reference every case is compared with."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--tokens", type=int, default=4096)
     args = parser.parse_args()
     device, lin, x, weight = setup(args.tokens)
-    ref = _grad(Block(fp8.FrozenFloat8Linear(lin)), x, weight, device, True)
+    return args, device, lin, x, weight, _grad(Block(fp8.FrozenFloat8Linear(lin)), x, weight, device, True)
+
+
+def main() -> None:
+    args, device, lin, x, weight, ref = prepared(__doc__.splitlines()[0])
     cases = [
         ("eager, again", lambda: Block(fp8.FrozenFloat8Linear(lin)), True, False),
         ("aot_eager", lambda: torch.compile(Block(fp8.FrozenFloat8Linear(lin)), backend="aot_eager"), True, False),

@@ -8,7 +8,6 @@ does the traced backward hand over differently? Each case is FrozenFloat8Linear'
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fp8_check import Block  # noqa: E402
-from fp8_isolate import _Dequantized, _DequantizedLinear, _grad, _row, setup  # noqa: E402
+from fp8_isolate import _Dequantized, _DequantizedLinear, _grad, _row, prepared  # noqa: E402
 
 from probes.step.variants import fp8  # noqa: E402
 
@@ -57,12 +56,7 @@ class _ProbeLinear(_DequantizedLinear):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--tokens", type=int, default=4096)
-    args = parser.parse_args()
-    device, lin, x, weight = setup(args.tokens)
-    ref = _grad(Block(fp8.FrozenFloat8Linear(lin)), x, weight, device, True)
+    args, device, lin, x, weight, ref = prepared(__doc__.splitlines()[0])
     rows = []
     for case in CASES:
         for backend in ("eager", "aot_eager"):
