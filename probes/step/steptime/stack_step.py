@@ -20,8 +20,8 @@ from pathlib import Path
 from types import ModuleType
 
 from probes.result import InputError, read_json_file
+from probes.step import choices
 from probes.step.steptime.model import SETUP_KEYS, StepModel
-from probes.step.train import models
 from probes.step.variants.names import BASELINE
 
 UNTRUSTWORTHY = "not trustworthy"
@@ -83,8 +83,8 @@ class MeasuredRun:
     source: str
 
     def __post_init__(self):
-        if self.rows not in models.ROWS:
-            raise InputError(f"{self.source}: config.rows is {self.rows!r}, not {' or '.join(models.ROWS)}")
+        if self.rows not in choices.ROWS:
+            raise InputError(f"{self.source}: config.rows is {self.rows!r}, not {' or '.join(choices.ROWS)}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

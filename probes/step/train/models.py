@@ -19,7 +19,7 @@ from torch import nn
 
 from probes.result import InputError
 from probes.step import harness as reference
-from probes.step.choices import ROWS, Weights  # noqa: F401  (read here as models.ROWS, models.Weights)
+from probes.step.choices import ROWS, Weights
 from probes.step.train.checkpoint import load_text_config
 from probes.step.train.contract import resolve
 
