@@ -11,9 +11,9 @@ Each sweep is a run_sweep of its own (its own Dispatch, placer and launcher), as
 it; only Ray's connection and idle CPU workers (the fingerprint and GPU-reading tasks) carry over. GPU jobs
 still take a fresh worker each (max_calls=1).
 
-Each job runs the cheap `mask` probe in place of its own, on the small model at CHECKPOINT (what is under test
-is where and when it runs, and what its row records), through the real `execute` (the guard, the CUDA check,
-the host's versions); then its worker holds
+Each job runs the stand-in probe (tests/helpers/standin: it reads the checkpoint's config) in place of its own, on
+the small model at CHECKPOINT (what is under test is where and when it runs, and what its row records), through the
+real `execute` (the guard, the CUDA check, the host's versions); then its worker holds
 its card HOLD_S more seconds (the first job only when HOLD_S is negative: -HOLD_S). It writes
 CALLS/<uuid>.json per job (probe, status, CUDA_VISIBLE_DEVICES, Ray's GPU ids, start, end). The first time
 the sweep's placement finds no idle card on a host (GpuPlacer.refused: the host's wait for a foreign
@@ -50,9 +50,7 @@ def wrapped(calls: Path, hold_s: float, checkpoint: str):
         t0 = time.time()
         first = not any(calls.glob("*.json")) and not any(calls.glob("*.started"))
         (calls / f"{uuid.uuid4().hex}.started").write_text("")
-        cheap = dataclasses.replace(
-            job, probe="mask", config={"seq_len": 64}, paths={**job.paths, "checkpoint": checkpoint}
-        )
+        cheap = dataclasses.replace(job, probe="standin", config={}, paths={**job.paths, "checkpoint": checkpoint})
         outcome = execute(cheap, **kwargs)
         if outcome.status == "ok" and (hold_s > 0 or first):
             time.sleep(abs(hold_s))

@@ -29,10 +29,14 @@ from nvml_util import DOUBLE_DIR, GIB, SCENARIO_ENV
 from ray_head import RayHead, RayNode
 from sweep_util import tiny_qwen3, write_cluster
 
+from probes import ENV_PROBES
 from runner.store.store import Store
 
 REPO = Path(__file__).resolve().parents[3]
 DRIVER = Path(__file__).resolve().parents[2] / "helpers" / "gpu_queue_driver.py"
+STANDIN_DIR = DRIVER.parent / "standin"
+STANDIN = {ENV_PROBES: "standin_probe"}
+"""The wrapped jobs' probe (tests/helpers/standin), registered through the documented hook."""
 FOREIGN = 4242424
 """Someone's training run on a card (no process here has that pid)."""
 
@@ -60,9 +64,10 @@ def base_env(**extra: str) -> dict[str, str]:
 
 
 def node_env(folder: Path, host: str, *, fake_cuda: bool, **extra: str) -> dict[str, str]:
-    pythonpath = os.pathsep.join([str(DOUBLE_DIR), os.environ.get("PYTHONPATH", "")])
+    """The node's workers import the NVML double, and register the jobs' stand-in probe (tests/helpers/standin)."""
+    pythonpath = os.pathsep.join([str(DOUBLE_DIR), str(STANDIN_DIR), os.environ.get("PYTHONPATH", "")])
     seam = {"LABPROBE_FAKE_CUDA": "1"} if fake_cuda else {}
-    return base_env(PYTHONPATH=pythonpath, **{SCENARIO_ENV: str(folder / f"{host}.json")}, **seam, **extra)
+    return base_env(PYTHONPATH=pythonpath, **{SCENARIO_ENV: str(folder / f"{host}.json")}, **STANDIN, **seam, **extra)
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +113,8 @@ class Driver:
         self.log = log.open("w")
         self.proc = subprocess.Popen(
             [sys.executable, str(DRIVER), address],
-            env=base_env(),
+            # the stand-in's rows are unpickled here: its module on the path, registered as on the nodes
+            env=base_env(PYTHONPATH=os.pathsep.join([str(STANDIN_DIR), os.environ.get("PYTHONPATH", "")]), **STANDIN),
             cwd=REPO,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
