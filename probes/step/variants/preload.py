@@ -19,6 +19,7 @@ a request."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -163,6 +164,11 @@ def _refuse(env: dict, why: str) -> None:
 
 def _serve_one(request: dict) -> int:
     """Fork, run the worker in the child with the request's environment, wait for it: the exit status."""
+    # What the server holds (~380k objects: torch, transformers, peft) is frozen out of the collector right before
+    # the fork, as Python's gc docs advise for a process that forks without exec: a child's gc.collect() (the
+    # worker's, before its timing and between its stages' models) then walks the child's own objects only, 0.3 s
+    # less a collection, and touches none of the shared pages.
+    gc.freeze()
     pid = os.fork()
     if pid == 0:  # the child: never returns into the server's loop
         code = 1
