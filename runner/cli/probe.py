@@ -23,6 +23,7 @@ from runner.cli.options import (
     build_config,
     options_named,
 )
+from runner.dispatch.launch import spare_collector
 from runner.gpu.idle import check_direct
 from runner.tables import format_table
 
@@ -71,6 +72,7 @@ def main(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
+    spare_collector()
     with options_named():
         result = module.run(config)
     return show(result, as_json=options.json)

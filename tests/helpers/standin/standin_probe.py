@@ -8,6 +8,7 @@ the nodes' PYTHONPATH."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 from pathlib import Path
 
@@ -33,7 +34,8 @@ def run(config: Config) -> ProbeResult:
         probe="standin",
         config=config,
         tables={"rows": [row]},
-        summary={"layers": row.layers},
+        # what the runner froze out of the collector before this run (runner.dispatch.launch.spare_collector)
+        summary={"layers": row.layers, "frozen_objects": gc.get_freeze_count()},
         checks=[Check(name="config_read", ok=True, detail=row.model_type)],
     )
 
