@@ -57,7 +57,9 @@ def pytest_collection_modifyitems(config, items) -> None:
 def pytest_collection_finish(session) -> None:
     """Everything alive once the tests are collected (torch, transformers, every test module: ~400k objects) lives
     to the end: frozen out of the collector, so the probes' gc.collect() between measurements, run in this
-    process by the in-process tests, walks what those tests made (0.3 s a collection over all of it)."""
+    process by the in-process tests, walks what those tests made (0.3 s a collection over all of it). Collected
+    first: no garbage frozen with them."""
+    gc.collect()
     gc.freeze()
 
 

@@ -106,8 +106,8 @@ def spare_collector() -> None:
     """Freeze what this process holds before a probe runs (its imports: torch, Ray's state, the probe's modules;
     ~180k objects in a Ray worker) out of Python's collector, once a process. The gc.collect() a probe runs between
     its measurements (probes.step.train.models.release) then walks what the probe made, not the imports: a tiny
-    profile run's own CPU after execute's imports, 10.1 -> 7.8 CPU-s; `labprobe probe profile` end to end, ~0.7 CPU-s
-    of ~11.5 (benchmarks/RESULTS.md, 2026-12-07). Garbage is
+    profile run's own CPU after execute's imports, 10.1 -> 7.8 CPU-s; `labprobe probe profile` end to end, a median
+    12.05 -> 11.00 (benchmarks/RESULTS.md, 2026-12-07). Garbage is
     collected first, so nothing dead is kept; what is frozen is what the process lives on. A process that froze
     already (a test session, which freezes what its collection left) is left as it is."""
     if gc.get_freeze_count() == 0:

@@ -167,7 +167,9 @@ def _serve_one(request: dict) -> int:
     # What the server holds (~380k objects: torch, transformers, peft) is frozen out of the collector right before
     # the fork, as Python's gc docs advise for a process that forks without exec: a child's gc.collect() (the
     # worker's, before its timing and between its stages' models) then walks the child's own objects only, 0.3 s
-    # less a collection, and touches none of the shared pages.
+    # less a collection, and touches none of the shared pages. Collected first, so no garbage is frozen with them
+    # (after the first fork that walks only what the server made since).
+    gc.collect()
     gc.freeze()
     pid = os.fork()
     if pid == 0:  # the child: never returns into the server's loop

@@ -29,9 +29,19 @@ def _calls(path: Path) -> list[tuple[int, int, str]]:
     """(pid, parent pid, LAB_MARK) of each process that ran a step, one entry per process."""
     seen = {}
     for line in path.read_text().splitlines():
-        pid, ppid, mark = line.split()
+        pid, ppid, mark, _ = line.split()
         seen[int(pid)] = (int(pid), int(ppid), mark)
     return list(seen.values())
+
+
+def _frozen_at_first_step(path: Path) -> list[int]:
+    """Each process's count of objects frozen out of its collector at its first step (before the worker's own
+    freeze around its timed steps), in the order the processes first stepped."""
+    first = {}
+    for line in path.read_text().splitlines():
+        pid, _, _, frozen = line.split()
+        first.setdefault(int(pid), int(frozen))
+    return list(first.values())
 
 
 @pytest.fixture
@@ -51,6 +61,16 @@ def test_measurements_fork_from_one_server_under_the_callers_environment(tiny, c
     assert a[0] != b[0] and a[1] == b[1] == server and a[2] == b[2] == "first"  # two forks of one server
     assert c[1] == preload._server.proc.pid != server and c[2] == "second"
     assert os.getpid() not in (a[1], c[1])
+
+
+def test_a_fork_starts_with_the_servers_imports_frozen_out_of_the_collector(tiny, calls, monkeypatch):
+    """The server freezes what it holds before it forks: a fork's collections walk its own objects, not ~380k
+    imported ones. A spawned worker has nothing frozen before its timed steps."""
+    assert processes.run(_spec(tiny)).status == "ok"
+    monkeypatch.setenv("LABPROBE_PRELOAD", "0")
+    assert processes.run(_spec(tiny)).status == "ok"
+    forked, spawned = _frozen_at_first_step(calls)
+    assert forked > 100_000 and spawned == 0
 
 
 def test_a_timed_out_fork_is_killed_and_the_server_serves_the_next(tiny, calls):
