@@ -23,8 +23,8 @@ from runner.cli.options import (
     build_config,
     options_named,
 )
-from runner.dispatch.launch import spare_collector
 from runner.gpu.idle import check_direct
+from runner.hosts.jobenv import spare_collector
 from runner.tables import format_table
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import gc
 import signal
 import threading
 import time
@@ -24,7 +23,7 @@ from runner.dispatch.placement import skip_reason
 from runner.gpu.cuda import NoCudaError, check_device
 from runner.gpu.idle import GpuBusyError, GpuMisconfiguredError, GpuUnreadableError, Thresholds
 from runner.gpu.idle import guard as idle_guard
-from runner.hosts.jobenv import collect_env, harness_env
+from runner.hosts.jobenv import collect_env, harness_env, spare_collector
 from runner.hosts.nodes import node_host, one_line, pinned
 from runner.lab.plan import Job
 from runner.store.fingerprint import fingerprint
@@ -100,19 +99,6 @@ def execute(job: Job, *, deadline: float | None = None, guard: GpuGuard | None =
     return Outcome(
         status="ok", result=result, env=env, checkpoint_fp=fp, started_at=started, wall_s=time.perf_counter() - t0
     )
-
-
-def spare_collector() -> None:
-    """Freeze what this process holds before a probe runs (its imports: torch, Ray's state, the probe's modules;
-    ~180k objects in a Ray worker) out of Python's collector, once a process. The gc.collect() a probe runs between
-    its measurements (probes.step.train.models.release) then walks what the probe made, not the imports: a tiny
-    profile run's own CPU after execute's imports, 10.1 -> 7.8 CPU-s; `labprobe probe profile` end to end, a median
-    12.05 -> 11.00 (benchmarks/RESULTS.md, 2026-12-07). Garbage is
-    collected first, so nothing dead is kept; what is frozen is what the process lives on. A process that froze
-    already (a test session, which freezes what its collection left) is left as it is."""
-    if gc.get_freeze_count() == 0:
-        gc.collect()
-        gc.freeze()
 
 
 def _settle_gpu(job: Job, guard: GpuGuard, deadline: float | None, started: datetime) -> dict[str, str] | Outcome:

@@ -4,11 +4,13 @@ Stored per job (`env_json` of the jobs table) so `compare` can warn when two hos
 different torch/transformers/CUDA versions or different labprobe code (`code_version`, read on the
 host from its own checkout: each host runs the probes from its own copy, which may lag the
 driver's). `code_version()` run by the driver is also the code version stamped on every row.
+`spare_collector()` readies the process a probe runs in (a Ray worker, an inline sweep, `labprobe probe`).
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import platform
 import socket
 import subprocess
@@ -60,6 +62,21 @@ def collect_env() -> dict[str, str]:
         env["gpu"] = torch.cuda.get_device_name(0)
         env["driver"] = _driver_version()
     return env
+
+
+def spare_collector() -> None:
+    """Freeze what this process holds before a probe runs out of Python's collector, once a process: its imports so
+    far (torch, the runner, the probe's module, Ray's state in a worker; ~180k objects in a plain process after torch
+    and the runner). The gc.collect() a probe runs between measurements (probes.step.train.models.release) then skips
+    them. What the probe imports later (transformers, peft, dynamo) and makes is still walked: on a tiny profile run
+    its full collections went from ~0.28 to ~0.16 s each, the run's own CPU from 8.1-10.4 to 7.0-8.0 CPU-s (four runs
+    each way), and `labprobe probe profile` end to end a median 12.05 -> 11.00 CPU-s (benchmarks/RESULTS.md,
+    2026-12-07). Garbage is
+    collected first, so nothing dead is kept; what is frozen is what the process lives on (objects of it that die
+    later with a cycle stay, once). A process that froze already (a test session) is left as it is."""
+    if gc.get_freeze_count() == 0:
+        gc.collect()
+        gc.freeze()
 
 
 def _version(package: str) -> str:

@@ -165,10 +165,11 @@ def _refuse(env: dict, why: str) -> None:
 def _serve_one(request: dict) -> int:
     """Fork, run the worker in the child with the request's environment, wait for it: the exit status."""
     # What the server holds (~380k objects: torch, transformers, peft) is frozen out of the collector right before
-    # the fork, as Python's gc docs advise for a process that forks without exec: a child's gc.collect() (the
-    # worker's, before its timing and between its stages' models) then walks the child's own objects only, 0.3 s
-    # less a collection, and touches none of the shared pages. Collected first, so no garbage is frozen with them
-    # (after the first fork that walks only what the server made since).
+    # the fork, as Python's gc docs advise for a process that forks without exec: the child's collections skip them,
+    # ~0.3 s less each, and leave their shared pages alone, up to the worker's timed steps. Those freeze the build
+    # too and unfreeze everything after (worker._gc_watched: the model must be collectable), so the collections of
+    # the stages after timing walk the server's objects again, as before. Collected first, so no garbage is frozen
+    # with them (after the first fork that walks only what the server made since).
     gc.collect()
     gc.freeze()
     pid = os.fork()

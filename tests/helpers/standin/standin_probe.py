@@ -34,7 +34,7 @@ def run(config: Config) -> ProbeResult:
         probe="standin",
         config=config,
         tables={"rows": [row]},
-        # what the runner froze out of the collector before this run (runner.dispatch.launch.spare_collector)
+        # what the runner froze out of the collector before this run (runner.hosts.jobenv.spare_collector)
         summary={"layers": row.layers, "frozen_objects": gc.get_freeze_count()},
         checks=[Check(name="config_read", ok=True, detail=row.model_type)],
     )

@@ -1,5 +1,5 @@
 """A probe runs with its process's imports frozen out of Python's collector: the gc.collect() a probe runs between
-its measurements walks what the probe made (runner.dispatch.launch.spare_collector). Each case in a fresh process,
+its measurements walks what the probe made (runner.hosts.jobenv.spare_collector). Each case in a fresh process,
 as a Ray worker or a `labprobe probe` run starts: the test session freezes its own (tests/conftest.py)."""
 
 from __future__ import annotations

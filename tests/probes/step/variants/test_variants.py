@@ -424,16 +424,19 @@ def test_the_timed_steps_run_with_the_build_frozen_out_of_the_collector_and_reco
 
     from probes.step.variants import worker
 
-    alive = [object() for _ in range(1000)]
+    alive = [[] for _ in range(1000)]  # lists: objects the collector tracks (a bare object() it does not)
     outer = gc.get_freeze_count()  # tests/conftest.py froze what the collection left alive
-    with worker._gc_watched() as record:
-        assert gc.get_freeze_count() >= len(alive)  # the objects alive before timing are frozen
-        loop = []
-        loop.append(loop)  # cyclic garbage: only the collector frees it
-        del loop
-        gc.collect()
-    assert gc.get_freeze_count() == 0
-    assert record["collections"] >= 1 and record["full_collections"] >= 1
-    assert 0 < record["pause_ms_max"] <= record["pause_ms_total"]
-    if outer:
-        gc.freeze()  # the session's freeze back, for the in-process tests after this one
+    try:
+        with worker._gc_watched() as record:
+            assert gc.get_freeze_count() >= outer + len(alive)  # the objects alive before timing are frozen
+            loop = []
+            loop.append(loop)  # cyclic garbage: only the collector frees it
+            del loop
+            gc.collect()
+        assert gc.get_freeze_count() == 0
+        assert record["collections"] >= 1 and record["full_collections"] >= 1
+        assert 0 < record["pause_ms_max"] <= record["pause_ms_total"]
+    finally:
+        if outer:  # a fresh freeze of what is alive now, as tests/conftest.py made, for the in-process tests after
+            gc.collect()
+            gc.freeze()
