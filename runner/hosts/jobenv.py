@@ -71,9 +71,9 @@ def spare_collector() -> None:
     them. What the probe imports later (transformers, peft, dynamo) and makes is still walked: on a tiny profile run
     its full collections went from ~0.28 to ~0.16 s each, the run's own CPU from 8.1-10.4 to 7.0-8.0 CPU-s (four runs
     each way), and `labprobe probe profile` end to end a median 12.05 -> 11.00 CPU-s (benchmarks/RESULTS.md,
-    2026-12-07). Garbage is
-    collected first, so nothing dead is kept; what is frozen is what the process lives on (objects of it that die
-    later with a cycle stay, once). A process that froze already (a test session) is left as it is."""
+    2026-12-07). Garbage is collected first, so nothing dead is kept; what is frozen is what the process lives on
+    (objects of it that die later with a cycle stay, once). A process that froze already (a test session) is left
+    as it is."""
     if gc.get_freeze_count() == 0:
         gc.collect()
         gc.freeze()
