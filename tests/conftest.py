@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import gc
 import io
 import os
 import shutil
@@ -58,9 +57,10 @@ def pytest_collection_finish(session) -> None:
     """Everything alive once the tests are collected (torch, transformers, every test module: ~400k objects) lives
     to the end: frozen out of the collector, so the probes' gc.collect() between measurements, run in this
     process by the in-process tests, walks what those tests made (0.3 s a collection over all of it). Collected
-    first: no garbage frozen with them."""
-    gc.collect()
-    gc.freeze()
+    first: no garbage frozen with them (the runner's own once-a-process freeze, done here before any probe runs)."""
+    from runner.hosts.jobenv import spare_collector
+
+    spare_collector()
 
 
 @pytest.fixture(scope="session")

@@ -423,6 +423,7 @@ def test_the_timed_steps_run_with_the_build_frozen_out_of_the_collector_and_reco
     import gc
 
     from probes.step.variants import worker
+    from runner.hosts.jobenv import spare_collector
 
     alive = [[] for _ in range(1000)]  # lists: objects the collector tracks (a bare object() it does not)
     outer = gc.get_freeze_count()  # tests/conftest.py froze what the collection left alive
@@ -438,5 +439,4 @@ def test_the_timed_steps_run_with_the_build_frozen_out_of_the_collector_and_reco
         assert 0 < record["pause_ms_max"] <= record["pause_ms_total"]
     finally:
         if outer:  # a fresh freeze of what is alive now, as tests/conftest.py made, for the in-process tests after
-            gc.collect()
-            gc.freeze()
+            spare_collector()
