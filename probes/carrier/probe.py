@@ -8,8 +8,8 @@ once), `params_active` (what one token uses: experts at top_k / num_experts; pro
 the statistics use), `step_s` (median), `tok_per_s`, `spread_pct` ((max-min)/median over the window
 the statistics use), `spread_all_pct` (over every timed step after warm-up: the window is chosen for
 being quiet, so spread_pct is biased low), `iqr_pct` (interquartile range / median),
-`spread_across_pct` (the baseline only: (max-min)/median of the medians of `--processes` fresh
-processes, the spread a rerun sees), `peak_mem_bytes`, `gpu_busy_frac` (kernel time from
+`spread_across_pct` (the baseline's, and a searched row's measured twice: (max-min)/median of the medians of
+its fresh processes, the spread a rerun sees), `peak_mem_bytes`, `gpu_busy_frac` (kernel time from
 torch.profiler over step time), MFU named by its peak (probes.step.measure.flops states the FLOP formula):
 `mfu_vs_measured_peak` (a bf16 matmul on this GPU, or --peak-tflops) and `mfu_vs_datasheet_peak`
 (989 TFLOP/s dense bf16 for an H100/H200 SXM; None for a device not listed), projected hours for
