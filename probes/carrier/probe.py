@@ -24,7 +24,8 @@ SDPA's causal fast path) or packed (four sequences a row, positions restarting: 
 token). A stack saves less on masked rows than on full ones: measure the fill the lab trains on.
 
 Every measurement runs in its own fresh process with the same seed and data (probes.step.variants.processes):
-the baseline in `--processes` of them (>= 2 by default), each other variant in one. A spread above
+the baseline in `--processes` of them (>= 2 by default), each other variant in one (a searched row whose steps
+spread above 2%: in two, the steadier kept, probes.step.variants.search). A spread above
 2% extends the timed steps up to --max-steps; `trustworthy` is False when a window still disagrees
 by more than 2% or the processes do. A row whose GPU idles more than 10% of the step
 (`gpu_busy_frac` < 0.9) is `launch_bound`: its number measures the host's CPU as much as its GPU.

@@ -146,9 +146,10 @@ class Measurement:
     processes: int = 1
     """Processes merged into this result."""
     process_step_s: list[float] | None = None
-    """The merged processes' median steps."""
+    """The merged processes' median steps (a searched row measured twice: both processes', though its figures are the
+    kept one's alone; probes.step.variants.search)."""
     spread_across_pct: float | None = None
-    """(max-min)/median of the merged processes' medians; None for one process."""
+    """(max-min)/median of those medians; None for one process."""
 
     @classmethod
     def failed(cls, variant: catalog.Variant, why: str) -> Measurement:

@@ -135,10 +135,11 @@ class _Search:
         self.skipped: set[str] = set()
         self.out: Outcome | None = None
 
-    def fits(self) -> bool:
-        """Whether one more process fits in the budget (a process costs the mean of those measured)."""
-        estimate = sum(self.walls) / len(self.walls) if self.walls else 0.0
-        return time.perf_counter() - self.begin + estimate <= self.budget_s
+    def fits(self, estimate_s: float | None = None) -> bool:
+        """Whether one more process fits in the budget: one that costs `estimate_s`, else the mean of those measured."""
+        if estimate_s is None:
+            estimate_s = sum(self.walls) / len(self.walls) if self.walls else 0.0
+        return time.perf_counter() - self.begin + estimate_s <= self.budget_s
 
     def measure(
         self, round_: int, stack: catalog.Variant, parent: catalog.Variant, parent_s: float
@@ -172,13 +173,14 @@ class _Search:
     def process(self, stack: catalog.Variant) -> tuple[Measurement, str]:
         """`stack` in a fresh process; a noisy one once more, budget allowing, with the line that says both. Kept: a
         timed process before one that failed, one with its numerics (when asked) before one without, then the lower
-        in-process spread (a tie keeps the first). With both timed, the kept one carries both medians and their
-        disagreement as `spread_across_pct`, which the carrier's trust check reads as it does the baseline's: a second
-        quiet process does not make a row trustworthy when the two disagree."""
+        in-process spread (a tie keeps the first). The second is priced at the first's wall (a compiled stack's
+        process is longer than the search's mean). With both timed, the kept one's figures stay its own, beside both
+        medians (`process_step_s`) and their disagreement (`spread_across_pct`): a row is trustworthy only when the
+        two agree within the limit too, as the baseline's processes must."""
         spec = dataclasses.replace(self.spec, variant=stack, profile_steps=1)
         first = processes.run(spec)
         self.walls.append(first.process_wall_s or 0.0)
-        if not _noisy(first) or not self.fits():
+        if not _noisy(first) or not self.fits(first.process_wall_s):
             return first, ""
         second = processes.run(spec)
         self.walls.append(second.process_wall_s or 0.0)
@@ -190,7 +192,10 @@ class _Search:
         if _timed(second):
             medians = [first.step_s, second.step_s]
             across = 100 * (max(medians) - min(medians)) / statistics.median(medians)
-            kept = dataclasses.replace(kept, processes=2, process_step_s=medians, spread_across_pct=across)
+            agree = across <= SPREAD_LIMIT_PCT
+            kept = dataclasses.replace(
+                kept, process_step_s=medians, spread_across_pct=across, trustworthy=bool(kept.trustworthy) and agree
+            )
         LOG.info("%s %s: %s", self.model, stack.name, line)
         return kept, line
 
