@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import statistics
 import tempfile
 import time
 
@@ -189,12 +188,14 @@ class _Search:
         said = "; then ".join(_said(m) for m in (first, second))
         line = f"measured twice, the first's steps spread above {SPREAD_LIMIT_PCT:g}%: {said}; the "
         line += f"{'first' if kept is first else 'second'} kept"
-        if _timed(second):
-            medians = [first.step_s, second.step_s]
-            across = 100 * (max(medians) - min(medians)) / statistics.median(medians)
-            agree = across <= SPREAD_LIMIT_PCT
+        if _timed(second):  # both medians and their disagreement as processes.merge states them; the figures kept's
+            both = processes.merge([first, second])
+            agree = both.spread_across_pct <= SPREAD_LIMIT_PCT
             kept = dataclasses.replace(
-                kept, process_step_s=medians, spread_across_pct=across, trustworthy=bool(kept.trustworthy) and agree
+                kept,
+                process_step_s=both.process_step_s,
+                spread_across_pct=both.spread_across_pct,
+                trustworthy=bool(kept.trustworthy) and agree,
             )
         LOG.info("%s %s: %s", self.model, stack.name, line)
         return kept, line
