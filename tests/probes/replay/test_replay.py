@@ -427,7 +427,16 @@ def _linear_profile(path: Path) -> Path:
     return path
 
 
-def test_a_compiled_replay_times_no_step_that_compiles(compiled_setup, tmp_path, monkeypatch):
+@pytest.fixture
+def dynamo_eager():
+    """Dynamo with its `eager` backend (PyTorch's own debugging override; config.patch, as below): what these tests
+    count (graphs compiled, recompiles, the recompile limit) is dynamo's, not Inductor's, whose kernels cost ~60 s
+    of a 2-core CPU here (the first test: 72 s -> 10 s). test_variants compiles with Inductor."""
+    with torch._dynamo.config.patch(debug_backend_override=">=0:eager"):
+        yield
+
+
+def test_a_compiled_replay_times_no_step_that_compiles(compiled_setup, tmp_path, monkeypatch, dynamo_eager):
     """compile's recompiles (a few graphs a job, each about as long as the first compile) are paid in the
     warm-up, as a job pays them once at its start; without it the timed steps would carry them. The step model
     comes from --profile, so no fit point compiles the graphs first."""
@@ -445,9 +454,8 @@ def test_a_compiled_replay_times_no_step_that_compiles(compiled_setup, tmp_path,
     assert widest_only["graphs_compiled"] < summary["graphs_compiled"]
 
 
-def test_a_compiled_replay_past_dynamo_recompile_limit_fails_a_check(compiled_setup, tmp_path):
-    """Past the limit dynamo runs the layer eagerly for the new kind of batch, silently: the replay says so.
-    (The graphs of the test above: Inductor's on-disk cache has their kernels when both run in one process.)"""
+def test_a_compiled_replay_past_dynamo_recompile_limit_fails_a_check(compiled_setup, tmp_path, dynamo_eager):
+    """Past the limit dynamo runs the layer eagerly for the new kind of batch, silently: the replay says so."""
     config = _compiled(*compiled_setup, _linear_profile(tmp_path / "p.json"))
     torch._dynamo.reset()
     checks = {c.name: c for c in replay.run(config).checks}
