@@ -181,7 +181,7 @@ def test_profile_runs_on_a_hybrid_and_reports_params(hybrid):
 @pytest.fixture(scope="module")
 def linear_hybrid(tmp_path_factory):
     """Qwen3.5 text cut to one linear-attention layer: compiled, each layer kind (and the first layer, whose
-    input needs no gradient) is a graph of its own, each tens of seconds of gcc; one is enough here."""
+    input needs no gradient) is a graph of its own; one is enough here."""
     from conftest import TINY_FAMILIES
     from transformers import AutoConfig
 
@@ -193,11 +193,15 @@ def linear_hybrid(tmp_path_factory):
 
 def test_a_compiled_hybrid_still_names_its_reference_kernels(linear_hybrid, monkeypatch):
     """Under dynamo transformers does not log the fallback; the compiled row must say it all the same.
-    What hides the log is dynamo's tracing, not Inductor: the measurement runs dynamo with its `eager` backend
-    (PyTorch's own debugging override, read as dynamo imports in the measurement process). Inductor's kernels for
-    this layer took ~80 s of a 2-core CPU to generate and build (the test: 96 s -> 15 s), for nothing this checks;
-    without the worker's eager forward before compiling it fails under either backend. test_variants compiles
-    with Inductor."""
+    What hides the log is dynamo's tracing (transformers asks is_torchdynamo_compiling()), not Inductor: the
+    measurement runs dynamo with its `eager` backend, through PyTorch's own debugging override, which dynamo reads
+    as it is imported (in the preload server, or in a spawned worker). Without the worker's eager forward before
+    compiling this test fails under either backend. Inductor's kernels for this layer took ~80 s of a 2-core CPU
+    (the test: 96 s -> 15 s); what is given up is Inductor's C++ build of the hybrid's reference layer, PyTorch's
+    to keep working (on a GPU a hybrid runs fla's Triton kernels). test_variants compiles with Inductor.
+    A torch without the override ignores the variable and compiles with Inductor."""
+    import torch._dynamo  # noqa: F401  (read its config before the variable is set: this process keeps Inductor)
+
     monkeypatch.setenv("TORCH_COMPILE_OVERRIDE_BACKENDS", ">=0:eager")
     hybrid = linear_hybrid
     result = carrier.run(
