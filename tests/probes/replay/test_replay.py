@@ -432,8 +432,9 @@ def dynamo_eager():
     """Dynamo with its `eager` backend (PyTorch's own debugging override; config.patch, as below). These tests count
     dynamo's graphs, recompiles and recompile-limit hits. Their batches keep one shape (four rows, 16 wide, padded or
     not), so no dimension goes dynamic and Inductor has no shape of its own to guard: the eager backend compiles the
-    same graphs (measured: 2 graphs and none in a timed step, then 1 and one in step 1, under either). Inductor's kernels cost ~60 s of a 2-core CPU here (the first test: 72 s -> 10 s). test_variants
-    compiles with Inductor. A torch without the override compiles with Inductor."""
+    same graphs (measured: 2 graphs and none in a timed step, then 1 and one in step 1, under either). Inductor's
+    kernels cost ~60 s of a 2-core CPU here (the first test: 72 s -> 10 s). test_variants compiles with Inductor.
+    A torch without the override compiles with Inductor."""
     if not hasattr(torch._dynamo.config, "debug_backend_override"):
         yield
         return
