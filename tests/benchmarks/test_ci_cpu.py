@@ -5,40 +5,67 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("ci_cpu", ROOT / "benchmarks" / "ci_cpu.py")
 ci_cpu = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ci_cpu)
 
+XDIST = "/venv/bin/python -u -c import sys;exec(eval(sys.stdin.readline()))"
 
-def proc(pid, ppid, first, last, cpu, *names):
-    return {"pid": pid, "ppid": ppid, "first": first, "last": last, "cpu0_s": 0.0, "cpu_s": cpu, "names": list(names)}
+
+def proc(pid, ppid, start_s, last_seen_s, cpu_s, *names):
+    return {"pid": pid, "ppid": ppid, "start_s": start_s, "last_seen_s": last_seen_s, "cpu0_s": 0.0, "cpu_s": cpu_s,
+            "names": list(names)}  # fmt: skip
+
+
+SPANS = [
+    {"test": "a.py::one", "start_s": 0.0, "end_s": 10.0, "own_cpu_s": 2.0, "pid": 100},
+    {"test": "a.py::two", "start_s": 10.001, "end_s": 20.0, "own_cpu_s": 1.0, "pid": 100},
+    {"test": "b.py::three", "start_s": 0.0, "end_s": 20.0, "own_cpu_s": 4.0, "pid": 200},
+]
 
 
 def test_a_process_goes_to_the_test_its_pytest_worker_ran_and_a_long_lived_one_to_its_kind():
-    spans = [
-        {"test": "a.py::one", "t0": 0.0, "t1": 10.0, "own_cpu_s": 2.0, "pid": 100},
-        {"test": "a.py::two", "t0": 10.0, "t1": 20.0, "own_cpu_s": 1.0, "pid": 100},
-        {"test": "b.py::three", "t0": 0.0, "t1": 20.0, "own_cpu_s": 4.0, "pid": 200},
-    ]
     processes = [
-        proc(100, 1, 0.0, 20.0, 50.0, "python -u -c import sys;exec(eval(sys.stdin.readline()))"),  # its own: spans
-        proc(110, 100, 1.0, 400.0, 9.0, "/x/raylet --node"),  # the session's raylet: long-lived
-        proc(111, 110, 12.0, 15.0, 3.0, "ray::IDLE", "ray::execute"),  # a worker under it, started in test two
-        proc(210, 200, 5.0, 8.0, 6.0, "python -m runner.cli sweep"),  # worker 200's CLI run
-        proc(300, 1, 5.0, 6.0, 0.5, "ray::IDLE"),  # its parent gone before it was seen
+        proc(100, 1, -5.0, 400.0, 10.0, XDIST),  # 3.0 in its spans, 7.0 in collection and fixtures
+        proc(110, 100, 1.0, 400.0, 9.0, "/venv/ray/core/src/ray/raylet/raylet --node"),  # the session's: long-lived
+        proc(111, 110, 12.0, 15.0, 3.0, "/venv/bin/python /venv/ray/_private/workers/default_worker.py", "ray::IDLE"),
+        proc(
+            112, 110, 10.02, 11.0, 0.5, "/venv/bin/python /venv/ray/_private/workers/default_worker.py"
+        ),  # two's start
+        proc(200, 1, -5.0, 400.0, 4.0, XDIST),  # all of it in its one span
+        proc(210, 200, 5.0, 8.0, 6.0, "/venv/bin/python -m runner.cli sweep"),  # the other worker's CLI run
+        proc(211, 200, 21.0, 22.0, 0.7, "/venv/bin/python -m runner.cli store check"),  # after its last test
+        proc(300, 1, 5.0, 6.0, 0.5, "/venv/bin/python /venv/ray/_private/workers/default_worker.py"),  # parent gone
     ]
-    per_test, shared = ci_cpu.attribute(processes, spans)
-    assert per_test == {"a.py::one": 2.0, "a.py::two": 4.0, "b.py::three": 10.0}
-    assert shared == {"Ray daemon (long-lived)": 9.0, "Ray worker (no test found)": 0.5}
+    per_test, shared = ci_cpu.attribute(processes, SPANS)
+    assert per_test == {"a.py::one": 2.0, "a.py::two": 4.5, "b.py::three": 10.0}
+    assert shared == {
+        "pytest workers outside tests (collection, module and session fixtures)": 7.0,
+        "Ray daemon (long-lived)": 9.0,
+        "labprobe CLI (between tests)": 0.7,
+        "Ray worker (no pytest worker above it)": 0.5,
+    }
+    assert sum(per_test.values()) + sum(shared.values()) == pytest.approx(sum(p["cpu_s"] for p in processes))
 
 
-def test_kinds_read_from_command_lines_ray_renames():
-    assert (
-        ci_cpu.kind(["/venv/bin/python /venv/ray/_private/workers/default_worker.py --x", "ray::IDLE"]) == "Ray worker"
+def test_kinds_read_from_the_program_its_script_and_rays_title():
+    assert ci_cpu.kind(["/v/bin/python /v/ray/_private/workers/default_worker.py --x", "ray::execute"]) == "Ray worker"
+    assert ci_cpu.kind(["/v/bin/python -u /v/ray/dashboard/agent.py --x", "ray::DashboardAgent"]) == "Ray daemon"
+    assert ci_cpu.kind(["/v/bin/python -u /v/ray/_private/runtime_env/agent/main.py", "ray::RuntimeEnvAgent"]) == (
+        "Ray daemon"
     )
-    assert ci_cpu.kind(
-        ["python -c import runpy, sys; runpy.run_path(sys.argv[1]) /r/probes/step/variants/preload.py"]
-    ) == ("measurement server or fork")
-    assert ci_cpu.kind(["/venv/bin/python /venv/bin/labprobe sweep --plan demo"]) == "labprobe CLI"
-    assert ci_cpu.kind([]) == "kernel or unnamed"
+    server = "/v/bin/python -c import runpy, sys; runpy.run_path(sys.argv[1]) /r/probes/step/variants/preload.py"
+    assert ci_cpu.kind([server]) == "measurement server or fork"
+    assert ci_cpu.kind(["/v/bin/python /v/bin/labprobe sweep --plan demo"]) == "labprobe CLI"
+    assert ci_cpu.kind(["/usr/lib/gcc/x86_64-linux-gnu/12/cc1plus -quiet -I /py/include/python3.11"]) == (
+        "C++ compiler (Inductor)"
+    )
+    assert ci_cpu.kind(["as -I /py/include/python3.11 --64 -o k.o"]) == "C++ compiler (Inductor)"
+    # a test's helper script: the pytest folder and Ray's module in its arguments make it neither
+    helper = "/v/bin/python -c from ray._raylet import GcsClient; f('/tmp/pytest-of-root/pytest-1/test_x0')"
+    assert ci_cpu.kind([helper]) == "other Python"
+    assert ci_cpu.kind([XDIST]) == "pytest worker"
+    assert ci_cpu.kind([]) == "kernel thread or unnamed"
