@@ -149,14 +149,19 @@ def kind(names: list[str]) -> str:
     order of the checks matters: Ray's agents title themselves `ray::`, as its workers do."""
     words = names[0].split() if names else []
     program = os.path.basename(words[0]) if words else ""
-    script = os.path.basename(words[1]) if len(words) > 1 and not words[1].startswith("-") else ""
+    args = words[1:]
+    while args and args[0] in ("-u", "-E", "-I", "-s", "-B"):  # Python's flags before its script (Ray's `-u`)
+        args = args[1:]
+    script = os.path.basename(args[0]) if args and not args[0].startswith("-") else ""
     command, title = " ".join(words[:3]), names[-1] if names else ""
     if not program:
         return "kernel thread or unnamed"
     if program in ("raylet", "gcs_server") or title.startswith(("ray::DashboardAgent", "ray::RuntimeEnvAgent")):
         return "Ray daemon"
-    if script in ("agent.py", "main.py", "log_monitor.py", "monitor.py") and "/ray/" in words[1]:
+    if script in ("agent.py", "main.py", "log_monitor.py", "monitor.py", "dashboard.py") and "/ray/" in args[0]:
         return "Ray daemon"
+    if script == "ray":
+        return "Ray's CLI (ray start, ray stop)"
     if script == "default_worker.py" or title.startswith("ray::"):
         return "Ray worker"
     if program in _COMPILERS:

@@ -57,6 +57,7 @@ def test_kinds_read_from_the_program_its_script_and_rays_title():
     assert ci_cpu.kind(["/v/bin/python -u /v/ray/_private/runtime_env/agent/main.py", "ray::RuntimeEnvAgent"]) == (
         "Ray daemon"
     )
+    assert ci_cpu.kind(["/v/bin/python -u /v/ray/autoscaler/_private/monitor.py --logs-dir=/tmp"]) == "Ray daemon"
     server = "/v/bin/python -c import runpy, sys; runpy.run_path(sys.argv[1]) /r/probes/step/variants/preload.py"
     assert ci_cpu.kind([server]) == "measurement server or fork"
     assert ci_cpu.kind(["/v/bin/python /v/bin/labprobe sweep --plan demo"]) == "labprobe CLI"
