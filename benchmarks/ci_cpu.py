@@ -37,7 +37,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 CI_ARGS = ["-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile", "tests"]
 LONG_S = 150.0
-"""A process alive this long served several tests: counted by kind, not given to the test that started it."""
+"""A process alive this long served several tests: counted by kind, not given to the test that started it. Longer
+than the longest test (130 s on 2026-12-07), so a test's own processes stay its own."""
 SPANS_ENV = "LABPROBE_CI_CPU_SPANS"
 """The folder the plugin writes test spans to; unset, the plugin records nothing."""
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -134,7 +135,13 @@ class Poller(threading.Thread):
                 entry = {"pid": int(pid), "ppid": ppid, "start_s": start_s, "cpu0_s": cpu_s if before else 0.0}
                 entry.update(names=[], before=before)
                 self.seen[int(pid), start_s] = entry
-            if len(entry["names"]) < self.MAX_NAMES and (name := _cmdline(pid)) and name not in entry["names"]:
+            kernel_thread = ppid == 2 or pid == "2"  # kthreadd and its children: no command line to read
+            if (
+                not kernel_thread
+                and len(entry["names"]) < self.MAX_NAMES
+                and (name := _cmdline(pid))
+                and (name not in entry["names"])
+            ):
                 entry["names"].append(name)
             entry["last_seen_s"], entry["cpu_s"] = now_s, cpu_s
 
@@ -145,32 +152,37 @@ _COMPILERS = {"g++", "gcc", "c++", "cc1plus", "collect2", "ld", "as"}
 
 
 def kind(names: list[str]) -> str:
-    """What a process was: its program and script from its first command line, Ray's title from its last. The
-    order of the checks matters: Ray's agents title themselves `ray::`, as its workers do."""
-    words = names[0].split() if names else []
+    """What a process was: its program and script from the last command line it ran (a fork shows its parent's
+    until it execs, Chromium's children show /proc/self/exe), its Ray title if it took one. The order of the checks
+    matters: Ray's agents title themselves `ray::`, as its workers do."""
+    ran = [n for n in names if not n.startswith(("ray::", "/proc/self/exe"))]
+    titles = [n for n in names if n.startswith("ray::")]
+    words = (ran[-1] if ran else "").split()
     program = os.path.basename(words[0]) if words else ""
     args = words[1:]
     while args and args[0] in ("-u", "-E", "-I", "-s", "-B"):  # Python's flags before its script (Ray's `-u`)
         args = args[1:]
     script = os.path.basename(args[0]) if args and not args[0].startswith("-") else ""
-    command, title = " ".join(words[:3]), names[-1] if names else ""
+    command, code = " ".join([program, *args[:2]]), " ".join(args)
+    if titles and titles[-1].startswith(("ray::DashboardAgent", "ray::RuntimeEnvAgent")):
+        return "Ray daemon"
+    if titles or script == "default_worker.py":
+        return "Ray worker"
     if not program:
         return "kernel thread or unnamed"
-    if program in ("raylet", "gcs_server") or title.startswith(("ray::DashboardAgent", "ray::RuntimeEnvAgent")):
+    if program in ("raylet", "gcs_server"):
         return "Ray daemon"
     if script in ("agent.py", "main.py", "log_monitor.py", "monitor.py", "dashboard.py") and "/ray/" in args[0]:
         return "Ray daemon"
     if script == "ray":
         return "Ray's CLI (ray start, ray stop)"
-    if script == "default_worker.py" or title.startswith("ray::"):
-        return "Ray worker"
     if program in _COMPILERS:
         return "C++ compiler (Inductor)"
-    if "import sys;exec(eval(" in names[0]:  # pytest-xdist's worker, started through execnet
+    if "import sys;exec(eval(" in code:  # pytest-xdist's worker, started through execnet
         return "pytest worker"
     if "-m pytest" in command:
         return "pytest"
-    if "probes/step/variants/preload.py" in names[0]:
+    if "runpy.run_path(sys.argv[1]" in code and code.endswith("probes/step/variants/preload.py"):  # its launcher
         return "measurement server or fork"
     if "-m probes.step.variants.worker" in command:
         return "measurement worker"
@@ -184,10 +196,11 @@ def kind(names: list[str]) -> str:
 
 
 def _test_at(spans: list[dict], start_s: float) -> str | None:
-    """The test running when a process started; None between tests (a module's or the session's fixtures)."""
-    tick = 1.0 / _TICK  # a start time is whole ticks, rounded down
-    running = [s for s in spans if s["start_s"] - tick <= start_s <= s["end_s"] + tick]
-    return running[-1]["test"] if running else None
+    """The test running when a process started (`spans`: one pytest worker's, by start); None after its last test
+    or in a gap between two. Fixtures are set up and torn down within a test's span, so they count as its."""
+    tick = 1.0 / _TICK  # a start time is whole ticks, rounded down: one tick before a span may be in it
+    running = [s for s in spans if s["start_s"] - tick <= start_s <= s["end_s"]]
+    return running[-1]["test"] if running else None  # the later of two spans within one tick: the test starting
 
 
 def attribute(processes: list[dict], spans: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
@@ -215,7 +228,7 @@ def attribute(processes: list[dict], spans: list[dict]) -> tuple[dict[str, float
     for process in processes:
         cpu_s = process["cpu_s"] - process["cpu0_s"]
         if process["pid"] in by_worker:  # a pytest worker: what its spans did not count is the session's
-            shared["pytest workers outside tests (collection, module and session fixtures)"] += cpu_s - sum(
+            shared["pytest workers outside tests (start-up, collection, between tests)"] += cpu_s - sum(
                 s["own_cpu_s"] for s in by_worker[process["pid"]]
             )
             continue
@@ -224,7 +237,7 @@ def attribute(processes: list[dict], spans: list[dict]) -> tuple[dict[str, float
         if test is not None and process["last_seen_s"] - process["start_s"] <= LONG_S:
             per_test[test] += cpu_s
         else:
-            why = "no pytest worker above it" if worker is None else "long-lived" if test else "between tests"
+            why = "no pytest worker above it" if worker is None else "long-lived" if test else "after or between tests"
             shared[f"{kind(process['names'])} ({why})"] += cpu_s
     return dict(per_test), dict(shared)
 
@@ -238,7 +251,7 @@ def table(rows: dict[str, float], head: str, limit: int) -> str:
     return "\n".join(lines)
 
 
-def report(processes: list[dict], spans: list[dict], wall_s: float, code: int) -> str:
+def report(processes: list[dict], spans: list[dict], wall_s: float, code: int, tool_cpu_s: float = 0.0) -> str:
     suite = [p for p in processes if not p["before"]]
     others_s = sum(p["cpu_s"] - p["cpu0_s"] for p in processes if p["before"])
     by_kind: collections.Counter = collections.Counter()
@@ -253,7 +266,8 @@ def report(processes: list[dict], spans: list[dict], wall_s: float, code: int) -
         f"pytest exit {code}, {wall_s:,.1f} s wall, {len(spans)} tests. The {len(suite)} processes that appeared "
         f"during the run used {total_s:,.0f} CPU-s ({total_s / wall_s:.2f} cores on average): "
         f"{sum(per_test.values()):,.0f} given to tests, {sum(shared.values()):,.0f} to no single test. Processes "
-        f"running before it (the kernel's threads, this shell) used {others_s:,.1f} CPU-s meanwhile."
+        f"running before it (the kernel's threads, this shell) used {others_s:,.1f} CPU-s meanwhile, and this "
+        f"tool's poller {tool_cpu_s:,.1f}."
     )
     return "\n\n".join(
         [
@@ -292,7 +306,8 @@ def main(argv: list[str]) -> int:
     spans = [json.loads(line) for path in sorted(spans_dir.glob("*.jsonl")) for line in path.read_text().splitlines()]
     (out / "processes.json").write_text(json.dumps(processes))
     (out / "tests.jsonl").write_text("".join(json.dumps(s) + "\n" for s in spans))
-    print(report(processes, spans, wall_s, code))
+    own = os.times()  # this process, the poller's thread included; pytest is a child, not counted here
+    print(report(processes, spans, wall_s, code, own.user + own.system))
     print(f"\nfiles: {out}")
     return code
 

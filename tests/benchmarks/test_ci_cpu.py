@@ -27,25 +27,29 @@ SPANS = [
 ]
 
 
+WORKER = "/venv/bin/python /venv/ray/_private/workers/default_worker.py"
+
+
 def test_a_process_goes_to_the_test_its_pytest_worker_ran_and_a_long_lived_one_to_its_kind():
     processes = [
-        proc(100, 1, -5.0, 400.0, 10.0, XDIST),  # 3.0 in its spans, 7.0 in collection and fixtures
+        proc(100, 1, -5.0, 400.0, 10.0, XDIST),  # 3.0 in its spans, 7.0 at start-up and collection
         proc(110, 100, 1.0, 400.0, 9.0, "/venv/ray/core/src/ray/raylet/raylet --node"),  # the session's: long-lived
-        proc(111, 110, 12.0, 15.0, 3.0, "/venv/bin/python /venv/ray/_private/workers/default_worker.py", "ray::IDLE"),
-        proc(
-            112, 110, 10.02, 11.0, 0.5, "/venv/bin/python /venv/ray/_private/workers/default_worker.py"
-        ),  # two's start
+        proc(111, 110, 12.0, 15.0, 3.0, WORKER, "ray::IDLE"),  # in test two, under the raylet
+        proc(112, 110, 9.9, 11.0, 0.25, WORKER),  # late in test one
+        proc(113, 110, 9.995, 11.0, 0.125, WORKER),  # within a tick of two's start (ticks round down): two's
+        proc(114, 110, 10.005, 11.0, 0.5, WORKER),  # just after two started
+        proc(115, 100, 20.005, 21.0, 0.0625, "/venv/bin/python -m runner.cli store check"),  # after its last test
         proc(200, 1, -5.0, 400.0, 4.0, XDIST),  # all of it in its one span
         proc(210, 200, 5.0, 8.0, 6.0, "/venv/bin/python -m runner.cli sweep"),  # the other worker's CLI run
-        proc(211, 200, 21.0, 22.0, 0.7, "/venv/bin/python -m runner.cli store check"),  # after its last test
-        proc(300, 1, 5.0, 6.0, 0.5, "/venv/bin/python /venv/ray/_private/workers/default_worker.py"),  # parent gone
+        proc(211, 200, 15.0, 16.0, 1.5, "/venv/bin/python -m runner.cli status"),  # while worker 100 ran two
+        proc(300, 1, 5.0, 6.0, 0.5, WORKER),  # its parent gone before it was seen
     ]
     per_test, shared = ci_cpu.attribute(processes, SPANS)
-    assert per_test == {"a.py::one": 2.0, "a.py::two": 4.5, "b.py::three": 10.0}
+    assert per_test == {"a.py::one": 2.25, "a.py::two": 4.625, "b.py::three": 11.5}
     assert shared == {
-        "pytest workers outside tests (collection, module and session fixtures)": 7.0,
+        "pytest workers outside tests (start-up, collection, between tests)": 7.0,
         "Ray daemon (long-lived)": 9.0,
-        "labprobe CLI (between tests)": 0.7,
+        "labprobe CLI (after or between tests)": 0.0625,
         "Ray worker (no pytest worker above it)": 0.5,
     }
     assert sum(per_test.values()) + sum(shared.values()) == pytest.approx(sum(p["cpu_s"] for p in processes))
@@ -65,6 +69,12 @@ def test_kinds_read_from_the_program_its_script_and_rays_title():
         "C++ compiler (Inductor)"
     )
     assert ci_cpu.kind(["as -I /py/include/python3.11 --64 -o k.o"]) == "C++ compiler (Inductor)"
+    helper = "/v/bin/python -c import json, runpy, sys; p = runpy.run_path('/r/probes/step/variants/preload.py')"
+    assert ci_cpu.kind([helper]) == "other Python"  # a test's script that loads the server's module
+    raylets_fork = "/v/ray/core/src/ray/raylet/raylet --python_worker_command=default_worker.py"
+    assert ci_cpu.kind([raylets_fork, WORKER, "ray::IDLE"]) == "Ray worker"  # first seen before it exec'd
+    assert ci_cpu.kind(["/proc/self/exe --type=zygote", "/usr/lib/chromium/chromium --type=renderer"]) == "browser"
+    assert ci_cpu.kind(["/v/bin/python -u -m pytest -n 2 tests"]) == "pytest"
     # a test's helper script: the pytest folder and Ray's module in its arguments make it neither
     helper = "/v/bin/python -c from ray._raylet import GcsClient; f('/tmp/pytest-of-root/pytest-1/test_x0')"
     assert ci_cpu.kind([helper]) == "other Python"

@@ -40,8 +40,8 @@ _CATEGORIES: tuple[tuple[str, str], ...] = (
 
 @functools.lru_cache(maxsize=4096)
 def categorize(name: str) -> str:
-    """A profile names the same few hundred kernels thousands of times: each name is matched once a process
-    (so _CATEGORIES is read once a name: it is a constant)."""
+    """A profile names the same few hundred kernels thousands of times: the answer is cached a name (valid since
+    _CATEGORIES never changes; up to 4,096 names a process)."""
     lower = name.lower()
     for category, pattern in _CATEGORIES:
         if re.search(pattern, lower):
