@@ -286,6 +286,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--interval-s", type=float, default=0.25, help="between two reads of /proc")
     parser.add_argument("pytest_args", nargs="*", help="after --; default: the test arguments .ci/run passes")
     args = parser.parse_args(argv)
+    if not args.interval_s > 0:  # 0, a negative or nan would spin the poller on a core the suite needs
+        parser.error(f"--interval-s must be a positive number of seconds, not {args.interval_s}")
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out {args.out}: not a folder")
     out = args.out or Path(tempfile.mkdtemp(prefix="ci-cpu-"))
     out.mkdir(parents=True, exist_ok=True)
     spans_dir = Path(tempfile.mkdtemp(prefix="spans-", dir=out))  # a fresh one: a reused --out adds no old spans

@@ -80,3 +80,28 @@ def test_kinds_read_from_the_program_its_script_and_rays_title():
     assert ci_cpu.kind([helper]) == "other Python"
     assert ci_cpu.kind([XDIST]) == "pytest worker"
     assert ci_cpu.kind([]) == "kernel thread or unnamed"
+
+
+@pytest.fixture
+def no_pytest_run(monkeypatch):
+    """Bad input must stop before the suite runs: a regression fails here at once instead of running it."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"ran {args[0]}")
+
+    monkeypatch.setattr(ci_cpu.subprocess, "run", refuse)
+
+
+@pytest.mark.parametrize("argv", [["--interval-s", "0"], ["--interval-s", "-1"], ["--interval-s", "nan"]])
+def test_an_interval_that_would_spin_the_poller_is_one_line_exit_2(argv, capsys, no_pytest_run):
+    with pytest.raises(SystemExit) as exit_:
+        ci_cpu.main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "--interval-s must be a positive number" in err and "Traceback" not in err
+
+
+def test_an_out_that_is_a_file_is_one_line_exit_2(tmp_path, capsys, no_pytest_run):
+    (tmp_path / "f").write_text("")
+    with pytest.raises(SystemExit) as exit_:
+        ci_cpu.main(["--out", str(tmp_path / "f")])
+    assert exit_.value.code == 2 and "not a folder" in capsys.readouterr().err
