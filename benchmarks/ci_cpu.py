@@ -209,20 +209,25 @@ def attribute(processes: list[dict], spans: list[dict]) -> tuple[dict[str, float
     by_worker: dict[int, list[dict]] = collections.defaultdict(list)
     for span in sorted(spans, key=lambda s: s["start_s"]):
         by_worker[span["pid"]].append(span)
-    by_pid = {p["pid"]: p for p in processes}
+    by_pid: dict[int, list[dict]] = collections.defaultdict(list)  # a pid may be reused within a run (pid_max 32768)
+    for p in sorted(processes, key=lambda p: p["start_s"]):
+        by_pid[p["pid"]].append(p)
     per_test = collections.Counter()
     for span in spans:
         per_test[span["test"]] += span["own_cpu_s"]
     shared: collections.Counter = collections.Counter()
 
     def worker_of(process: dict) -> int | None:
-        pid = process["pid"]
-        for _ in range(64):  # a Ray worker's chain: worker <- raylet <- pytest worker; 64 ends a cycle of reused pids
-            if pid in by_worker:
-                return pid
-            if pid not in by_pid:
+        for _ in range(64):  # a Ray worker's chain: worker <- raylet <- pytest worker; 64 ends any cycle
+            if process["pid"] in by_worker:
+                return process["pid"]
+            if process["ppid"] in by_worker:  # a pytest worker lives through the run: its pid is never reused
+                return process["ppid"]
+            # its parent: the process of that pid that had started by then (an earlier holder of a reused pid)
+            earlier = [p for p in by_pid.get(process["ppid"], ()) if p["start_s"] <= process["start_s"]]
+            if not earlier:
                 return None  # its parent ended before the poller saw it (a daemon reparented to init)
-            pid = by_pid[pid]["ppid"]
+            process = earlier[-1]
         return None
 
     for process in processes:

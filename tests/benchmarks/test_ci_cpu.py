@@ -55,6 +55,19 @@ def test_a_process_goes_to_the_test_its_pytest_worker_ran_and_a_long_lived_one_t
     assert sum(per_test.values()) + sum(shared.values()) == pytest.approx(sum(p["cpu_s"] for p in processes))
 
 
+def test_a_reused_pid_leads_to_the_parent_that_had_started_by_then():
+    raylet = "/venv/ray/core/src/ray/raylet/raylet --node"
+    processes = [
+        proc(100, 1, -5.0, 400.0, 3.0, XDIST),
+        proc(200, 1, -5.0, 400.0, 4.0, XDIST),
+        proc(120, 100, 11.0, 30.0, 0.0, raylet),  # pid 120's second holder, started in a.py::two
+        proc(120, 200, 1.0, 2.0, 0.0, raylet),  # its first, gone at 2.0
+        proc(121, 120, 12.0, 13.0, 2.0, WORKER),  # the second holder's child
+    ]
+    per_test, _ = ci_cpu.attribute(processes, SPANS)
+    assert per_test["a.py::two"] == 1.0 + 2.0 and per_test["b.py::three"] == 4.0
+
+
 def test_kinds_read_from_the_program_its_script_and_rays_title():
     assert ci_cpu.kind(["/v/bin/python /v/ray/_private/workers/default_worker.py --x", "ray::execute"]) == "Ray worker"
     assert ci_cpu.kind(["/v/bin/python -u /v/ray/dashboard/agent.py --x", "ray::DashboardAgent"]) == "Ray daemon"
